@@ -1,0 +1,1 @@
+"""Offline example apps for tracescore (shipped as ``tracescore.examples``)."""

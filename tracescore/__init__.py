@@ -1,0 +1,52 @@
+"""tracescore: capture RAG runs as OpenTelemetry spans, score them in the background, attach
+the scores back to the spans, and keep everything in SQLite.
+
+```python
+import tracescore
+ts = tracescore.init(db="tracescore.db", metrics=["rouge", "token_f1"], sample_rate=0.1)
+chain.invoke(q, config={"callbacks": [ts.langchain_handler()]})
+ts.flush(timeout=30); ts.shutdown()
+```
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+from .metrics.base import Metric  # noqa: E402
+from .record import Context, RagRecord, TokenUsage  # noqa: E402
+from .score import Score  # noqa: E402
+
+__all__ = ["Context", "Metric", "RagRecord", "Score", "TokenUsage", "Tracescore", "init",
+           "available_metrics", "__version__"]
+
+
+def init(**kwargs: Any) -> Tracescore:
+    """Start a tracescore pipeline. See :class:`tracescore.client.Tracescore` for arguments.
+
+    Validates its arguments and fails with a clear message on an unknown metric name, a sample
+    rate outside [0, 1] or a database path that cannot be written.
+    """
+    from .client import Tracescore
+
+    return Tracescore(**kwargs)
+
+
+def available_metrics() -> list[str]:
+    from .metrics import registry
+
+    return registry.available()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Tracescore":
+        from .client import Tracescore
+
+        return Tracescore
+    raise AttributeError(name)
+
+
+if False:  # pragma: no cover - for type checkers only
+    from .client import Tracescore

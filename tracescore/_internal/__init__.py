@@ -1,0 +1,1 @@
+"""Private helpers; nothing here is public API."""

@@ -1,0 +1,70 @@
+"""Every attribute name tracescore writes, in one place.
+
+Span names follow OpenInference and the OTel GenAI semantic conventions. The GenAI names are
+still "Development" status upstream, so they are kept here as our own constants rather than
+imported from ``opentelemetry-semantic-conventions`` (whose names may move).
+"""
+
+from __future__ import annotations
+
+# OpenInference
+SPAN_KIND = "openinference.span.kind"
+INPUT_VALUE = "input.value"
+INPUT_MIME_TYPE = "input.mime_type"
+OUTPUT_VALUE = "output.value"
+OUTPUT_MIME_TYPE = "output.mime_type"
+RETRIEVAL_DOCUMENTS = "retrieval.documents"
+DOCUMENT_ID = "document.id"
+DOCUMENT_CONTENT = "document.content"
+DOCUMENT_SCORE = "document.score"
+DOCUMENT_METADATA = "document.metadata"
+LLM_MODEL_NAME = "llm.model_name"
+LLM_TOKEN_COUNT_PROMPT = "llm.token_count.prompt"
+LLM_TOKEN_COUNT_COMPLETION = "llm.token_count.completion"
+LLM_TOKEN_COUNT_TOTAL = "llm.token_count.total"
+SESSION_ID = "session.id"
+USER_ID = "user.id"
+METADATA = "metadata"
+TAG_TAGS = "tag.tags"
+EVALUATIONS = "evaluations"
+
+KIND_CHAIN = "CHAIN"
+KIND_RETRIEVER = "RETRIEVER"
+KIND_LLM = "LLM"
+KIND_TOOL = "TOOL"
+KIND_EVALUATOR = "EVALUATOR"
+
+# OTel GenAI
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_EVALUATION_RESULT = "gen_ai.evaluation.result"
+GEN_AI_EVALUATION_NAME = "gen_ai.evaluation.name"
+GEN_AI_EVALUATION_SCORE_VALUE = "gen_ai.evaluation.score.value"
+GEN_AI_EVALUATION_SCORE_LABEL = "gen_ai.evaluation.score.label"
+GEN_AI_EVALUATION_EXPLANATION = "gen_ai.evaluation.explanation"
+
+# tracescore's own
+SCORE_PREFIX = "tracescore.score."
+RECORD_ID = "tracescore.record_id"
+RAG_ROOT = "tracescore.rag_root"
+SAMPLED = "tracescore.sampled"
+RETRIEVER_NAME = "tracescore.retriever"
+SCORES_LATE = "tracescore.scores_late"
+SCORED_SPAN_ID = "tracescore.scored_span_id"
+ERROR_TYPE = "error.type"
+
+
+def retrieval_document(i: int, field: str) -> str:
+    return f"{RETRIEVAL_DOCUMENTS}.{i}.{field}"
+
+
+def evaluation(i: int, field: str) -> str:
+    """``evaluations.{i}.evaluation.{name,score,label,explanation}`` (OpenInference)."""
+    return f"{EVALUATIONS}.{i}.evaluation.{field}"
+
+
+def score_attribute(name: str) -> str:
+    return SCORE_PREFIX + name

@@ -1,0 +1,353 @@
+"""`Tracescore`: the object :func:`tracescore.init` returns; it wires the pipeline together.
+
+capture (integrations) → :meth:`Tracescore.submit` (sample, hold, enqueue; hot path) →
+:class:`~tracescore.queue.RecordQueue` (writer thread → SQLite) →
+:class:`~tracescore.worker.ScoringWorker` (scores) →
+:class:`~tracescore.processor.ScoreAttachingProcessor` (scores onto spans) → exporter.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+from . import __version__ as _version
+from ._internal.errors import handle_internal_errors
+from .metrics import registry
+from .metrics.base import Metric
+from .processor import ScoreAttachingProcessor
+from .queue import GroundTruthUpdate, RecordQueue
+from .record import ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
+from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
+from .store import PENDING, SKIPPED, NewJob, Store
+from .worker import ScoringWorker
+
+log = logging.getLogger("tracescore")
+
+DEFAULT_METRICS = ("rouge", "bleu", "token_f1", "exact_match", "rgb_accuracy", "rgb_rejection")
+TEXT_INPUTS = frozenset({QUERY, CONTEXTS, ANSWER, GROUND_TRUTHS})
+
+
+class Tracescore:
+    """A running tracescore pipeline. Create it with :func:`tracescore.init`.
+
+    Thread-safe. Methods that the app's request path calls (the framework handlers, and
+    :meth:`submit`) never block and never raise; :meth:`flush` and :meth:`shutdown` block, by
+    design, up to their timeout.
+    """
+
+    def __init__(
+        self,
+        *,
+        db: str | os.PathLike[str] = "tracescore.db",
+        metrics: Iterable[str | Metric] = DEFAULT_METRICS,
+        sample_rate: float = 1.0,
+        sample_rates: Mapping[str, float] | None = None,
+        force_rules: Sequence[Rule] = DEFAULT_RULES,
+        span_exporter: SpanExporter | None = None,
+        span_processor: SpanProcessor | None = None,
+        tracer_provider: TracerProvider | None = None,
+        hold_seconds: float = 10.0,
+        capture_content: bool = True,
+        redact: Callable[[str], str] | None = None,
+        max_queue: int = 10_000,
+        concurrency: int = 4,
+        lease_seconds: float = 120.0,
+        metric_timeout_s: float = 60.0,
+    ) -> None:
+        self.metrics = registry.resolve(metrics)
+        unknown = set(sample_rates or {}) - {m.name for m in self.metrics}
+        if unknown:
+            raise ValueError(f"sample_rates names metrics that are not configured: {sorted(unknown)}")
+        self.sampler = Sampler(sample_rate, dict(sample_rates or {}), tuple(force_rules))
+        if not isinstance(hold_seconds, (int, float)) or hold_seconds < 0:
+            raise ValueError(f"hold_seconds must be a number >= 0, got {hold_seconds!r}")
+        if redact is not None and not callable(redact):
+            raise TypeError("redact must be a callable str -> str")
+        self.db_path = _check_db_path(db)
+        Store(self.db_path).close()  # creates the schema now, so a bad file fails here
+        self.capture_content = bool(capture_content)
+        self.redact = redact
+        self._metric_by_name = {m.name: m for m in self.metrics}
+        self._metric_names = tuple(m.name for m in self.metrics)
+
+        self.tracer_provider, self.attacher = self._setup_tracing(
+            tracer_provider, span_exporter, span_processor, hold_seconds
+        )
+        self.tracer = self.tracer_provider.get_tracer("tracescore", _version)
+        self.worker = ScoringWorker(
+            self.db_path, self.metrics, attacher=self.attacher, concurrency=concurrency,
+            lease_seconds=lease_seconds, metric_timeout_s=metric_timeout_s,
+        )
+        if self.attacher is not None:
+            self.attacher.bind_tracer(self.tracer)
+            self.attacher.on_delivered = self.worker.note_delivered
+        self.queue = RecordQueue(
+            self.db_path, self._plan_jobs, self._apply_ground_truth,
+            max_size=max_queue, on_written=self.worker.wake,
+        )
+        self.worker.start()
+        self._langchain_handler: Any = None
+        self._llama_index: Any = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    # -- tracing setup ------------------------------------------------------------------------
+    def _setup_tracing(
+        self,
+        provider: TracerProvider | None,
+        exporter: SpanExporter | None,
+        processor: SpanProcessor | None,
+        hold_seconds: float,
+    ) -> tuple[TracerProvider, ScoreAttachingProcessor | None]:
+        if exporter is not None and processor is not None:
+            raise ValueError("pass span_exporter or span_processor, not both")
+        if provider is None:
+            current = trace_api.get_tracer_provider()
+            if isinstance(current, TracerProvider) and (exporter or processor):
+                provider = current  # the app's own provider: add to it, never replace it
+            else:
+                provider = TracerProvider(resource=Resource.create({}))
+        if exporter is not None:
+            processor = BatchSpanProcessor(exporter)
+        if processor is None:
+            return provider, None
+        attacher = ScoreAttachingProcessor(processor, hold_seconds=hold_seconds)
+        provider.add_span_processor(attacher)
+        return provider, attacher
+
+    # -- framework entry points ----------------------------------------------------------------
+    def langchain_handler(self) -> Any:
+        """A LangChain callback handler bound to this pipeline (one per Tracescore)."""
+        if self._langchain_handler is None:
+            from .integrations.langchain import TracescoreCallbackHandler
+
+            self._langchain_handler = TracescoreCallbackHandler(self)
+        return self._langchain_handler
+
+    def instrument_langchain(self) -> None:
+        """Trace every LangChain run in the process (through langchain_core's configure hook)."""
+        from .integrations.langchain import instrument
+
+        instrument(self.langchain_handler())
+
+    def uninstrument_langchain(self) -> None:
+        from .integrations.langchain import uninstrument
+
+        uninstrument(self._langchain_handler)
+
+    # -- the hot path -------------------------------------------------------------------------
+    def submit(self, record: RagRecord) -> Decision | None:
+        """Sample, register the span hold, enqueue. Never blocks or raises (app thread).
+
+        Call it *before* the record's root span ends, so the span can be held for its scores.
+        """
+        with handle_internal_errors("submit"):
+            if self._closed:
+                return None
+            decision = self.sampler.decide(record, self._metric_names)
+            if self.attacher is not None and decision.sampled:
+                n = sum(1 for j in self._plan_jobs(record, decision) if j.status == PENDING)
+                if n:
+                    self.attacher.expect(int(record.trace_id, 16), int(record.span_id, 16), n)
+            self.queue.put((record, decision))
+            return decision
+        return None
+
+    def log_record(
+        self,
+        *,
+        query: str | None,
+        answer: str | None = None,
+        contexts: Sequence[str | Context] = (),
+        ground_truths: Sequence[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+        trace_id: str | None = None,
+        span_id: str | None = None,
+    ) -> RagRecord:
+        """Record an interaction captured without a framework (validates its arguments)."""
+        for name, value in (("query", query), ("answer", answer)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
+        if isinstance(contexts, str) or isinstance(ground_truths, str):
+            raise TypeError("contexts and ground_truths must be sequences, not a single str")
+        ctxs = []
+        for i, c in enumerate(contexts):
+            if isinstance(c, str):
+                ctxs.append(Context(text=c))
+            elif isinstance(c, Context):
+                ctxs.append(c)
+            else:
+                raise TypeError(f"contexts[{i}] must be a str or Context, got {type(c).__name__}")
+        for i, g in enumerate(ground_truths):
+            if not isinstance(g, str):
+                raise TypeError(f"ground_truths[{i}] must be a str, got {type(g).__name__}")
+        from .integrations._ids import new_span_id, new_trace_id
+
+        record = RagRecord(
+            trace_id=trace_id or new_trace_id(), span_id=span_id or new_span_id(),
+            query=query, answer=answer, contexts=tuple(ctxs), ground_truths=tuple(ground_truths),
+            metadata=dict(metadata or {}), source="manual",
+        )
+        self.submit(self.prepare(record))
+        return record
+
+    def prepare(self, record: RagRecord) -> RagRecord:
+        """Apply content capture/redaction to a record before anything stores or exports it."""
+        if not self.capture_content:
+            return record.replace(query=None, answer=None, contexts=(), ground_truths=(),
+                                  content_captured=False)
+        if self.redact is None:
+            return record
+        r = self.redact
+        return record.replace(
+            query=r(record.query) if record.query else record.query,
+            answer=r(record.answer) if record.answer else record.answer,
+            contexts=tuple(c.__class__(r(c.text), c.id, c.score, c.metadata, c.source)
+                           for c in record.contexts),
+            ground_truths=tuple(r(g) for g in record.ground_truths),
+        )
+
+    def redact_text(self, text: str) -> str | None:
+        """What may go on a span for ``text`` (None when content capture is off)."""
+        if not self.capture_content:
+            return None
+        return self.redact(text) if self.redact is not None else text
+
+    # -- feedback ------------------------------------------------------------------------------
+    def add_ground_truth(self, trace_id: str, ground_truths: Sequence[str]) -> None:
+        """Attach reference answers to a trace's records; schedules the reference metrics.
+
+        Non-blocking: the update is applied by the writer, after records already queued.
+        """
+        if not isinstance(trace_id, str) or len(trace_id) != 32:
+            raise ValueError(f"trace_id must be 32 hex characters, got {trace_id!r}")
+        int(trace_id, 16)
+        if isinstance(ground_truths, str) or not all(isinstance(g, str) for g in ground_truths):
+            raise TypeError("ground_truths must be a sequence of str")
+        if not self.capture_content:
+            return
+        gts = tuple(self.redact(g) if self.redact else g for g in ground_truths)
+        self.queue.put(GroundTruthUpdate(trace_id.lower(), gts))
+
+    # -- pipeline callbacks (writer thread) ---------------------------------------------------
+    def _plan_jobs(self, record: RagRecord, decision: Decision) -> list[NewJob]:
+        jobs = []
+        for name in decision.metrics:
+            metric = self._metric_by_name[name]
+            if not record.content_captured and metric.requires & TEXT_INPUTS:
+                jobs.append(NewJob(record.record_id, name, metric.version, SKIPPED,
+                                   "content capture is off"))
+                continue
+            missing = record.missing(metric.requires)
+            if missing:
+                jobs.append(NewJob(record.record_id, name, metric.version, SKIPPED,
+                                   f"record has no {', '.join(missing)}"))
+            else:
+                jobs.append(NewJob(record.record_id, name, metric.version))
+        return jobs
+
+    def _apply_ground_truth(self, store: Store, upd: GroundTruthUpdate) -> None:
+        records = store.set_ground_truths(upd.trace_id, upd.ground_truths)
+        jobs = []
+        for rec in records:
+            decision = self.sampler.decide(rec, self._metric_names)
+            jobs.extend(
+                j for j in self._plan_jobs(rec, decision)
+                if GROUND_TRUTHS in self._metric_by_name[j.metric].requires
+            )
+        if jobs:
+            store.upsert_jobs(jobs)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Block until everything submitted so far is stored, scored and exported.
+
+        Returns False if ``timeout`` passed first. Not for the request path.
+        """
+        import time
+
+        deadline = time.monotonic() + timeout
+        if not self.queue.flush(timeout):
+            return False
+        self.worker.wake()
+        store = Store(self.db_path)
+        try:
+            while store.open_job_count(self._metric_names) > 0 or not self.worker.idle:
+                if time.monotonic() > deadline:
+                    return False
+                self.worker.wake()
+                time.sleep(0.01)
+        finally:
+            store.close()
+        if self.attacher is not None:
+            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+            return self.attacher.force_flush(left_ms)
+        return True
+
+    def shutdown(self, timeout: float = 30.0) -> bool:
+        """Flush, stop the background threads, and shut down the span pipeline."""
+        with self._lock:
+            if self._closed:
+                return True
+            ok = self.flush(timeout)
+            self._closed = True
+        if self._langchain_handler is not None:
+            self.uninstrument_langchain()
+        self.queue.shutdown(timeout)
+        self.worker.stop(timeout)
+        if self.attacher is not None:
+            self.attacher.shutdown()
+        return ok
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of this process (queue depth, drops, scores) plus the database's."""
+        store = Store(self.db_path)
+        try:
+            return {
+                "queue_depth": self.queue.depth,
+                "dropped": self.queue.dropped,
+                "written": self.queue.written,
+                "scored_jobs": self.worker.scored,
+                "error_scores": self.worker.errors,
+                "open_jobs": store.open_job_count(self._metric_names),
+                "db_counters": store.counters(),
+            }
+        finally:
+            store.close()
+
+    def __enter__(self) -> Tracescore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+
+def _check_db_path(db: str | os.PathLike[str]) -> str:
+    if not isinstance(db, (str, os.PathLike)):
+        raise TypeError(f"db must be a path, got {type(db).__name__}")
+    path = Path(db)
+    if str(db) == ":memory:":
+        raise ValueError("db=':memory:' cannot be shared by the writer and scoring threads; "
+                         "use a file path (a temporary file is fine)")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise ValueError(f"cannot create the tracescore database {str(path)!r}: "
+                         f"folder {str(parent)!r} does not exist")
+    if path.exists() and not os.access(path, os.W_OK) or not os.access(parent, os.W_OK):
+        raise ValueError(f"cannot write the tracescore database {str(path)!r}: permission denied")
+    try:
+        sqlite3.connect(str(path)).close()
+    except sqlite3.Error as exc:
+        raise ValueError(f"cannot open the tracescore database {str(path)!r}: {exc}") from exc
+    return str(path)

@@ -1,0 +1,77 @@
+"""The metric interface.
+
+A metric is a callable over one frozen :class:`~tracescore.record.RagRecord` that returns a
+:class:`~tracescore.score.Score` (or several, for metrics with sub-scores such as ROUGE), or an
+awaitable of those. Configured metrics are small classes: ``__init__`` takes the options,
+``__call__`` does the work. The scoring worker, not the metric, handles timing, exceptions
+(turned into error scores with the reason) and missing inputs (skipped with the reason).
+
+Metrics run on the scoring worker, never on the app's request path. A local metric's
+``__call__`` runs in a worker thread and may block on CPU; a judge metric's ``__call__`` returns
+an awaitable and must not block the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Sequence
+from typing import Any, ClassVar, Literal, Union
+
+from ..record import RagRecord
+from ..score import Score, label_for
+
+MetricOutput = Union[Score, Sequence[Score]]
+Kind = Literal["local", "judge"]
+
+
+class Metric:
+    """Base class for configured metrics. Subclasses set the class attributes and ``__call__``.
+
+    Class attributes:
+      name: snake_case, used in the API, the database, span attributes and the CLI.
+      version: bump when the formula changes; part of the job idempotency key.
+      requires: record inputs the metric needs (``query``, ``contexts``, ``answer``,
+        ``ground_truths``); a record lacking one is skipped with a reason, not scored 0.
+      kind: ``"local"`` (pure computation) or ``"judge"`` (calls an LLM judge).
+      score_names: the names of the scores it emits (default: ``(name,)``).
+      higher_is_better: direction used for pass/fail labels and "worst records" in reports.
+      description: one line for ``--help``, docs and the report.
+    """
+
+    name: ClassVar[str] = ""
+    version: ClassVar[str] = "1"
+    requires: ClassVar[frozenset[str]] = frozenset()
+    kind: ClassVar[Kind] = "local"
+    higher_is_better: ClassVar[bool] = True
+    description: ClassVar[str] = ""
+    score_names: ClassVar[tuple[str, ...]] = ()
+
+    #: pass/fail threshold; instances may override it through ``__init__``.
+    threshold: float | None = 0.5
+
+    def names(self) -> tuple[str, ...]:
+        return self.score_names or (self.name,)
+
+    def result(
+        self,
+        value: float,
+        explanation: str | None = None,
+        *,
+        name: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> Score:
+        """Build an ok :class:`Score` labelled against this metric's threshold."""
+        return Score(
+            name=name or self.name,
+            value=float(value),
+            label=label_for(float(value), self.threshold, self.higher_is_better),
+            explanation=explanation,
+            metric=self.name,
+            metric_version=self.version,
+            details=details or {},
+        )
+
+    def __call__(self, record: RagRecord) -> MetricOutput | Awaitable[MetricOutput]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, version={self.version!r})"

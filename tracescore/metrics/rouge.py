@@ -1,0 +1,134 @@
+"""ROUGE-N / ROUGE-L / ROUGE-Lsum of the answer against the ground truths (rouge-score)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+from rouge_score.rouge_scorer import RougeScorer
+
+from ..record import ANSWER, GROUND_TRUTHS, RagRecord
+from ..score import Score
+from ..text import split_sentences, truncate_words, words
+from .base import Metric
+
+#: rouge-score type → our snake_case score name.
+_SCORE_NAMES = {"rougeL": "rouge_l", "rougeLsum": "rouge_lsum"}
+DEFAULT_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+
+
+def _canonical_type(rouge_type: str) -> str:
+    """Accept rouge-score spellings (``rougeL``) and ours (``rouge_l``)."""
+    for upstream, ours in _SCORE_NAMES.items():
+        if rouge_type in (upstream, ours):
+            return upstream
+    if len(rouge_type) == 6 and rouge_type.startswith("rouge") and rouge_type[5] in "123456789":
+        return rouge_type
+    raise ValueError(
+        f"unknown ROUGE type {rouge_type!r}; expected rouge1..rouge9, rougeL or rougeLsum"
+    )
+
+
+class _Tokenizer:
+    """rouge-score tokenizer protocol (``tokenize(text) -> list[str]``) over :func:`words`."""
+
+    def __init__(self, use_stemmer: bool) -> None:
+        self._stem = use_stemmer
+
+    def tokenize(self, text: str) -> list[str]:
+        return words(text, stem=self._stem)
+
+
+class Rouge(Metric):
+    """ROUGE F-measure of the answer against each ground truth, best reference per type.
+
+    One score per configured type: ``rouge1``, ``rouge2`` (n-gram overlap), ``rouge_l``
+    (longest common subsequence) and ``rouge_lsum`` (summary-level LCS over sentences, which
+    rouge-score takes to be separated by newlines). As in Valor, each type's value is the
+    F-measure of the reference with the highest F-measure (rouge-score ``score_multi``), with
+    no stemming by default.
+
+    Options:
+      rouge_types: any of ``rouge1``..``rouge9``, ``rougeL``/``rouge_l``,
+        ``rougeLsum``/``rouge_lsum`` (default: rouge1, rouge2, rougeL, rougeLsum).
+      use_stemmer: Porter-stem words longer than 3 characters (default False, as Valor).
+      split_sentences: for ``rouge_lsum``, split texts into sentences first (default False:
+        only existing line breaks separate sentences, as in Valor/HF ``evaluate``).
+      max_words: LCS is quadratic, so each text is cut after this many words; the score then
+        says so in its explanation and ``details["truncated"]`` (default 2000).
+      threshold: pass/fail threshold on each F-measure (default 0.5).
+
+    Pure CPU; thread-safe.
+    """
+
+    name = "rouge"
+    version = "1"
+    requires = frozenset({ANSWER, GROUND_TRUTHS})
+    kind = "local"
+    description = "ROUGE-1/2/L/Lsum F-measure of the answer vs the best ground truth."
+    score_names: ClassVar[tuple[str, ...]] = ("rouge1", "rouge2", "rouge_l", "rouge_lsum")
+
+    def __init__(
+        self,
+        rouge_types: Iterable[str] = DEFAULT_TYPES,
+        *,
+        use_stemmer: bool = False,
+        split_sentences: bool = False,
+        max_words: int = 2000,
+        threshold: float | None = 0.5,
+    ) -> None:
+        if isinstance(rouge_types, str):
+            rouge_types = [rouge_types]
+        types = list(dict.fromkeys(_canonical_type(t) for t in rouge_types))
+        if not types:
+            raise ValueError("rouge_types must name at least one ROUGE type")
+        if max_words <= 0:
+            raise ValueError(f"max_words must be positive, got {max_words}")
+        self.rouge_types = tuple(types)
+        self.use_stemmer = use_stemmer
+        self.split_sentences = split_sentences
+        self.max_words = max_words
+        self.threshold = threshold
+        self._scorer = RougeScorer(list(types), tokenizer=_Tokenizer(use_stemmer))
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(_SCORE_NAMES.get(t, t) for t in self.rouge_types)
+
+    def _prepare(self, text: str) -> tuple[str, bool]:
+        text, truncated = truncate_words(text, self.max_words)
+        if self.split_sentences:
+            text = "\n".join(split_sentences(text))
+        return text, truncated
+
+    def __call__(self, record: RagRecord) -> list[Score]:
+        if record.answer is None:
+            raise ValueError("rouge needs an answer")
+        answer, truncated = self._prepare(record.answer)
+        refs = [self._prepare(gt) for gt in record.ground_truths]
+        truncated = truncated or any(t for _, t in refs)
+        per_ref = [self._scorer.score(ref, answer) for ref, _ in refs]
+        n = len(per_ref)
+        scores = []
+        for rouge_type, score_name in zip(self.rouge_types, self.names()):
+            # First reference wins ties, like rouge-score's argmax.
+            best = max(range(n), key=lambda i, t=rouge_type: (per_ref[i][t].fmeasure, -i))
+            s = per_ref[best][rouge_type]
+            which = "1 reference" if n == 1 else f"best of {n} references (#{best + 1})"
+            note = f"; texts cut at {self.max_words} words" if truncated else ""
+            scores.append(
+                self.result(
+                    s.fmeasure,
+                    f"{which}: F={s.fmeasure:.2f} (P={s.precision:.2f} R={s.recall:.2f}){note}",
+                    name=score_name,
+                    details={
+                        "precision": s.precision,
+                        "recall": s.recall,
+                        "fmeasure": s.fmeasure,
+                        "rouge_type": rouge_type,
+                        "reference_index": best,
+                        "references": n,
+                        "truncated": truncated,
+                    },
+                )
+            )
+        return scores

@@ -1,0 +1,240 @@
+"""Attach scores to spans: a wrapping ``SpanProcessor`` that holds sampled RAG root spans.
+
+OTel spans are immutable once ended. :class:`ScoreAttachingProcessor` wraps the processor that
+exports (usually a ``BatchSpanProcessor``) and forwards every span at once, except RAG root spans
+that the pipeline said it will score (:meth:`expect`). Those wait until their scores are in
+(:meth:`job_done`) or ``hold_seconds`` pass, then a copy carrying the score attributes is
+forwarded. Scores that arrive after that go on a carrier span (OpenInference kind ``EVALUATOR``,
+same trace, child of and linked to the scored span). Each score is forwarded exactly once;
+``force_flush`` and ``shutdown`` release every hold.
+
+Threading: ``on_start``/``on_end`` run on the app's thread and only take a short lock and do
+dictionary work; ``job_done`` runs on the scoring worker; a small daemon thread releases holds
+whose deadline passed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.context import Context as OtelContext
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+
+from . import attributes as A
+from ._internal.errors import handle_internal_errors, record_internal_error
+from .score import Score
+
+ScoreRef = tuple[int, Score]  # (score_id in the database, score)
+
+
+def score_attributes(scores: Sequence[Score], start: int = 0) -> dict[str, Any]:
+    """OpenInference ``evaluations.{i}.*`` plus one flat ``tracescore.score.<name>`` each."""
+    attrs: dict[str, Any] = {}
+    for i, s in enumerate(scores, start):
+        attrs[A.evaluation(i, "name")] = s.name
+        if s.status == "ok" and s.value is not None:
+            attrs[A.evaluation(i, "score")] = float(s.value)
+            attrs[A.score_attribute(s.name)] = float(s.value)
+            if s.label:
+                attrs[A.evaluation(i, "label")] = s.label
+            if s.explanation:
+                attrs[A.evaluation(i, "explanation")] = s.explanation
+        else:
+            attrs[A.evaluation(i, "label")] = s.status
+            attrs[A.evaluation(i, "explanation")] = s.error or s.status
+    return attrs
+
+
+@dataclass
+class _Hold:
+    trace_id: int
+    span_id: int
+    expected: int
+    deadline: float
+    span: ReadableSpan | None = None
+    done: int = 0
+    scores: list[ScoreRef] = field(default_factory=list)
+
+
+class ScoreAttachingProcessor(SpanProcessor):
+    def __init__(
+        self,
+        inner: SpanProcessor,
+        *,
+        hold_seconds: float = 10.0,
+        on_delivered: Callable[[list[int], str], None] | None = None,
+    ) -> None:
+        self.inner = inner
+        self.hold_seconds = hold_seconds
+        self.on_delivered = on_delivered
+        self._holds: dict[int, _Hold] = {}
+        self._deadlines: list[tuple[float, int]] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._tracer: trace_api.Tracer | None = None
+        self._closed = False
+        self._reaper: threading.Thread | None = None
+
+    def bind_tracer(self, tracer: trace_api.Tracer) -> None:
+        """The tracer used for carrier spans (from the provider this processor is on)."""
+        self._tracer = tracer
+
+    # -- SpanProcessor ---------------------------------------------------------------------
+    def on_start(self, span: Any, parent_context: OtelContext | None = None) -> None:
+        self.inner.on_start(span, parent_context=parent_context)
+
+    def _on_ending(self, span: Any) -> None:
+        on_ending = getattr(self.inner, "_on_ending", None)
+        if on_ending is not None:
+            on_ending(span)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if not self._holds or span.context is None:
+            self.inner.on_end(span)
+            return
+        release: _Hold | None = None
+        with self._lock:
+            hold = self._holds.get(span.context.span_id)
+            if hold is not None:
+                hold.span = span
+                if hold.done >= hold.expected:
+                    release = self._holds.pop(span.context.span_id)
+        if hold is None:
+            self.inner.on_end(span)
+        elif release is not None:
+            self._release(release, late=0)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self._release_all()
+        return self.inner.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        self._release_all()
+        with self._lock:
+            self._closed = True
+            self._wake.notify_all()
+        self.inner.shutdown()
+
+    # -- pipeline side ---------------------------------------------------------------------
+    def expect(self, trace_id: int, span_id: int, n_jobs: int) -> None:
+        """Hold the span ``span_id`` until ``n_jobs`` jobs report, or the deadline. Hot path."""
+        deadline = time.monotonic() + self.hold_seconds
+        with self._lock:
+            if self._closed:
+                return
+            self._holds[span_id] = _Hold(trace_id, span_id, n_jobs, deadline)
+            heapq.heappush(self._deadlines, (deadline, span_id))
+            if self._reaper is None or not self._reaper.is_alive():
+                self._reaper = threading.Thread(
+                    target=self._reap, name="tracescore-holds", daemon=True
+                )
+                self._reaper.start()
+            elif len(self._deadlines) == 1:
+                self._wake.notify()
+
+    def job_done(self, record_id: str, scores: Sequence[ScoreRef]) -> None:
+        """One scoring job of ``record_id`` finished (scores may be empty). Worker thread."""
+        trace_hex, _, span_hex = record_id.partition("-")
+        span_id = int(span_hex, 16)
+        release = None
+        with self._lock:
+            hold = self._holds.get(span_id)
+            if hold is not None:
+                hold.scores.extend(scores)
+                hold.done += 1
+                if hold.done >= hold.expected and hold.span is not None:
+                    release = self._holds.pop(span_id)
+        if release is not None:
+            self._release(release, late=0)
+        elif hold is None and scores:
+            self.emit_carrier(int(trace_hex, 16), span_id, scores)
+
+    def emit_carrier(self, trace_id: int, span_id: int, scores: Sequence[ScoreRef]) -> None:
+        """Late scores: an EVALUATOR span in the scored span's trace, linked to it."""
+        if self._tracer is None:
+            return
+        with handle_internal_errors("processor.carrier", reraise=False):
+            scored = SpanContext(trace_id, span_id, is_remote=False,
+                                 trace_flags=TraceFlags(TraceFlags.SAMPLED))
+            parent = trace_api.set_span_in_context(NonRecordingSpan(scored))
+            attrs = {
+                A.SPAN_KIND: A.KIND_EVALUATOR,
+                A.SCORED_SPAN_ID: format(span_id, "016x"),
+                **score_attributes([s for _, s in scores]),
+            }
+            span = self._tracer.start_span(
+                "tracescore.evaluation", context=parent, links=[Link(scored)], attributes=attrs
+            )
+            span.end()
+            self._delivered([i for i, _ in scores], "carrier")
+
+    # -- internals ---------------------------------------------------------------------------
+    def _release(self, hold: _Hold, late: int) -> None:
+        span = hold.span
+        if span is None:
+            return
+        try:
+            extra = score_attributes([s for _, s in hold.scores])
+            if late:
+                extra[A.SCORES_LATE] = late
+            attrs = dict(span.attributes or {})
+            attrs.update(extra)
+            copy = ReadableSpan(
+                name=span.name, context=span.context, parent=span.parent,
+                resource=span.resource, attributes=attrs, events=span.events,
+                links=span.links, kind=span.kind, status=span.status,
+                start_time=span.start_time, end_time=span.end_time,
+                instrumentation_scope=span.instrumentation_scope,
+            )
+        except Exception as exc:  # never lose the span because of its scores
+            record_internal_error("processor.release", exc)
+            copy = span
+        self.inner.on_end(copy)
+        if hold.scores and copy is not span:
+            self._delivered([i for i, _ in hold.scores], "span")
+
+    def _delivered(self, score_ids: list[int], how: str) -> None:
+        if self.on_delivered is not None and score_ids:
+            with handle_internal_errors("processor.delivered", reraise=False):
+                self.on_delivered(score_ids, how)
+
+    def _release_all(self) -> None:
+        with self._lock:
+            ready = [(k, h) for k, h in self._holds.items() if h.span is not None]
+            for k, _ in ready:
+                del self._holds[k]
+        for _, h in ready:
+            self._release(h, late=h.expected - h.done)
+
+    def _reap(self) -> None:
+        while True:
+            due: list[_Hold] = []
+            with self._lock:
+                if self._closed:
+                    return
+                now = time.monotonic()
+                while self._deadlines and self._deadlines[0][0] <= now:
+                    _, span_id = heapq.heappop(self._deadlines)
+                    hold = self._holds.get(span_id)
+                    if hold is None:
+                        continue
+                    # A hold whose span never ended (the span was lost) is dropped too: its
+                    # scores so far, and later ones, go out on carrier spans.
+                    due.append(self._holds.pop(span_id))
+                wait = self._deadlines[0][0] - now if self._deadlines else 1.0
+            for hold in due:
+                with handle_internal_errors("processor.reap", reraise=False):
+                    if hold.span is not None:
+                        self._release(hold, late=hold.expected - hold.done)
+                    elif hold.scores:
+                        self.emit_carrier(hold.trace_id, hold.span_id, hold.scores)
+            with self._lock:
+                if not self._closed:
+                    self._wake.wait(timeout=max(0.005, min(wait, 1.0)))

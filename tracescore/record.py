@@ -1,0 +1,102 @@
+"""`RagRecord`: the one currency between pipeline stages.
+
+A record is immutable. Stages that learn more (ground truths that arrive later, sampling
+decisions) make a new record with :func:`dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The inputs a metric can require from a record.
+QUERY = "query"
+CONTEXTS = "contexts"
+ANSWER = "answer"
+GROUND_TRUTHS = "ground_truths"
+INPUTS = frozenset({QUERY, CONTEXTS, ANSWER, GROUND_TRUTHS})
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """One retrieved document, in the order the app retrieved it."""
+
+    text: str
+    id: str | None = None
+    score: float | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    #: Name of the retriever that returned it (several retrievers may feed one answer).
+    source: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenUsage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RagRecord:
+    """One RAG interaction: the query, what was retrieved, what was answered.
+
+    ``trace_id`` / ``span_id`` are lower-case hex (32 / 16 chars) of the root span the record
+    was built from; together they identify the record (``record_id``).
+    """
+
+    trace_id: str
+    span_id: str
+    query: str | None = None
+    contexts: tuple[Context, ...] = ()
+    answer: str | None = None
+    ground_truths: tuple[str, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    session_id: str | None = None
+    user_id: str | None = None
+    start_time_ns: int | None = None
+    end_time_ns: int | None = None
+    usage: TokenUsage | None = None
+    model: str | None = None
+    error: str | None = None
+    source: str = "manual"
+    #: False when content capture was off: text fields are then None/empty on purpose.
+    content_captured: bool = True
+
+    @property
+    def record_id(self) -> str:
+        return f"{self.trace_id}-{self.span_id}"
+
+    @property
+    def latency_ms(self) -> float | None:
+        if self.start_time_ns is None or self.end_time_ns is None:
+            return None
+        return (self.end_time_ns - self.start_time_ns) / 1e6
+
+    def has(self, what: str) -> bool:
+        """Whether the record carries the input ``what`` (one of :data:`INPUTS`)."""
+        if what == QUERY:
+            return bool(self.query)
+        if what == ANSWER:
+            return self.answer is not None and self.answer != ""
+        if what == CONTEXTS:
+            return len(self.contexts) > 0
+        if what == GROUND_TRUTHS:
+            return len(self.ground_truths) > 0
+        raise ValueError(f"unknown record input {what!r}; expected one of {sorted(INPUTS)}")
+
+    def missing(self, requires: frozenset[str]) -> list[str]:
+        return sorted(r for r in requires if not self.has(r))
+
+    def replace(self, **changes: Any) -> RagRecord:
+        return dataclasses.replace(self, **changes)

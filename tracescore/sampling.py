@@ -1,0 +1,128 @@
+"""Deterministic sampling: data plus a callable.
+
+The decision for a record is ``u = SHA-256(trace_id) → [0, 1)``; a metric with rate ``r`` scores
+the record iff ``u < r``. Every process makes the same decision for the same trace, and the
+records a metric scores at 5 % are a subset of those it scores at 20 % (nested rates). Rules can
+force sampling (errors, a metadata flag, negative feedback); forced records are scored by every
+metric.
+
+:meth:`Sampler.decide` runs on the app's request path: it hashes 16 bytes and compares floats,
+never blocks and never does I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .record import RagRecord
+
+#: A rule returns a reason string to force sampling, or None.
+Rule = Callable[[RagRecord], "str | None"]
+
+FORCE_SAMPLE_KEY = "tracescore.force_sample"
+
+
+def trace_fraction(trace_id: str) -> float:
+    """Map a trace id to [0, 1) with SHA-256 (first 8 bytes as an integer / 2**64)."""
+    digest = hashlib.sha256(trace_id.encode("ascii", "replace")).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def force_on_error(record: RagRecord) -> str | None:
+    return "error" if record.error else None
+
+
+def force_on_metadata_flag(record: RagRecord) -> str | None:
+    """Force when the run's metadata has ``tracescore.force_sample`` set truthy."""
+    return "metadata flag" if record.metadata.get(FORCE_SAMPLE_KEY) else None
+
+
+DEFAULT_RULES: tuple[Rule, ...] = (force_on_error, force_on_metadata_flag)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    u: float
+    metrics: tuple[str, ...]
+    forced: str | None = None
+
+    @property
+    def sampled(self) -> bool:
+        return bool(self.metrics)
+
+
+@dataclass
+class Sampler:
+    """Per-metric nested rates over one hash, plus force rules.
+
+    ``rate`` applies to every metric without an entry in ``rates``.
+    """
+
+    rate: float = 1.0
+    rates: Mapping[str, float] = field(default_factory=dict)
+    rules: Sequence[Rule] = DEFAULT_RULES
+
+    def __post_init__(self) -> None:
+        for name, r in [("sample_rate", self.rate), *self.rates.items()]:
+            if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 <= r <= 1.0:
+                raise ValueError(f"sample rate for {name!r} must be a number in [0, 1], got {r!r}")
+
+    def rate_for(self, metric: str) -> float:
+        return float(self.rates.get(metric, self.rate))
+
+    def forced_reason(self, record: RagRecord) -> str | None:
+        for rule in self.rules:
+            reason = rule(record)
+            if reason:
+                return reason
+        return None
+
+    def decide(self, record: RagRecord, metrics: Sequence[str]) -> Decision:
+        u = trace_fraction(record.trace_id)
+        forced = self.forced_reason(record)
+        if forced:
+            return Decision(u, tuple(metrics), forced)
+        return Decision(u, tuple(m for m in metrics if u < self.rate_for(m)))
+
+
+PRESETS: dict[str, Callable[[], Sampler]] = {
+    "all": lambda: Sampler(1.0),
+    "none": lambda: Sampler(0.0),
+    "errors_only": lambda: Sampler(0.0),
+    "light": lambda: Sampler(0.05),
+}
+
+
+class TokenBucket:
+    """At most ``per_minute`` acquisitions per minute, with bursts up to ``burst``.
+
+    Thread-safe; :meth:`try_acquire` never blocks. Used to cap judge calls.
+    """
+
+    def __init__(self, per_minute: float, burst: float | None = None) -> None:
+        if per_minute <= 0:
+            raise ValueError("per_minute must be > 0")
+        self.rate = per_minute / 60.0
+        self.capacity = burst if burst is not None else max(1.0, per_minute / 6.0)
+        self._tokens = self.capacity
+        self._t = time.monotonic()
+        self._lock = threading.Lock()
+
+    def try_acquire(self, n: float = 1.0) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.capacity, self._tokens + (now - self._t) * self.rate)
+            self._t = now
+            if self._tokens >= n:
+                self._tokens -= n
+                return True
+            return False
+
+    def wait_time(self, n: float = 1.0) -> float:
+        with self._lock:
+            missing = n - self._tokens
+            return max(0.0, missing / self.rate)

@@ -1,0 +1,423 @@
+"""SQLite storage (through sqlite-utils): records, jobs, scores, counters.
+
+One :class:`Store` per thread (SQLite connections are not shared across threads). WAL mode lets
+the writer, the scoring worker and readers (CLI, reports) work at once. The database is the
+source of truth: the full context text lives here even when span attributes are truncated.
+
+Every method does blocking I/O and must never be called on the app's request path.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from .record import Context, RagRecord, TokenUsage
+from .sampling import Decision
+from .score import Score
+
+SCHEMA_VERSION = 1
+MAX_METADATA_CHARS = 65_536
+
+PENDING, LEASED, DONE, SKIPPED = "pending", "leased", "done", "skipped"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    job_id: int
+    record_id: str
+    metric: str
+    metric_version: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    record_id: str
+    metric: str
+    metric_version: str
+    status: str = PENDING
+    reason: str | None = None
+
+
+def clean_text(s: str) -> str:
+    """Make ``s`` storable as UTF-8: lone surrogates become ``\\udXXX`` escapes."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def dumps(value: Any, limit: int | None = None) -> str:
+    """JSON for storage: never raises (unknown objects become their repr), bounded if asked."""
+    text = json.dumps(value, default=_fallback, ensure_ascii=False, allow_nan=False)
+    text = clean_text(text)
+    if limit is not None and len(text) > limit:
+        return json.dumps({"tracescore.truncated": True, "chars": len(text), "head": text[:1000]})
+    return text
+
+
+def _fallback(o: Any) -> Any:
+    if isinstance(o, float) and not math.isfinite(o):
+        return str(o)
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    return repr(o)[:1000]
+
+
+def _json_safe(value: Any) -> Any:
+    """Floats like NaN are not JSON; make them strings instead of failing the batch."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+class Store:
+    def __init__(self, path: str | Path, *, timeout_s: float = 30.0) -> None:
+        self.path = str(path)
+        conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
+        self.db = sqlite_utils.Database(conn)
+        self.conn = conn
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
+        self._ensure_schema()
+
+    # -- schema -------------------------------------------------------------------------------
+    def _ensure_schema(self) -> None:
+        db = self.db
+        with self.transaction():
+            if "meta" not in db.table_names():
+                db["meta"].create({"key": str, "value": str}, pk="key")
+            row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is not None:
+                if int(row[0]) > SCHEMA_VERSION:
+                    raise RuntimeError(
+                        f"{self.path} has schema version {row[0]}, newer than this tracescore "
+                        f"understands ({SCHEMA_VERSION}); upgrade tracescore"
+                    )
+                return
+            db["records"].create(
+                {
+                    "record_id": str, "trace_id": str, "span_id": str, "created_at": float,
+                    "source": str, "query": str, "answer": str, "contexts": str,
+                    "n_contexts": int, "ground_truths": str, "metadata": str, "tags": str,
+                    "session_id": str, "user_id": str, "latency_ms": float,
+                    "input_tokens": int, "output_tokens": int, "model": str, "error": str,
+                    "content_captured": int, "sample_u": float, "sampled": int,
+                    "sampled_metrics": str, "forced": str,
+                },
+                pk="record_id",
+            )
+            db["records"].create_index(["created_at"])
+            db["records"].create_index(["trace_id"])
+            db["jobs"].create(
+                {
+                    "job_id": int, "record_id": str, "metric": str, "metric_version": str,
+                    "status": str, "attempts": int, "lease_owner": str, "lease_until": float,
+                    "reason": str, "created_at": float, "updated_at": float,
+                },
+                pk="job_id",
+                not_null={"record_id", "metric", "metric_version", "status"},
+                defaults={"attempts": 0},
+            )
+            db["jobs"].create_index(["record_id", "metric", "metric_version"], unique=True)
+            db["jobs"].create_index(["status", "lease_until"])
+            db["scores"].create(
+                {
+                    "score_id": int, "job_id": int, "record_id": str, "trace_id": str,
+                    "name": str, "metric": str, "metric_version": str, "value": float,
+                    "label": str, "explanation": str, "status": str, "error": str,
+                    "duration_ms": float, "details": str, "created_at": float, "delivery": str,
+                },
+                pk="score_id",
+            )
+            db["scores"].create_index(["record_id", "name"], unique=True)
+            db["scores"].create_index(["name", "created_at"])
+            db["scores"].create_index(["delivery"])
+            db["counters"].create({"name": str, "value": int}, pk="name")
+            self.conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+
+    def transaction(self) -> _Tx:
+        return _Tx(self.conn)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- writer side ------------------------------------------------------------------------
+    def write_batch(
+        self,
+        records: Sequence[tuple[RagRecord, Decision]],
+        jobs: Sequence[NewJob],
+        counters: Mapping[str, int] | None = None,
+    ) -> None:
+        """Persist records and their jobs in one transaction (idempotent on replays)."""
+        now = time.time()
+        rows = [record_row(r, d, now) for r, d in records]
+        with self.transaction():
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO records(" + ",".join(_RECORD_COLS) + ") VALUES ("
+                + ",".join("?" * len(_RECORD_COLS)) + ")",
+                rows,
+            )
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO jobs(record_id, metric, metric_version, status, attempts,"
+                " reason, created_at, updated_at) VALUES (?,?,?,?,0,?,?,?)",
+                [(j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now)
+                 for j in jobs],
+            )
+            if counters:
+                self.bump_counters(counters)
+
+    def bump_counters(self, counters: Mapping[str, int]) -> None:
+        self.conn.executemany(
+            "INSERT INTO counters(name, value) VALUES (?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+            [(k, v) for k, v in counters.items() if v],
+        )
+
+    def counters(self) -> dict[str, int]:
+        return {k: v for k, v in self.conn.execute("SELECT name, value FROM counters")}
+
+    def set_ground_truths(self, trace_id: str, ground_truths: Sequence[str]) -> list[RagRecord]:
+        """Replace the ground truths of every record in a trace; returns the updated records."""
+        with self.transaction():
+            self.conn.execute(
+                "UPDATE records SET ground_truths = ? WHERE trace_id = ?",
+                (dumps([clean_text(g) for g in ground_truths]), trace_id),
+            )
+        return self.records_for_trace(trace_id)
+
+    def upsert_jobs(self, jobs: Sequence[NewJob]) -> int:
+        """Create jobs, or re-open skipped/done ones (new inputs arrived). Returns how many."""
+        now = time.time()
+        n = 0
+        with self.transaction():
+            for j in jobs:
+                cur = self.conn.execute(
+                    "INSERT INTO jobs(record_id, metric, metric_version, status, attempts, reason,"
+                    " created_at, updated_at) VALUES (?,?,?,?,0,?,?,?) "
+                    "ON CONFLICT(record_id, metric, metric_version) DO UPDATE SET "
+                    "status = excluded.status, reason = excluded.reason, attempts = 0, "
+                    "lease_owner = NULL, lease_until = NULL, updated_at = excluded.updated_at "
+                    "WHERE jobs.status IN ('skipped', 'done')",
+                    (j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now),
+                )
+                n += cur.rowcount
+        return n
+
+    # -- worker side ------------------------------------------------------------------------
+    def lease_jobs(
+        self, owner: str, limit: int, lease_s: float, metrics: Sequence[str]
+    ) -> list[Job]:
+        """Atomically take up to ``limit`` pending or expired-lease jobs of ``metrics``."""
+        now = time.time()
+        marks = ",".join("?" * len(metrics))
+        with self.transaction():
+            rows = self.conn.execute(
+                "UPDATE jobs SET status='leased', lease_owner=?, lease_until=?, "
+                "attempts = attempts + 1, updated_at=? WHERE job_id IN ("
+                " SELECT job_id FROM jobs WHERE (status='pending' "
+                " OR (status='leased' AND lease_until < ?)) AND metric IN (" + marks + ")"
+                " ORDER BY job_id LIMIT ?) "
+                "RETURNING job_id, record_id, metric, metric_version, attempts",
+                (owner, now + lease_s, now, now, *metrics, limit),
+            ).fetchall()
+        return sorted((Job(*r) for r in rows), key=lambda j: j.job_id)
+
+    def complete_job(
+        self, job: Job, owner: str, scores: Sequence[Score]
+    ) -> list[tuple[int, Score]] | None:
+        """Store a job's scores and mark it done, atomically, only if ``owner`` still holds it.
+
+        Returns ``(score_id, score)`` pairs, or None (and stores nothing) when the lease was lost
+        to another process: that process stores the scores instead, so each job is scored
+        exactly once.
+        """
+        now = time.time()
+        with self.transaction():
+            cur = self.conn.execute(
+                "UPDATE jobs SET status='done', lease_owner=NULL, lease_until=NULL, "
+                "updated_at=?, reason=NULL WHERE job_id=? AND status='leased' AND lease_owner=?",
+                (now, job.job_id, owner),
+            )
+            if cur.rowcount != 1:
+                return None
+            trace_id = job.record_id.split("-", 1)[0]
+            self.conn.executemany(
+                "INSERT INTO scores(job_id, record_id, trace_id, name, metric, metric_version,"
+                " value, label, explanation, status, error, duration_ms, details, created_at) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT(record_id, name) DO UPDATE SET job_id=excluded.job_id, "
+                "metric_version=excluded.metric_version, value=excluded.value, "
+                "label=excluded.label, explanation=excluded.explanation, status=excluded.status,"
+                " error=excluded.error, duration_ms=excluded.duration_ms, "
+                "details=excluded.details, created_at=excluded.created_at, delivery=NULL",
+                [
+                    (job.job_id, job.record_id, trace_id, s.name, s.metric or job.metric,
+                     s.metric_version, s.value, s.label,
+                     clean_text(s.explanation) if s.explanation else None, s.status,
+                     clean_text(s.error) if s.error else None, s.duration_ms,
+                     dumps(_json_safe(dict(s.details))), now)
+                    for s in scores
+                ],
+            )
+            ids = dict(self.conn.execute(
+                "SELECT name, score_id FROM scores WHERE record_id=? AND job_id=?",
+                (job.record_id, job.job_id),
+            ).fetchall())
+        return [(ids[s.name], s) for s in scores]
+
+    def release_job(self, job: Job, owner: str) -> None:
+        """Give a leased job back (e.g. on shutdown) without counting the attempt."""
+        with self.transaction():
+            self.conn.execute(
+                "UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=NULL, "
+                "attempts = MAX(attempts - 1, 0) WHERE job_id=? AND lease_owner=?",
+                (job.job_id, owner),
+            )
+
+    def open_job_count(self, metrics: Sequence[str] | None = None) -> int:
+        sql = "SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')"
+        if metrics is None:
+            return self.conn.execute(sql).fetchone()[0]
+        sql += " AND metric IN (" + ",".join("?" * len(metrics)) + ")"
+        return self.conn.execute(sql, tuple(metrics)).fetchone()[0]
+
+    def open_jobs_for(self, record_id: str) -> int:
+        return self.conn.execute(
+            "SELECT count(*) FROM jobs WHERE record_id=? AND status IN ('pending','leased')",
+            (record_id,),
+        ).fetchone()[0]
+
+    def load_records(self, record_ids: Iterable[str]) -> dict[str, RagRecord]:
+        ids = list(dict.fromkeys(record_ids))
+        out: dict[str, RagRecord] = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i : i + 500]
+            cur = self.conn.execute(
+                "SELECT * FROM records WHERE record_id IN (" + ",".join("?" * len(chunk)) + ")",
+                chunk,
+            )
+            cols = [c[0] for c in cur.description]
+            for row in cur:
+                rec = row_to_record(dict(zip(cols, row)))
+                out[rec.record_id] = rec
+        return out
+
+    def records_for_trace(self, trace_id: str) -> list[RagRecord]:
+        cur = self.conn.execute("SELECT * FROM records WHERE trace_id=?", (trace_id,))
+        cols = [c[0] for c in cur.description]
+        return [row_to_record(dict(zip(cols, row))) for row in cur]
+
+    def scores_for(self, record_id: str, undelivered_only: bool = False) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM scores WHERE record_id=?"
+        if undelivered_only:
+            sql += " AND delivery IS NULL"
+        cur = self.conn.execute(sql + " ORDER BY score_id", (record_id,))
+        cols = [c[0] for c in cur.description]
+        return [dict(zip(cols, row)) for row in cur]
+
+    def mark_delivered(self, score_ids: Sequence[int], how: str) -> None:
+        with self.transaction():
+            self.conn.executemany(
+                "UPDATE scores SET delivery=? WHERE score_id=? AND delivery IS NULL",
+                [(how, i) for i in score_ids],
+            )
+
+    def undelivered_record_ids(self, limit: int = 1000) -> list[str]:
+        """Records whose scores were stored but never exported (a previous process died)."""
+        rows = self.conn.execute(
+            "SELECT DISTINCT s.record_id FROM scores s WHERE s.delivery IS NULL AND NOT EXISTS "
+            "(SELECT 1 FROM jobs j WHERE j.record_id = s.record_id AND j.status IN "
+            "('pending','leased')) LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+
+class _Tx:
+    """BEGIN IMMEDIATE … COMMIT/ROLLBACK on an autocommit connection; re-entrant."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.outer = False
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.outer = not self.conn.in_transaction
+        if self.outer:
+            self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if not self.outer:
+            return
+        if exc_type is None:
+            self.conn.execute("COMMIT")
+        else:
+            self.conn.execute("ROLLBACK")
+
+
+_RECORD_COLS = (
+    "record_id", "trace_id", "span_id", "created_at", "source", "query", "answer", "contexts",
+    "n_contexts", "ground_truths", "metadata", "tags", "session_id", "user_id", "latency_ms",
+    "input_tokens", "output_tokens", "model", "error", "content_captured", "sample_u",
+    "sampled", "sampled_metrics", "forced",
+)
+
+
+def _opt(s: str | None) -> str | None:
+    return None if s is None else clean_text(s)
+
+
+def record_row(r: RagRecord, d: Decision, now: float) -> tuple[Any, ...]:
+    contexts = [
+        {"text": clean_text(c.text), "id": c.id, "score": c.score,
+         "metadata": _json_safe(dict(c.metadata)), "source": c.source}
+        for c in r.contexts
+    ]
+    created = r.end_time_ns / 1e9 if r.end_time_ns else now
+    return (
+        r.record_id, r.trace_id, r.span_id, created, r.source, _opt(r.query), _opt(r.answer),
+        dumps(contexts), len(r.contexts), dumps([clean_text(g) for g in r.ground_truths]),
+        dumps(_json_safe(dict(r.metadata)), MAX_METADATA_CHARS), dumps(list(r.tags)),
+        r.session_id, r.user_id, r.latency_ms,
+        r.usage.input_tokens if r.usage else None, r.usage.output_tokens if r.usage else None,
+        r.model, _opt(r.error), int(r.content_captured), d.u, int(d.sampled),
+        dumps(list(d.metrics)), d.forced,
+    )
+
+
+def row_to_record(row: Mapping[str, Any]) -> RagRecord:
+    contexts = tuple(
+        Context(text=c["text"], id=c.get("id"), score=c.get("score"),
+                metadata=c.get("metadata") or {}, source=c.get("source"))
+        for c in json.loads(row["contexts"] or "[]")
+    )
+    usage = None
+    if row["input_tokens"] is not None or row["output_tokens"] is not None:
+        usage = TokenUsage(row["input_tokens"] or 0, row["output_tokens"] or 0)
+    return RagRecord(
+        trace_id=row["trace_id"], span_id=row["span_id"], query=row["query"],
+        contexts=contexts, answer=row["answer"],
+        ground_truths=tuple(json.loads(row["ground_truths"] or "[]")),
+        metadata=json.loads(row["metadata"] or "{}"), tags=tuple(json.loads(row["tags"] or "[]")),
+        session_id=row["session_id"], user_id=row["user_id"], usage=usage, model=row["model"],
+        error=row["error"], source=row["source"] or "manual",
+        content_captured=bool(row["content_captured"]),
+    )

@@ -1,0 +1,285 @@
+"""The scoring worker: leases jobs from SQLite, runs metrics, stores and attaches scores.
+
+One daemon thread runs an asyncio loop. Local metrics run in a small thread pool (they are CPU
+work); judge metrics are coroutines and share the loop. At most ``concurrency`` jobs run at once.
+Each job is leased (status, owner, lease expiry, attempts), so a process that dies mid-scoring
+leaves jobs that the next process on the same database picks up when the lease expires; the
+score insert and the job's ``done`` mark are one transaction guarded by the lease owner, so every
+persisted job is scored exactly once.
+
+Everything here runs with OpenTelemetry instrumentation suppressed: the judge's own LLM calls are
+never traced, captured and scored in a loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import logging
+import math
+import os
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from opentelemetry import context as otel_context
+
+from ._internal.errors import record_internal_error
+from .metrics.base import Metric
+from .processor import ScoreAttachingProcessor, ScoreRef
+from .record import RagRecord
+from .score import Score
+from .store import Job, Store
+
+log = logging.getLogger("tracescore")
+
+
+class ScoringWorker:
+    def __init__(
+        self,
+        db_path: str,
+        metrics: Sequence[Metric],
+        *,
+        attacher: ScoreAttachingProcessor | None = None,
+        concurrency: int = 4,
+        lease_seconds: float = 120.0,
+        max_attempts: int = 3,
+        metric_timeout_s: float = 60.0,
+        poll_seconds: float = 0.5,
+    ) -> None:
+        self.db_path = db_path
+        self.metrics: Mapping[str, Metric] = {m.name: m for m in metrics}
+        self.attacher = attacher
+        self.concurrency = max(1, concurrency)
+        self.lease_seconds = lease_seconds
+        self.max_attempts = max_attempts
+        self.metric_timeout_s = metric_timeout_s
+        self.poll_seconds = poll_seconds
+        self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self.scored = 0
+        self.errors = 0
+        self._delivered: list[tuple[list[int], str]] = []
+        self._delivered_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._idle = threading.Event()
+        self._started = threading.Event()
+        self._executor: ThreadPoolExecutor | None = None
+
+    # -- control (any thread) ----------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stopping = False
+        self._started.clear()
+        self._thread = threading.Thread(target=self._run, name="tracescore-scorer", daemon=True)
+        self._thread.start()
+        self._started.wait(10)
+
+    def wake(self) -> None:
+        loop, ev = self._loop, self._wake
+        if loop is not None and ev is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(ev.set)
+            except RuntimeError:  # loop closed between the check and the call
+                pass
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stopping = True
+        self.wake()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def note_delivered(self, score_ids: list[int], how: str) -> None:
+        """Called by the attacher (any thread); written to the db by the worker thread."""
+        with self._delivered_lock:
+            self._delivered.append((score_ids, how))
+        self.wake()
+
+    @property
+    def idle(self) -> bool:
+        return self._idle.is_set()
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        token = otel_context.attach(
+            otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True)
+        )
+        try:
+            asyncio.run(self._main())
+        except Exception as exc:
+            record_internal_error("worker.loop", exc)
+        finally:
+            otel_context.detach(token)
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tracescore-m")
+        store = Store(self.db_path)
+        self._started.set()
+        inflight: set[asyncio.Task[None]] = set()
+        wake_task: asyncio.Task[Any] | None = None
+        names = sorted(self.metrics)
+        try:
+            self._recover(store)
+            while True:
+                self._flush_delivered(store)
+                if self._stopping:
+                    break
+                free = self.concurrency - len(inflight)
+                jobs: list[Job] = []
+                if free > 0 and names:
+                    try:
+                        jobs = store.lease_jobs(self.owner, free, self.lease_seconds, names)
+                    except Exception as exc:
+                        record_internal_error("worker.lease", exc)
+                if jobs:
+                    self._idle.clear()
+                    records = store.load_records(j.record_id for j in jobs)
+                    for job in jobs:
+                        task = asyncio.create_task(self._job(store, job, records.get(job.record_id)))
+                        inflight.add(task)
+                        task.add_done_callback(inflight.discard)
+                    if len(inflight) < self.concurrency:
+                        continue
+                if not inflight:
+                    self._idle.set()
+                if wake_task is None or wake_task.done():
+                    self._wake.clear()
+                    wake_task = asyncio.create_task(self._wake.wait())
+                await asyncio.wait(
+                    [*inflight, wake_task], timeout=self.poll_seconds,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            # Stopping: let in-flight jobs finish for a moment, then give the rest back.
+            if inflight:
+                await asyncio.wait(inflight, timeout=5.0)
+            if wake_task is not None:
+                wake_task.cancel()
+            self._flush_delivered(store)
+        finally:
+            self._idle.set()
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            store.close()
+
+    def _recover(self, store: Store) -> None:
+        """Scores a dead process stored but never exported go out on carrier spans."""
+        if self.attacher is None:
+            return
+        try:
+            for record_id in store.undelivered_record_ids():
+                rows = store.scores_for(record_id, undelivered_only=True)
+                refs = [(r["score_id"], _row_score(r)) for r in rows]
+                trace_hex, _, span_hex = record_id.partition("-")
+                if refs:
+                    self.attacher.emit_carrier(int(trace_hex, 16), int(span_hex, 16), refs)
+        except Exception as exc:
+            record_internal_error("worker.recover", exc)
+
+    def _flush_delivered(self, store: Store) -> None:
+        with self._delivered_lock:
+            pending, self._delivered = self._delivered, []
+        for ids, how in pending:
+            try:
+                store.mark_delivered(ids, how)
+            except Exception as exc:
+                record_internal_error("worker.mark_delivered", exc)
+
+    async def _job(self, store: Store, job: Job, record: RagRecord | None) -> None:
+        try:
+            metric = self.metrics[job.metric]
+            if record is None:
+                scores = [Score.failed(n, "record not found in the database", metric=job.metric)
+                          for n in metric.names()]
+            elif job.attempts > self.max_attempts:
+                scores = [Score.failed(
+                    n, f"gave up after {job.attempts - 1} attempts: the process died or the "
+                    "lease expired while scoring", metric=metric.name,
+                    metric_version=metric.version) for n in metric.names()]
+            else:
+                scores = await self.score(metric, record)
+            refs = store.complete_job(job, self.owner, scores)
+            if refs is None:
+                return  # the lease went to another process, which stores the scores
+            self.scored += 1
+            self.errors += sum(1 for s in scores if s.status == "error")
+            if self.attacher is not None:
+                self.attacher.job_done(job.record_id, refs)
+            else:
+                store.mark_delivered([i for i, _ in refs], "none")
+        except Exception as exc:
+            record_internal_error("worker.job", exc)
+
+    async def score(self, metric: Metric, record: RagRecord) -> list[Score]:
+        """Run one metric on one record; never raises: failures become error scores."""
+        t0 = time.perf_counter()
+        missing = record.missing(metric.requires)
+        if missing:
+            return [Score.skipped(n, f"record has no {', '.join(missing)}", metric=metric.name,
+                                  metric_version=metric.version) for n in metric.names()]
+        try:
+            if inspect.iscoroutinefunction(metric.__call__) or metric.kind == "judge":
+                out: Any = metric(record)
+            else:
+                ctx = contextvars.copy_context()
+                assert self._loop is not None
+                out = self._loop.run_in_executor(self._executor, ctx.run, metric, record)
+            if inspect.isawaitable(out):
+                out = await asyncio.wait_for(out, self.metric_timeout_s)
+            scores = _normalise(metric, out)
+        except asyncio.TimeoutError:
+            scores = [Score.failed(n, f"timed out after {self.metric_timeout_s:g}s",
+                                   metric=metric.name, metric_version=metric.version)
+                      for n in metric.names()]
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"[:2000]
+            scores = [Score.failed(n, reason, metric=metric.name, metric_version=metric.version)
+                      for n in metric.names()]
+        ms = (time.perf_counter() - t0) * 1000
+        return [_with(s, duration_ms=ms) for s in scores]
+
+
+def _with(s: Score, **kw: Any) -> Score:
+    from dataclasses import replace
+
+    return replace(s, **kw)
+
+
+def _normalise(metric: Metric, out: Any) -> list[Score]:
+    """Accept a Score, a list of Scores, or a bare number; validate values."""
+    if isinstance(out, Score):
+        items: list[Any] = [out]
+    elif isinstance(out, (list, tuple)):
+        items = list(out)
+    elif isinstance(out, (int, float)) and not isinstance(out, bool):
+        items = [metric.result(float(out))]
+    else:
+        raise TypeError(f"metric {metric.name!r} returned {type(out).__name__}, expected a Score")
+    scores: list[Score] = []
+    for s in items:
+        if not isinstance(s, Score):
+            raise TypeError(f"metric {metric.name!r} returned {type(s).__name__} in its list")
+        if s.status == "ok" and (s.value is None or not math.isfinite(s.value)):
+            s = Score.failed(s.name, f"metric returned a non-finite value {s.value!r}")
+        scores.append(_with(s, metric=s.metric or metric.name, metric_version=metric.version))
+    if not scores:
+        raise ValueError(f"metric {metric.name!r} returned no score")
+    if len({s.name for s in scores}) != len(scores):
+        raise ValueError(f"metric {metric.name!r} returned two scores with the same name")
+    return scores
+
+
+def _row_score(row: Mapping[str, Any]) -> Score:
+    return Score(
+        name=row["name"], value=row["value"], label=row["label"],
+        explanation=row["explanation"], status=row["status"], error=row["error"],
+        metric=row["metric"], metric_version=row["metric_version"],
+        duration_ms=row["duration_ms"],
+    )
