@@ -75,7 +75,11 @@ class Tracescore:
         if redact is not None and not callable(redact):
             raise TypeError("redact must be a callable str -> str")
         self.db_path = _check_db_path(db)
-        Store(self.db_path).close()  # creates the schema now, so a bad file fails here
+        try:
+            Store(self.db_path).close()  # creates the schema now, so a bad file fails here
+        except sqlite3.Error as exc:
+            raise ValueError(f"cannot open the tracescore database {self.db_path!r}: {exc}") \
+                from exc
         self.capture_content = bool(capture_content)
         self.redact = redact
         self._metric_by_name = {m.name: m for m in self.metrics}
@@ -346,8 +350,4 @@ def _check_db_path(db: str | os.PathLike[str]) -> str:
                          f"folder {str(parent)!r} does not exist")
     if path.exists() and not os.access(path, os.W_OK) or not os.access(parent, os.W_OK):
         raise ValueError(f"cannot write the tracescore database {str(path)!r}: permission denied")
-    try:
-        sqlite3.connect(str(path)).close()
-    except sqlite3.Error as exc:
-        raise ValueError(f"cannot open the tracescore database {str(path)!r}: {exc}") from exc
     return str(path)

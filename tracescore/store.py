@@ -283,13 +283,13 @@ class Store:
             ).fetchall())
         return [(ids[s.name], s) for s in scores]
 
-    def release_job(self, job: Job, owner: str) -> None:
-        """Give a leased job back (e.g. on shutdown) without counting the attempt."""
+    def release_job(self, job: Job, owner: str, reason: str | None = None) -> None:
+        """Give a leased job back for another attempt (the attempt still counts)."""
         with self.transaction():
             self.conn.execute(
                 "UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=NULL, "
-                "attempts = MAX(attempts - 1, 0) WHERE job_id=? AND lease_owner=?",
-                (job.job_id, owner),
+                "reason=? WHERE job_id=? AND lease_owner=?",
+                (reason, job.job_id, owner),
             )
 
     def open_job_count(self, metrics: Sequence[str] | None = None) -> int:

@@ -86,7 +86,7 @@ _STEMMER = PorterStemmer()
 
 @lru_cache(maxsize=65536)
 def _stem(token: str) -> str:
-    return _STEMMER.stem(token)
+    return str(_STEMMER.stem(token))
 
 
 def words(text: str, *, stem: bool = False) -> list[str]:
@@ -111,13 +111,11 @@ def truncate_words(text: str, max_words: int) -> tuple[str, bool]:
     """
     if max_words <= 0:
         raise ValueError(f"max_words must be positive, got {max_words}")
-    last = None
-    for last in islice(_WORD_RE.finditer(text), max_words, max_words + 1):
-        pass
-    if last is None:  # at most max_words words
+    # Word number max_words + 1, if any: cut where it starts.
+    extra = next(islice(_WORD_RE.finditer(text), max_words, None), None)
+    if extra is None:
         return text, False
-    # ``last`` is word number max_words + 1: cut where it starts.
-    return text[: last.start()].rstrip(), True
+    return text[: extra.start()].rstrip(), True
 
 
 # Untrained Punkt (default parameters) splits after ., ? and ! followed by whitespace, but
@@ -138,9 +136,22 @@ _CJK_SENT_END_RE = re.compile(r"(?<=[。！？；])\s*")
 _NLTK_WORDS = NLTKWordTokenizer()
 
 
+def _punkt(line: str) -> list[str]:
+    # Untrained Punkt has no orthographic statistics, so it splits after any period; a
+    # "sentence" starting in lower case almost always follows an abbreviation
+    # ("3 p.m. yesterday", "e.g. this"), so glue it back.
+    out: list[str] = []
+    for sent in _PUNKT.tokenize(line):
+        if out and out[-1].endswith(".") and sent[:1].islower():
+            out[-1] = f"{out[-1]} {sent}"
+        else:
+            out.append(sent)
+    return out
+
+
 def _sentences(text: str) -> Iterator[str]:
     for line in text.splitlines():
-        for sent in _PUNKT.tokenize(line):
+        for sent in _punkt(line):
             for part in _CJK_SENT_END_RE.split(sent):
                 part = part.strip()
                 if part:
@@ -150,9 +161,9 @@ def _sentences(text: str) -> Iterator[str]:
 def split_sentences(text: str) -> list[str]:
     """Split ``text`` into sentences without any downloaded model.
 
-    Line breaks always end a sentence; within a line an untrained Punkt tokenizer (with a short
-    list of common abbreviations) splits after ``.``, ``?`` and ``!``; ``。！？；`` end a sentence
-    too. Empty sentences are dropped.
+    Line breaks always end a sentence. Within a line an untrained Punkt tokenizer splits after
+    ``.``, ``?`` and ``!`` (except after a short list of common abbreviations, and never before
+    a lower-case word); ``。！？；`` end a sentence too. Empty sentences are dropped.
     """
     return list(_sentences(text))
 

@@ -215,7 +215,13 @@ class ScoringWorker:
             else:
                 store.mark_delivered([i for i, _ in refs], "none")
         except Exception as exc:
+            # Our own failure, not the metric's: give the job back so it is tried again
+            # (attempts count, so a persistent fault ends in a "gave up" error score).
             record_internal_error("worker.job", exc)
+            try:
+                store.release_job(job, self.owner, f"{type(exc).__name__}: {exc}"[:500])
+            except Exception as exc2:
+                record_internal_error("worker.release", exc2)
 
     async def score(self, metric: Metric, record: RagRecord) -> list[Score]:
         """Run one metric on one record; never raises: failures become error scores."""

@@ -97,7 +97,7 @@ class Bleu(Metric):
         ref_len = closest_ref_length(refs, len(hyp))
         bp = brevity_penalty(ref_len, len(hyp))
         unsmoothed_zero = self._smoothing_fn is _no_smoothing and any(
-            w > 0 and p.numerator == 0 for w, p in zip(self.weights, precisions)
+            w > 0 and p.numerator == 0 for w, p in zip(self.weights, precisions, strict=True)
         )
         if not hyp or unsmoothed_zero:
             value = 0.0
@@ -117,7 +117,7 @@ class Bleu(Metric):
         if unsmoothed_zero and hyp:
             zero = next(
                 i + 1
-                for i, (w, p) in enumerate(zip(self.weights, precisions))
+                for i, (w, p) in enumerate(zip(self.weights, precisions, strict=True))
                 if w > 0 and p.numerator == 0
             )
             explanation += f"; no {zero}-gram matches and no smoothing"

@@ -20,7 +20,7 @@ from .base import Metric
 # "the provided documents", "the context", "the information above", ...
 _DOCS = (
     r"(?:the |these |this |those |provided |given |retrieved |available |supplied |above |"
-    r"external |reference |search )*"
+    r"external |reference )*"
     r"(?:documents?|docs|context|passages?|sources?|texts?|information|excerpts?|"
     r"search results|articles?|snippets?)"
 )
@@ -131,7 +131,9 @@ def match_references(
         explanation = (
             f"contains reference #{matched[0] + 1} of {n}"
             if correct
-            else ("does not contain the reference" if n == 1 else f"contains none of {n} references")
+            else (
+                "does not contain the reference" if n == 1 else f"contains none of {n} references"
+            )
         )
     return correct, explanation, details
 

@@ -55,7 +55,7 @@ class Rouge(Metric):
       split_sentences: for ``rouge_lsum``, split texts into sentences first (default False:
         only existing line breaks separate sentences, as in Valor/HF ``evaluate``).
       max_words: LCS is quadratic, so each text is cut after this many words; the score then
-        says so in its explanation and ``details["truncated"]`` (default 2000).
+        says so in its explanation and ``details["truncated"]`` (default 1000).
       threshold: pass/fail threshold on each F-measure (default 0.5).
 
     Pure CPU; thread-safe.
@@ -74,7 +74,7 @@ class Rouge(Metric):
         *,
         use_stemmer: bool = False,
         split_sentences: bool = False,
-        max_words: int = 2000,
+        max_words: int = 1000,
         threshold: float | None = 0.5,
     ) -> None:
         if isinstance(rouge_types, str):
@@ -109,9 +109,9 @@ class Rouge(Metric):
         per_ref = [self._scorer.score(ref, answer) for ref, _ in refs]
         n = len(per_ref)
         scores = []
-        for rouge_type, score_name in zip(self.rouge_types, self.names()):
-            # First reference wins ties, like rouge-score's argmax.
-            best = max(range(n), key=lambda i, t=rouge_type: (per_ref[i][t].fmeasure, -i))
+        for rouge_type, score_name in zip(self.rouge_types, self.names(), strict=True):
+            fmeasures = [r[rouge_type].fmeasure for r in per_ref]
+            best = fmeasures.index(max(fmeasures))  # first reference wins ties, as rouge-score
             s = per_ref[best][rouge_type]
             which = "1 reference" if n == 1 else f"best of {n} references (#{best + 1})"
             note = f"; texts cut at {self.max_words} words" if truncated else ""

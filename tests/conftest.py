@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tracescore._internal.errors import internal_error_counts
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "ts.db"
+
+
+@pytest.fixture
+def make_ts(db_path: Path) -> Iterator[Any]:
+    """Build real pipelines on a temp db (in-memory span export); shut them all down after."""
+    from tracescore.testing import in_memory
+
+    made: list[Any] = []
+
+    def make(**kwargs: Any) -> tuple[Any, Any]:
+        kwargs.setdefault("db", db_path)
+        ts, exporter = in_memory(**kwargs)
+        made.append(ts)
+        return ts, exporter
+
+    yield make
+    for ts in made:
+        ts.shutdown(timeout=10)
+
+
+@pytest.fixture(autouse=True)
+def no_background_internal_errors(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Background threads cannot raise into a test: fail the test if they logged an error."""
+    before = internal_error_counts()
+    yield
+    if request.node.get_closest_marker("allow_internal_errors"):
+        return
+    after = internal_error_counts()
+    grown = {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+    assert not grown, f"tracescore internal errors during the test: {grown}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "allow_internal_errors: the test provokes tracescore internal errors"
+    )

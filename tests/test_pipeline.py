@@ -1,0 +1,255 @@
+"""Queue → store → score → attach, on a real TracerProvider and a real SQLite file."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from helpers import jobs, records, rows, scores
+
+import tracescore
+from tracescore import attributes as A
+from tracescore.record import Context
+from tracescore.score import Score
+from tracescore.testing import ScriptedMetric, carriers, rag_roots
+
+Q = "What battery capacity does the Cargo have?"
+
+
+def score_names_on_spans(exporter: Any) -> Counter[str]:
+    c: Counter[str] = Counter()
+    for s in exporter.get_finished_spans():
+        for k in s.attributes:
+            if k.startswith(A.SCORE_PREFIX):
+                c[k[len(A.SCORE_PREFIX):]] += 1
+            elif k.endswith(".evaluation.name") and s.attributes[k] and not \
+                    s.attributes.get(A.score_attribute(s.attributes[k])):
+                c["error:" + s.attributes[k]] += 1
+    return c
+
+
+def test_root_span_held_until_scores_arrive(make_ts):
+    gate = threading.Event()
+    m = ScriptedMetric(lambda r: 0.25, name="slow", gate=gate)
+    ts, exporter = make_ts(metrics=[m], hold_seconds=30)
+    from tracescore.examples.langchain_rag import build_chain
+
+    try:
+        build_chain().invoke(Q, config={"callbacks": [ts.langchain_handler()]})
+        time.sleep(0.3)
+        assert rag_roots(exporter) == []  # the root is held
+        assert len(exporter.get_finished_spans()) >= 5  # children went out at once
+    finally:
+        gate.set()
+    assert ts.flush(10)
+    [root] = rag_roots(exporter)
+    assert root.attributes[A.score_attribute("slow")] == 0.25
+    assert root.attributes[A.evaluation(0, "name")] == "slow"
+    assert root.attributes[A.evaluation(0, "label")] == "fail"
+    assert carriers(exporter) == []
+
+
+def test_late_scores_go_on_a_linked_carrier_exactly_once(make_ts, db_path):
+    gate = threading.Event()
+    fast = ScriptedMetric(lambda r: 0.9, name="fast")
+    slow = ScriptedMetric(lambda r: 0.1, name="slow", gate=gate)
+    ts, exporter = make_ts(metrics=[fast, slow], hold_seconds=0.3, concurrency=2)
+    from tracescore.examples.langchain_rag import build_chain
+
+    try:
+        build_chain().invoke(Q, config={"callbacks": [ts.langchain_handler()]})
+        deadline = time.time() + 5
+        while not rag_roots(exporter) and time.time() < deadline:
+            time.sleep(0.02)
+        [root] = rag_roots(exporter)  # released at the deadline with what it had
+        assert root.attributes[A.score_attribute("fast")] == 0.9
+        assert A.score_attribute("slow") not in root.attributes
+        assert root.attributes[A.SCORES_LATE] == 1
+    finally:
+        gate.set()
+    assert ts.flush(10)
+    [carrier] = carriers(exporter)
+    assert carrier.attributes[A.score_attribute("slow")] == 0.1
+    assert carrier.context.trace_id == root.context.trace_id
+    assert carrier.parent.span_id == root.context.span_id
+    assert [link.context.span_id for link in carrier.links] == [root.context.span_id]
+    assert score_names_on_spans(exporter) == Counter({"fast": 1, "slow": 1})
+    [rec] = records(db_path)
+    s = scores(db_path, rec["record_id"])
+    assert s["fast"]["delivery"] == "span" and s["slow"]["delivery"] == "carrier"
+
+
+def test_every_score_exported_once_under_load(make_ts):
+    ts, exporter = make_ts(metrics=[ScriptedMetric(lambda r: len(r.answer) / 100, name="a"),
+                                    ScriptedMetric(lambda r: 0.5, name="b")], hold_seconds=5)
+    from tracescore.examples.langchain_rag import build_chain, load_questions
+
+    qs = [q["question"] for q in load_questions()]
+    build_chain().batch(qs, config={"callbacks": [ts.langchain_handler()]})
+    assert ts.flush(20)
+    assert score_names_on_spans(exporter) == Counter({"a": len(qs), "b": len(qs)})
+    assert len(rag_roots(exporter)) == len(qs)
+
+
+def test_error_scores_carry_the_reason_not_zero(make_ts, db_path):
+    def boom(r: Any) -> float:
+        raise ValueError("judge said no")
+
+    ts, exporter = make_ts(metrics=[
+        ScriptedMetric(boom, name="raises"),
+        ScriptedMetric(lambda r: math.nan, name="nan"),
+        ScriptedMetric(lambda r: "not a score", name="wrongtype"),
+    ])
+    rec = ts.log_record(query="q", answer="a")
+    assert ts.flush(10)
+    s = scores(db_path, rec.record_id)
+    assert s["raises"]["status"] == "error" and s["raises"]["value"] is None
+    assert s["raises"]["error"] == "ValueError: judge said no"
+    assert s["nan"]["status"] == "error" and "non-finite" in s["nan"]["error"]
+    assert s["wrongtype"]["status"] == "error" and "expected a Score" in s["wrongtype"]["error"]
+    assert all(r["status"] == "done" for r in jobs(db_path, rec.record_id).values())
+
+
+def test_ground_truth_arriving_later_triggers_reference_metrics(make_ts, db_path):
+    ref_metric = ScriptedMetric(
+        lambda r: float(r.ground_truths[0] in r.answer), name="contains_ref",
+        requires=frozenset({"answer", "ground_truths"}))
+    ts, _ = make_ts(metrics=[ref_metric, ScriptedMetric(lambda r: 1.0, name="plain")])
+    rec = ts.log_record(query="q", answer="the answer is 750 Wh")
+    assert ts.flush(10)
+    j = jobs(db_path, rec.record_id)
+    assert j["contains_ref"]["status"] == "skipped"
+    assert j["contains_ref"]["reason"] == "record has no ground_truths"
+    assert "contains_ref" not in scores(db_path, rec.record_id)
+    ts.add_ground_truth(rec.trace_id, ["750 Wh"])
+    assert ts.flush(10)
+    s = scores(db_path, rec.record_id)
+    assert s["contains_ref"]["value"] == 1.0
+    assert s["plain"]["value"] == 1.0
+    assert ref_metric.calls == 1
+    [row] = records(db_path)
+    assert row["ground_truths"] == ["750 Wh"]
+
+
+def test_sampling_decision_is_stored(make_ts, db_path):
+    ts, _ = make_ts(metrics=[ScriptedMetric(name="m")], sample_rate=0.5)
+    recs = [ts.log_record(query=f"q{i}", answer="a") for i in range(200)]
+    assert ts.flush(10)
+    stored = {r["record_id"]: r for r in records(db_path)}
+    from tracescore.sampling import trace_fraction
+
+    for rec in recs:
+        row = stored[rec.record_id]
+        assert row["sample_u"] == pytest.approx(trace_fraction(rec.trace_id))
+        assert row["sampled"] == int(row["sample_u"] < 0.5)
+    n_scored = rows(db_path, "SELECT count(*) AS n FROM scores")[0]["n"]
+    assert n_scored == sum(r["sampled"] for r in stored.values())
+    assert 60 < n_scored < 140
+
+
+def test_queue_overflow_drops_and_counts_never_blocks(make_ts, db_path):
+    ts, _ = make_ts(metrics=[ScriptedMetric(name="m")], max_queue=20)
+    blocker = sqlite3.connect(db_path, timeout=30)
+    blocker.execute("BEGIN IMMEDIATE")  # the writer now waits on the db lock
+    try:
+        worst = 0.0
+        for i in range(500):
+            t0 = time.perf_counter()
+            ts.log_record(query=f"q{i}", answer="a")
+            worst = max(worst, time.perf_counter() - t0)
+        assert ts.queue.dropped >= 500 - 20 - 512  # at most one batch was taken by the writer
+        assert ts.queue.dropped > 0
+        assert worst < 0.5  # never waited on the locked database
+    finally:
+        blocker.rollback()
+        blocker.close()
+    assert ts.flush(20)
+    stored = len(records(db_path))
+    assert stored + ts.queue.dropped == 500
+    counters = dict((r["name"], r["value"]) for r in rows(db_path, "SELECT * FROM counters"))
+    assert counters["records_dropped"] == ts.queue.dropped
+    assert counters["records_seen"] == 500
+
+
+def test_bad_inputs_clear_errors_at_the_api(make_ts):
+    ts, _ = make_ts(metrics=[ScriptedMetric(name="m")])
+    with pytest.raises(TypeError, match="query must be a str"):
+        ts.log_record(query=123)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"contexts\[1\] must be a str or Context"):
+        ts.log_record(query="q", contexts=["ok", None])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="not a single str"):
+        ts.log_record(query="q", contexts="one string")
+    with pytest.raises(ValueError, match="32 hex"):
+        ts.add_ground_truth("abc", ["x"])
+
+
+def test_bad_content_is_stored_never_crashes_a_worker(make_ts, db_path):
+    seen: list[int] = []
+    ts, _ = make_ts(metrics=[ScriptedMetric(lambda r: seen.append(len(r.contexts[0].text)) or 1.0,
+                                            name="m", requires=frozenset({"contexts"}))])
+    big = "x" * 1_000_000
+    surrogate = "bad \ud800 text"
+    huge_md = {f"k{i}": "v" * 100 for i in range(5000)}
+    r1 = ts.log_record(query="q", answer="a", contexts=[big])
+    r2 = ts.log_record(query=surrogate, answer=surrogate, contexts=[surrogate],
+                       metadata=huge_md)
+    r3 = ts.log_record(query="q", answer=None, contexts=[Context(text="t", metadata={
+        "obj": object(), "nan": float("nan"), "nested": {"set": {1, 2}}})])
+    assert ts.flush(20)
+    stored = {r["record_id"]: r for r in records(db_path)}
+    assert len(stored[r1.record_id]["contexts"][0]["text"]) == 1_000_000
+    assert stored[r2.record_id]["query"] == "bad \\ud800 text"
+    assert stored[r2.record_id]["metadata"]["tracescore.truncated"] is True
+    assert stored[r3.record_id]["contexts"][0]["metadata"]["nan"] == "nan"
+    assert sorted(seen) == [1, len("bad \\ud800 text"), 1_000_000]
+    for rid in (r1.record_id, r2.record_id, r3.record_id):
+        assert scores(db_path, rid)["m"]["status"] == "ok"
+
+
+def test_init_validates_arguments(tmp_path):
+    with pytest.raises(ValueError, match="unknown metric 'nope'"):
+        tracescore.init(db=tmp_path / "a.db", metrics=["nope"])
+    with pytest.raises(ValueError, match="sample rate"):
+        tracescore.init(db=tmp_path / "a.db", metrics=[], sample_rate=2)
+    with pytest.raises(ValueError, match="does not exist"):
+        tracescore.init(db=tmp_path / "missing" / "a.db", metrics=[])
+    with pytest.raises(ValueError, match="not configured"):
+        tracescore.init(db=tmp_path / "a.db", metrics=[], sample_rates={"x": 0.1})
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        import os
+
+        if os.geteuid() != 0:  # root can write anywhere
+            with pytest.raises(ValueError, match="permission denied"):
+                tracescore.init(db=ro / "a.db", metrics=[])
+    finally:
+        ro.chmod(0o700)
+    (tmp_path / "notadb").write_text("this is not sqlite" * 100)
+    with pytest.raises(ValueError, match="cannot open"):
+        tracescore.init(db=tmp_path / "notadb", metrics=[])
+
+
+def test_metric_returning_several_scores(make_ts, db_path):
+    class Multi(tracescore.Metric):
+        name = "multi"
+        score_names = ("multi_a", "multi_b")
+        requires = frozenset({"answer"})
+
+        def __call__(self, r: Any) -> list[Score]:
+            return [self.result(0.2, name="multi_a"), self.result(0.8, name="multi_b")]
+
+    ts, exporter = make_ts(metrics=[Multi()])
+    from tracescore.examples.langchain_rag import build_chain
+
+    build_chain().invoke(Q, config={"callbacks": [ts.langchain_handler()]})
+    assert ts.flush(10)
+    [root] = rag_roots(exporter)
+    assert root.attributes[A.score_attribute("multi_a")] == 0.2
+    assert root.attributes[A.score_attribute("multi_b")] == 0.8

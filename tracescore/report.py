@@ -1,0 +1,534 @@
+"""Reports over a tracescore database: the queries and their text/JSON formatting.
+
+Used by the ``tracescore report`` and ``tracescore show`` commands; no click in here, so other
+front ends (a notebook, a web page) can reuse it. Everything opens the database read-only and
+may run while an app is writing to it (WAL mode). All functions block on SQLite I/O.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import re
+import sqlite3
+import textwrap
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .store import SCHEMA_VERSION
+
+__all__ = [
+    "DatabaseError",
+    "MetricSummary",
+    "Report",
+    "WorstRecord",
+    "build_report",
+    "find_records",
+    "format_records",
+    "format_report",
+    "open_db",
+    "parse_since",
+    "percentile",
+    "record_details",
+]
+
+WIDTH = 80
+
+
+class DatabaseError(Exception):
+    """The database is missing, unreadable or not a tracescore database."""
+
+
+# -- opening ---------------------------------------------------------------------------------
+def open_db(path: str | Path) -> sqlite3.Connection:
+    """Open a tracescore database read-only; :class:`DatabaseError` with a clear reason if not."""
+    p = Path(path)
+    if not p.exists():
+        raise DatabaseError(f"database not found: {p}")
+    if p.is_dir():
+        raise DatabaseError(f"{p} is a folder, not a tracescore database")
+    # mode=ro: a report never writes, and works on a file the user may only read.
+    uri = p.resolve().as_uri() + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=30.0)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA busy_timeout=30000")
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.Error as exc:
+        raise DatabaseError(f"cannot read {p} as a SQLite database: {exc}") from exc
+    missing = {"records", "jobs", "scores", "counters", "meta"} - tables
+    if missing:
+        conn.close()
+        raise DatabaseError(
+            f"{p} is not a tracescore database (no {', '.join(sorted(missing))} table)"
+        )
+    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    if row is not None and int(row[0]) > SCHEMA_VERSION:
+        conn.close()
+        raise DatabaseError(
+            f"{p} has schema version {row[0]}, newer than this tracescore understands "
+            f"({SCHEMA_VERSION}); upgrade tracescore"
+        )
+    return conn
+
+
+# -- --since ---------------------------------------------------------------------------------
+_SINCE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_since(text: str | None, now: float | None = None) -> float | None:
+    """``"30m"``, ``"1h"``, ``"2d"``, ``"1w"`` → a unix-seconds cutoff; ``"all"``/None → None."""
+    if text is None or text.strip().lower() == "all":
+        return None
+    m = _SINCE_RE.match(text.lower())
+    if not m:
+        raise ValueError(
+            f"{text!r} is not a duration; use a number and a unit (s, m, h, d, w), e.g. 30m, "
+            "1h, 2d, or 'all'"
+        )
+    now = time.time() if now is None else now
+    return now - float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+# -- the report ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class MetricSummary:
+    """One score name (``scores.name``); a metric such as rouge emits several."""
+
+    name: str
+    metric: str
+    higher_is_better: bool | None  # None: the metric declares no direction (no "worst")
+    count: int  # ok scores
+    mean: float | None
+    p10: float | None
+    p50: float | None
+    p90: float | None
+    fail_rate: float | None  # share of ok scores labelled "fail"; None when none has a label
+    labelled: int  # ok scores with a pass/fail label
+    errors: int  # scores with status "error"
+    skipped: int  # records the metric skipped (missing inputs, content capture off)
+
+
+@dataclass(frozen=True, slots=True)
+class WorstRecord:
+    name: str
+    value: float
+    label: str | None
+    trace_id: str
+    record_id: str
+    query: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    db: str
+    since: float | None
+    generated_at: float
+    records: int
+    sampled: int
+    dropped: int
+    pending_jobs: int
+    scores: int
+    metrics: list[MetricSummary] = field(default_factory=list)
+    worst: dict[str, list[WorstRecord]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "db": self.db,
+            "since": self.since,
+            "generated_at": self.generated_at,
+            "records": self.records,
+            "sampled": self.sampled,
+            "dropped": self.dropped,
+            "pending_jobs": self.pending_jobs,
+            "scores": self.scores,
+            "metrics": {
+                m.name: {k: v for k, v in asdict(m).items() if k != "name"} for m in self.metrics
+            },
+            "worst": {
+                name: [{k: v for k, v in asdict(w).items() if k != "name"} for w in rows]
+                for name, rows in self.worst.items()
+            },
+        }
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default) of already sorted values."""
+    if not sorted_values:
+        return None
+    pos = (len(sorted_values) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+class _MetricInfo:
+    """Direction and score names of metrics, from the registry when it knows them."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] = {}
+
+    def _get(self, metric: str) -> Any:
+        if metric not in self._cache:
+            try:
+                from .metrics import registry
+
+                self._cache[metric] = registry.get(metric)
+            except Exception:  # unknown here (a custom metric of another process), or broken
+                self._cache[metric] = None
+        return self._cache[metric]
+
+    def higher_is_better(self, metric: str) -> bool | None:
+        m = self._get(metric)
+        if m is None:
+            return True
+        value = getattr(m, "higher_is_better", True)
+        return None if value is None else bool(value)
+
+    def names(self, metric: str) -> tuple[str, ...]:
+        m = self._get(metric)
+        try:
+            return tuple(m.names()) if m is not None else (metric,)
+        except Exception:
+            return (metric,)
+
+
+def build_report(conn: sqlite3.Connection, *, since: float | None = None, worst: int = 3,
+                 db: str = "") -> Report:
+    """Summarise the database: per score name, and totals; ``since`` is a unix-seconds cutoff.
+
+    Records (and the skipped jobs of records) are filtered on ``records.created_at``, scores on
+    ``scores.created_at``. ``dropped`` and ``pending_jobs`` are the database's current totals.
+    """
+    cutoff = since if since is not None else -math.inf
+    one = conn.execute
+    records, sampled = one(
+        "SELECT count(*), coalesce(sum(sampled), 0) FROM records WHERE created_at >= ?",
+        (cutoff,),
+    ).fetchone()
+    dropped_row = one("SELECT value FROM counters WHERE name='records_dropped'").fetchone()
+    pending = one("SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')").fetchone()[0]
+    n_scores = one("SELECT count(*) FROM scores WHERE created_at >= ?", (cutoff,)).fetchone()[0]
+
+    # Which metric each score name belongs to; names of metrics seen only through skipped jobs.
+    name_metric: dict[str, str] = {}
+    for r in one("SELECT DISTINCT name, metric FROM scores WHERE created_at >= ?", (cutoff,)):
+        name_metric.setdefault(r["name"], r["metric"] or r["name"])
+    skipped_by_metric: dict[str, int] = {}
+    for r in one(
+        "SELECT metric, count(*) AS n FROM ("
+        " SELECT j.metric AS metric, j.record_id AS record_id FROM jobs j"
+        " JOIN records r ON r.record_id = j.record_id"
+        " WHERE j.status = 'skipped' AND r.created_at >= ?"
+        " UNION"
+        " SELECT s.metric, s.record_id FROM scores s"
+        " WHERE s.status = 'skipped' AND s.created_at >= ?"
+        ") GROUP BY metric",
+        (cutoff, cutoff),
+    ):
+        skipped_by_metric[r["metric"]] = r["n"]
+    info = _MetricInfo()
+    for metric in skipped_by_metric:
+        if metric not in name_metric.values():
+            for name in info.names(metric):
+                name_metric.setdefault(name, metric)
+
+    errors = dict(one(
+        "SELECT name, count(*) FROM scores WHERE status='error' AND created_at >= ? GROUP BY name",
+        (cutoff,),
+    ).fetchall())
+    values: dict[str, list[float]] = {}
+    fails: dict[str, int] = {}
+    labelled: dict[str, int] = {}
+    for r in one(
+        "SELECT name, value, label FROM scores WHERE status='ok' AND value IS NOT NULL"
+        " AND created_at >= ? ORDER BY name, value",
+        (cutoff,),
+    ):
+        values.setdefault(r["name"], []).append(r["value"])
+        if r["label"] is not None:
+            labelled[r["name"]] = labelled.get(r["name"], 0) + 1
+            fails[r["name"]] = fails.get(r["name"], 0) + (r["label"] == "fail")
+
+    summaries = []
+    for name in sorted(name_metric, key=lambda n: (name_metric[n], n)):
+        metric = name_metric[name]
+        vals = values.get(name, [])
+        n_lab = labelled.get(name, 0)
+        summaries.append(MetricSummary(
+            name=name, metric=metric, higher_is_better=info.higher_is_better(metric),
+            count=len(vals), mean=math.fsum(vals) / len(vals) if vals else None,
+            p10=percentile(vals, 0.1), p50=percentile(vals, 0.5), p90=percentile(vals, 0.9),
+            fail_rate=fails.get(name, 0) / len(vals) if n_lab else None, labelled=n_lab,
+            errors=errors.get(name, 0), skipped=skipped_by_metric.get(metric, 0),
+        ))
+
+    worst_rows: dict[str, list[WorstRecord]] = {}
+    if worst > 0:
+        for m in summaries:
+            if not m.count or m.higher_is_better is None:
+                continue
+            order = "ASC" if m.higher_is_better else "DESC"
+            rows = one(
+                "SELECT s.value, s.label, s.trace_id, s.record_id, r.query FROM scores s"
+                " LEFT JOIN records r ON r.record_id = s.record_id"
+                " WHERE s.name = ? AND s.status = 'ok' AND s.value IS NOT NULL"
+                f" AND s.created_at >= ? ORDER BY s.value {order}, s.score_id DESC LIMIT ?",
+                (m.name, cutoff, worst),
+            ).fetchall()
+            worst_rows[m.name] = [
+                WorstRecord(m.name, r["value"], r["label"], r["trace_id"], r["record_id"],
+                            r["query"])
+                for r in rows
+            ]
+
+    return Report(
+        db=db, since=since, generated_at=time.time(), records=records, sampled=int(sampled),
+        dropped=int(dropped_row[0]) if dropped_row else 0, pending_jobs=pending,
+        scores=n_scores, metrics=summaries, worst=worst_rows,
+    )
+
+
+# -- text formatting -------------------------------------------------------------------------
+def _num(v: float | None, digits: int = 3) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def _clip(text: str | None, width: int) -> str:
+    text = " ".join((text or "").split())
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> list[str]:
+    """Columns padded to their widest cell; ``align`` has one ``<``/``>`` per column."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(f"{c:{a}{w}}" for c, a, w in zip(cells, align, widths)).rstrip()
+
+    return [line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+
+
+def _when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _share(part: int, whole: int) -> str:
+    return f" ({100 * part / whole:.0f}%)" if whole else ""
+
+
+def format_report(report: Report, width: int = WIDTH) -> str:
+    """The human report: a summary line, a table per score name, the worst records."""
+    window = "all time" if report.since is None else f"since {_when(report.since)}"
+    errors = sum(m.errors for m in report.metrics)
+    out = [
+        f"tracescore report: {report.db} ({window})",
+        f"{report.records} records, {report.sampled} sampled{_share(report.sampled, report.records)}"
+        f", {report.scores} scores ({errors} errors), {report.pending_jobs} jobs pending, "
+        f"{report.dropped} records dropped",
+        "",
+    ]
+    if not report.metrics:
+        out.append("No scores yet." if report.records else "No records yet.")
+        if report.pending_jobs:
+            out.append(f"{report.pending_jobs} scoring jobs are waiting for a running pipeline.")
+        return "\n".join(out)
+
+    rows = [
+        [m.name + {True: "", False: " ↓", None: " ·"}[m.higher_is_better], str(m.count), _num(m.mean), _num(m.p10),
+         _num(m.p50), _num(m.p90), _pct(m.fail_rate), str(m.errors), str(m.skipped)]
+        for m in report.metrics
+    ]
+    out += _table(["score", "n", "mean", "p10", "p50", "p90", "fail", "errors", "skipped"],
+                  rows, "<>>>>>>>>")
+    notes = []
+    if any(m.higher_is_better is False for m in report.metrics):
+        notes.append("↓ lower is better")
+    if any(m.higher_is_better is None for m in report.metrics):
+        notes.append("· no better direction")
+    unlabelled = [m.name for m in report.metrics if m.fail_rate is None and m.count]
+    if unlabelled:
+        notes.append(f"no pass/fail threshold: {', '.join(unlabelled)}")
+    if notes:
+        out += textwrap.wrap("; ".join(notes), width=width)
+
+    if report.worst:
+        n = max(len(items) for items in report.worst.values())
+        title = "Worst record per score" if n == 1 else f"Worst {n} records per score"
+        out += ["", f"{title} (details: tracescore show TRACE)"]
+        wrows: list[list[str]] = []
+        for name, items in report.worst.items():
+            for i, w in enumerate(items):
+                wrows.append([name if i == 0 else "", _num(w.value), w.trace_id[:12], w.query or ""])
+        fixed = max(len("score"), *(len(r[0]) for r in wrows)) + 2 + 5 + 2 + 12 + 2
+        room = max(20, width - fixed)
+        for r in wrows:
+            r[3] = _clip(r[3], room)
+        out += _table(["score", "value", "trace", "query"], wrows, "<><<")
+    return "\n".join(out)
+
+
+# -- show ------------------------------------------------------------------------------------
+def find_records(conn: sqlite3.Connection, ident: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Records for a trace id, a record id (``trace-span``) or a unique trace-id prefix.
+
+    Returns ``(records, candidates)``: records found (oldest first), or no records and the
+    trace ids a too-short prefix matches (empty when nothing matches).
+    """
+    ident = ident.strip().lower()
+    if "-" in ident:
+        rows = conn.execute("SELECT * FROM records WHERE record_id = ?", (ident,)).fetchall()
+        return [dict(r) for r in rows], []
+    if not ident or not re.fullmatch(r"[0-9a-f]+", ident):
+        return [], []
+    ids = [r[0] for r in conn.execute(
+        "SELECT DISTINCT trace_id FROM records WHERE trace_id >= ? AND trace_id < ? LIMIT 11",
+        (ident, ident + "g"),  # a range, so the trace_id index serves the prefix search
+    )]
+    if len(ids) != 1:
+        return [], ids
+    rows = conn.execute(
+        "SELECT * FROM records WHERE trace_id = ? ORDER BY created_at, record_id", (ids[0],)
+    ).fetchall()
+    return [dict(r) for r in rows], []
+
+
+def record_details(conn: sqlite3.Connection, row: dict[str, Any]) -> dict[str, Any]:
+    """A record as plain data: decoded JSON columns, its scores and its unscored jobs."""
+    rec = dict(row)
+    for key, default in (("contexts", "[]"), ("ground_truths", "[]"), ("metadata", "{}"),
+                         ("tags", "[]"), ("sampled_metrics", "[]")):
+        try:
+            rec[key] = json.loads(rec.get(key) or default)
+        except (TypeError, ValueError):
+            pass  # keep the raw text: show what is there rather than fail
+    rec["sampled"] = bool(rec.get("sampled"))
+    rec["content_captured"] = bool(rec.get("content_captured"))
+    rec["scores"] = [
+        {k: s[k] for k in ("name", "metric", "metric_version", "value", "label", "explanation",
+                           "status", "error", "duration_ms", "created_at", "delivery")}
+        for s in conn.execute(
+            "SELECT * FROM scores WHERE record_id = ? ORDER BY metric, score_id",
+            (rec["record_id"],),
+        )
+    ]
+    rec["jobs"] = [
+        dict(j) for j in conn.execute(
+            "SELECT metric, metric_version, status, attempts, reason FROM jobs"
+            " WHERE record_id = ? AND status != 'done' ORDER BY metric", (rec["record_id"],),
+        )
+    ]
+    return rec
+
+
+def _wrap(text: str, indent: str, width: int) -> list[str]:
+    lines: list[str] = []
+    for para in (text or "").splitlines() or [""]:
+        lines += textwrap.wrap(para, width=width, initial_indent=indent,
+                               subsequent_indent=indent) or [indent.rstrip()]
+    return lines
+
+
+def _field(label: str, value: Any, width: int) -> list[str]:
+    text = "-" if value is None or value == "" else str(value)
+    body = _wrap(text, " " * 15, width)
+    body[0] = f"{label:<15}" + body[0][15:]
+    return body
+
+
+def format_records(recs: Sequence[dict[str, Any]], width: int = WIDTH,
+                   context_chars: int = 300) -> str:
+    """The human ``show`` output for records from :func:`record_details`."""
+    out: list[str] = []
+    for rec in recs:
+        if out:
+            out += ["", "=" * min(width, 60), ""]
+        usage = "-"
+        if rec.get("input_tokens") is not None or rec.get("output_tokens") is not None:
+            usage = f"{rec.get('input_tokens') or 0} in / {rec.get('output_tokens') or 0} out"
+        latency = rec.get("latency_ms")
+        if rec["sampled"]:
+            sampling = f"sampled (u={rec.get('sample_u') or 0:.4f})"
+            if rec.get("forced"):
+                sampling += f", forced: {rec['forced']}"
+            metrics = rec["sampled_metrics"]
+            if isinstance(metrics, list) and metrics:
+                sampling += "; metrics: " + ", ".join(map(str, metrics))
+        else:
+            sampling = f"not sampled (u={rec.get('sample_u') or 0:.4f})"
+        out += [f"record {rec['record_id']}", ""]
+        out += _field("trace", rec["trace_id"], width)
+        out += _field("created", _when(rec.get("created_at")), width)
+        out += _field("source", rec.get("source"), width)
+        out += _field("latency", None if latency is None else f"{latency:.1f} ms", width)
+        out += _field("tokens", usage, width)
+        out += _field("model", rec.get("model"), width)
+        out += _field("error", rec.get("error"), width)
+        out += _field("sampling", sampling, width)
+        for key in ("session_id", "user_id"):
+            if rec.get(key):
+                out += _field(key.replace("_id", ""), rec[key], width)
+        if rec.get("tags"):
+            out += _field("tags", ", ".join(map(str, rec["tags"])), width)
+        if rec.get("metadata"):
+            out += _field("metadata", json.dumps(rec["metadata"], ensure_ascii=False), width)
+        if not rec["content_captured"]:
+            out += _field("content", "not captured (content capture was off)", width)
+        out += [""]
+        out += _field("query", rec.get("query"), width)
+        out += _field("answer", rec.get("answer"), width)
+        gts = rec["ground_truths"] if isinstance(rec["ground_truths"], list) else []
+        if not gts:
+            out += _field("ground truth", None, width)
+        for i, g in enumerate(gts):
+            out += _field("ground truth" if i == 0 else "", g, width)
+
+        ctxs = rec["contexts"] if isinstance(rec["contexts"], list) else []
+        out += ["", f"contexts ({len(ctxs)})"]
+        for i, c in enumerate(ctxs):
+            head = [f"[{i}]"]
+            if c.get("source"):
+                head.append(f"from {c['source']}")
+            if c.get("id") is not None:
+                head.append(f"id={c['id']}")
+            if c.get("score") is not None:
+                head.append(f"score={c['score']:.4g}" if isinstance(c["score"], (int, float))
+                            else f"score={c['score']}")
+            out.append("  " + "  ".join(head))
+            text = c.get("text") or ""
+            if len(text) > context_chars:
+                text = text[:context_chars].rstrip() + f"… ({len(c['text'])} chars)"
+            out += _wrap(text, "      ", width)
+
+        scores = rec["scores"]
+        out += ["", f"scores ({len(scores)})"]
+        if scores:
+            rows = []
+            for s in scores:
+                value = _num(s["value"]) if s["status"] == "ok" else s["status"]
+                dur = "-" if s["duration_ms"] is None else f"{s['duration_ms']:.1f} ms"
+                rows.append([s["name"], value, s["label"] or "-", dur])
+            table = _table(["score", "value", "label", "duration"], rows, "<><>")
+            out += ["  " + line for line in table[:2]]
+            for line, s in zip(table[2:], scores):
+                out.append("  " + line)
+                note = s["error"] if s["status"] != "ok" else s["explanation"]
+                if note:
+                    out += _wrap(note if len(note) <= 600 else note[:600] + "…",
+                                 "      ", width)
+        for j in rec["jobs"]:
+            reason = f": {j['reason']}" if j.get("reason") else ""
+            out.append(f"  {j['metric']}: {j['status']}{reason}")
+    return "\n".join(out)
