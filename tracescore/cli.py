@@ -64,7 +64,7 @@ def main() -> None:
     """
 
 
-@main.command()
+@main.command(short_help="Run the offline example RAG app through tracescore.")
 @_db_option(DEMO_DB, "SQLite database to write (appended to if it exists).", envvar=None)
 @click.option("--n", "n", type=click.IntRange(min=1), default=None,
               help="Number of questions to ask (default: all bundled questions; cycles when "
@@ -111,9 +111,9 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int) -> None:
     click.echo(f"\nNext: tracescore report {opt}\n      tracescore show {result.trace_ids[0][:12]} {opt}")
 
 
-@main.command()
+@main.command(short_help="Summarise the scores: per metric, worst records, totals.")
 @_db_option(DEFAULT_DB, "SQLite database to read.")
-@click.option("--since", default="all", show_default=True, callback=_since,
+@click.option("--since", metavar="DURATION", default="all", show_default=True, callback=_since,
               help="Only records and scores from this recent window: 30m, 1h, 2d, 1w, or all.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object instead of the table.")
@@ -138,7 +138,7 @@ def report(db: Path, since: float | None, as_json: bool, worst: int) -> None:
         click.echo(format_report(rep))
 
 
-@main.command()
+@main.command(short_help="Show one trace: query, contexts, answer and every score.")
 @click.argument("trace_id")
 @_db_option(DEFAULT_DB, "SQLite database to read.")
 @click.option("--json", "as_json", is_flag=True,
