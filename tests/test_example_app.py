@@ -189,7 +189,9 @@ def test_invoke_batch_stream_ainvoke_agree(chain):
     async def run_async():
         one = [await chain.ainvoke(q) for q in questions]
         many = await chain.abatch(questions)
-        streamed = ["".join([c async for c in chain.astream(q)]) for q in questions]
+        streamed = []
+        for q in questions:
+            streamed.append("".join([c async for c in chain.astream(q)]))
         return one, many, streamed
 
     one, many, streamed = asyncio.run(run_async())

@@ -11,8 +11,6 @@ from helpers import jobs, records, scores
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.runnables import RunnableLambda
 from opentelemetry.sdk.trace import TracerProvider
-
-from tracescore import Metric, attributes as A
 from tracescore.examples.langchain_rag import (
     PROMPT,
     REFUSAL,
@@ -22,6 +20,9 @@ from tracescore.examples.langchain_rag import (
     build_two_retriever_chain,
     load_questions,
 )
+
+from tracescore import Metric
+from tracescore import attributes as A
 from tracescore.testing import rag_roots
 
 Q = "What battery capacity does the Cargo have?"

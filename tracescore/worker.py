@@ -30,7 +30,7 @@ from opentelemetry import context as otel_context
 
 from ._internal.errors import record_internal_error
 from .metrics.base import Metric
-from .processor import ScoreAttachingProcessor, ScoreRef
+from .processor import ScoreAttachingProcessor
 from .record import RagRecord
 from .score import Score
 from .store import Job, Store

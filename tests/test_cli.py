@@ -1,0 +1,292 @@
+"""The `tracescore` command line: demo, report, show (click's CliRunner and the real script)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+
+pytest.importorskip("langchain_core")
+
+from click.testing import CliRunner
+from helpers import rows
+
+from tracescore.cli import main
+from tracescore.client import DEFAULT_METRICS
+from tracescore.examples.langchain_rag import load_questions
+from tracescore.report import parse_since, percentile
+from tracescore.store import Store
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+QUESTIONS = load_questions()
+N = 5
+# The score names the default metrics emit (rouge emits four).
+SCORE_NAMES = {"rouge1", "rouge2", "rouge_l", "rouge_lsum"} | (set(DEFAULT_METRICS) - {"rouge"})
+
+
+def _script() -> list[str]:
+    """The installed console script, else the module (same code, still a real process)."""
+    beside = Path(sys.executable).with_name("tracescore")
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("tracescore")
+    return [found] if found else [sys.executable, "-m", "tracescore.cli"]
+
+
+def _run(*args: Any) -> Any:
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def _json(*args: Any) -> dict[str, Any]:
+    result = _run(*args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One real `tracescore demo` process; returns the db and what it printed."""
+    cwd = tmp_path_factory.mktemp("demo")
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        [*_script(), "demo", "--n", str(N)], cwd=cwd, capture_output=True, text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - t0 < 30
+    return cwd / "tracescore-demo.db", proc.stdout
+
+
+# -- demo ------------------------------------------------------------------------------------
+def test_demo_stores_records_ground_truths_and_scores(demo_db: tuple[Path, str]) -> None:
+    db, out = demo_db
+    assert f"wrote {db.resolve()}" in out
+    recs = rows(db, "SELECT * FROM records ORDER BY created_at")
+    assert [r["query"] for r in recs] == [q["question"] for q in QUESTIONS[:N]]
+    assert [json.loads(r["ground_truths"]) for r in recs] == [[q["reference"]] for q in
+                                                              QUESTIONS[:N]]
+    assert all(r["sampled"] == 1 and r["source"] == "langchain" for r in recs)
+    assert all(r["answer"] and r["n_contexts"] > 0 for r in recs)
+    jobs = rows(db, "SELECT metric, status FROM jobs")
+    assert {j["status"] for j in jobs} == {"done"}
+    assert sorted(j["metric"] for j in jobs) == sorted(list(DEFAULT_METRICS) * N)
+    got = rows(db, "SELECT record_id, name, status FROM scores")
+    assert {s["status"] for s in got} == {"ok"}
+    by_record: dict[str, set[str]] = {}
+    for s in got:
+        by_record.setdefault(s["record_id"], set()).add(s["name"])
+    assert by_record == {r["record_id"]: SCORE_NAMES for r in recs}
+    # The printed report is the database's: the summary line and one row per score name.
+    assert f"{N} records, {N} sampled (100%), {len(got)} scores (0 errors)" in out
+    for name in SCORE_NAMES:
+        assert re.search(rf"^{name}\s+{N}\s", out, re.M), name
+
+
+def test_report_json_matches_the_database(demo_db: tuple[Path, str]) -> None:
+    db, _ = demo_db
+    rep = _json("report", "--db", db, "--worst", 2)
+    assert rep["records"] == rows(db, "SELECT count(*) AS n FROM records")[0]["n"] == N
+    assert rep["sampled"] == N
+    assert rep["pending_jobs"] == 0 and rep["dropped"] == 0
+    assert rep["scores"] == len(SCORE_NAMES) * N
+    assert set(rep["metrics"]) == SCORE_NAMES
+    for name, m in rep["metrics"].items():
+        scored = rows(db, "SELECT value, label FROM scores WHERE name=? AND status='ok'", name)
+        values = sorted(s["value"] for s in scored)
+        assert m["count"] == len(values) == N
+        assert m["mean"] == pytest.approx(statistics.fmean(values))
+        assert m["p50"] == pytest.approx(statistics.median(values))
+        labels = [s["label"] for s in scored]
+        if all(lab is None for lab in labels):
+            assert m["fail_rate"] is None  # rgb_rejection has no threshold
+        else:
+            assert m["fail_rate"] == pytest.approx(labels.count("fail") / N)
+        assert m["errors"] == 0 and m["skipped"] == 0
+        assert [w["value"] for w in rep["worst"][name]] == values[:2]
+    assert rep["metrics"]["rgb_rejection"]["fail_rate"] is None
+
+
+def test_second_demo_run_appends(demo_db: tuple[Path, str], tmp_path: Path) -> None:
+    db = tmp_path / "again.db"
+    shutil.copy(demo_db[0], db)
+    before = {r["trace_id"] for r in rows(db, "SELECT trace_id FROM records")}
+    result = _run("demo", "--db", db, "--n", 2, "--worst", 0)
+    assert result.exit_code == 0, result.output
+    assert f"appended to {db.resolve()}" in result.stdout
+    recs = rows(db, "SELECT trace_id, query, ground_truths FROM records")
+    new = [r for r in recs if r["trace_id"] not in before]
+    assert len(recs) == N + 2 and len(new) == 2
+    assert sorted(r["query"] for r in new) == sorted(q["question"] for q in QUESTIONS[:2])
+    n_scores = rows(db, "SELECT count(*) AS n FROM scores WHERE status='ok'")[0]["n"]
+    assert n_scores == len(SCORE_NAMES) * (N + 2)
+    assert _json("report", "--db", db)["records"] == N + 2
+
+
+def test_demo_sample_rate_zero_scores_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "none.db"
+    result = _run("demo", "--db", db, "--n", 3, "--sample-rate", 0)
+    assert result.exit_code == 0, result.output
+    assert rows(db, "SELECT count(*) AS n, sum(sampled) AS s FROM records")[0] == {"n": 3, "s": 0}
+    assert rows(db, "SELECT count(*) AS n FROM scores")[0]["n"] == 0
+    rep = _json("report", "--db", db)
+    assert rep["records"] == 3 and rep["sampled"] == 0 and rep["metrics"] == {}
+
+
+# -- report ----------------------------------------------------------------------------------
+def test_report_on_an_empty_database(tmp_path: Path) -> None:
+    db = tmp_path / "empty.db"
+    Store(db).close()
+    rep = _json("report", "--db", db)
+    assert (rep["records"], rep["sampled"], rep["scores"], rep["pending_jobs"]) == (0, 0, 0, 0)
+    assert rep["metrics"] == {} and rep["worst"] == {}
+    result = _run("report", "--db", db)
+    assert result.exit_code == 0
+    assert "0 records" in result.stdout and "No records yet." in result.stdout
+
+
+def test_report_since_filters_on_creation_times(demo_db: tuple[Path, str],
+                                                tmp_path: Path) -> None:
+    db = tmp_path / "aged.db"
+    shutil.copy(demo_db[0], db)
+    old = [r["record_id"] for r in rows(db, "SELECT record_id FROM records ORDER BY created_at")][:2]
+    three_hours_ago = time.time() - 3 * 3600
+    conn = sqlite3.connect(db)
+    with conn:
+        for rid in old:
+            conn.execute("UPDATE records SET created_at=? WHERE record_id=?",
+                         (three_hours_ago, rid))
+            conn.execute("UPDATE scores SET created_at=? WHERE record_id=?",
+                         (three_hours_ago, rid))
+    conn.close()
+    recent = _json("report", "--db", db, "--since", "1h")
+    assert recent["records"] == N - 2 and recent["sampled"] == N - 2
+    assert recent["scores"] == len(SCORE_NAMES) * (N - 2)
+    assert {m["count"] for m in recent["metrics"].values()} == {N - 2}
+    worst_ids = {w["record_id"] for ws in recent["worst"].values() for w in ws}
+    assert worst_ids and not worst_ids & set(old)
+    window = _json("report", "--db", db, "--since", "4h")
+    unfiltered = _json("report", "--db", db, "--since", "all")
+    assert unfiltered["since"] is None and window["since"] is not None
+    assert window["records"] == unfiltered["records"] == N
+    assert window["metrics"] == unfiltered["metrics"]
+    bad = _run("report", "--db", db, "--since", "yesterday")
+    assert bad.exit_code == 2 and "not a duration" in bad.output
+
+
+def test_report_human_table_fits_80_columns(demo_db: tuple[Path, str]) -> None:
+    result = _run("report", "--db", demo_db[0])
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[1].startswith(f"{N} records, {N} sampled")
+    assert max(len(line) for line in lines) <= 80
+    header = next(line for line in lines if line.startswith("score "))
+    # Aligned: every metric row has its count right under the "n" column.
+    col = header.index(" n ") + 1
+    for name in SCORE_NAMES:
+        row = next(line for line in lines if line.startswith(name + " "))
+        assert row[col] == str(N)[-1]
+
+
+def test_parse_since_and_percentile() -> None:
+    assert parse_since("all") is None
+    assert parse_since("30m", now=10_000.0) == 10_000.0 - 1800
+    assert parse_since("2d", now=1e6) == 1e6 - 2 * 86400
+    with pytest.raises(ValueError):
+        parse_since("1y")
+    values = sorted([0.3, 0.1, 0.9, 0.5, 0.7, 0.2, 1.0])
+    deciles = statistics.quantiles(values, n=10, method="inclusive")
+    assert percentile(values, 0.1) == pytest.approx(deciles[0])
+    assert percentile(values, 0.9) == pytest.approx(deciles[-1])
+    assert percentile([], 0.5) is None
+
+
+# -- show ------------------------------------------------------------------------------------
+def test_show_a_known_trace(demo_db: tuple[Path, str]) -> None:
+    db, _ = demo_db
+    rec = rows(db, "SELECT * FROM records ORDER BY created_at")[0]
+    scores = rows(db, "SELECT * FROM scores WHERE record_id=?", rec["record_id"])
+    for ident in (rec["trace_id"], rec["trace_id"][:12].upper(), rec["record_id"]):
+        result = _run("show", ident, "--db", db)
+        assert result.exit_code == 0, result.output
+        out = result.stdout
+        assert rec["record_id"] in out
+        assert rec["query"] in out and QUESTIONS[0]["reference"] in out
+        assert " ".join(rec["answer"].split())[:40] in " ".join(out.split())
+        for c in json.loads(rec["contexts"]):
+            assert f"id={c['id']}" in out
+        for s in scores:
+            assert re.search(rf"^  {s['name']}\s+{s['value']:.3f}\s+{s['label'] or '-'}\s",
+                             out, re.M), s["name"]
+    shown = _json("show", rec["trace_id"], "--db", db)["records"]
+    assert [r["record_id"] for r in shown] == [rec["record_id"]]
+    assert {s["name"]: s["value"] for s in shown[0]["scores"]} == {
+        s["name"]: s["value"] for s in scores}
+    assert shown[0]["ground_truths"] == [QUESTIONS[0]["reference"]]
+
+
+def test_show_unknown_and_ambiguous(demo_db: tuple[Path, str]) -> None:
+    db, _ = demo_db
+    result = _run("show", "f" * 32, "--db", db)
+    assert result.exit_code == 1
+    assert "no record" in result.output and "Traceback" not in result.output
+    assert _run("show", "not-a-trace", "--db", db).exit_code == 1
+    ids = [r["trace_id"] for r in rows(db, "SELECT trace_id FROM records")]
+    first = {i[0] for i in ids}
+    shared = next((c for c in first if sum(i.startswith(c) for i in ids) > 1), None)
+    if shared is not None:  # random ids: a shared first hex digit is likely, not certain
+        result = _run("show", shared, "--db", db)
+        assert result.exit_code == 1 and "several traces" in result.output
+
+
+# -- errors ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("command", [["report"], ["report", "--json"], ["show", "abc"]])
+def test_missing_or_bad_database_exits_2(tmp_path: Path, command: list[str]) -> None:
+    missing = tmp_path / "nope.db"
+    result = _run(*command, "--db", missing)
+    assert result.exit_code == 2
+    assert "database not found" in result.output and str(missing) in result.output
+    assert isinstance(result.exception, SystemExit)  # a message, not a traceback
+    assert not missing.exists()  # a report never creates a database
+    junk = tmp_path / "junk.db"
+    junk.write_text("not a database at all " * 100)
+    result = _run(*command, "--db", junk)
+    assert result.exit_code == 2 and "SQLite" in result.output
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE t(x)").connection.close()
+    result = _run(*command, "--db", other)
+    assert result.exit_code == 2 and "not a tracescore database" in result.output
+
+
+def test_the_installed_script_reports_a_missing_database(tmp_path: Path) -> None:
+    proc = subprocess.run([*_script(), "report", "--db", tmp_path / "x.db"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "database not found" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# -- help and docs ---------------------------------------------------------------------------
+def test_every_command_and_option_has_help_and_a_docs_section() -> None:
+    docs = DOCS.read_text(encoding="utf-8")
+    sections = dict(re.findall(r"^## tracescore (\S+)\n(.*?)(?=^## |\Z)", docs, re.M | re.S))
+    ctx = click.Context(main)
+    commands = main.list_commands(ctx)
+    assert set(commands) == set(sections)
+    for name in commands:
+        cmd = main.get_command(ctx, name)
+        assert cmd is not None and cmd.help and cmd.get_short_help_str()
+        result = _run(name, "--help")
+        assert result.exit_code == 0 and "Usage: " in result.stdout
+        for param in cmd.params:
+            if isinstance(param, click.Option):
+                assert param.help, f"{name} {param.opts}"
+                assert any(opt in sections[name] for opt in param.opts), (name, param.opts)
