@@ -91,16 +91,12 @@ class EmptyTracer(BaseTracer):
         pass
 
 
-class NullSink:
-    """Accepts every callback and does nothing: measures the replay loop itself."""
+class NullSink(BaseCallbackHandler):
+    """Implements on_chat_model_start as a no-op too (so no fallback): the floor of the replay
+    loop itself."""
 
-    def _nothing(self, *args: Any, **kwargs: Any) -> None:
+    def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
         return None
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("on_"):
-            return self._nothing
-        raise AttributeError(name)
 
 
 class Recorder(BaseCallbackHandler):

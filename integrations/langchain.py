@@ -92,8 +92,8 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         self._runs: dict[UUID, _Run] = {}
         self.evicted = 0
 
-    @property  # type: ignore[override]
-    def raise_error(self) -> bool:
+    @property
+    def raise_error(self) -> bool:  # type: ignore[override]
         return raise_internal_errors()
 
     # -- run map ----------------------------------------------------------------------------

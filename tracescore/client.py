@@ -263,7 +263,7 @@ class Tracescore:
 
     def _apply_ground_truth(self, store: Store, upd: GroundTruthUpdate) -> None:
         records = store.set_ground_truths(upd.trace_id, upd.ground_truths)
-        jobs = []
+        jobs: list[NewJob] = []
         for rec in records:
             decision = self.sampler.decide(rec, self._metric_names)
             jobs.extend(

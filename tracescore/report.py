@@ -333,13 +333,12 @@ def format_report(report: Report, width: int = WIDTH) -> str:
     """The human report: a summary line, a table per score name, the worst records."""
     window = "all time" if report.since is None else f"since {_when(report.since)}"
     errors = sum(m.errors for m in report.metrics)
-    out = [
-        f"tracescore report: {report.db} ({window})",
-        f"{report.records} records, {report.sampled} sampled{_share(report.sampled, report.records)}"
-        f", {report.scores} scores ({errors} errors), {report.pending_jobs} jobs pending, "
-        f"{report.dropped} records dropped",
-        "",
-    ]
+    summary = (
+        f"{report.records} records, {report.sampled} sampled"
+        f"{_share(report.sampled, report.records)}, {report.dropped} dropped; "
+        f"{report.scores} scores, {errors} errors; {report.pending_jobs} jobs pending"
+    )
+    out = [f"tracescore report on {report.db} ({window})", *textwrap.wrap(summary, width), ""]
     if not report.metrics:
         out.append("No scores yet." if report.records else "No records yet.")
         if report.pending_jobs:

@@ -101,7 +101,7 @@ class Store:
         db = self.db
         with self.transaction():
             if "meta" not in db.table_names():
-                db["meta"].create({"key": str, "value": str}, pk="key")
+                db.table("meta").create({"key": str, "value": str}, pk="key")
             row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is not None:
                 if int(row[0]) > SCHEMA_VERSION:
@@ -110,7 +110,7 @@ class Store:
                         f"understands ({SCHEMA_VERSION}); upgrade tracescore"
                     )
                 return
-            db["records"].create(
+            db.table("records").create(
                 {
                     "record_id": str, "trace_id": str, "span_id": str, "created_at": float,
                     "source": str, "query": str, "answer": str, "contexts": str,
@@ -122,9 +122,9 @@ class Store:
                 },
                 pk="record_id",
             )
-            db["records"].create_index(["created_at"])
-            db["records"].create_index(["trace_id"])
-            db["jobs"].create(
+            db.table("records").create_index(["created_at"])
+            db.table("records").create_index(["trace_id"])
+            db.table("jobs").create(
                 {
                     "job_id": int, "record_id": str, "metric": str, "metric_version": str,
                     "status": str, "attempts": int, "lease_owner": str, "lease_until": float,
@@ -134,9 +134,9 @@ class Store:
                 not_null={"record_id", "metric", "metric_version", "status"},
                 defaults={"attempts": 0},
             )
-            db["jobs"].create_index(["record_id", "metric", "metric_version"], unique=True)
-            db["jobs"].create_index(["status", "lease_until"])
-            db["scores"].create(
+            db.table("jobs").create_index(["record_id", "metric", "metric_version"], unique=True)
+            db.table("jobs").create_index(["status", "lease_until"])
+            db.table("scores").create(
                 {
                     "score_id": int, "job_id": int, "record_id": str, "trace_id": str,
                     "name": str, "metric": str, "metric_version": str, "value": float,
@@ -145,10 +145,10 @@ class Store:
                 },
                 pk="score_id",
             )
-            db["scores"].create_index(["record_id", "name"], unique=True)
-            db["scores"].create_index(["name", "created_at"])
-            db["scores"].create_index(["delivery"])
-            db["counters"].create({"name": str, "value": int}, pk="name")
+            db.table("scores").create_index(["record_id", "name"], unique=True)
+            db.table("scores").create_index(["name", "created_at"])
+            db.table("scores").create_index(["delivery"])
+            db.table("counters").create({"name": str, "value": int}, pk="name")
             self.conn.execute(
                 "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
@@ -294,16 +294,17 @@ class Store:
 
     def open_job_count(self, metrics: Sequence[str] | None = None) -> int:
         sql = "SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')"
-        if metrics is None:
-            return self.conn.execute(sql).fetchone()[0]
-        sql += " AND metric IN (" + ",".join("?" * len(metrics)) + ")"
-        return self.conn.execute(sql, tuple(metrics)).fetchone()[0]
+        args: tuple[str, ...] = ()
+        if metrics is not None:
+            sql += " AND metric IN (" + ",".join("?" * len(metrics)) + ")"
+            args = tuple(metrics)
+        return int(self.conn.execute(sql, args).fetchone()[0])
 
     def open_jobs_for(self, record_id: str) -> int:
-        return self.conn.execute(
+        return int(self.conn.execute(
             "SELECT count(*) FROM jobs WHERE record_id=? AND status IN ('pending','leased')",
             (record_id,),
-        ).fetchone()[0]
+        ).fetchone()[0])
 
     def load_records(self, record_ids: Iterable[str]) -> dict[str, RagRecord]:
         ids = list(dict.fromkeys(record_ids))

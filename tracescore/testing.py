@@ -33,12 +33,12 @@ def in_memory(db: str | Path, **kwargs: Any) -> tuple[Tracescore, InMemorySpanEx
 
 
 def rag_roots(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
-    return [s for s in exporter.get_finished_spans() if s.attributes.get(A.RAG_ROOT)]
+    return [s for s in exporter.get_finished_spans() if (s.attributes or {}).get(A.RAG_ROOT)]
 
 
 def carriers(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
     return [s for s in exporter.get_finished_spans()
-            if s.attributes.get(A.SPAN_KIND) == A.KIND_EVALUATOR]
+            if (s.attributes or {}).get(A.SPAN_KIND) == A.KIND_EVALUATOR]
 
 
 @contextmanager
