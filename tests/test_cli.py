@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from helpers import rows
 from tracescore.examples.langchain_rag import load_questions
 
+from tracescore import Metric, RagRecord, Score
 from tracescore.cli import main
 from tracescore.client import DEFAULT_METRICS
 from tracescore.report import parse_since, percentile
@@ -152,6 +153,54 @@ def test_report_on_an_empty_database(tmp_path: Path) -> None:
     result = _run("report", "--db", db)
     assert result.exit_code == 0
     assert "0 records" in result.stdout and "No records yet." in result.stdout
+
+
+class _AnswerLength(Metric):
+    """Lower is better; registered so the report can look its direction up."""
+
+    name = "test_cli_answer_length"
+    requires = frozenset({"answer"})
+    higher_is_better = False
+    threshold = None
+
+    def __call__(self, record: RagRecord) -> Score:
+        if "boom" in (record.query or ""):
+            raise RuntimeError("boom query")
+        return self.result(len(record.answer or ""))
+
+
+def test_report_counts_errors_skips_and_honours_direction(tmp_path: Path) -> None:
+    import tracescore
+    from tracescore.metrics import registry
+
+    registry.register(_AnswerLength)
+    db = tmp_path / "mixed.db"
+    ts = tracescore.init(db=db, metrics=["token_f1", _AnswerLength()])
+    answers = ["a", "a much longer answer here", "medium answer"]
+    for i, answer in enumerate(answers):
+        ts.log_record(query=f"q{i}", answer=answer, ground_truths=["an answer"] if i else [])
+    ts.log_record(query="boom", answer="x", ground_truths=["x"])
+    assert ts.flush(timeout=20)
+    ts.shutdown()
+
+    rep = _json("report", "--db", db)
+    f1, length = rep["metrics"]["token_f1"], rep["metrics"]["test_cli_answer_length"]
+    assert (f1["count"], f1["skipped"], f1["errors"]) == (3, 1, 0)  # q0 has no ground truth
+    assert (length["count"], length["skipped"], length["errors"]) == (3, 0, 1)
+    assert length["higher_is_better"] is False and length["fail_rate"] is None
+    # Lower is better, so the worst are the longest answers.
+    assert [w["value"] for w in rep["worst"]["test_cli_answer_length"]] == [
+        float(len(a)) for a in sorted(answers, key=len, reverse=True)]
+    assert rep["records"] == 4 and rep["scores"] == 3 + 4
+    human = _run("report", "--db", db).stdout
+    assert re.search(r"^test_cli_answer_length ↓\s+3\s.*\s1\s+0$", human, re.M), human
+    assert re.search(r"^token_f1\s+3\s.*\s0\s+1$", human, re.M), human
+    boom = rows(db, "SELECT trace_id FROM records WHERE query='boom'")[0]["trace_id"]
+    out = _run("show", boom, "--db", db).stdout
+    assert re.search(r"^  test_cli_answer_length\s+error\s", out, re.M)
+    assert "RuntimeError: boom query" in out
+    q0 = rows(db, "SELECT trace_id FROM records WHERE query='q0'")[0]["trace_id"]
+    assert "token_f1: skipped: record has no ground_truths" in _run("show", q0, "--db", db).stdout
 
 
 def test_report_since_filters_on_creation_times(demo_db: tuple[Path, str],

@@ -20,7 +20,7 @@ from .record import Context, RagRecord, TokenUsage  # noqa: E402
 from .score import Score  # noqa: E402
 
 __all__ = ["Context", "Metric", "RagRecord", "Score", "TokenUsage", "Tracescore", "init",
-           "available_metrics", "__version__"]
+           "available_metrics", "instrument", "__version__"]
 
 
 def init(**kwargs: Any) -> Tracescore:
@@ -32,6 +32,13 @@ def init(**kwargs: Any) -> Tracescore:
     from .client import Tracescore
 
     return Tracescore(**kwargs)
+
+
+def instrument(**kwargs: Any) -> Tracescore:
+    """``init(**kwargs)``, then instrument every supported framework that is installed."""
+    ts = init(**kwargs)
+    ts.instrument()
+    return ts
 
 
 def available_metrics() -> list[str]:

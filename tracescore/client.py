@@ -150,6 +150,30 @@ class Tracescore:
 
         uninstrument(self._langchain_handler)
 
+    def instrument_llama_index(self) -> None:
+        """Trace every LlamaIndex query, retrieval and LLM call (root instrumentation dispatcher)."""
+        from .integrations.llama_index import instrument
+
+        self._llama_index = instrument(self)
+
+    def uninstrument_llama_index(self) -> None:
+        if self._llama_index is not None:
+            from .integrations.llama_index import uninstrument
+
+            uninstrument(self._llama_index)
+            self._llama_index = None
+
+    def instrument(self) -> list[str]:
+        """Instrument every supported framework that is installed; returns their names."""
+        done = []
+        if _installed("langchain_core"):
+            self.instrument_langchain()
+            done.append("langchain")
+        if _installed("llama_index.core"):
+            self.instrument_llama_index()
+            done.append("llama_index")
+        return done
+
     # -- the hot path -------------------------------------------------------------------------
     def submit(self, record: RagRecord) -> Decision | None:
         """Sample, register the span hold, enqueue. Never blocks or raises (app thread).
@@ -308,6 +332,7 @@ class Tracescore:
             self._closed = True
         if self._langchain_handler is not None:
             self.uninstrument_langchain()
+        self.uninstrument_llama_index()
         self.queue.shutdown(timeout)
         self.worker.stop(timeout)
         if self.attacher is not None:
@@ -335,6 +360,15 @@ class Tracescore:
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # the parent package is missing
+        return False
 
 
 def _check_db_path(db: str | os.PathLike[str]) -> str:
