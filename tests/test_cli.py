@@ -88,7 +88,7 @@ def test_demo_stores_records_ground_truths_and_scores(demo_db: tuple[Path, str])
         by_record.setdefault(s["record_id"], set()).add(s["name"])
     assert by_record == {r["record_id"]: SCORE_NAMES for r in recs}
     # The printed report is the database's: the summary line and one row per score name.
-    assert f"{N} records, {N} sampled (100%), 0 dropped; {len(got)} scores, 0 errors" in out
+    assert f"{N} records, {N} sampled (100%), 0 dropped; {len(got)} scores, 0 errors;" in out
     for name in SCORE_NAMES:
         assert re.search(rf"^{name}\s+{N}\s", out, re.M), name
 
@@ -316,6 +316,16 @@ def test_missing_or_bad_database_exits_2(tmp_path: Path, command: list[str]) -> 
     sqlite3.connect(other).execute("CREATE TABLE t(x)").connection.close()
     result = _run(*command, "--db", other)
     assert result.exit_code == 2 and "not a tracescore database" in result.output
+
+
+def test_demo_on_a_bad_database_path_exits_2(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_text("not a database at all " * 100)
+    for db in (junk, tmp_path / "no-such-folder" / "x.db"):
+        result = _run("demo", "--db", db, "--n", 1)
+        assert result.exit_code == 2, result.output
+        assert str(db) in result.output and isinstance(result.exception, SystemExit)
+        assert "Asking" not in result.output  # no progress bar for a run that cannot start
 
 
 def test_the_installed_script_reports_a_missing_database(tmp_path: Path) -> None:

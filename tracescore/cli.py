@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -18,6 +19,8 @@ from . import __version__
 from .demo import DEFAULT_DB as DEMO_DB
 
 DEFAULT_DB = "tracescore.db"
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class DatabaseProblem(click.ClickException):
@@ -39,7 +42,8 @@ def _open(db: Path) -> Any:
         raise DatabaseProblem(f"{exc}{hint}") from None
 
 
-def _db_option(default: str, help_text: str, envvar: str | None = "TRACESCORE_DB") -> Any:
+def _db_option(default: str, help_text: str,
+               envvar: str | None = "TRACESCORE_DB") -> Callable[[F], F]:
     return click.option(
         "--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=default,
         envvar=envvar, show_default=True, show_envvar=envvar is not None, help=help_text,
@@ -81,16 +85,17 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int) -> None:
     attaches the reference answer as ground truth, scores it with the default local metrics
     and stores everything in the database. Fully offline; takes a few seconds.
     """
-    from .demo import question_count, run_demo
+    from .demo import DemoSetupError, run_demo
     from .report import build_report, format_report
 
-    total = n or question_count()
+    def progress(items: Iterator[Any], count: int) -> Any:
+        return click.progressbar(items, length=count, label=f"Asking {count} questions",
+                                 file=sys.stderr, show_pos=True)
+
     db_existed = db.exists()
     try:
-        with click.progressbar(length=total, label=f"Asking {total} questions",
-                               file=sys.stderr, show_pos=True) as bar:
-            result = run_demo(db, total, sample_rate, on_progress=bar.update)
-    except ValueError as exc:  # a path tracescore.init cannot write, for instance
+        result = run_demo(db, n, sample_rate, progress=progress)
+    except DemoSetupError as exc:
         raise DatabaseProblem(str(exc)) from None
     where = Path(result.db).resolve()
     click.echo(

@@ -8,15 +8,27 @@ report afterwards. Blocks the calling thread for the whole run (a second or two)
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["DEFAULT_DB", "DemoResult", "question_count", "run_demo"]
+__all__ = ["DEFAULT_DB", "DemoResult", "DemoSetupError", "run_demo"]
 
 DEFAULT_DB = "tracescore-demo.db"
+
+Question = dict[str, Any]
+#: Wraps the questions about to be asked (and their count), e.g. in a progress bar.
+Progress = Callable[[Iterator[Question], int], AbstractContextManager[Iterator[Question]]]
+
+
+class DemoSetupError(Exception):
+    """tracescore could not start on the given database (bad path, not a tracescore db...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,23 +41,18 @@ class DemoResult:
     complete: bool  # False if flush timed out with work left
 
 
-def question_count() -> int:
-    from .examples.langchain_rag import load_questions
-
-    return len(load_questions())
-
-
 def run_demo(
     db: str | Path = DEFAULT_DB,
     n: int | None = None,
     sample_rate: float = 1.0,
     *,
-    on_progress: Callable[[int], None] | None = None,
+    progress: Progress | None = None,
     timeout: float = 60.0,
 ) -> DemoResult:
     """Ask ``n`` bundled questions (all by default, cycling when ``n`` is larger).
 
-    Appends to ``db`` if it exists. ``on_progress(1)`` is called after each question.
+    Appends to ``db`` if it exists. ``progress`` wraps the question iterator once tracescore
+    has started (so a progress bar never shows for a run that cannot start).
     """
     import tracescore
     from tracescore.client import DEFAULT_METRICS
@@ -55,25 +62,20 @@ def run_demo(
     count = len(questions) if n is None else n
     if count < 1:
         raise ValueError(f"n must be at least 1, got {n}")
-    ts = tracescore.init(db=db, metrics=list(DEFAULT_METRICS), sample_rate=sample_rate)
+    try:
+        ts = tracescore.init(db=db, metrics=list(DEFAULT_METRICS), sample_rate=sample_rate)
+    except (ValueError, TypeError, RuntimeError, sqlite3.Error) as exc:
+        raise DemoSetupError(str(exc)) from exc
     trace_ids: list[str] = []
     t0 = time.perf_counter()
     try:
         chain = build_chain()
         handler = ts.langchain_handler()
-        for q in itertools.islice(itertools.cycle(questions), count):
-            # The chain runs inside a span of ours, as an app's request span would be: the
-            # LangChain root span joins its trace, so we know the record's trace id up front and
-            # can send the reference answer as feedback for it, as a real app would later.
-            with ts.tracer.start_as_current_span("demo.question") as span:
-                trace_id = format(span.get_span_context().trace_id, "032x")
-                chain.invoke(q["question"], config={
-                    "callbacks": [handler], "metadata": {"demo.question_id": q["id"]},
-                })
-            ts.add_ground_truth(trace_id, [q["reference"]])
-            trace_ids.append(trace_id)
-            if on_progress is not None:
-                on_progress(1)
+        todo = itertools.islice(itertools.cycle(questions), count)
+        wrapped = progress(todo, count) if progress else contextlib.nullcontext(todo)
+        with wrapped as items:
+            for q in items:
+                _ask(ts, chain, handler, q, trace_ids)
         t1 = time.perf_counter()
         complete = ts.flush(timeout=timeout)
     finally:
@@ -83,3 +85,16 @@ def run_demo(
         db=ts.db_path, questions=count, trace_ids=tuple(trace_ids), run_seconds=t1 - t0,
         score_seconds=t2 - t1, complete=complete,
     )
+
+
+def _ask(ts: Any, chain: Any, handler: Any, q: Question, trace_ids: list[str]) -> None:
+    # The chain runs inside a span of ours, as it would inside an app's request span: the
+    # LangChain root span joins that trace, so we know the record's trace id up front and can
+    # send the reference answer as feedback for it, as a real app would later.
+    with ts.tracer.start_as_current_span("demo.question") as span:
+        trace_id = format(span.get_span_context().trace_id, "032x")
+        chain.invoke(q["question"], config={
+            "callbacks": [handler], "metadata": {"demo.question_id": q["id"]},
+        })
+    ts.add_ground_truth(trace_id, [q["reference"]])
+    trace_ids.append(trace_id)

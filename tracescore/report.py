@@ -325,6 +325,10 @@ def _when(ts: float | None) -> str:
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _share(part: int, whole: int) -> str:
     return f" ({100 * part / whole:.0f}%)" if whole else ""
 
@@ -334,9 +338,10 @@ def format_report(report: Report, width: int = WIDTH) -> str:
     window = "all time" if report.since is None else f"since {_when(report.since)}"
     errors = sum(m.errors for m in report.metrics)
     summary = (
-        f"{report.records} records, {report.sampled} sampled"
+        f"{_n(report.records, 'record')}, {report.sampled} sampled"
         f"{_share(report.sampled, report.records)}, {report.dropped} dropped; "
-        f"{report.scores} scores, {errors} errors; {report.pending_jobs} jobs pending"
+        f"{_n(report.scores, 'score')}, {_n(errors, 'error')}; "
+        f"{_n(report.pending_jobs, 'job')} pending"
     )
     out = [f"tracescore report on {report.db} ({window})", *textwrap.wrap(summary, width), ""]
     if not report.metrics:
