@@ -192,6 +192,7 @@ class Variant:
     captured: list[Any] | None = None
     samples: list[float] = field(default_factory=list)  # µs per invoke
     block_medians: list[float] = field(default_factory=list)
+    block_cpu: list[float] = field(default_factory=list)  # µs of this thread's CPU per invoke
     invokes: int = 0
     flush_failures: int = 0
 
@@ -336,12 +337,14 @@ def run_replay(variants: list[Variant], recs: list[list[Event]], rounds: int, pe
             gc.collect()
             block = []
             h = v.handler
+            c0 = time.thread_time_ns()
             with guard.window():
                 for i in range(per_round):
                     ev = recs[(start + i) % n]
                     t0 = perf()
                     replay(h, ev, maps[i])
                     block.append((perf() - t0) / 1000)
+            v.block_cpu.append((time.thread_time_ns() - c0) / 1000 / per_round)
             v.invokes += per_round
             v.samples.extend(block)
             v.block_medians.append(median(block))
@@ -349,36 +352,40 @@ def run_replay(variants: list[Variant], recs: list[list[Event]], rounds: int, pe
 
 
 # -- 3. micro-benchmarks --------------------------------------------------------------------------
-def timeit_us(fn: Callable[[int], Any], batches: int, batch: int) -> float:
-    """Median over ``batches`` of the mean µs per call of ``fn(i)`` in a batch of ``batch``."""
-    perf = time.perf_counter_ns
-    res = []
+def timeit_us(fn: Callable[[int], Any], batches: int, batch: int) -> tuple[float, float]:
+    """(wall, CPU of this thread): medians over ``batches`` of the mean µs per call of
+    ``fn(i)`` in a batch of ``batch``. The thread's CPU time leaves out time spent waiting for
+    the GIL while a background thread runs."""
+    perf, cpu = time.perf_counter_ns, time.thread_time_ns
+    wall_res, cpu_res = [], []
     k = 0
     for _ in range(batches):
+        c0 = cpu()
         t0 = perf()
         for _ in range(batch):
             fn(k)
             k += 1
-        res.append((perf() - t0) / 1000 / batch)
-    return median(res)
+        wall_res.append((perf() - t0) / 1000 / batch)
+        cpu_res.append((cpu() - c0) / 1000 / batch)
+    return median(wall_res), median(cpu_res)
 
 
 def run_micro(ts: Any, ts_noexp: Any, records: list[Any], batches: int, batch: int
-              ) -> list[tuple[str, float, str]]:
+              ) -> list[tuple[str, float, float, str]]:
     from tracescore.integrations._ids import new_span_id, new_trace_id
 
     total = batches * batch + 10
     base = [records[i % len(records)] for i in range(total)]
     fresh = [r.replace(trace_id=new_trace_id(), span_id=new_span_id()) for r in base]
     names = tuple(getattr(ts, "_metric_names", ()))
-    rows: list[tuple[str, float, str]] = []
+    rows: list[tuple[str, float, float, str]] = []
 
     def add(label: str, fn: Callable[[int], Any], note: str = "") -> None:
         try:
             gc.collect()
-            rows.append((label, timeit_us(fn, batches, batch), note))
+            rows.append((label, *timeit_us(fn, batches, batch), note))
         except Exception as exc:
-            rows.append((label, float("nan"), f"failed: {exc!r}"[:120]))
+            rows.append((label, float("nan"), float("nan"), f"failed: {exc!r}"[:120]))
 
     from tracescore.sampling import trace_fraction
 
@@ -607,10 +614,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     rrows = []
     for v in rvars:
         paired = [x - y for x, y in zip(v.block_medians, base.block_medians)]
+        paired_cpu = [x - y for x, y in zip(v.block_cpu, base.block_cpu)]
         rep[v.key] = {"median_us": median(v.samples), "added_us": median(paired),
+                      "added_cpu_us": median(paired_cpu),
                       "p99_us": pct(v.samples, 99), "max_us": max(v.samples)}
         rrows.append([v.label, rep[v.key]["median_us"], rep[v.key]["added_us"],
-                      rep[v.key]["p99_us"], rep[v.key]["max_us"]])
+                      rep[v.key]["added_cpu_us"], rep[v.key]["p99_us"], rep[v.key]["max_us"]])
     results["replay"] = rep
     ra = {k: rep[k]["added_us"] for k in rep}
     rratios = {
@@ -622,8 +631,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     n_events = sum(len(e) for e in recs) / len(recs)
     print(f"\n## 2. Handler only: µs per invoke's callbacks, replayed on one thread "
           f"({n_events:.0f} callbacks/invoke, {rep_s:.0f} s)\n")
-    print(md_table(["handler", "median µs", "added over replay loop µs", "p99 µs", "max µs"],
-                   rrows))
+    print(md_table(["handler", "median µs", "added µs (wall)", "added µs (thread CPU)",
+                    "p99 µs", "max µs"], rrows))
     print()
     print(md_table(["ratio of added µs (replay)", "value"], [[k, v] for k, v in rratios.items()]))
     split = {
@@ -645,17 +654,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         records = list(captured)
     micro = run_micro(by_key["ts1"].ts, by_key["ts1_noexp"].ts, records,
                       batches=5 if args.quick else 30, batch=50 if args.quick else 200)
-    results["micro"] = [{"what": w, "us": us, "note": note} for w, us, note in micro]
-    print("\n## 3. Micro: µs per call of the hot-path pieces\n")
-    print(md_table(["call", "µs", "note"], micro))
+    results["micro"] = [{"what": w, "wall_us": us, "cpu_us": c, "note": note}
+                        for w, us, c, note in micro]
+    print("\n## 3. Micro: µs per call of the hot-path pieces (wall, and CPU of the calling "
+          "thread: the difference is time spent waiting for the GIL while background threads "
+          "write and score)\n")
+    print(md_table(["call", "wall µs", "CPU µs", "note"], micro))
 
     # verdict
-    target_ok = a["ts1"] < a["tracer"]
+    target_ok = a["ts1"] < 0.95 * a["tracer"]
+    tie = not target_ok and a["ts1"] <= 1.05 * a["tracer"]
     ideal_ok = a["noop"] > 0 and a["ts1"] <= 1.5 * a["noop"]
     no_wait = (not guard.violations and all(i["dropped"] == 0 for i in integrity.values())
                and all(i["written"] == i["invokes"] == i["db_records"]
                        and i["flush_failures"] == 0 for i in integrity.values()))
-    results["verdict"] = {"beats_empty_tracer": target_ok, "within_1_5x_noop": ideal_ok,
+    results["verdict"] = {"beats_empty_tracer": target_ok, "tie_with_empty_tracer": tie,
+                          "within_1_5x_noop": ideal_ok,
                           "app_thread_never_waits": no_wait}
     print("\n## Verdict\n")
     print(f"- tracescore@1.0 adds {a['ts1']:.0f} µs end-to-end vs {a['tracer']:.0f} µs for the "
@@ -663,7 +677,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"handler ({ratios['ts1/noop']:.2f}×); handler-only replay: {ra['ts1']:.0f} vs "
           f"{ra['tracer']:.0f} vs {ra['noop']:.0f} µs ({rratios['ts1/tracer']:.2f}× tracer, "
           f"{rratios['ts1/noop']:.2f}× no-op).")
-    print(f"- target 'adds less than the empty BaseTracer': {'MET' if target_ok else 'MISSED'}; "
+    verdict = "MET" if target_ok else ("TIE (within ±5%)" if tie else "MISSED")
+    print(f"- target 'adds less than the empty BaseTracer': {verdict}; "
           f"'within 1.5× of the no-op handler': {'MET' if ideal_ok else 'MISSED'}.")
     print(f"- app thread never waits on SQLite or scoring: {'YES' if no_wait else 'NO'} "
           f"(guard violations {sum(guard.violations.values())}, drops "

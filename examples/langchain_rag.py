@@ -99,8 +99,8 @@ def load_corpus() -> list[Document]:
 def load_questions() -> list[dict[str, Any]]:
     """Evaluation questions: dicts with "id", "question", "reference" and
     "doc_id" (the id of the corpus document that answers it, or None for the
-    questions the corpus cannot answer, whose reference is
-    "insufficient information")."""
+    questions the corpus cannot answer, whose reference is the refusal
+    `REFUSAL`: refusing is the right answer there)."""
     return [dict(row) for row in _read_json("questions.json")]
 
 

@@ -90,7 +90,7 @@ def test_demo_stores_records_ground_truths_and_scores(demo_db: tuple[Path, str])
     # The printed report is the database's: the summary line and one row per score name.
     assert f"{N} records, {N} sampled (100%), 0 dropped; {len(got)} scores, 0 errors;" in out
     for name in SCORE_NAMES:
-        assert re.search(rf"^{name}\s+{N}\s", out, re.M), name
+        assert re.search(rf"^{name}(?: [·↓])?\s+{N}\s", out, re.M), name
 
 
 def test_report_json_matches_the_database(demo_db: tuple[Path, str]) -> None:
@@ -113,8 +113,12 @@ def test_report_json_matches_the_database(demo_db: tuple[Path, str]) -> None:
         else:
             assert m["fail_rate"] == pytest.approx(labels.count("fail") / N)
         assert m["errors"] == 0 and m["skipped"] == 0
-        assert [w["value"] for w in rep["worst"][name]] == values[:2]
+        if m["higher_is_better"] is None:  # no direction: no "worst" list
+            assert name not in rep["worst"] or rep["worst"][name] == []
+        else:
+            assert [w["value"] for w in rep["worst"][name]] == values[:2]
     assert rep["metrics"]["rgb_rejection"]["fail_rate"] is None
+    assert rep["metrics"]["rgb_rejection"]["higher_is_better"] is None
 
 
 def test_second_demo_run_appends(demo_db: tuple[Path, str], tmp_path: Path) -> None:
@@ -171,9 +175,8 @@ class _AnswerLength(Metric):
 
 def test_report_counts_errors_skips_and_honours_direction(tmp_path: Path) -> None:
     import tracescore
-    from tracescore.metrics import registry
 
-    registry.register(_AnswerLength)
+    # Not registered in this process: the report learns its direction from the database.
     db = tmp_path / "mixed.db"
     ts = tracescore.init(db=db, metrics=["token_f1", _AnswerLength()])
     answers = ["a", "a much longer answer here", "medium answer"]

@@ -11,7 +11,7 @@ pytest.importorskip("langchain_core")
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, AIMessageChunk
 
-from examples.langchain_rag import (
+from tracescore.examples.langchain_rag import (
     MODEL_NAME,
     PROMPT,
     REFUSAL,
@@ -70,7 +70,7 @@ def test_questions_shape():
     for q in QUESTIONS:
         assert q["question"] and q["reference"]
         if q["doc_id"] is None:
-            assert q["reference"] == "insufficient information"
+            assert q["reference"] == REFUSAL  # the right answer is to refuse
         else:
             assert q["doc_id"] in ids
 

@@ -76,7 +76,11 @@ class Tracescore:
             raise TypeError("redact must be a callable str -> str")
         self.db_path = _check_db_path(db)
         try:
-            Store(self.db_path).close()  # creates the schema now, so a bad file fails here
+            store = Store(self.db_path)  # creates the schema now, so a bad file fails here
+            try:
+                store.register_metrics(self.metrics)
+            finally:
+                store.close()
         except sqlite3.Error as exc:
             raise ValueError(f"cannot open the tracescore database {self.db_path!r}: {exc}") \
                 from exc

@@ -170,8 +170,20 @@ def percentile(sorted_values: Sequence[float], q: float) -> float | None:
 class _MetricInfo:
     """Direction and score names of metrics, from the registry when it knows them."""
 
-    def __init__(self) -> None:
+    def __init__(self, conn: sqlite3.Connection | None = None) -> None:
         self._cache: dict[str, Any] = {}
+        # What the writing process declared beats what this process's registry knows.
+        self._declared: dict[str, tuple[bool | None, tuple[str, ...]]] = {}
+        if conn is not None:
+            try:
+                for metric, hib, names in conn.execute(
+                    "SELECT metric, higher_is_better, score_names FROM metrics"
+                ):
+                    self._declared[metric] = (
+                        None if hib is None else bool(hib), tuple(json.loads(names or "[]"))
+                    )
+            except sqlite3.Error:  # a database written before the metrics table existed
+                pass
 
     def _get(self, metric: str) -> Any:
         if metric not in self._cache:
@@ -184,6 +196,8 @@ class _MetricInfo:
         return self._cache[metric]
 
     def higher_is_better(self, metric: str) -> bool | None:
+        if metric in self._declared:
+            return self._declared[metric][0]
         m = self._get(metric)
         if m is None:
             return True
@@ -191,6 +205,8 @@ class _MetricInfo:
         return None if value is None else bool(value)
 
     def names(self, metric: str) -> tuple[str, ...]:
+        if self._declared.get(metric, (None, ()))[1]:
+            return self._declared[metric][1]
         m = self._get(metric)
         try:
             return tuple(m.names()) if m is not None else (metric,)
@@ -232,7 +248,7 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None, worst:
         (cutoff, cutoff),
     ):
         skipped_by_metric[r["metric"]] = r["n"]
-    info = _MetricInfo()
+    info = _MetricInfo(conn)
     for metric in skipped_by_metric:
         if metric not in name_metric.values():
             for name in info.names(metric):

@@ -149,6 +149,14 @@ class Store:
             db.table("scores").create_index(["name", "created_at"])
             db.table("scores").create_index(["delivery"])
             db.table("counters").create({"name": str, "value": int}, pk="name")
+            # What each configured metric declares, so readers in other processes (the CLI)
+            # know a custom metric's direction and threshold.
+            db.table("metrics").create(
+                {"metric": str, "version": str, "kind": str, "score_names": str,
+                 "higher_is_better": int, "threshold": float, "description": str,
+                 "updated_at": float},
+                pk="metric",
+            )
             self.conn.execute(
                 "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
@@ -158,6 +166,18 @@ class Store:
 
     def close(self) -> None:
         self.conn.close()
+
+    def register_metrics(self, metrics: Sequence[Any]) -> None:
+        """Record what the configured metrics declare (direction, threshold, score names)."""
+        now = time.time()
+        with self.transaction():
+            self.conn.executemany(
+                "INSERT OR REPLACE INTO metrics(metric, version, kind, score_names, "
+                "higher_is_better, threshold, description, updated_at) VALUES (?,?,?,?,?,?,?,?)",
+                [(m.name, m.version, m.kind, dumps(list(m.names())),
+                  None if m.higher_is_better is None else int(m.higher_is_better),
+                  m.threshold, m.description, now) for m in metrics],
+            )
 
     # -- writer side ------------------------------------------------------------------------
     def write_batch(

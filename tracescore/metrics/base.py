@@ -33,7 +33,8 @@ class Metric:
         ``ground_truths``); a record lacking one is skipped with a reason, not scored 0.
       kind: ``"local"`` (pure computation) or ``"judge"`` (calls an LLM judge).
       score_names: the names of the scores it emits (default: ``(name,)``).
-      higher_is_better: direction used for pass/fail labels and "worst records" in reports.
+      higher_is_better: direction used for pass/fail labels and "worst records" in reports;
+        None for a metric with no better direction (e.g. "did the app refuse?").
       description: one line for ``--help``, docs and the report.
     """
 
@@ -41,7 +42,7 @@ class Metric:
     version: ClassVar[str] = "1"
     requires: ClassVar[frozenset[str]] = frozenset()
     kind: ClassVar[Kind] = "local"
-    higher_is_better: ClassVar[bool] = True
+    higher_is_better: ClassVar[bool | None] = True
     description: ClassVar[str] = ""
     score_names: ClassVar[tuple[str, ...]] = ()
 
@@ -63,7 +64,7 @@ class Metric:
         return Score(
             name=name or self.name,
             value=float(value),
-            label=label_for(float(value), self.threshold, self.higher_is_better),
+            label=label_for(float(value), self.threshold, self.higher_is_better is not False),
             explanation=explanation,
             metric=self.name,
             metric_version=self.version,

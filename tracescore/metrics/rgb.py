@@ -226,6 +226,7 @@ class RgbRejection(Metric):
     """
 
     name = "rgb_rejection"
+    higher_is_better = None  # whether refusing/flagging is right depends on the contexts
     version = "1"
     requires = frozenset({ANSWER})
     kind = "local"
@@ -258,6 +259,7 @@ class RgbErrorDetection(Metric):
     """
 
     name = "rgb_error_detection"
+    higher_is_better = None  # whether refusing/flagging is right depends on the contexts
     version = "1"
     requires = frozenset({ANSWER})
     kind = "local"
