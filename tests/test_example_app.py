@@ -10,7 +10,6 @@ pytest.importorskip("langchain_core")
 
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessage, AIMessageChunk
-
 from tracescore.examples.langchain_rag import (
     MODEL_NAME,
     PROMPT,
