@@ -102,6 +102,7 @@ class Store:
         with self.transaction():
             if "meta" not in db.table_names():
                 db.table("meta").create({"key": str, "value": str}, pk="key")
+            self._ensure_judge_tables()
             row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is not None:
                 if int(row[0]) > SCHEMA_VERSION:
@@ -160,6 +161,59 @@ class Store:
             self.conn.execute(
                 "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
+
+    def _ensure_judge_tables(self) -> None:
+        # (executescript would commit the surrounding transaction: one statement at a time)
+        for stmt in """
+            CREATE TABLE IF NOT EXISTS judge_cache (
+                key TEXT PRIMARY KEY, step TEXT, model TEXT, prompt_version TEXT,
+                value TEXT, input_tokens INTEGER, output_tokens INTEGER, created_at REAL);
+            CREATE TABLE IF NOT EXISTS judge_calls (
+                call_id INTEGER PRIMARY KEY, record_id TEXT, step TEXT, model TEXT,
+                input_tokens INTEGER, output_tokens INTEGER, latency_ms REAL, cost_usd REAL,
+                error TEXT, created_at REAL);
+            CREATE INDEX IF NOT EXISTS idx_judge_calls_created_at ON judge_calls(created_at);
+            CREATE TABLE IF NOT EXISTS judge_health (
+                model TEXT PRIMARY KEY, agreement REAL, cases INTEGER, degenerate INTEGER,
+                detail TEXT, checked_at REAL)
+            """.split(";"):
+            self.conn.execute(stmt)
+
+    # -- judge -------------------------------------------------------------------------------
+    def judge_cache_get(self, key: str) -> Any:
+        row = self.conn.execute("SELECT value FROM judge_cache WHERE key=?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def judge_cache_put(self, key: str, step: str, model: str, version: str, value: Any,
+                        input_tokens: int, output_tokens: int) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO judge_cache VALUES (?,?,?,?,?,?,?,?)",
+            (key, step, model, version, dumps(value), input_tokens, output_tokens, time.time()),
+        )
+
+    def judge_call_log(self, *, record_id: str | None, step: str, model: str,
+                       input_tokens: int, output_tokens: int, latency_ms: float,
+                       cost_usd: float | None, error: str | None) -> None:
+        self.conn.execute(
+            "INSERT INTO judge_calls(record_id, step, model, input_tokens, output_tokens, "
+            "latency_ms, cost_usd, error, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+            (record_id, step, model, input_tokens, output_tokens, latency_ms, cost_usd, error,
+             time.time()),
+        )
+
+    def judge_cost_today(self) -> float:
+        day = time.time() - time.time() % 86400
+        row = self.conn.execute(
+            "SELECT coalesce(sum(cost_usd), 0) FROM judge_calls WHERE created_at >= ?", (day,)
+        ).fetchone()
+        return float(row[0])
+
+    def set_judge_health(self, model: str, agreement: float, cases: int, degenerate: bool,
+                         detail: Any) -> None:
+        self.conn.execute(
+            "INSERT OR REPLACE INTO judge_health VALUES (?,?,?,?,?,?)",
+            (model, agreement, cases, int(degenerate), dumps(detail), time.time()),
+        )
 
     def transaction(self) -> _Tx:
         return _Tx(self.conn)

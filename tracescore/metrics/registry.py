@@ -62,4 +62,4 @@ def _load_builtins() -> None:
     if _loaded:
         return
     _loaded = True
-    from . import local  # noqa: F401  (registers the built-in local metrics)
+    from . import judged, local  # noqa: F401  (registers the built-in metrics)

@@ -1,0 +1,234 @@
+"""Timeouts, retries with backoff and jitter, JSON validation with one repair attempt, and a
+circuit breaker, around any judge backend.
+
+Retry policy: :class:`TransientJudgeError` (429, 5xx, timeouts, connection errors) is retried
+up to ``max_retries`` times with exponential backoff and full jitter; a server's
+``Retry-After`` wins when it is longer. Invalid or schema-violating JSON gets one repair call
+(the model is shown its output and the error); a second failure is final. After
+``failure_threshold`` consecutive transient failures the breaker opens: calls fail fast with
+:class:`RetryLater` for ``cooldown_s`` (the scoring worker puts the job back to wait), then one
+probe call is let through (half-open); success closes the breaker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .base import (
+    InvalidJudgeOutput,
+    Judge,
+    JudgeError,
+    JudgeReply,
+    Message,
+    RetryLater,
+    TransientJudgeError,
+)
+
+Validator = Callable[[Any], Any]  # returns the cleaned value or raises ValueError(reason)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_retries: int = 4
+    base_delay_s: float = 0.5
+    max_delay_s: float = 30.0
+    timeout_s: float = 60.0
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        backoff = random.uniform(0, min(self.max_delay_s, self.base_delay_s * 2**attempt))
+        if retry_after is not None:
+            return min(max(retry_after, backoff), self.max_delay_s * 4)
+        return backoff
+
+
+class CircuitBreaker:
+    """closed → (N consecutive failures) → open → (cooldown) → half-open → closed/open.
+
+    Thread-safe; the state is exported as a metric (0 closed, 1 half-open, 2 open).
+    """
+
+    CLOSED, HALF_OPEN, OPEN = 0, 1, 2
+
+    def __init__(self, failure_threshold: int = 5, cooldown_s: float = 30.0) -> None:
+        self.failure_threshold = failure_threshold
+        self.cooldown_s = cooldown_s
+        self._failures = 0
+        self._opened_at: float | None = None
+        self._probing = False
+        self._lock = threading.Lock()
+        self.opened = 0  # how many times it opened
+
+    @property
+    def state(self) -> int:
+        with self._lock:
+            return self._state_locked(time.monotonic())
+
+    def _state_locked(self, now: float) -> int:
+        if self._opened_at is None:
+            return self.CLOSED
+        if now - self._opened_at >= self.cooldown_s:
+            return self.HALF_OPEN
+        return self.OPEN
+
+    def before_call(self) -> None:
+        """Raise :class:`RetryLater` when calls must not go out now."""
+        with self._lock:
+            now = time.monotonic()
+            state = self._state_locked(now)
+            if state == self.CLOSED:
+                return
+            if state == self.HALF_OPEN and not self._probing:
+                self._probing = True  # let exactly one probe through
+                return
+            assert self._opened_at is not None
+            wait = max(0.05, self.cooldown_s - (now - self._opened_at))
+        raise RetryLater("judge circuit breaker is open (judge failing); waiting", wait)
+
+    def success(self) -> None:
+        with self._lock:
+            self._failures = 0
+            self._opened_at = None
+            self._probing = False
+
+    def failure(self) -> None:
+        with self._lock:
+            self._failures += 1
+            if self._probing or self._failures >= self.failure_threshold:
+                if self._opened_at is None or self._probing:
+                    self.opened += 1
+                self._opened_at = time.monotonic()
+                self._probing = False
+
+
+class ResilientJudge:
+    """Wraps a backend: the only way tracescore talks to a judge."""
+
+    def __init__(
+        self,
+        backend: Judge,
+        *,
+        policy: RetryPolicy | None = None,
+        breaker: CircuitBreaker | None = None,
+        on_call: Callable[[JudgeReply | None, BaseException | None], None] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.model = backend.model
+        self.policy = policy or RetryPolicy()
+        self.breaker = breaker or CircuitBreaker()
+        self.on_call = on_call
+        self.calls = 0
+        self.failures = 0
+
+    async def _once(self, messages: Sequence[Message], **kw: Any) -> JudgeReply:
+        self.breaker.before_call()
+        self.calls += 1
+        try:
+            reply = await asyncio.wait_for(
+                self.backend.complete(messages, timeout_s=self.policy.timeout_s, **kw),
+                self.policy.timeout_s,
+            )
+        except asyncio.TimeoutError as exc:
+            self.failures += 1
+            self.breaker.failure()
+            self._notify(None, exc)
+            raise TransientJudgeError(f"judge call timed out after {self.policy.timeout_s:g}s") \
+                from exc
+        except TransientJudgeError as exc:
+            self.failures += 1
+            self.breaker.failure()
+            self._notify(None, exc)
+            raise
+        except JudgeError as exc:
+            self.failures += 1
+            self.breaker.success()  # the judge answered; the request was bad
+            self._notify(None, exc)
+            raise
+        self.breaker.success()
+        self._notify(reply, None)
+        return reply
+
+    def _notify(self, reply: JudgeReply | None, exc: BaseException | None) -> None:
+        if self.on_call is not None:
+            try:
+                self.on_call(reply, exc)
+            except Exception:  # accounting must never fail a judge call
+                pass
+
+    async def call(self, messages: Sequence[Message], **kw: Any) -> JudgeReply:
+        """One logical call with retries on transient failures."""
+        attempt = 0
+        while True:
+            try:
+                return await self._once(messages, **kw)
+            except TransientJudgeError as exc:
+                if attempt >= self.policy.max_retries:
+                    raise JudgeError(f"judge failed after {attempt + 1} tries: {exc}") from exc
+                await asyncio.sleep(self.policy.delay(attempt, exc.retry_after))
+                attempt += 1
+
+    async def call_json(
+        self,
+        messages: Sequence[Message],
+        validate: Validator,
+        *,
+        json_schema: Mapping[str, Any] | None = None,
+        max_tokens: int = 1024,
+    ) -> JudgeReply:
+        """Ask for JSON, validate it; one repair attempt; :class:`InvalidJudgeOutput` after."""
+        reply = await self.call(messages, json_schema=json_schema, max_tokens=max_tokens)
+        try:
+            return replace(reply, data=validate(parse_json(reply.text)))
+        except ValueError as first:
+            repair = [
+                *messages,
+                {"role": "assistant", "content": reply.text[:4000]},
+                {"role": "user", "content": (
+                    f"That reply was not valid: {first}. Answer again with only the JSON object "
+                    "that the instructions ask for, and nothing else.")},
+            ]
+            second = await self.call(repair, json_schema=json_schema, max_tokens=max_tokens)
+            total = replace(
+                second,
+                input_tokens=reply.input_tokens + second.input_tokens,
+                output_tokens=reply.output_tokens + second.output_tokens,
+                latency_ms=reply.latency_ms + second.latency_ms,
+            )
+            try:
+                return replace(total, data=validate(parse_json(second.text)))
+            except ValueError as again:
+                raise InvalidJudgeOutput(
+                    f"judge returned invalid JSON twice: {again} (first: {first})") from again
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
+
+
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
+
+
+def parse_json(text: str) -> Any:
+    """Parse a JSON reply, tolerating code fences and prose around one JSON object."""
+    t = text.strip()
+    m = _FENCE.match(t)
+    if m:
+        t = m.group(1)
+    try:
+        return json.loads(t)
+    except json.JSONDecodeError:
+        pass
+    start = t.find("{")
+    end = t.rfind("}")
+    if start != -1 and end > start:
+        try:
+            return json.loads(t[start : end + 1])
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not valid JSON ({exc.msg} at char {exc.pos})") from None
+    raise ValueError("no JSON object in the reply")

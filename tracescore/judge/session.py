@@ -1,0 +1,211 @@
+"""A judge session: the resilient judge, the shared-step cache, budgets and accounting.
+
+Steps are cached by ``(step, model, prompt version, content hash)`` in SQLite (table
+``judge_cache``), so rescoring a record or adding a metric later does not repeat a call. Within
+one process, concurrent requests for the same step share one in-flight call. Every call (and
+cache hit) is accounted in ``judge_calls`` with tokens, latency and cost.
+
+Runs on the scoring worker's event loop only; its SQLite connection belongs to that thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from ..sampling import TokenBucket
+from ..store import Store
+from .base import InvalidJudgeOutput, JudgeReply, Message, RetryLater
+from .resilience import ResilientJudge, Validator
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per million tokens."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+
+@dataclass
+class StepResult:
+    data: Any
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+    cached: bool = False
+    logprobs: Any = None
+
+
+@dataclass
+class Usage:
+    """What one metric's scoring cost (for the score's details)."""
+
+    calls: int = 0
+    cached_steps: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    steps: list[str] = field(default_factory=list)
+
+    def add(self, step: str, r: StepResult) -> None:
+        self.steps.append(step)
+        if r.cached:
+            self.cached_steps += 1
+        else:
+            self.calls += r.calls
+            self.input_tokens += r.input_tokens
+            self.output_tokens += r.output_tokens
+
+    def details(self) -> dict[str, Any]:
+        return {"judge_calls": self.calls, "judge_cached_steps": self.cached_steps,
+                "judge_input_tokens": self.input_tokens,
+                "judge_output_tokens": self.output_tokens}
+
+
+def content_key(step: str, model: str, version: str, payload: Any) -> str:
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    h = hashlib.sha256(f"{step}\x00{model}\x00{version}\x00{blob}".encode("utf-8", "replace"))
+    return h.hexdigest()
+
+
+class JudgeSession:
+    def __init__(
+        self,
+        judge: ResilientJudge,
+        db_path: str,
+        *,
+        price: Price | None = None,
+        calls_per_minute: float | None = None,
+        daily_budget_usd: float | None = None,
+        on_call: Callable[[str, JudgeReply | None, BaseException | None], None] | None = None,
+    ) -> None:
+        self.judge = judge
+        self.db_path = db_path
+        self.price = price
+        self.bucket = TokenBucket(calls_per_minute) if calls_per_minute else None
+        self.daily_budget_usd = daily_budget_usd
+        self.on_call = on_call
+        self._store: Store | None = None
+        self._inflight: dict[str, asyncio.Future[StepResult]] = {}
+        #: quality warning from the canary (set by the canary; put on every judge score)
+        self.health: Mapping[str, Any] = {}
+
+    @property
+    def model(self) -> str:
+        return self.judge.model
+
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store(self.db_path)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    # -- budgets ------------------------------------------------------------------------------
+    def _check_budget(self) -> None:
+        if self.bucket is not None and not self.bucket.try_acquire():
+            raise RetryLater("judge calls-per-minute budget reached", self.bucket.wait_time())
+        if self.daily_budget_usd is not None and self.price is not None:
+            spent = self.store().judge_cost_today()
+            if spent >= self.daily_budget_usd:
+                now = datetime.now(timezone.utc)
+                midnight = now.replace(hour=0, minute=0, second=0, microsecond=0).timestamp() \
+                    + 86400
+                raise RetryLater(f"daily judge budget of ${self.daily_budget_usd:g} spent",
+                                 max(1.0, midnight - now.timestamp()))
+
+    # -- one cached step ------------------------------------------------------------------------
+    async def step(
+        self,
+        step: str,
+        version: str,
+        payload: Mapping[str, Any],
+        messages: Sequence[Message],
+        validate: Validator,
+        *,
+        json_schema: Mapping[str, Any] | None = None,
+        max_tokens: int = 1024,
+        record_id: str | None = None,
+        logprobs: int | None = None,
+        parse: Callable[[JudgeReply], Any] | None = None,
+    ) -> StepResult:
+        """Run (or reuse) one judge step. ``validate`` checks parsed JSON; ``parse`` instead
+        turns the raw reply (text, logprobs) into the result. Both raise ValueError."""
+        key = content_key(step, self.model, version, payload)
+        running = self._inflight.get(key)
+        if running is not None:
+            r = await asyncio.shield(running)
+            return StepResult(r.data, cached=True, logprobs=r.logprobs)
+        hit = self.store().judge_cache_get(key)
+        if hit is not None:
+            return StepResult(hit, cached=True)
+        fut: asyncio.Future[StepResult] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = fut
+        try:
+            self._check_budget()
+            t0 = time.perf_counter()
+            error: BaseException | None = None
+            reply: JudgeReply | None = None
+            try:
+                if parse is not None:
+                    reply = await self.judge.call(messages, max_tokens=max_tokens,
+                                                  logprobs=logprobs)
+                    try:
+                        data = parse(reply)
+                    except ValueError as exc:
+                        raise InvalidJudgeOutput(f"judge reply not usable: {exc}") from exc
+                else:
+                    reply = await self.judge.call_json(messages, validate,
+                                                       json_schema=json_schema,
+                                                       max_tokens=max_tokens)
+                    data = reply.data
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                self._account(step, record_id, reply, error, (time.perf_counter() - t0) * 1000)
+            assert reply is not None
+            self.store().judge_cache_put(key, step, self.model, version, data,
+                                         reply.input_tokens, reply.output_tokens)
+            result = StepResult(data, reply.input_tokens, reply.output_tokens, calls=1,
+                                logprobs=reply.logprobs)
+            fut.set_result(result)
+            return result
+        except BaseException as exc:
+            if not fut.done():
+                fut.set_exception(exc)
+                fut.exception()  # retrieved: waiters re-raise it, nobody else must log it
+            raise
+        finally:
+            self._inflight.pop(key, None)
+
+    def _account(self, step: str, record_id: str | None, reply: JudgeReply | None,
+                 error: BaseException | None, latency_ms: float) -> None:
+        tin = reply.input_tokens if reply else 0
+        tout = reply.output_tokens if reply else 0
+        cost = self.price.cost(tin, tout) if self.price and reply else None
+        try:
+            self.store().judge_call_log(
+                record_id=record_id, step=step, model=self.model, input_tokens=tin,
+                output_tokens=tout, latency_ms=latency_ms, cost_usd=cost,
+                error=None if error is None else f"{type(error).__name__}: {error}"[:500],
+            )
+        except Exception:
+            pass
+        if self.on_call is not None:
+            try:
+                self.on_call(step, reply, error)
+            except Exception:
+                pass

@@ -1,0 +1,238 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1 for testing judges (and your setup).
+
+``ScriptedJudgeServer`` answers ``POST /v1/chat/completions`` like an OpenAI server would (so
+the real ``openai`` client talks to it over real HTTP), from a responder function you give it:
+``responder(step, data, request) -> dict | str``, where ``step`` is the tracescore judge step
+the prompt belongs to (``extract``, ``contexts``, ``statements``, ``opinions``, ``binary``,
+``summary_coherence``, ``coherence``, ``geval_steps``, ``geval``, or ``other``) and ``data``
+is the JSON document the prompt carries. It counts calls per step and injects faults:
+HTTP errors with ``Retry-After``, slow responses, truncated or malformed bodies.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from .judge import prompts as P
+
+Responder = Callable[[str, Any, dict[str, Any]], "dict[str, Any] | str"]
+
+_STEP_BY_TASK = {
+    P.EXTRACT_TASK[:60]: "extract",
+    P.CONTEXTS_TASK[:60]: "contexts",
+    P.STATEMENTS_TASK[:60]: "statements",
+    P.OPINIONS_TASK[:60]: "opinions",
+    P.BINARY_TASK[:60]: "binary",
+    P.SUMMARY_COHERENCE_TASK[:60]: "summary_coherence",
+    P.TEXT_COHERENCE_TASK[:60]: "coherence",
+    P.GEVAL_STEPS_TASK[:60]: "geval_steps",
+    P.GEVAL_TASK[:60]: "geval",
+}
+
+
+def parse_prompt(messages: list[dict[str, Any]]) -> tuple[str, Any]:
+    """(step, data) from a tracescore judge prompt; ("other", None) for anything else."""
+    user = next((m for m in messages if m.get("role") == "user"), None)
+    content = str(user.get("content", "")) if user else ""
+    if not content.startswith("TASK\n"):
+        return "other", None
+    task = content[5:].split("\n", 1)[0]
+    step = _STEP_BY_TASK.get(task[:60], "other")
+    data = None
+    if "\n\nDATA\n" in content:
+        try:
+            data = json.loads(content.split("\n\nDATA\n", 1)[1])
+        except json.JSONDecodeError:
+            data = None
+    if any(m.get("role") == "assistant" for m in messages):
+        step = step + ":repair"
+    return step, data
+
+
+@dataclass
+class Fault:
+    status: int = 500
+    retry_after: float | None = None
+    body: str | None = None  # a raw completion text (malformed JSON) with status 200
+    delay_s: float = 0.0
+
+
+class ScriptedJudgeServer:
+    def __init__(self, responder: Responder, *, delay_s: float = 0.0,
+                 logprobs: Callable[[str, Any], list[dict[str, Any]] | None] | None = None):
+        self.responder = responder
+        self.delay_s = delay_s
+        self.logprobs = logprobs
+        self.calls: Counter[str] = Counter()
+        self.requests: list[dict[str, Any]] = []
+        self.faults: deque[Fault] = deque()
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        port = self._server.server_address[1]
+        return f"http://127.0.0.1:{port}/v1"
+
+    @property
+    def total_calls(self) -> int:
+        return sum(self.calls.values())
+
+    def inject(self, *faults: Fault) -> None:
+        with self._lock:
+            self.faults.extend(faults)
+
+    def __enter__(self) -> ScriptedJudgeServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None
+                      ) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:  # noqa: N802
+                n = int(self.headers.get("Content-Length", "0"))
+                req = json.loads(self.rfile.read(n) or b"{}")
+                step, data = parse_prompt(req.get("messages", []))
+                with outer._lock:
+                    outer.calls[step] += 1
+                    outer.requests.append(req)
+                    fault = outer.faults.popleft() if outer.faults else None
+                time.sleep(outer.delay_s + (fault.delay_s if fault else 0.0))
+                if fault is not None and fault.body is None and fault.status != 200:
+                    headers = {}
+                    if fault.retry_after is not None:
+                        headers["Retry-After"] = f"{fault.retry_after:g}"
+                    err = {"error": {"message": f"injected {fault.status}", "type": "test"}}
+                    self._send(fault.status, json.dumps(err).encode(), headers)
+                    return
+                if fault is not None and fault.body is not None:
+                    text = fault.body
+                else:
+                    out = outer.responder(step.split(":")[0], data, req)
+                    text = out if isinstance(out, str) else json.dumps(out)
+                choice: dict[str, Any] = {"index": 0, "finish_reason": "stop",
+                                          "message": {"role": "assistant", "content": text}}
+                if req.get("logprobs") and outer.logprobs is not None:
+                    content = outer.logprobs(step, data)
+                    if content is not None:
+                        choice["logprobs"] = {"content": content}
+                body = {
+                    "id": "chatcmpl-test", "object": "chat.completion", "created": 0,
+                    "model": req.get("model", "test-judge"), "choices": [choice],
+                    "usage": {"prompt_tokens": len(json.dumps(req)) // 4,
+                              "completion_tokens": max(1, len(text) // 4),
+                              "total_tokens": len(json.dumps(req)) // 4 + max(1, len(text) // 4)},
+                }
+                self._send(200, json.dumps(body).encode())
+
+        return Handler
+
+
+# -- a deterministic lexical judge (for tests, benchmarks and offline demos; not for real use) --
+_STOP = frozenset(
+    "a an the is are was were be been of to in on at for and or with by as it its this that "
+    "what which who how does do did can i you we they he she my your our their from has have "
+    "had not no will would should could about into than then there here".split()
+)
+
+
+def _content(text: str) -> set[str]:
+    from .text import answer_tokens
+
+    return {t for t in answer_tokens(text) if t not in _STOP}
+
+
+def _covered(part: str, whole: str, at: float = 0.6) -> bool:
+    words = _content(part)
+    return bool(words) and len(words & _content(whole)) / len(words) >= at
+
+
+def lexical_responder(step: str, data: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """Answers every tracescore judge step by word overlap: deterministic, cheap, honest-ish."""
+    from .text import split_sentences
+
+    if step == "extract":
+        out = {}
+        for k, t in data["texts"].items():
+            sents = split_sentences(t)
+            entry: dict[str, Any] = {"statements": sents}
+            if k in data.get("opinions_for", []):
+                entry["opinions"] = [s for s in sents if _content(s) & {
+                    "best", "worst", "think", "believe", "terrible", "great", "awful"}]
+            out[k] = entry
+        return {"texts": out}
+    if step == "contexts":
+        q, refs = data["question"], data["references"]
+        return {"contexts": [
+            {"index": i, "relevant": "yes" if len(_content(q) & _content(c)) >= 2 else "no",
+             "useful": ["yes" if _covered(r, c, 0.5) else "no" for r in refs],
+             "contradicted": "no", "reason": "word overlap"}
+            for i, c in enumerate(data["contexts"])]}
+    if step == "statements":
+        q = data["question"]
+        ctx = "\n".join(data["contexts"])
+        refs = data["reference_statements"]
+        answer = "\n".join(data["answer_statements"])
+        return {
+            "answer_statements": [
+                {"index": i, "relevant": "yes" if _content(s) & _content(q) else "idk",
+                 "supported": "yes" if _covered(s, ctx) else "idk",
+                 "in_reference": ["yes" if _covered(s, "\n".join(r)) else "no" for r in refs]}
+                for i, s in enumerate(data["answer_statements"])],
+            "reference_verdicts": [
+                [{"index": i, "attributable": "yes" if _covered(s, ctx) else "no",
+                  "covered": "yes" if _covered(s, answer) else "no"} for i, s in enumerate(r)]
+                for r in refs],
+        }
+    if step == "opinions":
+        return {"opinions": [{"index": i, "biased": "no", "toxic": "no", "reason": "neutral"}
+                             for i, _ in enumerate(data["opinions"])]}
+    if step == "binary":
+        out = {}
+        for c in data["checks"]:
+            if c == "correctness":
+                ok = _covered(data["reference"], data["answer"], 0.5)
+            elif c == "faithfulness":
+                ok = _covered(data["answer"], "\n".join(data["contexts"]))
+            elif c == "relevance":
+                ok = bool(_content(data["answer"]) & _content(data["question"]))
+            else:
+                ok = True
+            out[c] = {"value": "Y" if ok else "N", "reasoning": "word overlap"}
+        return out
+    if step in ("summary_coherence", "coherence"):
+        return {"score": 4, "reason": "reads in order"}
+    if step == "geval_steps":
+        return {"steps": ["Read the question.", "Read the answer.", "Rate it 1-5."]}
+    if step == "geval":
+        return {"score": 4}
+    return {"error": "unknown step"}
