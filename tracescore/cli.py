@@ -1,17 +1,20 @@
-"""The ``tracescore`` command line: ``demo``, ``report``, ``show``.
+"""The ``tracescore`` command line: ``demo``, ``report``, ``show``, ``export``, ``ui``.
 
-Exit codes: 0 ok; 1 nothing found (``show``); 2 bad usage, or a database that is missing or
-not a tracescore database.
+Exit codes: 0 ok; 1 nothing found (``show``); 2 bad usage, a database that is missing or
+not a tracescore database, an output file that cannot be written, or a missing optional
+extra (``ui`` without Datasette).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shlex
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import click
 
@@ -25,6 +28,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class DatabaseProblem(click.ClickException):
     """A missing or unreadable database: exit code 2, like other usage errors."""
+
+    exit_code = 2
+
+
+class OutputProblem(click.FileError):
+    """An output file that cannot be written: exit code 2, like other usage errors."""
 
     exit_code = 2
 
@@ -50,6 +59,30 @@ def _db_option(default: str, help_text: str,
     )
 
 
+@contextlib.contextmanager
+def _output(path: Path) -> Iterator[TextIO]:
+    """stdout for ``-``; else a file that appears only once complete (written beside it and
+    renamed), so a reader never sees half an export and a failure leaves no partial file."""
+    if str(path) == "-":
+        yield sys.stdout
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            yield f
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise OutputProblem(str(path), hint=exc.strerror or str(exc)) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _quiet_stdout() -> None:
+    # Python would report the broken pipe again when it flushes stdout at exit.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def _since(ctx: click.Context, param: click.Parameter, value: str) -> float | None:
     from .report import parse_since
 
@@ -64,7 +97,8 @@ def _since(ctx: click.Context, param: click.Parameter, value: str) -> float | No
 def main() -> None:
     """tracescore: score the quality of a RAG app's runs, from a SQLite database.
 
-    Start with `tracescore demo`, then `tracescore report` and `tracescore show TRACE_ID`.
+    Start with `tracescore demo`, then `tracescore report` and `tracescore show TRACE_ID`;
+    `tracescore report --html`, `tracescore export` and `tracescore ui` for more.
     """
 
 
@@ -124,19 +158,39 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int) -> None:
               help="Print one JSON object instead of the table.")
 @click.option("--worst", type=click.IntRange(min=0), default=3, show_default=True,
               help="How many worst records to list per score (0: none).")
-def report(db: Path, since: float | None, as_json: bool, worst: int) -> None:
+@click.option("--html", "html_path", metavar="PATH",
+              type=click.Path(dir_okay=False, writable=True, allow_dash=True, path_type=Path),
+              help="Write a self-contained HTML page (charts per score, worst records with "
+                   "contexts, cost) to PATH instead of printing the table; - for stdout.")
+def report(db: Path, since: float | None, as_json: bool, worst: int,
+           html_path: Path | None) -> None:
     """Summarise the scores: per score count, mean, p10/p50/p90, fail rate, errors, skips.
 
     Also lists the worst records of each score (lowest values; highest for metrics where
     lower is better) and totals: records, sampled, dropped, pending scoring jobs.
+    With --html, writes the same as one HTML page with charts instead.
     """
     from .report import build_report, format_report
 
+    if as_json and html_path is not None:
+        raise click.UsageError("--json and --html cannot be combined")
     conn = _open(db)
     try:
         rep = build_report(conn, since=since, worst=worst, db=str(db))
+        if html_path is not None:
+            from .html_report import render_html
+
+            page = render_html(conn, rep)
     finally:
         conn.close()
+    if html_path is not None:
+        with _output(html_path) as out:
+            out.write(page)
+        if str(html_path) != "-":
+            worst_n = page.count('<article class="card record"')
+            click.echo(f"Wrote {html_path.resolve()} ({len(rep.metrics)} scores, "
+                       f"{worst_n} worst records)", err=True)
+        return
     if as_json:
         click.echo(json.dumps(rep.to_json(), ensure_ascii=False))
     else:
@@ -176,6 +230,84 @@ def show(trace_id: str, db: Path, as_json: bool, chars: int) -> None:
         click.echo(json.dumps({"records": recs}, ensure_ascii=False))
     else:
         click.echo(format_records(recs, context_chars=chars))
+
+
+@main.command(short_help="Export records joined with their scores as JSON Lines or CSV.")
+@_db_option(DEFAULT_DB, "SQLite database to read.")
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), required=True,
+              help="jsonl: one JSON object per line; csv: RFC 4180 with a header row.")
+@click.option("--since", metavar="DURATION", default="all", show_default=True, callback=_since,
+              help="Only records created in this recent window: 30m, 1h, 2d, 1w, or all.")
+@click.option("--metric", "metrics", metavar="NAME", multiple=True,
+              help="Only scores with this name (repeatable), e.g. --metric token_f1 "
+                   "--metric rouge_l.")
+@click.option("--scored-only", is_flag=True,
+              help="Leave out records that have no (matching) score, instead of one row "
+                   "with empty score fields.")
+@click.option("--output", "-o", "output", metavar="FILE", default="-", show_default=True,
+              type=click.Path(dir_okay=False, writable=True, allow_dash=True, path_type=Path),
+              help="File to write (replaced when complete); - for stdout.")
+def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
+           scored_only: bool, output: Path) -> None:
+    """Export records joined with their scores: one row per record and score name.
+
+    Record fields (record_id, trace_id, span_id, created_at as ISO 8601 UTC, query,
+    answer, n_contexts, latency_ms, input_tokens, output_tokens, model, error, sampled),
+    then score fields (score_name, score_value, score_label, score_explanation,
+    score_status, score_error, ...). A record without a score gets one row with empty
+    score fields unless --scored-only. Rows are streamed, oldest record first, so the
+    database can be larger than memory.
+    """
+    from .dump import iter_rows, write_csv, write_jsonl
+
+    conn = _open(db)
+    try:
+        rows = iter_rows(conn, since=since, metrics=metrics, scored_only=scored_only)
+        write = write_jsonl if fmt == "jsonl" else write_csv
+        with _output(output) as out:
+            n = write(rows, out)
+    except BrokenPipeError:  # `tracescore export ... | head`: the reader has all it wants
+        _quiet_stdout()
+        return
+    finally:
+        conn.close()
+    if str(output) != "-":
+        click.echo(f"Wrote {n} rows to {output.resolve()}", err=True)
+
+
+@main.command(short_help="Browse the database in Datasette, with canned queries.")
+@_db_option(DEFAULT_DB, "SQLite database to serve (read-only).")
+@click.option("--port", metavar="PORT", type=click.IntRange(0, 65535), default=8001,
+              show_default=True,
+              help="Port on 127.0.0.1 to serve on; 0 picks a free one.")
+@click.option("--no-open", is_flag=True, help="Do not open a web browser.")
+def ui(db: Path, port: int, no_open: bool) -> None:
+    """Open the database in Datasette on 127.0.0.1, read-only, with canned queries.
+
+    Queries: worst scores today (for a :metric, default faithfulness), failure rate by
+    metric per hour, records without scores, errors and skips by reason, daily summary.
+    Needs the ui extra: pip install 'tracescore[ui]'. Stop with Ctrl-C.
+    """
+    from .ui import INSTALL_HINT, datasette_available, serve
+
+    if not datasette_available():
+        raise DatabaseProblem(f"Datasette is not installed; {INSTALL_HINT}")
+    from .report import has_table
+
+    conn = _open(db)  # a clear message for a missing or foreign file, before Datasette starts
+    try:
+        has_metrics = has_table(conn, "metrics")
+    finally:
+        conn.close()
+
+    def ready(url: str) -> None:
+        click.echo(f"Serving {db} read-only at {url} (Ctrl-C to stop)", err=True)
+        if not no_open:
+            click.launch(url)
+
+    code = serve(db, port=port, has_metrics_table=has_metrics, on_ready=ready)
+    if code:
+        raise SystemExit(code)
 
 
 if __name__ == "__main__":

@@ -23,17 +23,27 @@ from .store import SCHEMA_VERSION
 
 __all__ = [
     "DatabaseError",
+    "Histogram",
+    "JudgeUsage",
     "MetricSummary",
     "Report",
+    "TimeBucket",
+    "Usage",
     "WorstRecord",
     "build_report",
     "find_records",
     "format_records",
     "format_report",
+    "has_table",
+    "histogram",
     "open_db",
     "parse_since",
     "percentile",
+    "pick_bucket",
     "record_details",
+    "score_time_span",
+    "timeline",
+    "usage_summary",
 ]
 
 WIDTH = 80
@@ -76,6 +86,13 @@ def open_db(path: str | Path) -> sqlite3.Connection:
     return conn
 
 
+def has_table(conn: sqlite3.Connection, name: str) -> bool:
+    """Whether the database has table ``name`` (older databases lack newer tables)."""
+    return conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+    ).fetchone() is not None
+
+
 # -- --since ---------------------------------------------------------------------------------
 _SINCE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -112,6 +129,7 @@ class MetricSummary:
     labelled: int  # ok scores with a pass/fail label
     errors: int  # scores with status "error"
     skipped: int  # records the metric skipped (missing inputs, content capture off)
+    threshold: float | None = None  # the pass/fail threshold the metric declares, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,14 +192,16 @@ class _MetricInfo:
         self._cache: dict[str, Any] = {}
         # What the writing process declared beats what this process's registry knows.
         self._declared: dict[str, tuple[bool | None, tuple[str, ...]]] = {}
+        self._thresholds: dict[str, float | None] = {}
         if conn is not None:
             try:
-                for metric, hib, names in conn.execute(
-                    "SELECT metric, higher_is_better, score_names FROM metrics"
+                for metric, hib, names, threshold in conn.execute(
+                    "SELECT metric, higher_is_better, score_names, threshold FROM metrics"
                 ):
                     self._declared[metric] = (
                         None if hib is None else bool(hib), tuple(json.loads(names or "[]"))
                     )
+                    self._thresholds[metric] = threshold
             except sqlite3.Error:  # a database written before the metrics table existed
                 pass
 
@@ -203,6 +223,13 @@ class _MetricInfo:
             return True
         value = getattr(m, "higher_is_better", True)
         return None if value is None else bool(value)
+
+    def threshold(self, metric: str) -> float | None:
+        if metric in self._thresholds:
+            return self._thresholds[metric]
+        m = self._get(metric)
+        value = getattr(m, "threshold", None) if m is not None else None
+        return float(value) if isinstance(value, (int, float)) else None
 
     def names(self, metric: str) -> tuple[str, ...]:
         if self._declared.get(metric, (None, ()))[1]:
@@ -282,6 +309,7 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None, worst:
             p10=percentile(vals, 0.1), p50=percentile(vals, 0.5), p90=percentile(vals, 0.9),
             fail_rate=fails.get(name, 0) / len(vals) if n_lab else None, labelled=n_lab,
             errors=errors.get(name, 0), skipped=skipped_by_metric.get(metric, 0),
+            threshold=info.threshold(metric),
         ))
 
     worst_rows: dict[str, list[WorstRecord]] = {}
@@ -308,6 +336,178 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None, worst:
         dropped=int(dropped_row[0]) if dropped_row else 0, pending_jobs=pending,
         scores=n_scores, metrics=summaries, worst=worst_rows,
     )
+
+
+# -- distributions, time series and token usage (the HTML report) ---------------------------
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """Ok values of one score name in equal bins over ``[lo, hi]`` (the last bin is closed).
+
+    Each bin is split by label: ``passed``, ``failed`` and ``unlabelled`` (no threshold).
+    """
+
+    lo: float
+    hi: float
+    passed: list[int]
+    failed: list[int]
+    unlabelled: list[int]
+
+    @property
+    def counts(self) -> list[int]:
+        return [p + f + u for p, f, u in zip(self.passed, self.failed, self.unlabelled)]
+
+
+def histogram(conn: sqlite3.Connection, name: str, *, since: float | None = None,
+              bins: int = 10) -> Histogram | None:
+    """Histogram of the ok values of score ``name`` (scores.created_at >= ``since``).
+
+    The range is [0, 1] when every value lies in it, else the observed [min, max]. Counted in
+    SQL, so it needs no memory for the values. None when there are no values.
+    """
+    cutoff = since if since is not None else -math.inf
+    where = ("name = ? AND status = 'ok' AND value IS NOT NULL AND created_at >= ?")
+    lo, hi, n = conn.execute(
+        f"SELECT min(value), max(value), count(*) FROM scores WHERE {where}", (name, cutoff)
+    ).fetchone()
+    if not n:
+        return None
+    if lo >= 0.0 and hi <= 1.0:
+        lo, hi = 0.0, 1.0
+    elif lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    passed, failed, unlabelled = [0] * bins, [0] * bins, [0] * bins
+    # (value - lo) * bins / width rather than / (width / bins): 0.3 lands in bin 3, not 2.
+    for b, label, count in conn.execute(
+        "SELECT min(max(CAST((value - ?) * ? / ? AS INTEGER), 0), ?) AS b, label, count(*)"
+        f" FROM scores WHERE {where} GROUP BY b, label",
+        (lo, bins, hi - lo, bins - 1, name, cutoff),
+    ):
+        target = {"pass": passed, "fail": failed}.get(label, unlabelled)
+        target[b] += count
+    return Histogram(lo, hi, passed, failed, unlabelled)
+
+
+@dataclass(frozen=True, slots=True)
+class TimeBucket:
+    start: float  # unix seconds, a multiple of the bucket size (UTC-aligned)
+    count: int
+    mean: float
+    failed: int
+    labelled: int
+
+
+#: Bucket sizes for time series, smallest first: (seconds, name).
+BUCKETS: tuple[tuple[int, str], ...] = (
+    (60, "minute"), (300, "5 minutes"), (900, "15 minutes"), (3600, "hour"),
+    (6 * 3600, "6 hours"), (86400, "day"), (7 * 86400, "week"),
+)
+
+
+def pick_bucket(first: float, last: float, max_buckets: int = 48) -> tuple[int, str]:
+    """The smallest bucket of :data:`BUCKETS` that covers ``[first, last]`` in few buckets."""
+    for seconds, label in BUCKETS:
+        if int(last // seconds) - int(first // seconds) + 1 <= max_buckets:
+            return seconds, label
+    return BUCKETS[-1]
+
+
+def score_time_span(conn: sqlite3.Connection, *, since: float | None = None
+                    ) -> tuple[float, float] | None:
+    """(first, last) ``scores.created_at`` of ok scores in the window, or None."""
+    cutoff = since if since is not None else -math.inf
+    first, last = conn.execute(
+        "SELECT min(created_at), max(created_at) FROM scores WHERE status = 'ok'"
+        " AND value IS NOT NULL AND created_at >= ?", (cutoff,),
+    ).fetchone()
+    return None if first is None else (first, last)
+
+
+def timeline(conn: sqlite3.Connection, name: str, *, bucket_s: int,
+             since: float | None = None) -> list[TimeBucket]:
+    """Mean ok value of score ``name`` per ``bucket_s`` seconds of ``scores.created_at``."""
+    cutoff = since if since is not None else -math.inf
+    return [
+        TimeBucket(float(t), n, mean, int(failed or 0), labelled)
+        for t, n, mean, failed, labelled in conn.execute(
+            "SELECT CAST(created_at / ? AS INTEGER) * ? AS t, count(*), avg(value),"
+            " sum(label = 'fail'), count(label) FROM scores WHERE name = ? AND status = 'ok'"
+            " AND value IS NOT NULL AND created_at >= ? GROUP BY t ORDER BY t",
+            (bucket_s, bucket_s, name, cutoff),
+        )
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeUsage:
+    """LLM-judge calls of one (model, step) from the ``judge_calls`` table."""
+
+    model: str
+    step: str
+    calls: int
+    errors: int  # calls that failed (the error column is set)
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None  # None when no call had a known price
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens the app used (records) and what the LLM judge cost (judge_calls), in a window."""
+
+    records: int
+    with_usage: int  # records that reported token usage
+    input_tokens: int
+    output_tokens: int
+    models: dict[str, int]  # app model -> records
+    judge_scores: int  # scores of metrics declared as kind "judge"
+    judge: list[JudgeUsage]  # most expensive first
+
+    @property
+    def judge_cost_usd(self) -> float | None:
+        costs = [j.cost_usd for j in self.judge if j.cost_usd is not None]
+        return math.fsum(costs) if costs else None
+
+
+def usage_summary(conn: sqlite3.Connection, *, since: float | None = None) -> Usage:
+    """Token usage of the app (records) and of the LLM judge (``judge_calls``), if any.
+
+    Databases written before judge calls were logged have no ``judge_calls`` (or no
+    ``metrics``) table: those parts are then empty, not an error.
+    """
+    cutoff = since if since is not None else -math.inf
+    records, with_usage, tin, tout = conn.execute(
+        "SELECT count(*),"
+        " coalesce(sum(input_tokens IS NOT NULL OR output_tokens IS NOT NULL), 0),"
+        " coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0)"
+        " FROM records WHERE created_at >= ?", (cutoff,),
+    ).fetchone()
+    models = {m or "unknown": n for m, n in conn.execute(
+        "SELECT model, count(*) FROM records WHERE created_at >= ? GROUP BY model"
+        " ORDER BY count(*) DESC, model", (cutoff,),
+    )}
+    judge_scores = 0
+    judge: list[JudgeUsage] = []
+    if has_table(conn, "metrics"):
+        judge_scores = conn.execute(
+            "SELECT count(*) FROM scores WHERE created_at >= ? AND metric IN"
+            " (SELECT metric FROM metrics WHERE kind = 'judge')", (cutoff,),
+        ).fetchone()[0]
+    if has_table(conn, "judge_calls"):
+        judge = [
+            JudgeUsage(model or "unknown", step or "-", calls, int(errors),
+                       int(tin_j), int(tout_j), cost)
+            for model, step, calls, errors, tin_j, tout_j, cost in conn.execute(
+                "SELECT model, step, count(*), coalesce(sum(error IS NOT NULL), 0),"
+                " coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),"
+                " sum(cost_usd) FROM judge_calls WHERE created_at >= ?"
+                " GROUP BY model, step ORDER BY coalesce(sum(cost_usd), 0) DESC,"
+                " sum(input_tokens) + sum(output_tokens) DESC, model, step",
+                (cutoff,),
+            )
+        ]
+    return Usage(records=records, with_usage=with_usage, input_tokens=int(tin),
+                 output_tokens=int(tout), models=models, judge_scores=judge_scores,
+                 judge=judge)
 
 
 # -- text formatting -------------------------------------------------------------------------

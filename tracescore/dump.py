@@ -1,0 +1,115 @@
+"""Export records joined with their scores as JSON Lines or CSV, streaming.
+
+One row per (record, score name). A record with no score (not sampled, still pending, every
+metric skipped, or none of the ``metrics`` asked for) gets one row with empty score fields,
+so every record of the window appears at least once; ``scored_only`` drops those rows.
+
+Rows come from one SQLite cursor and are written as they are read: memory stays flat however
+large the database. The read is one SELECT (so one consistent snapshot) on a read-only
+connection from :func:`tracescore.report.open_db`; writers carry on meanwhile (WAL mode).
+Everything here blocks on SQLite and on the output stream.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import json
+import math
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any, TextIO
+
+__all__ = ["COLUMNS", "FORMATS", "iter_rows", "write_csv", "write_jsonl"]
+
+#: Output columns, in order: the record's, then the score's (prefixed ``score_``).
+COLUMNS: tuple[str, ...] = (
+    "record_id", "trace_id", "span_id", "created_at", "query", "answer", "n_contexts",
+    "latency_ms", "input_tokens", "output_tokens", "model", "error", "sampled",
+    "score_name", "score_metric", "score_value", "score_label", "score_explanation",
+    "score_status", "score_error", "score_metric_version", "score_duration_ms",
+    "score_created_at",
+)
+
+FORMATS = ("jsonl", "csv")
+
+_SELECT = (
+    "SELECT r.record_id, r.trace_id, r.span_id, r.created_at, r.query, r.answer,"
+    " r.n_contexts, r.latency_ms, r.input_tokens, r.output_tokens, r.model, r.error,"
+    " r.sampled, s.name, s.metric, s.value, s.label, s.explanation, s.status, s.error,"
+    " s.metric_version, s.duration_ms, s.created_at"
+    " FROM records r {join} JOIN scores s ON s.record_id = r.record_id{metric_filter}"
+    " WHERE r.created_at >= ?"
+    # created_at first so the records(created_at) index drives the scan: SQLite then only
+    # sorts each record's few scores, never the whole result.
+    " ORDER BY r.created_at, r.record_id, s.name"
+)
+
+
+def _iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def iter_rows(conn: sqlite3.Connection, *, since: float | None = None,
+              metrics: Sequence[str] = (), scored_only: bool = False
+              ) -> Iterator[dict[str, Any]]:
+    """Yield one dict per (record, score) with the keys of :data:`COLUMNS`, oldest first.
+
+    ``since`` filters on ``records.created_at`` (unix seconds); ``metrics`` keeps only these
+    score names. Times are ISO 8601 UTC strings; ``sampled`` is a bool; missing values None.
+    """
+    args: list[Any] = []
+    metric_filter = ""
+    if metrics:
+        names = list(dict.fromkeys(metrics))
+        metric_filter = " AND s.name IN (" + ",".join("?" * len(names)) + ")"
+        args += names
+    args.append(since if since is not None else -math.inf)
+    # CROSS JOIN is SQLite's way to keep records the outer loop (see _SELECT's ORDER BY).
+    sql = _SELECT.format(join="CROSS" if scored_only else "LEFT", metric_filter=metric_filter)
+    for row in conn.execute(sql, args):
+        out = dict(zip(COLUMNS, row))
+        out["created_at"] = _iso(out["created_at"])
+        out["score_created_at"] = _iso(out["score_created_at"])
+        out["sampled"] = None if out["sampled"] is None else bool(out["sampled"])
+        yield out
+
+
+def _json_value(v: Any) -> Any:
+    # SQLite can hold inf; JSON cannot.
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def write_jsonl(rows: Iterator[dict[str, Any]], out: TextIO) -> int:
+    """One JSON object per line (UTF-8, not ASCII-escaped); returns the number of rows."""
+    n = 0
+    for row in rows:
+        out.write(json.dumps({k: _json_value(v) for k, v in row.items()}, ensure_ascii=False))
+        out.write("\n")
+        n += 1
+    return n
+
+
+def _csv_value(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return v
+
+
+def write_csv(rows: Iterator[dict[str, Any]], out: TextIO) -> int:
+    """RFC 4180 CSV with a header row (fields with commas, quotes or newlines are quoted).
+
+    Missing values are empty fields; ``sampled`` is ``true``/``false``. Open ``out`` with
+    ``newline=""`` so the CRLF row endings stay as written. Returns the number of rows.
+    """
+    writer = csv.writer(out)
+    writer.writerow(COLUMNS)
+    n = 0
+    for row in rows:
+        writer.writerow([_csv_value(row[c]) for c in COLUMNS])
+        n += 1
+    return n
