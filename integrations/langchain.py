@@ -140,7 +140,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
 
     def _text(self, value: Any) -> str | None:
         text = self.ts.redact_text(to_text(value))
-        return None if text is None else clip(text)
+        return None if text is None else clip(text, self.ts.max_attribute_chars)
 
     def _finish(self, run_id: UUID, outputs: Any, error: BaseException | None,
                 inputs: Any = None) -> None:

@@ -55,6 +55,24 @@ RETRIEVER_NAME = "tracescore.retriever"
 SCORES_LATE = "tracescore.scores_late"
 SCORED_SPAN_ID = "tracescore.scored_span_id"
 ERROR_TYPE = "error.type"
+GEN_AI_TOKEN_TYPE = "gen_ai.token.type"  # "input" / "output" on the judge token counter
+EXPORT_SIGNAL = "tracescore.signal"  # "traces" / "logs" / "metrics" on the export-loss counters
+
+# Metric instruments (tracescore's own namespace; see docs/backends.md)
+METRIC_EVALUATION_SCORE = "tracescore.evaluation.score"
+METRIC_EVALUATION_ERRORS = "tracescore.evaluation.errors"
+METRIC_RECORDS_SEEN = "tracescore.records.seen"
+METRIC_RECORDS_SAMPLED = "tracescore.records.sampled"
+METRIC_RECORDS_DROPPED = "tracescore.records.dropped"
+METRIC_QUEUE_DEPTH = "tracescore.queue.depth"
+METRIC_JOBS_OPEN = "tracescore.jobs.open"
+METRIC_SCORING_LAG = "tracescore.scoring.lag"
+METRIC_EXPORT_FAILURES = "tracescore.export.failures"
+METRIC_EXPORT_LOST = "tracescore.export.lost"
+METRIC_JUDGE_CALLS = "tracescore.judge.calls"
+METRIC_JUDGE_TOKENS = "tracescore.judge.tokens"
+METRIC_JUDGE_ERRORS = "tracescore.judge.errors"
+METRIC_JUDGE_BREAKER_STATE = "tracescore.judge.breaker.state"
 
 
 def retrieval_document(i: int, field: str) -> str:

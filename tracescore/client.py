@@ -17,12 +17,22 @@ from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace as trace_api
+from opentelemetry.sdk._logs.export import LogRecordExporter
+from opentelemetry.sdk.metrics.export import MetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from . import __version__ as _version
 from ._internal.errors import handle_internal_errors
+from .export import (
+    ExportLoss,
+    PipelineSnapshot,
+    Telemetry,
+    flush_within,
+    open_jobs,
+    plan_export,
+)
 from .metrics import registry
 from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor
@@ -35,6 +45,8 @@ from .worker import ScoringWorker
 log = logging.getLogger("tracescore")
 
 DEFAULT_METRICS = ("rouge", "bleu", "token_f1", "exact_match", "rgb_accuracy", "rgb_rejection")
+#: Span attribute values (contexts, answers) longer than this are cut, with a content hash.
+DEFAULT_MAX_ATTRIBUTE_CHARS = 4000
 TEXT_INPUTS = frozenset({QUERY, CONTEXTS, ANSWER, GROUND_TRUTHS})
 
 
@@ -44,6 +56,15 @@ class Tracescore:
     Thread-safe. Methods that the app's request path calls (the framework handlers, and
     :meth:`submit`) never block and never raise; :meth:`flush` and :meth:`shutdown` block, by
     design, up to their timeout.
+
+    Export (see docs/backends.md): ``exporter="otlp"`` sends traces, score log records and
+    metrics over OTLP, configured by the standard ``OTEL_EXPORTER_OTLP_*`` environment variables
+    (protocol ``http/protobuf`` by default, or ``grpc``). ``span_exporter``/``span_processor``,
+    ``log_exporter`` and ``metric_reader`` set one signal explicitly (and win over
+    ``exporter``). With an SDK ``TracerProvider`` already installed globally, tracescore adds
+    its span processor to it rather than replacing it; its logger and meter providers are its
+    own and never set as globals. ``max_attribute_chars`` bounds long span attribute values
+    (the database keeps the full text).
     """
 
     def __init__(
@@ -54,9 +75,13 @@ class Tracescore:
         sample_rate: float = 1.0,
         sample_rates: Mapping[str, float] | None = None,
         force_rules: Sequence[Rule] = DEFAULT_RULES,
+        exporter: str | None = None,
         span_exporter: SpanExporter | None = None,
         span_processor: SpanProcessor | None = None,
+        log_exporter: LogRecordExporter | None = None,
+        metric_reader: MetricReader | None = None,
         tracer_provider: TracerProvider | None = None,
+        max_attribute_chars: int = DEFAULT_MAX_ATTRIBUTE_CHARS,
         hold_seconds: float = 10.0,
         capture_content: bool = True,
         redact: Callable[[str], str] | None = None,
@@ -74,6 +99,11 @@ class Tracescore:
             raise ValueError(f"hold_seconds must be a number >= 0, got {hold_seconds!r}")
         if redact is not None and not callable(redact):
             raise TypeError("redact must be a callable str -> str")
+        if isinstance(max_attribute_chars, bool) or not isinstance(max_attribute_chars, int) \
+                or max_attribute_chars < 1:
+            raise ValueError(
+                f"max_attribute_chars must be an int >= 1, got {max_attribute_chars!r}")
+        self.max_attribute_chars = max_attribute_chars
         self.db_path = _check_db_path(db)
         try:
             store = Store(self.db_path)  # creates the schema now, so a bad file fails here
@@ -89,13 +119,28 @@ class Tracescore:
         self._metric_by_name = {m.name: m for m in self.metrics}
         self._metric_names = tuple(m.name for m in self.metrics)
 
+        self.export_loss = ExportLoss()
+        plan = plan_export(
+            exporter, span_exporter=span_exporter, span_processor=span_processor,
+            log_exporter=log_exporter, metric_reader=metric_reader, loss=self.export_loss,
+        )
         self.tracer_provider, self.attacher = self._setup_tracing(
-            tracer_provider, span_exporter, span_processor, hold_seconds
+            tracer_provider, plan.span_exporter, span_processor, hold_seconds
         )
         self.tracer = self.tracer_provider.get_tracer("tracescore", _version)
+        self.telemetry = Telemetry(
+            resource=self.tracer_provider.resource, log_exporter=plan.log_exporter,
+            metric_reader=plan.metric_reader, loss=self.export_loss,
+            max_attribute_chars=max_attribute_chars,
+        )
+        #: The metric instruments; the judge reports its calls with ``export_metrics.judge_call``.
+        self.export_metrics = self.telemetry.metrics
+        self.records_seen = 0
+        self.records_sampled = 0
         self.worker = ScoringWorker(
             self.db_path, self.metrics, attacher=self.attacher, concurrency=concurrency,
             lease_seconds=lease_seconds, metric_timeout_s=metric_timeout_s,
+            on_scores=self.telemetry.scores_stored if self.telemetry.enabled else None,
         )
         if self.attacher is not None:
             self.attacher.bind_tracer(self.tracer)
@@ -104,6 +149,7 @@ class Tracescore:
             self.db_path, self._plan_jobs, self._apply_ground_truth,
             max_size=max_queue, on_written=self.worker.wake,
         )
+        self.export_metrics.bind(self._snapshot)
         self.worker.start()
         self._langchain_handler: Any = None
         self._llama_index: Any = None
@@ -188,6 +234,10 @@ class Tracescore:
             if self._closed:
                 return None
             decision = self.sampler.decide(record, self._metric_names)
+            # Plain int counters (read by the metric callbacks): no lock, no SDK call here.
+            self.records_seen += 1
+            if decision.sampled:
+                self.records_sampled += 1
             if self.attacher is not None and decision.sampled:
                 n = sum(1 for j in self._plan_jobs(record, decision) if j.status == PENDING)
                 if n:
@@ -322,10 +372,15 @@ class Tracescore:
                 time.sleep(0.01)
         finally:
             store.close()
+        ok = True
+        # On helper threads: the SDK's batch processors ignore the flush timeout, and with the
+        # backend down the exporters retry for their own timeout per batch.
         if self.attacher is not None:
-            left_ms = max(0, int((deadline - time.monotonic()) * 1000))
-            return self.attacher.force_flush(left_ms)
-        return True
+            ok = flush_within(self.attacher.force_flush, deadline - time.monotonic(), "spans")
+        if self.telemetry.enabled:
+            ok = flush_within(self.telemetry.force_flush, deadline - time.monotonic(),
+                              "logs-metrics") and ok
+        return ok
 
     def shutdown(self, timeout: float = 30.0) -> bool:
         """Flush, stop the background threads, and shut down the span pipeline."""
@@ -341,6 +396,7 @@ class Tracescore:
         self.worker.stop(timeout)
         if self.attacher is not None:
             self.attacher.shutdown()
+        self.telemetry.shutdown(int(timeout * 1000))
         return ok
 
     def stats(self) -> dict[str, Any]:
@@ -354,10 +410,23 @@ class Tracescore:
                 "scored_jobs": self.worker.scored,
                 "error_scores": self.worker.errors,
                 "open_jobs": store.open_job_count(self._metric_names),
+                "records_seen": self.records_seen,
+                "records_sampled": self.records_sampled,
+                "export_failures": sum(self.export_loss.failures.values()),
+                "export_lost": self.export_loss.lost,
                 "db_counters": store.counters(),
             }
         finally:
             store.close()
+
+    def _snapshot(self) -> PipelineSnapshot:
+        """For the observable metrics (metric reader thread): counters plus one SQL query."""
+        n_open, lag = open_jobs(self.db_path, self._metric_names)
+        return PipelineSnapshot(
+            records_seen=self.records_seen, records_sampled=self.records_sampled,
+            records_dropped=self.queue.dropped, queue_depth=self.queue.depth,
+            open_jobs=n_open, scoring_lag_s=lag,
+        )
 
     def __enter__(self) -> Tracescore:
         return self

@@ -2,7 +2,16 @@
 
 Nothing here is a mock of tracescore: :func:`in_memory` builds a real pipeline (real
 ``TracerProvider``, real SQLite file, real worker) whose spans land in an
-``InMemorySpanExporter``.
+``InMemorySpanExporter``. :class:`OtlpReceiver` is a real OTLP endpoint (HTTP/protobuf or gRPC)
+on 127.0.0.1 that decodes what an exporter sends, to test an ``exporter="otlp"`` setup end to
+end (it can also play a backend that is down)::
+
+    with OtlpReceiver() as receiver:
+        os.environ.update(receiver.env())
+        ts = tracescore.init(db=..., exporter="otlp")
+        ...
+        ts.flush()
+        receiver.spans(), receiver.log_records(), receiver.metric_points("tracescore.evaluation.score")
 """
 
 from __future__ import annotations
@@ -19,9 +28,20 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from . import attributes as A
 from ._internal.errors import production_mode
+from ._internal.otlp_receiver import (
+    OtlpReceiver,
+    Received,
+    WireExemplar,
+    WireLogRecord,
+    WirePoint,
+    WireSpan,
+)
 from .client import Tracescore
 from .metrics.base import Metric
 from .record import RagRecord
+
+__all__ = ["OtlpReceiver", "Received", "ScriptedMetric", "WireExemplar", "WireLogRecord",
+           "WirePoint", "WireSpan", "carriers", "in_memory", "production_errors", "rag_roots"]
 
 
 def in_memory(db: str | Path, **kwargs: Any) -> tuple[Tracescore, InMemorySpanExporter]:

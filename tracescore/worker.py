@@ -22,7 +22,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,7 +30,7 @@ from opentelemetry import context as otel_context
 
 from ._internal.errors import record_internal_error
 from .metrics.base import Metric
-from .processor import ScoreAttachingProcessor
+from .processor import ScoreAttachingProcessor, ScoreRef
 from .record import RagRecord
 from .score import Score
 from .store import Job, Store
@@ -50,6 +50,7 @@ class ScoringWorker:
         max_attempts: int = 3,
         metric_timeout_s: float = 60.0,
         poll_seconds: float = 0.5,
+        on_scores: Callable[[str, Sequence[ScoreRef]], None] | None = None,
     ) -> None:
         self.db_path = db_path
         self.metrics: Mapping[str, Metric] = {m.name: m for m in metrics}
@@ -59,6 +60,8 @@ class ScoringWorker:
         self.max_attempts = max_attempts
         self.metric_timeout_s = metric_timeout_s
         self.poll_seconds = poll_seconds
+        #: Called once per stored job with its scores (export: log records, histogram points).
+        self.on_scores = on_scores
         self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.scored = 0
         self.errors = 0
@@ -210,6 +213,7 @@ class ScoringWorker:
                 return  # the lease went to another process, which stores the scores
             self.scored += 1
             self.errors += sum(1 for s in scores if s.status == "error")
+            self._stored(job.record_id, refs)
             if self.attacher is not None:
                 self.attacher.job_done(job.record_id, refs)
             else:
@@ -222,6 +226,16 @@ class ScoringWorker:
                 store.release_job(job, self.owner, f"{type(exc).__name__}: {exc}"[:500])
             except Exception as exc2:
                 record_internal_error("worker.release", exc2)
+
+    def _stored(self, record_id: str, refs: Sequence[ScoreRef]) -> None:
+        """Tell the exporter about stored scores: exactly once per job, since only the lease
+        owner gets here. Isolated: the job is already done, so a failure must not give it back."""
+        if self.on_scores is None or not refs:
+            return
+        try:
+            self.on_scores(record_id, refs)
+        except Exception as exc:
+            record_internal_error("worker.on_scores", exc)
 
     async def score(self, metric: Metric, record: RagRecord) -> list[Score]:
         """Run one metric on one record; never raises: failures become error scores."""
