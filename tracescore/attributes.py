@@ -54,6 +54,7 @@ SAMPLED = "tracescore.sampled"
 RETRIEVER_NAME = "tracescore.retriever"
 SCORES_LATE = "tracescore.scores_late"
 SCORED_SPAN_ID = "tracescore.scored_span_id"
+JUDGE_DEGENERATE = "tracescore.judge.degenerate"
 ERROR_TYPE = "error.type"
 GEN_AI_TOKEN_TYPE = "gen_ai.token.type"  # "input" / "output" on the judge token counter
 EXPORT_SIGNAL = "tracescore.signal"  # "traces" / "logs" / "metrics" on the export-loss counters

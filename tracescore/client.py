@@ -89,8 +89,24 @@ class Tracescore:
         concurrency: int = 4,
         lease_seconds: float = 120.0,
         metric_timeout_s: float = 60.0,
+        judge: Any = None,
+        judge_timeout_s: float = 60.0,
+        judge_max_retries: int = 4,
+        judge_calls_per_minute: float | None = None,
+        judge_price: tuple[float, float] | None = None,
+        judge_daily_budget_usd: float | None = None,
+        judge_canary: bool = True,
     ) -> None:
         self.metrics = registry.resolve(metrics)
+        needs_judge = [m.name for m in self.metrics if m.kind == "judge"]
+        if needs_judge and judge is None:
+            raise ValueError(
+                f"metrics {needs_judge} need an LLM judge: pass judge='openai:MODEL', "
+                "'llama-cpp:/path/model.gguf', 'local', a LangChain chat model or a Judge"
+            )
+        if judge_daily_budget_usd is not None and judge_price is None:
+            raise ValueError("judge_daily_budget_usd needs judge_price=(usd_per_mtok_in, "
+                             "usd_per_mtok_out) to count spend")
         unknown = set(sample_rates or {}) - {m.name for m in self.metrics}
         if unknown:
             raise ValueError(f"sample_rates names metrics that are not configured: {sorted(unknown)}")
@@ -142,6 +158,15 @@ class Tracescore:
             lease_seconds=lease_seconds, metric_timeout_s=metric_timeout_s,
             on_scores=self.telemetry.scores_stored if self.telemetry.enabled else None,
         )
+        self.judge_session = None
+        if judge is not None:
+            self.judge_session = self._setup_judge(
+                judge, timeout_s=judge_timeout_s, max_retries=judge_max_retries,
+                calls_per_minute=judge_calls_per_minute, price=judge_price,
+                daily_budget_usd=judge_daily_budget_usd,
+            )
+            self.worker.judge_session = self.judge_session
+            self.worker.judge_canary = judge_canary
         if self.attacher is not None:
             self.attacher.bind_tracer(self.tracer)
             self.attacher.on_delivered = self.worker.note_delivered
@@ -155,6 +180,35 @@ class Tracescore:
         self._llama_index: Any = None
         self._closed = False
         self._lock = threading.Lock()
+
+    def _setup_judge(self, spec: Any, *, timeout_s: float, max_retries: int,
+                     calls_per_minute: float | None, price: tuple[float, float] | None,
+                     daily_budget_usd: float | None) -> Any:
+        from .judge import ResilientJudge, RetryPolicy, resolve_judge
+        from .judge.session import JudgeSession, Price
+        from .metrics.judged import JudgeMetric
+
+        backend = resolve_judge(spec)
+        metrics = self.export_metrics
+
+        def on_call(reply: Any, exc: BaseException | None) -> None:
+            metrics.judge_call(reply.input_tokens if reply else 0,
+                               reply.output_tokens if reply else 0, error=exc is not None,
+                               model=backend.model)
+
+        resilient = ResilientJudge(
+            backend, policy=RetryPolicy(max_retries=max_retries, timeout_s=timeout_s),
+            on_call=on_call,
+        )
+        metrics.observe_breaker(lambda: resilient.breaker.state)
+        session = JudgeSession(
+            resilient, self.db_path, price=Price(*price) if price else None,
+            calls_per_minute=calls_per_minute, daily_budget_usd=daily_budget_usd,
+        )
+        for m in self.metrics:
+            if isinstance(m, JudgeMetric):
+                m.bind(session)
+        return session
 
     # -- tracing setup ------------------------------------------------------------------------
     def _setup_tracing(
@@ -414,6 +468,15 @@ class Tracescore:
                 "records_sampled": self.records_sampled,
                 "export_failures": sum(self.export_loss.failures.values()),
                 "export_lost": self.export_loss.lost,
+                "deferred_jobs": self.worker.deferred,
+                "judge": None if self.judge_session is None else {
+                    "model": self.judge_session.model,
+                    "calls": self.judge_session.judge.calls,
+                    "failures": self.judge_session.judge.failures,
+                    "breaker_state": self.judge_session.judge.breaker.state,
+                    "breaker_opened": self.judge_session.judge.breaker.opened,
+                    "health": dict(self.judge_session.health),
+                },
                 "db_counters": store.counters(),
             }
         finally:

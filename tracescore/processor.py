@@ -39,6 +39,10 @@ def score_attributes(scores: Sequence[Score], start: int = 0) -> dict[str, Any]:
     attrs: dict[str, Any] = {}
     for i, s in enumerate(scores, start):
         attrs[A.evaluation(i, "name")] = s.name
+        health = s.details.get("judge_health") if s.details else None
+        if isinstance(health, dict) and health.get("degenerate"):
+            # The judge failed its canary: say so on every score it produced.
+            attrs[A.JUDGE_DEGENERATE] = True
         if s.status == "ok" and s.value is not None:
             attrs[A.evaluation(i, "score")] = float(s.value)
             attrs[A.score_attribute(s.name)] = float(s.value)

@@ -306,11 +306,11 @@ class Store:
             rows = self.conn.execute(
                 "UPDATE jobs SET status='leased', lease_owner=?, lease_until=?, "
                 "attempts = attempts + 1, updated_at=? WHERE job_id IN ("
-                " SELECT job_id FROM jobs WHERE (status='pending' "
-                " OR (status='leased' AND lease_until < ?)) AND metric IN (" + marks + ")"
-                " ORDER BY job_id LIMIT ?) "
+                " SELECT job_id FROM jobs WHERE ((status='pending' AND (lease_until IS NULL "
+                " OR lease_until <= ?)) OR (status='leased' AND lease_until < ?))"
+                " AND metric IN (" + marks + ") ORDER BY job_id LIMIT ?) "
                 "RETURNING job_id, record_id, metric, metric_version, attempts",
-                (owner, now + lease_s, now, now, *metrics, limit),
+                (owner, now + lease_s, now, now, now, *metrics, limit),
             ).fetchall()
         return sorted((Job(*r) for r in rows), key=lambda j: j.job_id)
 
@@ -364,6 +364,15 @@ class Store:
                 "UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=NULL, "
                 "reason=? WHERE job_id=? AND lease_owner=?",
                 (reason, job.job_id, owner),
+            )
+
+    def defer_job(self, job: Job, owner: str, delay_s: float, reason: str) -> None:
+        """Put a job back to wait ``delay_s`` (judge down / over budget); the attempt is free."""
+        with self.transaction():
+            self.conn.execute(
+                "UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=?, "
+                "attempts = MAX(attempts - 1, 0), reason=? WHERE job_id=? AND lease_owner=?",
+                (time.time() + max(0.0, delay_s), reason[:500], job.job_id, owner),
             )
 
     def open_job_count(self, metrics: Sequence[str] | None = None) -> int:

@@ -29,6 +29,8 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from ._internal.errors import record_internal_error
+from .judge.base import RetryLater
+from .judge.session import JudgeSession
 from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor, ScoreRef
 from .record import RagRecord
@@ -65,6 +67,11 @@ class ScoringWorker:
         self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self.scored = 0
         self.errors = 0
+        self.deferred = 0
+        #: The judge session of judge metrics (its SQLite connection lives on this loop).
+        self.judge_session: JudgeSession | None = None
+        self.judge_canary = False
+        self.judge_timeout_s = 600.0
         self._delivered: list[tuple[list[int], str]] = []
         self._delivered_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -130,8 +137,11 @@ class ScoringWorker:
         inflight: set[asyncio.Task[None]] = set()
         wake_task: asyncio.Task[Any] | None = None
         names = sorted(self.metrics)
+        canary: asyncio.Task[Any] | None = None
         try:
             self._recover(store)
+            if self.judge_session is not None and self.judge_canary:
+                canary = asyncio.create_task(self._canary())
             while True:
                 self._flush_delivered(store)
                 if self._stopping:
@@ -166,11 +176,26 @@ class ScoringWorker:
                 await asyncio.wait(inflight, timeout=5.0)
             if wake_task is not None:
                 wake_task.cancel()
+            if canary is not None and not canary.done():
+                canary.cancel()
             self._flush_delivered(store)
         finally:
             self._idle.set()
             self._executor.shutdown(wait=False, cancel_futures=True)
+            if self.judge_session is not None:
+                self.judge_session.close()
             store.close()
+
+    async def _canary(self) -> None:
+        from .judge.canary import run_canary
+
+        assert self.judge_session is not None
+        try:
+            await run_canary(self.judge_session)
+        except RetryLater:
+            pass
+        except Exception as exc:  # a broken judge shows up in the scores; log it once here
+            log.warning("tracescore judge canary could not run: %s", exc)
 
     def _recover(self, store: Store) -> None:
         """Scores a dead process stored but never exported go out on carrier spans."""
@@ -207,7 +232,12 @@ class ScoringWorker:
                     "lease expired while scoring", metric=metric.name,
                     metric_version=metric.version) for n in metric.names()]
             else:
-                scores = await self.score(metric, record)
+                try:
+                    scores = await self.score(metric, record)
+                except RetryLater as later:
+                    store.defer_job(job, self.owner, later.delay_s, later.reason)
+                    self.deferred += 1
+                    return
             refs = store.complete_job(job, self.owner, scores)
             if refs is None:
                 return  # the lease went to another process, which stores the scores
@@ -240,6 +270,9 @@ class ScoringWorker:
     async def score(self, metric: Metric, record: RagRecord) -> list[Score]:
         """Run one metric on one record; never raises: failures become error scores."""
         t0 = time.perf_counter()
+        # Judge metrics bound their own calls (per-call timeout, bounded retries); the overall
+        # cap only stops a runaway.
+        timeout = self.metric_timeout_s if metric.kind != "judge" else self.judge_timeout_s
         missing = record.missing(metric.requires)
         if missing:
             return [Score.skipped(n, f"record has no {', '.join(missing)}", metric=metric.name,
@@ -252,10 +285,12 @@ class ScoringWorker:
                 assert self._loop is not None
                 out = self._loop.run_in_executor(self._executor, ctx.run, metric, record)
             if inspect.isawaitable(out):
-                out = await asyncio.wait_for(out, self.metric_timeout_s)
+                out = await asyncio.wait_for(out, timeout)
             scores = _normalise(metric, out)
+        except RetryLater:
+            raise  # the judge is unavailable or over budget: the job waits, it does not fail
         except asyncio.TimeoutError:
-            scores = [Score.failed(n, f"timed out after {self.metric_timeout_s:g}s",
+            scores = [Score.failed(n, f"timed out after {timeout:g}s",
                                    metric=metric.name, metric_version=metric.version)
                       for n in metric.names()]
         except Exception as exc:
