@@ -111,7 +111,11 @@ def main() -> None:
               help="Share of runs to score (deterministic per trace id).")
 @click.option("--worst", type=click.IntRange(min=0), default=1, show_default=True,
               help="Worst records to list per score in the report printed at the end.")
-def demo(db: Path, n: int | None, sample_rate: float, worst: int) -> None:
+@click.option("--judge", "judge", metavar="SPEC", default=None,
+              help="Also score with the LLM-judge RAG metrics, using this judge: 'local' (the "
+                   "tiny bundled model: proves the offline path, not the scores), "
+                   "'llama-cpp:/path/model.gguf' or 'openai:MODEL'.")
+def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | None) -> None:
     """Run the bundled offline RAG app through tracescore and print the report.
 
     A LangChain chain (BM25 retriever over a small bike-shop handbook, an extractive
@@ -128,7 +132,7 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int) -> None:
 
     db_existed = db.exists()
     try:
-        result = run_demo(db, n, sample_rate, progress=progress)
+        result = run_demo(db, n, sample_rate, progress=progress, judge=judge)
     except DemoSetupError as exc:
         raise DatabaseProblem(str(exc)) from None
     where = Path(result.db).resolve()
@@ -148,6 +152,49 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int) -> None:
     click.echo(format_report(report))
     opt = f"--db {shlex.quote(str(db))}"
     click.echo(f"\nNext: tracescore report {opt}\n      tracescore show {result.trace_ids[0][:12]} {opt}")
+
+
+@main.command("judge-check", short_help="Check a judge against known-answer verdict cases.")
+@click.option("--judge", "judge", metavar="SPEC", required=True,
+              help="The judge to check: 'openai:MODEL' (OPENAI_API_KEY / OPENAI_BASE_URL), "
+                   "'llama-cpp:/path/model.gguf' or 'local'.")
+@_db_option("tracescore.db", "SQLite database where the verdicts are cached and the result "
+            "is stored (shown by `tracescore report`).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+def judge_check(judge: str, db: Path, as_json: bool) -> None:
+    """Run the judge canary: claims supported by, contradicted by or unrelated to a context,
+    and relevant or irrelevant contexts, all with known answers. Exits 1 when the judge is
+    degenerate (always the same verdict, or agreement near chance): its scores cannot be
+    trusted. Verdicts are cached in the database like any judge step.
+    """
+    import asyncio
+
+    from .judge import ResilientJudge, resolve_judge
+    from .judge.canary import run_canary
+    from .judge.session import JudgeSession
+
+    try:
+        backend = resolve_judge(judge)
+    except (ValueError, ImportError, TypeError) as exc:
+        raise click.UsageError(str(exc)) from None
+
+    async def check() -> Any:
+        session = JudgeSession(ResilientJudge(backend), str(db))
+        try:
+            return await run_canary(session)
+        finally:
+            session.close()
+            await backend.aclose()
+
+    result = asyncio.run(check())
+    if as_json:
+        click.echo(json.dumps({"model": backend.model, **result.as_dict()}))
+    else:
+        click.echo(f"judge {backend.model}: agreed with {result.agreement:.0%} of "
+                   f"{result.cases} known answers; said yes to {result.yes_share:.0%}")
+        click.echo(f"DEGENERATE: {result.reason}" if result.degenerate else "OK")
+    if result.degenerate:
+        sys.exit(1)
 
 
 @main.command(short_help="Summarise the scores: per metric, worst records, totals.")

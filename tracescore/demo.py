@@ -48,6 +48,7 @@ def run_demo(
     *,
     progress: Progress | None = None,
     timeout: float = 60.0,
+    judge: Any = None,
 ) -> DemoResult:
     """Ask ``n`` bundled questions (all by default, cycling when ``n`` is larger).
 
@@ -62,9 +63,15 @@ def run_demo(
     count = len(questions) if n is None else n
     if count < 1:
         raise ValueError(f"n must be at least 1, got {n}")
+    metrics: list[Any] = list(DEFAULT_METRICS)
+    if judge is not None:
+        from tracescore.metrics.judged import RAG_SET
+
+        metrics += list(RAG_SET)
+        timeout = max(timeout, 60.0 + 10.0 * count)  # a local model takes ~0.5 s per call
     try:
-        ts = tracescore.init(db=db, metrics=list(DEFAULT_METRICS), sample_rate=sample_rate)
-    except (ValueError, TypeError, RuntimeError, sqlite3.Error) as exc:
+        ts = tracescore.init(db=db, metrics=metrics, sample_rate=sample_rate, judge=judge)
+    except (ValueError, TypeError, RuntimeError, ImportError, sqlite3.Error) as exc:
         raise DemoSetupError(str(exc)) from exc
     trace_ids: list[str] = []
     t0 = time.perf_counter()

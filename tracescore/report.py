@@ -154,6 +154,7 @@ class Report:
     scores: int
     metrics: list[MetricSummary] = field(default_factory=list)
     worst: dict[str, list[WorstRecord]] = field(default_factory=dict)
+    judges: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -172,6 +173,7 @@ class Report:
                 name: [{k: v for k, v in asdict(w).items() if k != "name"} for w in rows]
                 for name, rows in self.worst.items()
             },
+            "judges": self.judges,
         }
 
 
@@ -334,8 +336,21 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None, worst:
     return Report(
         db=db, since=since, generated_at=time.time(), records=records, sampled=int(sampled),
         dropped=int(dropped_row[0]) if dropped_row else 0, pending_jobs=pending,
-        scores=n_scores, metrics=summaries, worst=worst_rows,
+        scores=n_scores, metrics=summaries, worst=worst_rows, judges=judge_health(conn),
     )
+
+
+def judge_health(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+    """The judge canary's verdict per judge model (empty when no judge was checked)."""
+    try:
+        rows = conn.execute(
+            "SELECT model, agreement, cases, degenerate, detail, checked_at FROM judge_health "
+            "ORDER BY checked_at DESC").fetchall()
+    except sqlite3.Error:  # a database from before the judge tables existed
+        return []
+    return [{"model": m, "agreement": a, "cases": c, "degenerate": bool(d),
+             "reason": (json.loads(detail or "{}") or {}).get("reason", ""), "checked_at": t}
+            for m, a, c, d, detail, t in rows]
 
 
 # -- distributions, time series and token usage (the HTML report) ---------------------------
@@ -560,6 +575,12 @@ def format_report(report: Report, width: int = WIDTH) -> str:
         f"{_n(report.pending_jobs, 'job')} pending"
     )
     out = [f"tracescore report on {report.db} ({window})", *textwrap.wrap(summary, width), ""]
+    for j in report.judges:
+        line = (f"judge {j['model']}: agreed with {j['agreement']:.0%} of {j['cases']} canary "
+                "cases")
+        if j["degenerate"]:
+            line = f"WARNING: {line}: DEGENERATE ({j['reason']}); do not trust its scores"
+        out += [*textwrap.wrap(line, width), ""]
     if not report.metrics:
         out.append("No scores yet." if report.records else "No records yet.")
         if report.pending_jobs:

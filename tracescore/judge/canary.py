@@ -17,6 +17,7 @@ from typing import Any
 
 from ..record import Context, RagRecord
 from . import steps as S
+from .base import JudgeError
 from .session import JudgeSession, Usage
 
 log = logging.getLogger("tracescore")
@@ -75,22 +76,36 @@ class CanaryResult:
 async def run_canary(session: JudgeSession, *, min_agreement: float = 0.75) -> CanaryResult:
     expected: list[bool] = []
     got: list[bool] = []
+    invalid = 0  # steps whose replies were unusable
     usage = Usage()
     for ctx, question, claims, others in CASES:
         record = RagRecord(trace_id="0" * 32, span_id="0" * 16, query=question,
                            contexts=(Context(ctx), *(Context(o) for o, _ in others)),
                            answer=" ".join(c for c, _ in claims))
         ex = S.Extraction([c for c, _ in claims], [], [])
-        sv = await S.statement_verdicts(session, record, ex, usage)
-        expected += [ok for _, ok in claims]
-        got += [v == "yes" for v in sv.supported]
-        cv = await S.context_verdicts(session, record, usage)
-        expected += [True] + [rel for _, rel in others]
-        got += [v.relevant for v in cv]
+        want = [ok for _, ok in claims]
+        try:
+            sv = await S.statement_verdicts(session, record, ex, usage)
+            got += [v == "yes" for v in sv.supported]
+        except JudgeError:  # no usable verdicts: every case of this step counts as missed
+            invalid += 1
+            got += [not w for w in want]
+        expected += want
+        want = [True] + [rel for _, rel in others]
+        try:
+            cv = await S.context_verdicts(session, record, usage)
+            got += [v.relevant for v in cv]
+        except JudgeError:
+            invalid += 1
+            got += [not w for w in want]
+        expected += want
     agree = sum(e == g for e, g in zip(expected, got)) / len(expected)
     yes = sum(got) / len(got)
     base = max(sum(expected), len(expected) - sum(expected)) / len(expected)
-    if yes in (0.0, 1.0):
+    if invalid:
+        reason = (f"{invalid} of {2 * len(CASES)} canary steps got no valid verdicts; "
+                  f"agreement {agree:.0%}")
+    elif yes in (0.0, 1.0):
         reason = f"the judge gave the same verdict to all {len(got)} canary cases"
     elif agree < min_agreement:
         reason = (f"the judge agreed with {agree:.0%} of known answers; always answering the "

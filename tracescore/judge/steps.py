@@ -24,6 +24,7 @@ from typing import Any
 
 from ..record import RagRecord
 from . import prompts as P
+from . import schemas as SC
 from .base import JudgeReply
 from .session import JudgeSession, Usage, content_key
 
@@ -107,7 +108,7 @@ async def extract(session: JudgeSession, record: RagRecord, usage: Usage) -> Ext
         r = await session.step(
             "extract", P.EXTRACT_VERSION, payload,
             P.messages(P.EXTRACT_TASK, payload, P.EXTRACT_FORMAT), validate,
-            json_schema=_EXTRACT_SCHEMA, max_tokens=2048, record_id=record.record_id,
+            json_schema=SC.extract(list(missing), opinions_for), max_tokens=2048, record_id=record.record_id,
         )
         usage.add("extract", r)
         for k, v in r.data.items():
@@ -163,7 +164,7 @@ async def context_verdicts(session: JudgeSession, record: RagRecord,
 
     r = await session.step("contexts", P.CONTEXTS_VERSION, payload,
                            P.messages(P.CONTEXTS_TASK, payload, P.CONTEXTS_FORMAT), validate,
-                           json_schema=_CONTEXTS_SCHEMA, max_tokens=256 + 96 * n,
+                           json_schema=SC.contexts(n, m), max_tokens=256 + 96 * n,
                            record_id=record.record_id)
     usage.add("contexts", r)
     return [ContextVerdict(d["relevant"] == "yes", [u == "yes" for u in d["useful"]],
@@ -222,7 +223,7 @@ async def statement_verdicts(session: JudgeSession, record: RagRecord, ex: Extra
 
     r = await session.step("statements", P.STATEMENTS_VERSION, payload,
                            P.messages(P.STATEMENTS_TASK, payload, P.STATEMENTS_FORMAT), validate,
-                           json_schema=_STATEMENTS_SCHEMA,
+                           json_schema=SC.statements(n, [len(r) for r in refs]),
                            max_tokens=256 + 64 * (n + sum(map(len, refs))),
                            record_id=record.record_id)
     usage.add("statements", r)
@@ -257,7 +258,7 @@ async def opinion_verdicts(session: JudgeSession, record: RagRecord, opinions: l
 
     r = await session.step("opinions", P.OPINIONS_VERSION, payload,
                            P.messages(P.OPINIONS_TASK, payload, P.OPINIONS_FORMAT), validate,
-                           max_tokens=128 + 96 * n, record_id=record.record_id)
+                           json_schema=SC.opinions(n), max_tokens=128 + 96 * n, record_id=record.record_id)
     usage.add("opinions", r)
     return [(bool(x[0]), bool(x[1]), str(x[2])) for x in r.data]
 
@@ -285,7 +286,7 @@ async def rating(session: JudgeSession, record: RagRecord, kind: str,
         task = P.TEXT_COHERENCE_TASK
     r = await session.step(kind, P.COHERENCE_VERSION, payload,
                            P.messages(task, payload, P.RATING_FORMAT), _rating,
-                           max_tokens=300, record_id=record.record_id)
+                           json_schema=SC.rating(), max_tokens=300, record_id=record.record_id)
     usage.add(kind, r)
     return dict(r.data)
 
@@ -319,7 +320,7 @@ async def binary_checks(session: JudgeSession, record: RagRecord,
 
     r = await session.step("binary", P.BINARY_VERSION, payload,
                            P.messages(P.BINARY_TASK, payload, P.BINARY_FORMAT), validate,
-                           max_tokens=600, record_id=record.record_id)
+                           json_schema=SC.binary(checks), max_tokens=600, record_id=record.record_id)
     usage.add("binary", r)
     return dict(r.data)
 
@@ -337,7 +338,7 @@ async def geval_steps(session: JudgeSession, name: str, criteria: str,
 
     r = await session.step("geval_steps", P.GEVAL_STEPS_VERSION, payload,
                            P.messages(P.GEVAL_STEPS_TASK, payload, P.GEVAL_STEPS_FORMAT),
-                           validate, max_tokens=600)
+                           validate, json_schema=SC.geval_steps(), max_tokens=600)
     usage.add("geval_steps", r)
     return list(r.data)
 
