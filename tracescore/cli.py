@@ -115,7 +115,12 @@ def main() -> None:
               help="Also score with the LLM-judge RAG metrics, using this judge: 'local' (the "
                    "tiny bundled model: proves the offline path, not the scores), "
                    "'llama-cpp:/path/model.gguf' or 'openai:MODEL'.")
-def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | None) -> None:
+@click.option("--framework", type=click.Choice(["langchain", "llama-index"]),
+              default="langchain", show_default=True,
+              help="Which example app to run: the LangChain LCEL chain or the LlamaIndex query "
+                   "engine (same corpus and questions).")
+def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | None,
+         framework: str) -> None:
     """Run the bundled offline RAG app through tracescore and print the report.
 
     A LangChain chain (BM25 retriever over a small bike-shop handbook, an extractive
@@ -132,7 +137,8 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
 
     db_existed = db.exists()
     try:
-        result = run_demo(db, n, sample_rate, progress=progress, judge=judge)
+        result = run_demo(db, n, sample_rate, progress=progress, judge=judge,
+                          framework=framework)
     except DemoSetupError as exc:
         raise DatabaseProblem(str(exc)) from None
     where = Path(result.db).resolve()

@@ -21,6 +21,7 @@ from typing import Any
 __all__ = ["DEFAULT_DB", "DemoResult", "DemoSetupError", "run_demo"]
 
 DEFAULT_DB = "tracescore-demo.db"
+FRAMEWORKS = ("langchain", "llama-index")
 
 Question = dict[str, Any]
 #: Wraps the questions about to be asked (and their count), e.g. in a progress bar.
@@ -49,6 +50,7 @@ def run_demo(
     progress: Progress | None = None,
     timeout: float = 60.0,
     judge: Any = None,
+    framework: str = "langchain",
 ) -> DemoResult:
     """Ask ``n`` bundled questions (all by default, cycling when ``n`` is larger).
 
@@ -57,8 +59,13 @@ def run_demo(
     """
     import tracescore
     from tracescore.client import DEFAULT_METRICS
-    from tracescore.examples.langchain_rag import build_chain, load_questions
 
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework must be one of {FRAMEWORKS}, got {framework!r}")
+    if framework == "langchain":
+        from tracescore.examples.langchain_rag import load_questions
+    else:
+        from tracescore.examples.llama_index_rag import load_questions
     questions = load_questions()
     count = len(questions) if n is None else n
     if count < 1:
@@ -76,13 +83,19 @@ def run_demo(
     trace_ids: list[str] = []
     t0 = time.perf_counter()
     try:
-        chain = build_chain()
-        handler = ts.langchain_handler()
+        ask = _langchain_asker(ts) if framework == "langchain" else _llama_index_asker(ts)
         todo = itertools.islice(itertools.cycle(questions), count)
         wrapped = progress(todo, count) if progress else contextlib.nullcontext(todo)
         with wrapped as items:
             for q in items:
-                _ask(ts, chain, handler, q, trace_ids)
+                # The app runs inside a span of ours, as it would inside an app's request
+                # span: its root span joins that trace, so we know the record's trace id up
+                # front and can send the reference answer as feedback, as a real app would.
+                with ts.tracer.start_as_current_span("demo.question") as span:
+                    ask(q)
+                trace_id = format(span.get_span_context().trace_id, "032x")
+                ts.add_ground_truth(trace_id, [q["reference"]])
+                trace_ids.append(trace_id)
         t1 = time.perf_counter()
         complete = ts.flush(timeout=timeout)
     finally:
@@ -94,14 +107,30 @@ def run_demo(
     )
 
 
-def _ask(ts: Any, chain: Any, handler: Any, q: Question, trace_ids: list[str]) -> None:
-    # The chain runs inside a span of ours, as it would inside an app's request span: the
-    # LangChain root span joins that trace, so we know the record's trace id up front and can
-    # send the reference answer as feedback for it, as a real app would later.
-    with ts.tracer.start_as_current_span("demo.question") as span:
-        trace_id = format(span.get_span_context().trace_id, "032x")
+def _langchain_asker(ts: Any) -> Callable[[Question], None]:
+    from tracescore.examples.langchain_rag import build_chain
+
+    chain = build_chain()
+    handler = ts.langchain_handler()
+
+    def ask(q: Question) -> None:
         chain.invoke(q["question"], config={
             "callbacks": [handler], "metadata": {"demo.question_id": q["id"]},
         })
-    ts.add_ground_truth(trace_id, [q["reference"]])
-    trace_ids.append(trace_id)
+
+    return ask
+
+
+def _llama_index_asker(ts: Any) -> Callable[[Question], None]:
+    from llama_index.core.instrumentation.dispatcher import instrument_tags
+
+    from tracescore.examples.llama_index_rag import build_query_engine
+
+    ts.instrument_llama_index()  # undone by ts.shutdown()
+    engine = build_query_engine()
+
+    def ask(q: Question) -> None:
+        with instrument_tags({"demo.question_id": q["id"]}):
+            str(engine.query(q["question"]))
+
+    return ask
