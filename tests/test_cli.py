@@ -354,3 +354,17 @@ def test_every_command_and_option_has_help_and_a_docs_section() -> None:
             if isinstance(param, click.Option):
                 assert param.help, f"{name} {param.opts}"
                 assert any(opt in sections[name] for opt in param.opts), (name, param.opts)
+
+
+def test_demo_llama_index_framework(tmp_path: Path) -> None:
+    db = tmp_path / "li.db"
+    result = _run("demo", "--db", db, "--n", 3, "--framework", "llama-index", "--worst", 0)
+    assert result.exit_code == 0, result.output
+    recs = rows(db, "SELECT source, query, answer, ground_truths, n_contexts FROM records")
+    assert len(recs) == 3
+    questions = load_questions()[:3]
+    assert [r["query"] for r in recs] == [q["question"] for q in questions]
+    assert all(r["source"] == "llama_index" and r["n_contexts"] > 0 and r["answer"] for r in recs)
+    assert [json.loads(r["ground_truths"]) for r in recs] == [[q["reference"]] for q in questions]
+    n_scores = rows(db, "SELECT count(*) AS n FROM scores WHERE status='ok'")[0]["n"]
+    assert n_scores == 3 * len(SCORE_NAMES)
