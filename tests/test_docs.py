@@ -39,9 +39,10 @@ def test_readme_documents_the_public_api():
 
 
 def test_every_metric_is_in_the_readme_table():
+    from tracescore.metrics.judged import JUDGE_METRICS
     from tracescore.metrics.local import LOCAL_METRICS
 
-    names = [m.name for m in LOCAL_METRICS]
+    names = [m.name for m in (*LOCAL_METRICS, *JUDGE_METRICS)]
     assert set(names) <= set(tracescore.available_metrics())
     for name in names:
         assert f"`{name}`" in README, f"metric {name} missing from the README metrics table"
