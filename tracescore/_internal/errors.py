@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 log = logging.getLogger("tracescore")
 
@@ -53,15 +54,28 @@ def internal_error_counts() -> dict[str, int]:
         return dict(_counts)
 
 
-@contextmanager
-def handle_internal_errors(where: str, *, reraise: bool | None = None) -> Iterator[None]:
-    """Log-and-continue around tracescore's own code; re-raise under pytest."""
-    try:
-        yield
-    except Exception as exc:
-        record_internal_error(where, exc)
-        if raise_internal_errors() if reraise is None else reraise:
-            raise
+class handle_internal_errors:  # noqa: N801 - used like a function
+    """Log-and-continue around tracescore's own code; re-raise under pytest.
+
+    A class rather than a ``@contextmanager`` generator: it wraps every framework callback on
+    the app's request path, where a generator's set-up cost is measurable.
+    """
+
+    __slots__ = ("where", "reraise")
+
+    def __init__(self, where: str, *, reraise: bool | None = None) -> None:
+        self.where = where
+        self.reraise = reraise
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None or not isinstance(exc, Exception):
+            return False
+        record_internal_error(self.where, exc)
+        reraise = raise_internal_errors() if self.reraise is None else self.reraise
+        return not reraise  # True swallows the exception
 
 
 @contextmanager
