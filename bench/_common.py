@@ -58,7 +58,16 @@ def machine_info() -> dict[str, Any]:
         "switch_interval_ms": sys.getswitchinterval() * 1000,
         "git": rev,
         "packages": versions,
+        "loadavg_at_start": load_average(),
     }
+
+
+def load_average() -> list[float]:
+    """1/5/15-minute load averages: other processes on a 2-core machine skew every timing."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
 
 
 def print_machine(info: dict[str, Any]) -> None:
@@ -66,6 +75,7 @@ def print_machine(info: dict[str, Any]) -> None:
     print(f"machine: {info['nproc']} cores ({info['cpu'] or 'cpu ?'}), "
           f"{info['implementation']} {info['python']}, SQLite {info['sqlite']}, "
           f"GIL switch interval {info['switch_interval_ms']:g} ms, repo {info['git']}")
+    print(f"load average at start (1/5/15 min): {info['loadavg_at_start']}")
     print(f"packages: {pk}")
 
 

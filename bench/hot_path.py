@@ -28,8 +28,8 @@ Run:  python bench/hot_path.py [--quick] [--json out.json] [--profile]
 from __future__ import annotations
 
 import argparse
-import cProfile
 import collections
+import cProfile
 import functools
 import gc
 import json
@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import (  # noqa: E402
     background_cpu,
+    load_average,
     machine_info,
     md_table,
     median,
@@ -89,6 +90,35 @@ class EmptyTracer(BaseTracer):
 
     def _persist_run(self, run: Any) -> None:
         pass
+
+
+def lean_span_handler(ts: Any) -> Any | None:
+    """What-if prototype (bench only, not shipped): the tracescore handler, except that inner
+    CHAIN steps (RunnableSequence/Parallel/Passthrough, prompt, parser, lambdas) get no span of
+    their own; their children attach to the nearest real span. Root, retriever, LLM and tool
+    runs keep their spans. Built on the handler's internals, so it returns None (and the bench
+    skips it) when those change."""
+    try:
+        from opentelemetry.trace import NonRecordingSpan
+        from tracescore.integrations import langchain as L
+
+        from tracescore import attributes as A
+
+        class LeanSpans(L.TracescoreCallbackHandler):  # type: ignore[misc, valid-type]
+            def _start(self, run_id: Any, parent_run_id: Any, name: str, kind: str,
+                       metadata: Any, tags: Any, attrs: dict[str, Any]) -> Any:
+                parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
+                if parent is not None and kind == A.KIND_CHAIN:
+                    span = NonRecordingSpan(parent.span.get_span_context())
+                    run = L._Run(span, parent.root, False, name, next(L._seq))
+                    self._runs[run_id] = run
+                    return run
+                return super()._start(run_id, parent_run_id, name, kind, metadata, tags, attrs)
+
+        return LeanSpans(ts)
+    except Exception as exc:
+        print(f"(what-if lean spans variant skipped: {exc!r})")
+        return None
 
 
 class NullSink(BaseCallbackHandler):
@@ -437,7 +467,7 @@ def run_profile(handler: Any, ts: Any, exporter: InMemorySpanExporter | None,
     st = pstats.Stats(prof)
     total = st.total_tt  # type: ignore[attr-defined]
     entries = []
-    for (file, line, func), (cc, nc, tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
+    for (file, line, func), (_cc, nc, tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
         f = file.replace("\\", "/")
         short = f
         for marker in ("site-packages/", "/work/main/"):
@@ -519,6 +549,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         ts_variant(tmp, "ts1_noexp", "tracescore 1.0, no exporter", metrics, 1.0, False),
         ts_variant(tmp, "ts0", "tracescore 0.0, exporter", metrics, 0.0, True),
     ]
+    lean = ts_variant(tmp, "whatif", "what-if: tracescore 1.0, exporter, no spans for inner "
+                      "chain steps", metrics, 1.0, True)
+    lean.handler = lean_span_handler(lean.ts)
+    if lean.handler is not None:
+        variants.append(lean)
+    else:
+        lean.ts.shutdown(10)
     by_key = {v.key: v for v in variants}
     results: dict[str, Any] = {"machine": info, "metrics": metrics,
                                "config": {"rounds": rounds, "per_round": per_round,
@@ -542,6 +579,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ts0/noop": a["ts0"] / a["noop"] if a["noop"] > 0 else float("nan"),
         "ts0/tracer": a["ts0"] / a["tracer"] if a["tracer"] > 0 else float("nan"),
     }
+    if "whatif" in a:
+        ratios["what-if/tracer"] = a["whatif"] / a["tracer"] if a["tracer"] > 0 else float("nan")
+        ratios["what-if/noop"] = a["whatif"] / a["noop"] if a["noop"] > 0 else float("nan")
     results["e2e_ratios"] = ratios
     print()
     print(md_table(["ratio of added µs", "value"], [[k, v] for k, v in ratios.items()]))
@@ -603,6 +643,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         Variant("ts_lean", "ablation: handler logic only (NoOpTracer, submit stubbed)",
                 handler=lean_handler, ts=lean_ts),
     ]
+    if "whatif" in by_key:
+        w = by_key["whatif"]
+        rvars.append(Variant("whatif", w.label, handler=w.handler, ts=w.ts, exporter=w.exporter))
     rvars[0].handler = NullSink()
     for v in rvars:
         v.samples, v.block_medians, v.invokes = [], [], 0
@@ -627,6 +670,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ts1/tracer": ra["ts1"] / ra["tracer"] if ra["tracer"] > 0 else float("nan"),
         "ts0/tracer": ra["ts0"] / ra["tracer"] if ra["tracer"] > 0 else float("nan"),
     }
+    if "whatif" in ra:
+        rratios["what-if/tracer"] = ra["whatif"] / ra["tracer"] if ra["tracer"] > 0 else float("nan")
     results["replay_ratios"] = rratios
     n_events = sum(len(e) for e in recs) / len(recs)
     print(f"\n## 2. Handler only: µs per invoke's callbacks, replayed on one thread "
@@ -709,6 +754,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             v.ts.shutdown(60)
     cap_ts.shutdown(60)
     lean_ts.shutdown(60)
+    results["loadavg_at_end"] = load_average()
+    print(f"\nload average at end (1/5/15 min): {results['loadavg_at_end']}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
         print(f"\nwrote {args.json}")

@@ -36,7 +36,15 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _common import background_cpu, machine_info, md_table, median, pct, print_machine  # noqa: E402
+from _common import (  # noqa: E402
+    background_cpu,
+    load_average,
+    machine_info,
+    md_table,
+    median,
+    pct,
+    print_machine,
+)
 
 import tracescore  # noqa: E402
 from tracescore.metrics import registry  # noqa: E402
@@ -76,7 +84,7 @@ def make_records(n: int, seed: int = 7) -> list[RagRecord]:
         else:
             answer = REFUSAL
         ctxs = []
-        for k in range(3):
+        for _ in range(3):
             j = rng.randrange(len(docs))
             text = (docs[j] + " " + docs[(j + 1) % len(docs)] + " " + docs[(j + 2) % len(docs)])
             ctxs.append(Context(text=text[:500], id=f"doc-{j}", score=round(rng.random(), 3),
@@ -138,7 +146,7 @@ def _thread_cpu(t: threading.Thread) -> float:
 
 
 def bench_submit(tmp: str, name: str, records: list[RagRecord], metrics: Sequence[str],
-                 rate: float) -> dict[str, Any]:
+                 rate: float, watch_s: float) -> dict[str, Any]:
     path = os.path.join(tmp, f"{name}.db")
     ts = tracescore.init(db=path, metrics=list(metrics), sample_rate=rate,
                          max_queue=len(records) + 10)
@@ -151,23 +159,54 @@ def bench_submit(tmp: str, name: str, records: list[RagRecord], metrics: Sequenc
     dt = time.perf_counter() - t0
     cpu = background_cpu(ts)
     jobs = db_count(path, "SELECT count(*) FROM jobs")
-    pending = db_count(path, "SELECT count(*) FROM jobs WHERE status='pending'")
+    pending = db_count(path, "SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')")
     scored_by_then = ts.worker.scored
-    t1 = time.perf_counter()
-    all_ok = ts.flush(1200)
-    score_tail = time.perf_counter() - t1
+    backlog_rate = None
+    if pending:
+        # Scoring with the whole backlog pending: count jobs done in a fixed window (sleeping,
+        # so nothing but the worker touches the database).
+        s0, w0 = ts.worker.scored, time.perf_counter()
+        time.sleep(watch_s)
+        backlog_rate = (ts.worker.scored - s0) / (time.perf_counter() - w0)
     n = len(records)
     res = {"how": f"ts.submit, sample_rate={rate:g}" + (", worker scoring concurrently"
                                                         if rate > 0 else ", records only"),
            "records": n, "written": ts.queue.written,
            "db_records": db_count(path, "SELECT count(*) FROM records"), "jobs": jobs,
-           "pending_jobs_at_flush": pending, "seconds": dt, "put_seconds": t_put,
-           "flushed": ok and all_ok, "records_per_s": n / dt, "jobs_per_s": jobs / dt,
+           "open_jobs_at_flush": pending, "seconds": dt, "put_seconds": t_put,
+           "flushed": ok, "records_per_s": n / dt, "jobs_per_s": jobs / dt,
            "writer_cpu_us_per_record": cpu.get("writer", 0) / n * 1e6,
-           "jobs_scored_during_write": scored_by_then, "scoring_tail_s": score_tail,
+           "jobs_scored_during_write": scored_by_then,
+           "backlog_jobs_per_s": backlog_rate, "backlog_watch_s": watch_s,
            "dropped": ts.queue.dropped}
-    ts.shutdown(120)
+    ts.shutdown(5 if pending else 120)  # don't wait for a large backlog to be scored
+    if pending:
+        res["backlog_queries"] = backlog_queries(path, metrics)
     return res
+
+
+def backlog_queries(path: str, metrics: Sequence[str], reps: int = 20) -> dict[str, Any]:
+    """Cost of the worker's lease and of flush()'s open-job count on a database with a large
+    backlog (on a copy: leasing changes the jobs)."""
+    copy = path + ".copy.db"
+    src, dst = sqlite3.connect(path), sqlite3.connect(copy)
+    src.backup(dst)
+    src.close()
+    dst.close()
+    store = Store(copy)
+    try:
+        pending = store.open_job_count(list(metrics))
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            store.lease_jobs("bench", 4, 600.0, list(metrics))
+        lease_ms = (time.perf_counter() - t0) / reps * 1000
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            store.open_job_count(list(metrics))
+        count_ms = (time.perf_counter() - t0) / reps * 1000
+    finally:
+        store.close()
+    return {"open_jobs": pending, "lease_4_jobs_ms": lease_ms, "open_job_count_ms": count_ms}
 
 
 # -- 2. scoring -------------------------------------------------------------------------------
@@ -212,8 +251,13 @@ def bench_scoring(tmp: str, label: str, metric_names: Sequence[str], records: li
     t0 = time.perf_counter()
     ts = tracescore.init(db=path, metrics=list(metric_names), sample_rate=1.0,
                          concurrency=concurrency)
-    ok = ts.flush(1800)
+    # Wait on the worker's in-memory counter (ts.flush() polls the database every 10 ms,
+    # which would compete with the worker), then confirm with ts.flush().
+    deadline = t0 + 1800
+    while ts.worker.scored < n_jobs and time.perf_counter() < deadline:
+        time.sleep(0.005)
     dt = time.perf_counter() - t0
+    ok = ts.flush(600)
     cpu = background_cpu(ts)
     ts.shutdown(120)
     done = db_count(path, "SELECT count(*) FROM jobs WHERE status='done'")
@@ -241,7 +285,7 @@ def bench_overflow(tmp: str, name: str, records: list[RagRecord], max_queue: int
     ts = tracescore.init(**kwargs)
     locker = None
     if lock_db:  # another process holds the write lock: the writer waits on busy_timeout
-        locker = sqlite3.connect(path, timeout=0, isolation_level=None)
+        locker = sqlite3.connect(path, timeout=10, isolation_level=None)
         locker.execute("BEGIN IMMEDIATE")
     lat: list[float] = []
     perf = time.perf_counter_ns
@@ -273,7 +317,63 @@ def bench_overflow(tmp: str, name: str, records: list[RagRecord], max_queue: int
             "counter_records_dropped": counters.get("records_dropped", 0),
             "counter_records_seen": counters.get("records_seen", 0),
             "accounted": written + dropped == n, "flushed": ok,
-            "holds_right_after_burst": holds_after, "holds_after_flush": holds_final}
+            "holds_right_after_burst": holds_after, "holds_after_flush": holds_final,
+            "holds_for_dropped_records": max(0, holds_after - (n - dropped)) if exporter else 0}
+
+
+def bench_call_floor(records: list[RagRecord]) -> dict[str, Any]:
+    """The same timing loop around a call that does nothing: the scheduler's own noise."""
+    def nothing(r: RagRecord) -> None:
+        return None
+
+    lat: list[float] = []
+    perf = time.perf_counter_ns
+    gc.collect()
+    t0 = perf()
+    for r in records:
+        s = perf()
+        nothing(r)
+        lat.append((perf() - s) / 1000)
+    n = len(records)
+    return {"scenario": "floor: same loop, a call that does nothing", "max_queue": None,
+            "db_locked_during_burst": False, "exporter": False, "submitted": n,
+            "burst_s": (perf() - t0) / 1e9, "submit_p50_us": median(lat),
+            "submit_p99_us": pct(lat, 99), "submit_p999_us": pct(lat, 99.9),
+            "submit_max_us": max(lat), "dropped": None, "written": None,
+            "counter_records_dropped": None, "accounted": None,
+            "holds_for_dropped_records": None}
+
+
+# -- what-if: a lease query that does not sort the whole backlog (bench-only prototype) -----------
+def patch_fast_lease() -> Any:
+    """Replace ``Store.lease_jobs`` with a prototype: pending jobs through an index on
+    ``(status, job_id)`` (SQLite stops after LIMIT rows instead of sorting every pending job),
+    expired leases in a second query only when the first comes up short. Returns the original,
+    to restore. Same contract: atomic, oldest first, attempts + 1."""
+    from tracescore.store import Job
+
+    original = Store.lease_jobs
+
+    def lease_jobs(self: Store, owner: str, limit: int, lease_s: float,
+                   metrics: Sequence[str]) -> list[Job]:
+        now = time.time()
+        marks = ",".join("?" * len(metrics))
+        self.conn.execute("CREATE INDEX IF NOT EXISTS bench_jobs_status_id ON jobs(status, job_id)")
+        update = ("UPDATE jobs SET status='leased', lease_owner=?, lease_until=?, "
+                  "attempts = attempts + 1, updated_at=? WHERE job_id IN (SELECT job_id FROM jobs "
+                  "WHERE {cond} AND metric IN (" + marks + ") ORDER BY job_id LIMIT ?) "
+                  "RETURNING job_id, record_id, metric, metric_version, attempts")
+        with self.transaction():
+            rows = self.conn.execute(update.format(cond="status='pending'"),
+                                     (owner, now + lease_s, now, *metrics, limit)).fetchall()
+            if len(rows) < limit:
+                rows += self.conn.execute(
+                    update.format(cond="status='leased' AND lease_until < ?"),
+                    (owner, now + lease_s, now, now, *metrics, limit - len(rows))).fetchall()
+        return sorted((Job(*r) for r in rows), key=lambda j: j.job_id)
+
+    Store.lease_jobs = lease_jobs  # type: ignore[method-assign]
+    return original
 
 
 # -- main -------------------------------------------------------------------------------------------
@@ -283,6 +383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--n", type=int, help="records for the writer benchmark (default 20000)")
     ap.add_argument("--score-n", type=int, help="records per scoring run (default 2000)")
     ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--what-if-lease", action="store_true",
+                    help="also rerun the backlog cases with a prototype lease query (bench only)")
     args = ap.parse_args(argv)
     n = args.n or (1000 if args.quick else 20_000)
     score_n = args.score_n or (150 if args.quick else 2000)
@@ -302,8 +404,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.quick:
         wr.append(bench_queue_direct(tmp, records, SCORED_METRICS + ("rgb_rejection",), 128))
         wr.append(bench_queue_direct(tmp, records, SCORED_METRICS + ("rgb_rejection",), 2048))
-    wr.append(bench_submit(tmp, "submit-0", records, SCORED_METRICS, 0.0))
-    wr.append(bench_submit(tmp, "submit-1", records, SCORED_METRICS, 1.0))
+    watch = 5.0 if args.quick else 20.0
+    wr.append(bench_submit(tmp, "submit-0", records, SCORED_METRICS, 0.0, watch))
+    wr.append(bench_submit(tmp, "submit-1", records, SCORED_METRICS, 1.0, watch))
     results["writer"] = wr
     print(md_table(
         ["path", "records", "jobs", "seconds", "records/s", "jobs/s", "enqueue only µs/rec",
@@ -313,8 +416,15 @@ def main(argv: Sequence[str] | None = None) -> int:
           "yes" if w["db_records"] == w["records"] == w["written"] and w["flushed"] else "NO",
           w["dropped"]] for w in wr]))
     s1 = wr[-1]
-    print(f"\n(sample_rate=1.0: the worker had scored {s1['jobs_scored_during_write']:,} jobs by the "
-          f"time the writer finished; the remaining scoring took {s1['scoring_tail_s']:.1f} s)")
+    print(f"\nsample_rate=1.0: the worker had scored {s1['jobs_scored_during_write']:,} jobs when "
+          f"the writer finished; then, with {s1['open_jobs_at_flush']:,} jobs pending, it scored "
+          f"{s1['backlog_jobs_per_s'] or 0:,.0f} jobs/s (watched {s1['backlog_watch_s']:g} s; "
+          "compare section 2, where at most 10,000 jobs are pending)")
+    bq = s1.get("backlog_queries")
+    if bq:
+        print(f"with {bq['open_jobs']:,} open jobs: Store.lease_jobs(limit=4) takes "
+              f"{bq['lease_4_jobs_ms']:.1f} ms and Store.open_job_count (polled by ts.flush every "
+              f"10 ms) {bq['open_job_count_ms']:.1f} ms")
 
     # 2. scoring
     print("\n## 2. Scoring worker: records in the DB → scores stored (default concurrency 4)\n")
@@ -352,22 +462,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n## 3. Queue overflow: submit never blocks, drops are counted\n")
     burst = records[: (2000 if args.quick else 20_000)]
     ov = [bench_overflow(tmp, "overflow", burst, 100, lock_db=False, exporter=False),
-          bench_overflow(tmp, "overflow-locked-db", burst, 100, lock_db=True, exporter=True)]
+          bench_overflow(tmp, "overflow-locked-db", burst, 100, lock_db=True, exporter=True),
+          bench_call_floor(burst)]
     results["overflow"] = ov
     print(md_table(
         ["scenario", "max_queue", "submitted", "burst s", "submit p50 µs", "p99 µs", "p99.9 µs",
          "max µs", "dropped", "written", "db counter dropped", "written+dropped = submitted",
-         "span holds left after burst"],
-        [[o["scenario"] + (" (exporter on)" if o["exporter"] else ""), o["max_queue"],
+         "span holds registered for dropped records"],
+        [[o["scenario"] + (" (exporter on)" if o["exporter"] else ""), _na(o["max_queue"]),
           o["submitted"], o["burst_s"], o["submit_p50_us"], o["submit_p99_us"],
-          o["submit_p999_us"], o["submit_max_us"], o["dropped"], o["written"],
-          o["counter_records_dropped"], "yes" if o["accounted"] else "NO",
-          o["holds_right_after_burst"]] for o in ov]))
+          o["submit_p999_us"], o["submit_max_us"], _na(o["dropped"]), _na(o["written"]),
+          _na(o["counter_records_dropped"]),
+          "" if o["accounted"] is None else ("yes" if o["accounted"] else "NO"),
+          o["holds_for_dropped_records"] if o["exporter"] else ""]
+         for o in ov]))
 
+    if args.what_if_lease:
+        print("\n## What-if: the lease query without the full sort (bench-only prototype of "
+              "`Store.lease_jobs`)\n")
+        rows = []
+        wi: dict[str, Any] = {}
+        for mode in ("current", "prototype", "current", "prototype"):
+            original = patch_fast_lease() if mode == "prototype" else None
+            try:
+                sc_all = bench_scoring(tmp, f"all-{mode}-{time.time_ns()}", list(SCORED_METRICS),
+                                       srecs, concurrency=4)
+                if mode not in wi:
+                    sub = bench_submit(tmp, f"submit-1-{mode}", records, SCORED_METRICS, 1.0,
+                                       watch)
+                    wi[mode] = sub
+                    rows.append([f"{mode}: ts.submit at 1.0, {n:,} records", "writer records/s",
+                                 sub["records_per_s"]])
+                    rows.append([f"{mode}: then, backlog of {sub['open_jobs_at_flush']:,} jobs",
+                                 "jobs/s", sub["backlog_jobs_per_s"] or 0.0])
+                    bq = sub.get("backlog_queries") or {}
+                    rows.append([f"{mode}: Store.lease_jobs(limit=4) with that backlog", "ms",
+                                 bq.get("lease_4_jobs_ms", float("nan"))])
+                rows.append([f"{mode}: scoring all 5 metrics, {len(srecs):,} records "
+                             f"({sc_all['jobs']:,} jobs)", "jobs/s", sc_all["jobs_per_s"]])
+                wi.setdefault(f"{mode}_scoring", []).append(sc_all)
+            finally:
+                if original is not None:
+                    Store.lease_jobs = original  # type: ignore[method-assign]
+        results["what_if_lease"] = wi
+        print(md_table(["case", "unit", "value"], sorted(rows, key=lambda r: r[0])))
+
+    results["loadavg_at_end"] = load_average()
+    print(f"\nload average at end (1/5/15 min): {results['loadavg_at_end']}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str))
         print(f"\nwrote {args.json}")
     return 0
+
+
+def _na(x: Any) -> Any:
+    return "" if x is None else x
 
 
 if __name__ == "__main__":
