@@ -19,6 +19,7 @@ import itertools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -54,17 +55,69 @@ _seq = itertools.count()
 @dataclass(slots=True)
 class _Root:
     query: str | None = None
-    retrievals: list[tuple[int, str, Sequence[Any]]] = field(default_factory=list)
+    retrievals: list[tuple[int, str, list[Context]]] = field(default_factory=list)
     usage: TokenUsage | None = None
     model: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     tags: tuple[str, ...] = ()
     start_ns: int = 0
+    pending: list[_PendingSpan] = field(default_factory=list)
+    done: bool = False  # the root ended: late child steps materialise at once
+
+
+class _PendingSpan:
+    """A child step's span as plain data, materialised off the request path.
+
+    Creating an OTel span costs 20-25 µs; a RAG chain has about nine. Only the root span is
+    created on the app's thread (its ids are the record's ids, and it may be held for scores);
+    the others are recorded here, with the timestamps taken when their callbacks fired, and
+    turned into real spans by the background writer once the root ends.
+    """
+
+    __slots__ = ("name", "parent", "attrs", "start_ns", "end_ns", "status", "real")
+
+    def __init__(self, name: str, parent: Any, attrs: dict[str, Any], start_ns: int) -> None:
+        self.name = name
+        self.parent = parent  # a real Span (the root) or another _PendingSpan
+        self.attrs = attrs
+        self.start_ns = start_ns
+        self.end_ns: int | None = None
+        self.status: Status | None = None
+        self.real: Span | None = None
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.attrs[key] = value
+
+    def set_attributes(self, attrs: Mapping[str, Any]) -> None:
+        self.attrs.update(attrs)
+
+    def set_status(self, status: Status) -> None:
+        self.status = status
+
+    def end(self, end_time: int | None = None) -> None:
+        self.end_ns = end_time if end_time is not None else time.time_ns()
+
+    def materialize(self, tracer: trace_api.Tracer) -> None:
+        parent = self.parent if not isinstance(self.parent, _PendingSpan) else self.parent.real
+        if parent is None:
+            return  # the parent was never materialised (abandoned run)
+        span = tracer.start_span(self.name, context=trace_api.set_span_in_context(parent),
+                                 attributes=self.attrs, start_time=self.start_ns)
+        if self.status is not None:
+            span.set_status(self.status)
+        self.real = span
+        span.end(end_time=self.end_ns or self.start_ns)
+
+
+def _materialize_all(tracer: trace_api.Tracer, pending: list[_PendingSpan]) -> None:
+    for p in pending:  # in start order, so every parent exists before its children
+        if p.end_ns is not None and p.real is None:
+            p.materialize(tracer)
 
 
 @dataclass(slots=True)
 class _Run:
-    span: Span
+    span: Any  # the root's real Span, or a _PendingSpan for every other step
     root: _Root
     is_root: bool
     name: str
@@ -122,10 +175,8 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             span = self.tracer.start_span(name, attributes=attrs, start_time=now)
         else:
             root = parent.root
-            span = self.tracer.start_span(
-                name, context=trace_api.set_span_in_context(parent.span), attributes=attrs,
-                start_time=now,
-            )
+            span = _PendingSpan(name, parent.span, attrs, now)
+            root.pending.append(span)
         run = _Run(span, root, parent is None, name, next(_seq))
         runs = self._runs
         if len(runs) >= MAX_OPEN_RUNS:  # runs that never ended (abandoned streams): bound them
@@ -155,7 +206,16 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         if run.is_root:
             with handle_internal_errors("langchain.record"):
                 self._emit_record(run, outputs, error, inputs, end)
+            span.end(end_time=end)
+            root = run.root
+            root.done = True
+            if root.pending:
+                pending, root.pending = root.pending, []
+                self.ts.defer(partial(_materialize_all, self.tracer, pending))
+            return
         span.end(end_time=end)
+        if run.root.done:  # a step that outlived its root (a detached thread): emit it now
+            span.materialize(self.tracer)
 
     def _emit_record(self, run: _Run, outputs: Any, error: BaseException | None,
                      inputs: Any, end: int) -> None:
@@ -168,8 +228,8 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         span = run.span
         ctx = span.get_span_context()
         contexts: list[Context] = []
-        for _, source, docs in sorted(root.retrievals, key=lambda r: r[0]):
-            contexts.extend(document_context(d, source) for d in docs)
+        for _, _source, ctxs in sorted(root.retrievals, key=lambda r: r[0]):
+            contexts.extend(ctxs)
         md = root.metadata
         session = next((md[k] for k in SESSION_KEYS if isinstance(md.get(k), str)), None)
         record = RagRecord(
@@ -247,10 +307,10 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         with handle_internal_errors("langchain.on_retriever_end"):
             run = self._runs.get(run_id)
             if run is not None:
-                docs = list(documents or ())
-                run.root.retrievals.append((run.seq, run.name, docs))
+                ctxs = [document_context(d, run.name) for d in documents or ()]
+                run.root.retrievals.append((run.seq, run.name, ctxs))
                 if self.ts.capture_content:
-                    run.span.set_attributes(dict(self._document_attrs(docs)))
+                    run.span.set_attributes(dict(self._document_attrs(ctxs)))
             self._finish(run_id, documents, None)
 
     def on_retriever_error(self, error: BaseException, *, run_id: UUID,
@@ -258,11 +318,10 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         with handle_internal_errors("langchain.on_retriever_error"):
             self._finish(run_id, None, error)
 
-    def _document_attrs(self, docs: Sequence[Any]) -> Any:
-        for i, d in enumerate(docs):
+    def _document_attrs(self, ctxs: Sequence[Context]) -> Any:
+        for i, c in enumerate(ctxs):
             # One bad document loses its own attributes, not the span.
             with handle_internal_errors("langchain.document_attrs", reraise=False):
-                c = document_context(d, None)
                 text = self._text(c.text)
                 if text is not None:
                     yield A.retrieval_document(i, A.DOCUMENT_CONTENT), text

@@ -134,6 +134,7 @@ class Tracescore:
         self.redact = redact
         self._metric_by_name = {m.name: m for m in self.metrics}
         self._metric_names = tuple(m.name for m in self.metrics)
+        self._job_counts: dict[tuple[Any, ...], int] = {}
 
         self.export_loss = ExportLoss()
         plan = plan_export(
@@ -292,13 +293,35 @@ class Tracescore:
             self.records_seen += 1
             if decision.sampled:
                 self.records_sampled += 1
+            held = 0
             if self.attacher is not None and decision.sampled:
-                n = sum(1 for j in self._plan_jobs(record, decision) if j.status == PENDING)
+                n = self._jobs_to_run(record, decision.metrics)
                 if n:
-                    self.attacher.expect(int(record.trace_id, 16), int(record.span_id, 16), n)
-            self.queue.put((record, decision))
+                    held = int(record.span_id, 16)
+                    self.attacher.expect(int(record.trace_id, 16), held, n)
+            if not self.queue.put((record, decision)) and held:
+                self.attacher.cancel(held)  # dropped: no scores will come, do not hold the span
             return decision
         return None
+
+    def _jobs_to_run(self, record: RagRecord, metrics: tuple[str, ...]) -> int:
+        """How many of ``metrics`` will score ``record`` (cached by which inputs it has)."""
+        key = (metrics, record.content_captured, bool(record.query), bool(record.contexts),
+               bool(record.answer), bool(record.ground_truths))
+        n = self._job_counts.get(key)
+        if n is None:
+            n = sum(1 for j in self._plan_jobs(record, Decision(0.0, metrics)) if
+                    j.status == PENDING)
+            if len(self._job_counts) < 4096:
+                self._job_counts[key] = n
+        return n
+
+    def defer(self, task: Callable[[], None]) -> bool:
+        """Run ``task`` on the background writer thread (hot path: never blocks; a full queue
+        drops it and counts)."""
+        if self._closed:
+            return False
+        return self.queue.put(task)
 
     def log_record(
         self,
@@ -419,11 +442,14 @@ class Tracescore:
         self.worker.wake()
         store = Store(self.db_path)
         try:
-            while store.open_job_count(self._metric_names) > 0 or not self.worker.idle:
+            pause = 0.005
+            while (self._metric_names and store.has_open_jobs(self._metric_names)) \
+                    or not self.worker.idle:
                 if time.monotonic() > deadline:
                     return False
                 self.worker.wake()
-                time.sleep(0.01)
+                time.sleep(pause)
+                pause = min(pause * 2, 0.1)  # do not keep a core busy polling a big backlog
         finally:
             store.close()
         ok = True

@@ -100,7 +100,9 @@ class ScoreAttachingProcessor(SpanProcessor):
             on_ending(span)
 
     def on_end(self, span: ReadableSpan) -> None:
-        if not self._holds or span.context is None:
+        # Membership first, without the lock: a hold is registered on this same thread before
+        # its span ends, so a span that is not in the dict now is never held.
+        if span.context is None or span.context.span_id not in self._holds:
             self.inner.on_end(span)
             return
         release: _Hold | None = None
@@ -142,6 +144,13 @@ class ScoreAttachingProcessor(SpanProcessor):
                 self._reaper.start()
             elif len(self._deadlines) == 1:
                 self._wake.notify()
+
+    def cancel(self, span_id: int) -> None:
+        """Forget a hold whose record was dropped (no scores will come). Hot path."""
+        with self._lock:
+            hold = self._holds.pop(span_id, None)
+        if hold is not None and hold.span is not None:
+            self.inner.on_end(hold.span)
 
     def job_done(self, record_id: str, scores: Sequence[ScoreRef]) -> None:
         """One scoring job of ``record_id`` finished (scores may be empty). Worker thread."""

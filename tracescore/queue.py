@@ -161,6 +161,12 @@ class RecordQueue:
                 n += 1
                 if isinstance(item, _Marker):
                     markers.append(item)
+                elif callable(item):
+                    # Deferred hot-path work (materialising child spans): run it here.
+                    try:
+                        item()
+                    except Exception as exc:
+                        record_internal_error("queue.task", exc)
                 elif isinstance(item, GroundTruthUpdate):
                     self._apply_ground_truth(store, item)
                     break

@@ -102,7 +102,6 @@ class Store:
         with self.transaction():
             if "meta" not in db.table_names():
                 db.table("meta").create({"key": str, "value": str}, pk="key")
-            self._ensure_judge_tables()
             row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is not None:
                 if int(row[0]) > SCHEMA_VERSION:
@@ -110,6 +109,7 @@ class Store:
                         f"{self.path} has schema version {row[0]}, newer than this tracescore "
                         f"understands ({SCHEMA_VERSION}); upgrade tracescore"
                     )
+                self._ensure_judge_tables()
                 return
             db.table("records").create(
                 {
@@ -161,8 +161,10 @@ class Store:
             self.conn.execute(
                 "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
+            self._ensure_judge_tables()
 
     def _ensure_judge_tables(self) -> None:
+        """Tables and indexes added after the first schema: created if missing."""
         # (executescript would commit the surrounding transaction: one statement at a time)
         for stmt in """
             CREATE TABLE IF NOT EXISTS judge_cache (
@@ -173,6 +175,7 @@ class Store:
                 input_tokens INTEGER, output_tokens INTEGER, latency_ms REAL, cost_usd REAL,
                 error TEXT, created_at REAL);
             CREATE INDEX IF NOT EXISTS idx_judge_calls_created_at ON judge_calls(created_at);
+            CREATE INDEX IF NOT EXISTS idx_jobs_status_job_id ON jobs(status, job_id);
             CREATE TABLE IF NOT EXISTS judge_health (
                 model TEXT PRIMARY KEY, agreement REAL, cases INTEGER, degenerate INTEGER,
                 detail TEXT, checked_at REAL)
@@ -302,16 +305,23 @@ class Store:
         """Atomically take up to ``limit`` pending or expired-lease jobs of ``metrics``."""
         now = time.time()
         marks = ",".join("?" * len(metrics))
+        update = ("UPDATE jobs SET status='leased', lease_owner=?, lease_until=?, "
+                  "attempts = attempts + 1, updated_at=? WHERE job_id IN (SELECT job_id FROM jobs "
+                  "WHERE {cond} AND metric IN (" + marks + ") ORDER BY job_id LIMIT ?) "
+                  "RETURNING job_id, record_id, metric, metric_version, attempts")
+        # Two index-friendly queries (status, job_id) instead of one OR: with a large backlog
+        # the OR made SQLite sort every open job on each lease.
         with self.transaction():
             rows = self.conn.execute(
-                "UPDATE jobs SET status='leased', lease_owner=?, lease_until=?, "
-                "attempts = attempts + 1, updated_at=? WHERE job_id IN ("
-                " SELECT job_id FROM jobs WHERE ((status='pending' AND (lease_until IS NULL "
-                " OR lease_until <= ?)) OR (status='leased' AND lease_until < ?))"
-                " AND metric IN (" + marks + ") ORDER BY job_id LIMIT ?) "
-                "RETURNING job_id, record_id, metric, metric_version, attempts",
-                (owner, now + lease_s, now, now, now, *metrics, limit),
+                update.format(cond="status='pending' AND (lease_until IS NULL OR "
+                                   "lease_until <= ?)"),
+                (owner, now + lease_s, now, now, *metrics, limit),
             ).fetchall()
+            if len(rows) < limit:
+                rows += self.conn.execute(
+                    update.format(cond="status='leased' AND lease_until < ?"),
+                    (owner, now + lease_s, now, now, *metrics, limit - len(rows)),
+                ).fetchall()
         return sorted((Job(*r) for r in rows), key=lambda j: j.job_id)
 
     def complete_job(
@@ -374,6 +384,12 @@ class Store:
                 "attempts = MAX(attempts - 1, 0), reason=? WHERE job_id=? AND lease_owner=?",
                 (time.time() + max(0.0, delay_s), reason[:500], job.job_id, owner),
             )
+
+    def has_open_jobs(self, metrics: Sequence[str]) -> bool:
+        """Cheap (LIMIT 1) check used while waiting in flush."""
+        sql = ("SELECT 1 FROM jobs WHERE status IN ('pending', 'leased') AND metric IN ("
+               + ",".join("?" * len(metrics)) + ") LIMIT 1")
+        return self.conn.execute(sql, tuple(metrics)).fetchone() is not None
 
     def open_job_count(self, metrics: Sequence[str] | None = None) -> int:
         sql = "SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')"
