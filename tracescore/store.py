@@ -176,11 +176,26 @@ class Store:
                 error TEXT, created_at REAL);
             CREATE INDEX IF NOT EXISTS idx_judge_calls_created_at ON judge_calls(created_at);
             CREATE INDEX IF NOT EXISTS idx_jobs_status_job_id ON jobs(status, job_id);
+            CREATE TABLE IF NOT EXISTS feedback (
+                feedback_id INTEGER PRIMARY KEY, trace_id TEXT, name TEXT, value REAL,
+                label TEXT, comment TEXT, created_at REAL);
+            CREATE INDEX IF NOT EXISTS idx_feedback_trace ON feedback(trace_id);
             CREATE TABLE IF NOT EXISTS judge_health (
                 model TEXT PRIMARY KEY, agreement REAL, cases INTEGER, degenerate INTEGER,
                 detail TEXT, checked_at REAL)
             """.split(";"):
             self.conn.execute(stmt)
+
+    # -- feedback ----------------------------------------------------------------------------
+    def add_feedback(self, trace_id: str, name: str, value: float | None, label: str | None,
+                     comment: str | None, created_at: float) -> None:
+        with self.transaction():
+            self.conn.execute(
+                "INSERT INTO feedback(trace_id, name, value, label, comment, created_at) "
+                "VALUES (?,?,?,?,?,?)",
+                (trace_id, name, value, label, clean_text(comment) if comment else None,
+                 created_at),
+            )
 
     # -- judge -------------------------------------------------------------------------------
     def judge_cache_get(self, key: str) -> Any:
@@ -279,6 +294,16 @@ class Store:
                 (dumps([clean_text(g) for g in ground_truths]), trace_id),
             )
         return self.records_for_trace(trace_id)
+
+    def insert_jobs_if_missing(self, jobs: Sequence[NewJob]) -> None:
+        now = time.time()
+        with self.transaction():
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO jobs(record_id, metric, metric_version, status, attempts,"
+                " reason, created_at, updated_at) VALUES (?,?,?,?,0,?,?,?)",
+                [(j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now)
+                 for j in jobs],
+            )
 
     def upsert_jobs(self, jobs: Sequence[NewJob]) -> int:
         """Create jobs, or re-open skipped/done ones (new inputs arrived). Returns how many."""

@@ -56,12 +56,27 @@ def parse_prompt(messages: list[dict[str, Any]]) -> tuple[str, Any]:
     return step, data
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: a burst of new connections from a
+    # concurrent client would overflow it and wait out a SYN retransmit (1 s).
+    request_queue_size = 256
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # the client gave up (its timeout): expected in fault tests, not news
+        super().handle_error(request, client_address)
+
+
 @dataclass
 class Fault:
     status: int = 500
     retry_after: float | None = None
     body: str | None = None  # a raw completion text (malformed JSON) with status 200
     delay_s: float = 0.0
+    #: the raw HTTP response body (e.g. a cut-off JSON envelope), sent with ``status``
+    raw: bytes | None = None
 
 
 class ScriptedJudgeServer:
@@ -73,10 +88,16 @@ class ScriptedJudgeServer:
         self.calls: Counter[str] = Counter()
         self.requests: list[dict[str, Any]] = []
         self.faults: deque[Fault] = deque()
+        #: (time.monotonic() at arrival, step, HTTP status sent) per request, in arrival order
+        self.log: list[tuple[float, str, int]] = []
+        self.inflight = 0
+        self.max_inflight = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # a short poll interval: shutdown() waits for the serving loop to notice (0.5 s default)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
+                                        daemon=True)
 
     @property
     def base_url(self) -> str:
@@ -104,6 +125,9 @@ class ScriptedJudgeServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body are two writes: with Nagle on, the body waits for the client's
+            # delayed ACK (~40 ms per call on Linux), which real servers do not add.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -126,14 +150,30 @@ class ScriptedJudgeServer:
                     outer.calls[step] += 1
                     outer.requests.append(req)
                     fault = outer.faults.popleft() if outer.faults else None
+                    outer.inflight += 1
+                    outer.max_inflight = max(outer.max_inflight, outer.inflight)
+                    arrived = time.monotonic()
+                status = 200
+                try:
+                    status = self._answer(step, data, req, fault)
+                finally:
+                    with outer._lock:
+                        outer.inflight -= 1
+                        outer.log.append((arrived, step, status))
+
+            def _answer(self, step: str, data: Any, req: dict[str, Any],
+                        fault: Fault | None) -> int:
                 time.sleep(outer.delay_s + (fault.delay_s if fault else 0.0))
+                if fault is not None and fault.raw is not None:
+                    self._send(fault.status, fault.raw)
+                    return fault.status
                 if fault is not None and fault.body is None and fault.status != 200:
                     headers = {}
                     if fault.retry_after is not None:
                         headers["Retry-After"] = f"{fault.retry_after:g}"
                     err = {"error": {"message": f"injected {fault.status}", "type": "test"}}
                     self._send(fault.status, json.dumps(err).encode(), headers)
-                    return
+                    return fault.status
                 if fault is not None and fault.body is not None:
                     text = fault.body
                 else:
@@ -153,6 +193,7 @@ class ScriptedJudgeServer:
                               "total_tokens": len(json.dumps(req)) // 4 + max(1, len(text) // 4)},
                 }
                 self._send(200, json.dumps(body).encode())
+                return 200
 
         return Handler
 
@@ -176,9 +217,29 @@ def _covered(part: str, whole: str, at: float = 0.6) -> bool:
     return bool(words) and len(words & _content(whole)) / len(words) >= at
 
 
+_warm_lock = threading.Lock()
+_warm = False
+
+
+def _warm_up() -> None:
+    # tracescore.text builds its tables on first use (~0.2 s of CPU each); without this lock
+    # every server thread of a concurrent burst builds them at once, stalling all of them.
+    global _warm
+    with _warm_lock:
+        if not _warm:
+            from .text import split_sentences
+
+            split_sentences("Warm up. The tables!")
+            _content("Warm up, the tables.")
+            _warm = True
+
+
 def lexical_responder(step: str, data: Any, request: dict[str, Any]) -> dict[str, Any]:
     """Answers every tracescore judge step by word overlap: deterministic, cheap, honest-ish."""
     from .text import split_sentences
+
+    if not _warm:
+        _warm_up()
 
     if step == "extract":
         out = {}

@@ -10,6 +10,7 @@ The API key is read from the argument or ``OPENAI_API_KEY`` and never logged or 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -111,6 +112,11 @@ class OpenAIJudge:
                 raise TransientJudgeError(f"cannot reach the judge: {_msg(exc)}") from exc
             except openai.APIResponseValidationError as exc:
                 raise TransientJudgeError(f"malformed response from the judge: {exc}") from exc
+            except json.JSONDecodeError as exc:
+                # The SDK lets a cut-off or garbled response body through as a bare
+                # JSONDecodeError: a transport fault (proxy, reset), worth a retry.
+                raise TransientJudgeError(f"judge sent an unreadable response body: {exc}") \
+                    from exc
             latency = (time.perf_counter() - t0) * 1000
             return _reply(resp, self.model, latency)
 

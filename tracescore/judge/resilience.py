@@ -7,7 +7,9 @@ up to ``max_retries`` times with exponential backoff and full jitter; a server's
 (the model is shown its output and the error); a second failure is final. After
 ``failure_threshold`` consecutive transient failures the breaker opens: calls fail fast with
 :class:`RetryLater` for ``cooldown_s`` (the scoring worker puts the job back to wait), then one
-probe call is let through (half-open); success closes the breaker.
+probe call is let through (half-open); success closes the breaker. A call whose retries run
+out while the breaker is open raises :class:`RetryLater` too: those failures are the judge's,
+not the record's. ``max_concurrency`` caps the backend calls in flight.
 """
 
 from __future__ import annotations
@@ -92,6 +94,12 @@ class CircuitBreaker:
             wait = max(0.05, self.cooldown_s - (now - self._opened_at))
         raise RetryLater("judge circuit breaker is open (judge failing); waiting", wait)
 
+    def abandon(self) -> None:
+        """A call ended without a verdict on the judge (cancelled, or a bug on our side): if it
+        was the half-open probe, let another one through instead of staying half-open forever."""
+        with self._lock:
+            self._probing = False
+
     def success(self) -> None:
         with self._lock:
             self._failures = 0
@@ -118,8 +126,12 @@ class ResilientJudge:
         policy: RetryPolicy | None = None,
         breaker: CircuitBreaker | None = None,
         on_call: Callable[[JudgeReply | None, BaseException | None], None] | None = None,
+        max_concurrency: int | None = None,
     ) -> None:
         self.backend = backend
+        #: at most this many backend calls at once (None: bounded only by the caller)
+        self.max_concurrency = max_concurrency
+        self._slots: asyncio.Semaphore | None = None
         self.model = backend.model
         self.policy = policy or RetryPolicy()
         self.breaker = breaker or CircuitBreaker()
@@ -129,6 +141,15 @@ class ResilientJudge:
 
     async def _once(self, messages: Sequence[Message], **kw: Any) -> JudgeReply:
         self.breaker.before_call()
+        if self.max_concurrency and self._slots is None:
+            self._slots = asyncio.Semaphore(self.max_concurrency)  # binds to the worker's loop
+        slots = self._slots
+        if slots is not None:
+            try:
+                await slots.acquire()
+            except BaseException:
+                self.breaker.abandon()
+                raise
         self.calls += 1
         try:
             reply = await asyncio.wait_for(
@@ -151,6 +172,12 @@ class ResilientJudge:
             self.breaker.success()  # the judge answered; the request was bad
             self._notify(None, exc)
             raise
+        except BaseException:
+            self.breaker.abandon()
+            raise
+        finally:
+            if slots is not None:
+                slots.release()
         self.breaker.success()
         self._notify(reply, None)
         return reply
@@ -170,6 +197,11 @@ class ResilientJudge:
                 return await self._once(messages, **kw)
             except TransientJudgeError as exc:
                 if attempt >= self.policy.max_retries:
+                    if self.breaker.state != CircuitBreaker.CLOSED:
+                        # These failures opened the breaker: the judge is down, not this
+                        # request; the job waits for it instead of getting an error score.
+                        raise RetryLater(f"judge unavailable after {attempt + 1} tries: {exc}",
+                                         self.breaker.cooldown_s) from exc
                     raise JudgeError(f"judge failed after {attempt + 1} tries: {exc}") from exc
                 await asyncio.sleep(self.policy.delay(attempt, exc.retry_after))
                 attempt += 1

@@ -44,6 +44,8 @@ class StepResult:
     calls: int = 0
     cached: bool = False
     logprobs: Any = None
+    latency_ms: float = 0.0
+    cost_usd: float | None = None
 
 
 @dataclass
@@ -54,6 +56,8 @@ class Usage:
     cached_steps: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    latency_ms: float = 0.0
+    cost_usd: float | None = None
     steps: list[str] = field(default_factory=list)
 
     def add(self, step: str, r: StepResult) -> None:
@@ -64,11 +68,18 @@ class Usage:
             self.calls += r.calls
             self.input_tokens += r.input_tokens
             self.output_tokens += r.output_tokens
+            self.latency_ms += r.latency_ms
+            if r.cost_usd is not None:
+                self.cost_usd = (self.cost_usd or 0.0) + r.cost_usd
 
     def details(self) -> dict[str, Any]:
-        return {"judge_calls": self.calls, "judge_cached_steps": self.cached_steps,
-                "judge_input_tokens": self.input_tokens,
-                "judge_output_tokens": self.output_tokens}
+        out: dict[str, Any] = {
+            "judge_calls": self.calls, "judge_cached_steps": self.cached_steps,
+            "judge_input_tokens": self.input_tokens, "judge_output_tokens": self.output_tokens,
+            "judge_latency_ms": round(self.latency_ms, 1)}
+        if self.cost_usd is not None:
+            out["judge_cost_usd"] = self.cost_usd
+        return out
 
 
 def content_key(step: str, model: str, version: str, payload: Any) -> str:
@@ -175,12 +186,16 @@ class JudgeSession:
                 error = exc
                 raise
             finally:
-                self._account(step, record_id, reply, error, (time.perf_counter() - t0) * 1000)
+                latency_ms = (time.perf_counter() - t0) * 1000
+                self._account(step, record_id, reply, error, latency_ms)
             assert reply is not None
             self.store().judge_cache_put(key, step, self.model, version, data,
                                          reply.input_tokens, reply.output_tokens)
             result = StepResult(data, reply.input_tokens, reply.output_tokens, calls=1,
-                                logprobs=reply.logprobs)
+                                logprobs=reply.logprobs, latency_ms=latency_ms,
+                                cost_usd=self.price.cost(reply.input_tokens,
+                                                         reply.output_tokens)
+                                if self.price else None)
             fut.set_result(result)
             return result
         except BaseException as exc:
@@ -193,6 +208,10 @@ class JudgeSession:
 
     def _account(self, step: str, record_id: str | None, reply: JudgeReply | None,
                  error: BaseException | None, latency_ms: float) -> None:
+        if isinstance(error, RetryLater):
+            # The step did not happen (breaker open): it is accounted when the job runs again.
+            # Logging it would add a fake failed call per deferred job while the judge is down.
+            return
         tin = reply.input_tokens if reply else 0
         tout = reply.output_tokens if reply else 0
         cost = self.price.cost(tin, tout) if self.price and reply else None

@@ -358,8 +358,10 @@ def geval_parse(reply: JudgeReply) -> dict[str, Any]:
     weighted = None
     for tok in reply.logprobs or ():
         if tok.token.strip() in ("1", "2", "3", "4", "5"):
-            probs = {k.strip(): math.exp(v) for k, v in (tok.top or {tok.token: tok.logprob}).items()
-                     if k.strip() in ("1", "2", "3", "4", "5")}
+            probs: dict[str, float] = {}
+            for k, v in (tok.top or {tok.token: tok.logprob}).items():
+                if k.strip() in ("1", "2", "3", "4", "5"):  # "4" and " 4" are one score
+                    probs[k.strip()] = probs.get(k.strip(), 0.0) + math.exp(v)
             total = sum(probs.values())
             if total > 0:
                 weighted = sum(int(k) * p for k, p in probs.items()) / total
