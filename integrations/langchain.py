@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -62,6 +62,7 @@ class _Root:
     tags: tuple[str, ...] = ()
     start_ns: int = 0
     pending: list[_PendingSpan] = field(default_factory=list)
+    inputs: Any = None
     done: bool = False  # the root ended: late child steps materialise at once
 
 
@@ -74,7 +75,7 @@ class _PendingSpan:
     turned into real spans by the background writer once the root ends.
     """
 
-    __slots__ = ("name", "parent", "attrs", "start_ns", "end_ns", "status", "real")
+    __slots__ = ("name", "parent", "attrs", "start_ns", "end_ns", "status", "real", "lazy")
 
     def __init__(self, name: str, parent: Any, attrs: dict[str, Any], start_ns: int) -> None:
         self.name = name
@@ -84,6 +85,9 @@ class _PendingSpan:
         self.end_ns: int | None = None
         self.status: Status | None = None
         self.real: Span | None = None
+        #: Attributes whose values cost something to build (JSON of inputs, documents): built
+        #: at materialisation, off the request path.
+        self.lazy: list[Callable[[], Mapping[str, Any]]] = []
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.attrs[key] = value
@@ -101,12 +105,23 @@ class _PendingSpan:
         parent = self.parent if not isinstance(self.parent, _PendingSpan) else self.parent.real
         if parent is None:
             return  # the parent was never materialised (abandoned run)
+        for build in self.lazy:
+            with handle_internal_errors("langchain.lazy_attributes", reraise=False):
+                self.attrs.update(build())
         span = tracer.start_span(self.name, context=trace_api.set_span_in_context(parent),
                                  attributes=self.attrs, start_time=self.start_ns)
         if self.status is not None:
             span.set_status(self.status)
         self.real = span
         span.end(end_time=self.end_ns or self.start_ns)
+
+
+def _only(attrs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in attrs.items() if v is not None}
+
+
+def _dict_of(gen: Callable[[Any], Any], arg: Any) -> dict[str, Any]:
+    return dict(gen(arg))
 
 
 def _materialize_all(tracer: trace_api.Tracer, pending: list[_PendingSpan]) -> None:
@@ -189,6 +204,17 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         runs[run_id] = run
         return run
 
+    def _set_text(self, span: Any, key: str, value: Any) -> None:
+        """Set a text attribute; on a pending span, build it later, off the request path."""
+        if not self.ts.capture_content:
+            return
+        if isinstance(span, _PendingSpan):
+            span.lazy.append(lambda: _only({key: self._text(value)}))
+        else:
+            text = self._text(value)
+            if text is not None:
+                span.set_attribute(key, text)
+
     def _text(self, value: Any) -> str | None:
         text = self.ts.redact_text(to_text(value))
         return None if text is None else clip(text, self.ts.max_attribute_chars)
@@ -248,10 +274,10 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             text = self._text(answer if answer is not None else outputs)
             if text is not None:
                 span.set_attribute(A.OUTPUT_VALUE, text)
-        if root.query is not None and inputs is not None:
-            text = self._text(root.query)
-            if text is not None:
-                span.set_attribute(A.INPUT_VALUE, text)
+        if inputs is not None and root.query is not None:  # streamed: the full input now
+            self._set_text(span, A.INPUT_VALUE, root.query)
+        elif root.inputs is not None:
+            self._set_text(span, A.INPUT_VALUE, root.inputs)
         decision = self.ts.submit(self.ts.prepare(record))
         if decision is not None:
             span.set_attribute(A.SAMPLED, decision.sampled)
@@ -264,15 +290,10 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             return
         with handle_internal_errors("langchain.on_chain_start"):
             name = kwargs.get("name") or _name(serialized) or "chain"
-            attrs: dict[str, Any] = {}
-            is_root = parent_run_id is None or parent_run_id not in self._runs
-            if is_root:
-                text = self._text(inputs)
-                if text is not None:
-                    attrs[A.INPUT_VALUE] = text
-            run = self._start(run_id, parent_run_id, name, A.KIND_CHAIN, metadata, tags, attrs)
+            run = self._start(run_id, parent_run_id, name, A.KIND_CHAIN, metadata, tags, {})
             if run.is_root:
                 run.root.query = extract_query(inputs)
+                run.root.inputs = inputs  # input.value is built when the root ends
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                      **kwargs: Any) -> None:
@@ -294,11 +315,9 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         with handle_internal_errors("langchain.on_retriever_start"):
             name = kwargs.get("name") or _name(serialized) or "retriever"
             attrs: dict[str, Any] = {A.RETRIEVER_NAME: name}
-            text = self._text(query)
-            if text is not None:
-                attrs[A.INPUT_VALUE] = text
             run = self._start(run_id, parent_run_id, name, A.KIND_RETRIEVER, metadata, tags,
                               attrs)
+            self._set_text(run.span, A.INPUT_VALUE, query)
             if run.is_root:
                 run.root.query = query if isinstance(query, str) else None
 
@@ -310,7 +329,10 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                 ctxs = [document_context(d, run.name) for d in documents or ()]
                 run.root.retrievals.append((run.seq, run.name, ctxs))
                 if self.ts.capture_content:
-                    run.span.set_attributes(dict(self._document_attrs(ctxs)))
+                    if isinstance(run.span, _PendingSpan):
+                        run.span.lazy.append(partial(_dict_of, self._document_attrs, ctxs))
+                    else:
+                        run.span.set_attributes(dict(self._document_attrs(ctxs)))
             self._finish(run_id, documents, None)
 
     def on_retriever_error(self, error: BaseException, *, run_id: UUID,
@@ -365,10 +387,8 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         if isinstance(model, str):
             attrs[A.GEN_AI_REQUEST_MODEL] = model
             attrs[A.LLM_MODEL_NAME] = model
-        text = self._text(prompt)
-        if text is not None:
-            attrs[A.INPUT_VALUE] = text
         run = self._start(run_id, parent_run_id, name, A.KIND_LLM, metadata, tags, attrs)
+        self._set_text(run.span, A.INPUT_VALUE, prompt)
         if isinstance(model, str) and run.root.model is None:
             run.root.model = model
 
@@ -379,9 +399,8 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             if run is not None:
                 text, usage, model = llm_result_parts(response)
                 span = run.span
-                out = self._text(text) if text is not None else None
-                if out is not None:
-                    span.set_attribute(A.OUTPUT_VALUE, out)
+                if text is not None:
+                    self._set_text(span, A.OUTPUT_VALUE, text)
                 if model:
                     span.set_attribute(A.GEN_AI_RESPONSE_MODEL, model)
                     if run.root.model is None:
