@@ -187,11 +187,12 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                     break
             if isinstance(md.get("user_id"), str):
                 attrs[A.USER_ID] = md["user_id"]
-            span = self.tracer.start_span(name, attributes=attrs, start_time=now)
+            span: Any = self.tracer.start_span(name, attributes=attrs, start_time=now)
         else:
             root = parent.root
-            span = _PendingSpan(name, parent.span, attrs, now)
-            root.pending.append(span)
+            pending = _PendingSpan(name, parent.span, attrs, now)
+            root.pending.append(pending)
+            span = pending
         run = _Run(span, root, parent is None, name, next(_seq))
         runs = self._runs
         if len(runs) >= MAX_OPEN_RUNS:  # runs that never ended (abandoned streams): bound them

@@ -316,7 +316,7 @@ class Tracescore:
                 if n:
                     held = int(record.span_id, 16)
                     self.attacher.expect(int(record.trace_id, 16), held, n)
-            if not self.queue.put((record, decision)) and held:
+            if not self.queue.put((record, decision)) and held and self.attacher is not None:
                 self.attacher.cancel(held)  # dropped: no scores will come, do not hold the span
             return decision
         return None
@@ -483,12 +483,11 @@ class Tracescore:
                                upd.created_at)
             if upd.value is not None and upd.value < 0.5:
                 # Negative feedback forces sampling: score every metric for that trace.
-                records = store.records_for_trace(upd.trace_id)
-                jobs = [j for rec in records
-                        for j in self._plan_jobs(rec, Decision(0.0, self._metric_names,
-                                                               "negative feedback"))]
-                if jobs:
-                    store.insert_jobs_if_missing(jobs)
+                forced = Decision(0.0, self._metric_names, "negative feedback")
+                new = [j for rec in store.records_for_trace(upd.trace_id)
+                       for j in self._plan_jobs(rec, forced)]
+                if new:
+                    store.insert_jobs_if_missing(new)
             return
         records = store.set_ground_truths(upd.trace_id, upd.ground_truths)
         jobs: list[NewJob] = []
