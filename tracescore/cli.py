@@ -1,4 +1,5 @@
-"""The ``tracescore`` command line: ``demo``, ``report``, ``show``, ``export``, ``ui``.
+"""The ``tracescore`` command line: ``demo``, ``report``, ``calibrate``, ``show``, ``export``,
+``ui``, ``judge-check``.
 
 Exit codes: 0 ok; 1 nothing found (``show``); 2 bad usage, a database that is missing or
 not a tracescore database, an output file that cannot be written, or a missing optional
@@ -215,18 +216,36 @@ def judge_check(judge: str, db: Path, as_json: bool) -> None:
               type=click.Path(dir_okay=False, writable=True, allow_dash=True, path_type=Path),
               help="Write a self-contained HTML page (charts per score, worst records with "
                    "contexts, cost) to PATH instead of printing the table; - for stdout.")
+@click.option("--rgb", "rgb", is_flag=True,
+              help="Print RGB's four abilities instead: accuracy by context noise (0-80%), "
+                   "rejection rate with no relevant context, integration accuracy, "
+                   "counterfactual error detection/correction (needs the rgb_noise metric).")
 def report(db: Path, since: float | None, as_json: bool, worst: int,
-           html_path: Path | None) -> None:
+           html_path: Path | None, rgb: bool) -> None:
     """Summarise the scores: per score count, mean, p10/p50/p90, fail rate, errors, skips.
 
     Also lists the worst records of each score (lowest values; highest for metrics where
     lower is better) and totals: records, sampled, dropped, pending scoring jobs.
-    With --html, writes the same as one HTML page with charts instead.
+    With --html, writes the same as one HTML page with charts instead. With --rgb, prints
+    RGB's four abilities on the live records (docs/rgb.md) instead.
     """
     from .report import build_report, format_report
 
     if as_json and html_path is not None:
         raise click.UsageError("--json and --html cannot be combined")
+    if rgb and html_path is not None:
+        raise click.UsageError("--rgb and --html cannot be combined")
+    if rgb:
+        from .rgb_live import format_rgb, rgb_live
+
+        conn = _open(db)
+        try:
+            live = rgb_live(conn, since=since, db=str(db))
+        finally:
+            conn.close()
+        click.echo(json.dumps(live.to_json(), ensure_ascii=False) if as_json
+                   else format_rgb(live))
+        return
     conn = _open(db)
     try:
         rep = build_report(conn, since=since, worst=worst, db=str(db))
@@ -248,6 +267,34 @@ def report(db: Path, since: float | None, as_json: bool, worst: int,
         click.echo(json.dumps(rep.to_json(), ensure_ascii=False))
     else:
         click.echo(format_report(rep))
+
+
+@main.command(short_help="Check judge metrics against user feedback: precision, recall, AUC.")
+@_db_option(DEFAULT_DB, "SQLite database to read.")
+@click.option("--metric", "metrics", metavar="NAME", multiple=True,
+              help="Only this score name (repeatable); default: every judge metric with a "
+                   "pass/fail threshold.")
+@click.option("--feedback", "feedback", metavar="NAME", default="user", show_default=True,
+              help="Which feedback to compare with: the name given to ts.add_feedback.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object instead of the tables.")
+def calibrate(db: Path, metrics: tuple[str, ...], feedback: str, as_json: bool) -> None:
+    """Compare each binary or thresholded judge metric with users' feedback.
+
+    Pairs are the scored records of traces with feedback (positive: value >= 0.5 or a label
+    such as good/up). Per metric: n, precision, recall, F1 and accuracy at the metric's own
+    threshold, ROC AUC, a precision-recall curve over thresholds 0.05-0.95 and the threshold
+    with the best F1. Fewer than 5 pairs: "not enough feedback".
+    """
+    from . import calibration
+
+    conn = _open(db)
+    try:
+        cal = calibration.calibrate(conn, metrics=metrics, feedback=feedback, db=str(db))
+    finally:
+        conn.close()
+    click.echo(json.dumps(cal.to_json(), ensure_ascii=False) if as_json
+               else calibration.format_calibration(cal))
 
 
 @main.command(short_help="Show one trace: query, contexts, answer and every score.")
