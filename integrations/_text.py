@@ -39,3 +39,22 @@ def json_attr(value: Any) -> str:
         return json.dumps(value, default=lambda o: repr(o)[:500], ensure_ascii=False)
     except (TypeError, ValueError):
         return "{}"
+
+
+def format_prompt(prompt: Any) -> str | None:
+    """A chat prompt (LangChain or LlamaIndex messages) or a plain prompt as text."""
+    if prompt is None:
+        return None
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, (list, tuple)):
+        parts = []
+        for m in prompt:
+            role = getattr(m, "type", None) or getattr(getattr(m, "role", None), "value", None) \
+                or getattr(m, "role", None) or "message"
+            content = getattr(m, "content", m)
+            if not isinstance(content, str):
+                content = to_text(content)
+            parts.append(f"{role}: {content}")
+        return "\n\n".join(parts)
+    return to_text(prompt)

@@ -37,7 +37,7 @@ from tracescore import attributes as A  # noqa: E402
 from tracescore._internal.errors import handle_internal_errors, raise_internal_errors  # noqa: E402
 from tracescore.record import Context, RagRecord, TokenUsage  # noqa: E402
 
-from ._text import clip, json_attr, to_text  # noqa: E402
+from ._text import clip, format_prompt, json_attr, to_text  # noqa: E402
 
 if TYPE_CHECKING:
     from tracescore.client import Tracescore
@@ -63,6 +63,7 @@ class _Root:
     start_ns: int = 0
     pending: list[_PendingSpan] = field(default_factory=list)
     inputs: Any = None
+    prompt: Any = None  # the last LLM call's raw prompt (formatted when the record is built)
     done: bool = False  # the root ended: late child steps materialise at once
 
 
@@ -267,7 +268,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             user_id=md.get("user_id") if isinstance(md.get("user_id"), str) else None,
             start_time_ns=root.start_ns, end_time_ns=end, usage=root.usage, model=root.model,
             error=f"{type(error).__name__}: {error}" if error is not None else None,
-            source="langchain",
+            source="langchain", prompt=format_prompt(root.prompt),
         )
         span.set_attribute(A.RAG_ROOT, True)
         span.set_attribute(A.RECORD_ID, record.record_id)
@@ -390,6 +391,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             attrs[A.LLM_MODEL_NAME] = model
         run = self._start(run_id, parent_run_id, name, A.KIND_LLM, metadata, tags, attrs)
         self._set_text(run.span, A.INPUT_VALUE, prompt)
+        run.root.prompt = prompt
         if isinstance(model, str) and run.root.model is None:
             run.root.model = model
 

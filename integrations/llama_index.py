@@ -110,7 +110,7 @@ from tracescore import attributes as A  # noqa: E402
 from tracescore._internal.errors import handle_internal_errors  # noqa: E402
 from tracescore.record import Context, RagRecord, TokenUsage  # noqa: E402
 
-from ._text import clip, json_attr, to_text  # noqa: E402
+from ._text import clip, format_prompt, json_attr, to_text  # noqa: E402
 
 if TYPE_CHECKING:
     from tracescore.client import Tracescore
@@ -212,6 +212,7 @@ class _Run:
     streaming_llm: _Node | None = None  # an LLM span whose stream is being consumed
     exited: bool = False
     done: bool = False
+    prompt: Any = None  # the last LLM call's raw prompt (messages or text)
 
 
 @dataclass(slots=True, eq=False)
@@ -737,7 +738,7 @@ class LlamaIndexCapture:
             start_time_ns=run.start_ns, end_time_ns=end, usage=run.usage, model=run.model,
             error=(f"{type(run.error).__name__}: {run.error}" if run.error is not None
                    else None),
-            source="llama_index",
+            source="llama_index", prompt=format_prompt(run.prompt),
         )
         attrs: dict[str, Any] = {A.RAG_ROOT: True, A.RECORD_ID: record.record_id}
         if answer is not None:
@@ -841,8 +842,10 @@ class LlamaIndexCapture:
                 run.model = model
         if isinstance(event, LLMChatStartEvent):
             prompt: Any = _message_text(event.messages[-1]) if event.messages else ""
+            run.prompt = list(event.messages)
         else:
             prompt = event.prompt
+            run.prompt = event.prompt
         if not node.input_set:
             node.input_set = True
             text = self._text(prompt)

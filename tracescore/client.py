@@ -382,7 +382,7 @@ class Tracescore:
         """Apply content capture/redaction to a record before anything stores or exports it."""
         if not self.capture_content:
             return record.replace(query=None, answer=None, contexts=(), ground_truths=(),
-                                  content_captured=False)
+                                  prompt=None, content_captured=False)
         if self.redact is None:
             return record
         r = self.redact
@@ -392,6 +392,7 @@ class Tracescore:
             contexts=tuple(c.__class__(r(c.text), c.id, c.score, c.metadata, c.source)
                            for c in record.contexts),
             ground_truths=tuple(r(g) for g in record.ground_truths),
+            prompt=r(record.prompt) if record.prompt else record.prompt,
         )
 
     def redact_text(self, text: str) -> str | None:

@@ -72,6 +72,9 @@ class RagRecord:
     source: str = "manual"
     #: False when content capture was off: text fields are then None/empty on purpose.
     content_captured: bool = True
+    #: The prompt of the app's last LLM call ("role: content" blocks), for metrics that
+    #: re-ask the app's own model (SelfCheckGPT).
+    prompt: str | None = None
 
     @property
     def record_id(self) -> str:

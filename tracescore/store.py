@@ -119,7 +119,7 @@ class Store:
                     "session_id": str, "user_id": str, "latency_ms": float,
                     "input_tokens": int, "output_tokens": int, "model": str, "error": str,
                     "content_captured": int, "sample_u": float, "sampled": int,
-                    "sampled_metrics": str, "forced": str,
+                    "sampled_metrics": str, "forced": str, "prompt": str,
                 },
                 pk="record_id",
             )
@@ -165,6 +165,9 @@ class Store:
 
     def _ensure_judge_tables(self) -> None:
         """Tables and indexes added after the first schema: created if missing."""
+        cols = {r[1] for r in self.conn.execute("PRAGMA table_info(records)")}
+        if cols and "prompt" not in cols:
+            self.conn.execute("ALTER TABLE records ADD COLUMN prompt TEXT")
         # (executescript would commit the surrounding transaction: one statement at a time)
         for stmt in """
             CREATE TABLE IF NOT EXISTS judge_cache (
@@ -502,7 +505,7 @@ _RECORD_COLS = (
     "record_id", "trace_id", "span_id", "created_at", "source", "query", "answer", "contexts",
     "n_contexts", "ground_truths", "metadata", "tags", "session_id", "user_id", "latency_ms",
     "input_tokens", "output_tokens", "model", "error", "content_captured", "sample_u",
-    "sampled", "sampled_metrics", "forced",
+    "sampled", "sampled_metrics", "forced", "prompt",
 )
 
 
@@ -524,7 +527,7 @@ def record_row(r: RagRecord, d: Decision, now: float) -> tuple[Any, ...]:
         r.session_id, r.user_id, r.latency_ms,
         r.usage.input_tokens if r.usage else None, r.usage.output_tokens if r.usage else None,
         r.model, _opt(r.error), int(r.content_captured), d.u, int(d.sampled),
-        dumps(list(d.metrics)), d.forced,
+        dumps(list(d.metrics)), d.forced, _opt(r.prompt),
     )
 
 
@@ -544,5 +547,5 @@ def row_to_record(row: Mapping[str, Any]) -> RagRecord:
         metadata=json.loads(row["metadata"] or "{}"), tags=tuple(json.loads(row["tags"] or "[]")),
         session_id=row["session_id"], user_id=row["user_id"], usage=usage, model=row["model"],
         error=row["error"], source=row["source"] or "manual",
-        content_captured=bool(row["content_captured"]),
+        content_captured=bool(row["content_captured"]), prompt=row.get("prompt"),
     )
