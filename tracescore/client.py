@@ -118,7 +118,11 @@ class Tracescore:
         unknown = set(sample_rates or {}) - {m.name for m in self.metrics}
         if unknown:
             raise ValueError(f"sample_rates names metrics that are not configured: {sorted(unknown)}")
-        self.sampler = Sampler(sample_rate, dict(sample_rates or {}), tuple(force_rules))
+        # Costly metrics (SelfCheckGPT) declare a low default rate of their own.
+        rates = {m.name: min(float(sample_rate), m.default_sample_rate) for m in self.metrics
+                 if getattr(m, "default_sample_rate", None) is not None}
+        rates.update(sample_rates or {})
+        self.sampler = Sampler(sample_rate, rates, tuple(force_rules))
         if not isinstance(hold_seconds, (int, float)) or hold_seconds < 0:
             raise ValueError(f"hold_seconds must be a number >= 0, got {hold_seconds!r}")
         if redact is not None and not callable(redact):
