@@ -226,6 +226,7 @@ class Tracescore:
         session = JudgeSession(
             resilient, self.db_path, price=Price(*price) if price else None,
             calls_per_minute=calls_per_minute, daily_budget_usd=daily_budget_usd,
+            max_concurrency=self.worker.concurrency,
         )
         for m in self.metrics:
             if isinstance(m, JudgeMetric):

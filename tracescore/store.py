@@ -395,6 +395,16 @@ class Store:
             ).fetchall())
         return [(ids[s.name], s) for s in scores]
 
+    def renew_leases(self, owner: str, job_ids: Sequence[int], lease_s: float) -> None:
+        """Extend the leases ``owner`` holds on ``job_ids`` (jobs still being scored)."""
+        until = time.time() + lease_s
+        with self.transaction():
+            self.conn.executemany(
+                "UPDATE jobs SET lease_until=? WHERE job_id=? AND lease_owner=? "
+                "AND status='leased'",
+                [(until, j, owner) for j in job_ids],
+            )
+
     def release_job(self, job: Job, owner: str, reason: str | None = None) -> None:
         """Give a leased job back for another attempt (the attempt still counts)."""
         with self.transaction():

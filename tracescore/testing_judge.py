@@ -4,8 +4,8 @@
 the real ``openai`` client talks to it over real HTTP), from a responder function you give it:
 ``responder(step, data, request) -> dict | str``, where ``step`` is the tracescore judge step
 the prompt belongs to (``extract``, ``contexts``, ``statements``, ``opinions``, ``binary``,
-``summary_coherence``, ``coherence``, ``geval_steps``, ``geval``, or ``other``) and ``data``
-is the JSON document the prompt carries. It counts calls per step and injects faults:
+``summary_coherence``, ``coherence``, ``geval_steps``, ``geval``, ``rgb``, or ``other``) and
+``data`` is the JSON document the prompt carries. It counts calls per step and injects faults:
 HTTP errors with ``Retry-After``, slow responses, truncated or malformed bodies.
 """
 
@@ -21,6 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from .judge import prompts as P
+from .judge import ragas_steps as RS
+from .judge.rgb_steps import RGB_TASK
 
 Responder = Callable[[str, Any, dict[str, Any]], "dict[str, Any] | str"]
 
@@ -34,6 +36,10 @@ _STEP_BY_TASK = {
     P.TEXT_COHERENCE_TASK[:60]: "coherence",
     P.GEVAL_STEPS_TASK[:60]: "geval_steps",
     P.GEVAL_TASK[:60]: "geval",
+    RS.QUESTIONS_TASK[:60]: "ragas_questions",
+    RS.ENTITIES_TASK[:60]: "ragas_entities",
+    RS.SENTENCES_TASK[:60]: "ragas_sentences",
+    RGB_TASK[:60]: "rgb",
 }
 
 
@@ -296,4 +302,11 @@ def lexical_responder(step: str, data: Any, request: dict[str, Any]) -> dict[str
         return {"steps": ["Read the question.", "Read the answer.", "Rate it 1-5."]}
     if step == "geval":
         return {"score": 4}
+    if step == "rgb":
+        return {"contexts": [{"index": i, "counterfactual": "no", "reason": "word overlap"}
+                             for i, _ in enumerate(data["contexts"])],
+                "statements": [{"index": j, "supported_by": [i for i, c in
+                                                             enumerate(data["contexts"])
+                                                             if _covered(s, c)]}
+                               for j, s in enumerate(data["statements"])]}
     return {"error": "unknown step"}

@@ -72,6 +72,8 @@ class ScoringWorker:
         self.judge_session: JudgeSession | None = None
         self.judge_canary = False
         self.judge_timeout_s = 600.0
+        #: judge jobs leased per unit of concurrency (they wait far more than they compute)
+        self.judge_window = 8
         self._delivered: list[tuple[list[int], str]] = []
         self._delivered_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -136,8 +138,16 @@ class ScoringWorker:
         self._started.set()
         inflight: set[asyncio.Task[None]] = set()
         wake_task: asyncio.Task[Any] | None = None
-        names = sorted(self.metrics)
+        # Judge jobs mostly wait (on the judge, or on a step another job of the same record
+        # already asked for), so they get a wider window than CPU-bound local jobs; the judge
+        # session caps the calls in flight at `concurrency` (JudgeSession.max_concurrency).
+        pools = [(sorted(n for n, m in self.metrics.items() if m.kind != "judge"),
+                  self.concurrency, set()),
+                 (sorted(n for n, m in self.metrics.items() if m.kind == "judge"),
+                  self.concurrency * self.judge_window, set())]
         canary: asyncio.Task[Any] | None = None
+        inflight_jobs: dict[int, asyncio.Task[None]] = {}
+        last_renewal = time.monotonic()
         try:
             self._recover(store)
             if self.judge_session is not None and self.judge_canary:
@@ -146,21 +156,37 @@ class ScoringWorker:
                 self._flush_delivered(store)
                 if self._stopping:
                     break
-                free = self.concurrency - len(inflight)
-                jobs: list[Job] = []
-                if free > 0 and names:
+                leased: list[tuple[Job, set[asyncio.Task[None]]]] = []
+                for names, limit, tasks in pools:
+                    free = limit - len(tasks)
+                    if free > 0 and names:
+                        try:
+                            leased += [(j, tasks) for j in store.lease_jobs(
+                                self.owner, free, self.lease_seconds, names)]
+                        except Exception as exc:
+                            record_internal_error("worker.lease", exc)
+                now = time.monotonic()
+                if inflight_jobs and now - last_renewal > self.lease_seconds / 3:
+                    # Judge jobs can wait longer than a lease (slow judge, breaker open):
+                    # renew what is in flight so no other worker takes it meanwhile.
+                    last_renewal = now
                     try:
-                        jobs = store.lease_jobs(self.owner, free, self.lease_seconds, names)
+                        store.renew_leases(self.owner, list(inflight_jobs), self.lease_seconds)
                     except Exception as exc:
-                        record_internal_error("worker.lease", exc)
-                if jobs:
+                        record_internal_error("worker.renew", exc)
+                if leased:
                     self._idle.clear()
-                    records = store.load_records(j.record_id for j in jobs)
-                    for job in jobs:
+                    records = store.load_records(j.record_id for j, _ in leased)
+                    for job, tasks in leased:
                         task = asyncio.create_task(self._job(store, job, records.get(job.record_id)))
                         inflight.add(task)
+                        tasks.add(task)
+                        inflight_jobs[job.job_id] = task
                         task.add_done_callback(inflight.discard)
-                    if len(inflight) < self.concurrency:
+                        task.add_done_callback(tasks.discard)
+                        task.add_done_callback(
+                            lambda _t, jid=job.job_id: inflight_jobs.pop(jid, None))
+                    if any(names and len(tasks) < limit for names, limit, tasks in pools):
                         continue
                 if not inflight:
                     self._idle.set()

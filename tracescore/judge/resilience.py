@@ -9,7 +9,7 @@ up to ``max_retries`` times with exponential backoff and full jitter; a server's
 :class:`RetryLater` for ``cooldown_s`` (the scoring worker puts the job back to wait), then one
 probe call is let through (half-open); success closes the breaker. A call whose retries run
 out while the breaker is open raises :class:`RetryLater` too: those failures are the judge's,
-not the record's. ``max_concurrency`` caps the backend calls in flight.
+not the record's.
 """
 
 from __future__ import annotations
@@ -126,12 +126,8 @@ class ResilientJudge:
         policy: RetryPolicy | None = None,
         breaker: CircuitBreaker | None = None,
         on_call: Callable[[JudgeReply | None, BaseException | None], None] | None = None,
-        max_concurrency: int | None = None,
     ) -> None:
         self.backend = backend
-        #: at most this many backend calls at once (None: bounded only by the caller)
-        self.max_concurrency = max_concurrency
-        self._slots: asyncio.Semaphore | None = None
         self.model = backend.model
         self.policy = policy or RetryPolicy()
         self.breaker = breaker or CircuitBreaker()
@@ -141,15 +137,6 @@ class ResilientJudge:
 
     async def _once(self, messages: Sequence[Message], **kw: Any) -> JudgeReply:
         self.breaker.before_call()
-        if self.max_concurrency and self._slots is None:
-            self._slots = asyncio.Semaphore(self.max_concurrency)  # binds to the worker's loop
-        slots = self._slots
-        if slots is not None:
-            try:
-                await slots.acquire()
-            except BaseException:
-                self.breaker.abandon()
-                raise
         self.calls += 1
         try:
             reply = await asyncio.wait_for(
@@ -175,9 +162,6 @@ class ResilientJudge:
         except BaseException:
             self.breaker.abandon()
             raise
-        finally:
-            if slots is not None:
-                slots.release()
         self.breaker.success()
         self._notify(reply, None)
         return reply

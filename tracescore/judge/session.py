@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import json
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -98,8 +99,12 @@ class JudgeSession:
         calls_per_minute: float | None = None,
         daily_budget_usd: float | None = None,
         on_call: Callable[[str, JudgeReply | None, BaseException | None], None] | None = None,
+        max_concurrency: int | None = None,
     ) -> None:
         self.judge = judge
+        #: at most this many steps calling the judge at once (None: bounded by the caller)
+        self.max_concurrency = max_concurrency
+        self._slots: asyncio.Semaphore | None = None
         self.db_path = db_path
         self.price = price
         self.bucket = TokenBucket(calls_per_minute) if calls_per_minute else None
@@ -107,6 +112,8 @@ class JudgeSession:
         self.on_call = on_call
         self._store: Store | None = None
         self._inflight: dict[str, asyncio.Future[StepResult]] = {}
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = \
+            weakref.WeakValueDictionary()
         #: quality warning from the canary (set by the canary; put on every judge score)
         self.health: Mapping[str, Any] = {}
 
@@ -118,6 +125,15 @@ class JudgeSession:
         if self._store is None:
             self._store = Store(self.db_path)
         return self._store
+
+    def lock(self, key: str) -> asyncio.Lock:
+        """One lock per key, alive while someone holds it (serialises steps that must see
+        each other's cache entries)."""
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = asyncio.Lock()
+            self._locks[key] = lock
+        return lock
 
     def close(self) -> None:
         if self._store is not None:
@@ -164,40 +180,22 @@ class JudgeSession:
             return StepResult(hit, cached=True)
         fut: asyncio.Future[StepResult] = asyncio.get_running_loop().create_future()
         self._inflight[key] = fut
+        if self.max_concurrency and self._slots is None:
+            self._slots = asyncio.Semaphore(self.max_concurrency)  # binds to the worker's loop
+        slots = self._slots
         try:
-            self._check_budget()
-            t0 = time.perf_counter()
-            error: BaseException | None = None
-            reply: JudgeReply | None = None
+            if slots is not None:
+                # The budget is checked once a slot is free, so at most max_concurrency
+                # calls can overshoot the daily budget, however many jobs are waiting.
+                await slots.acquire()
             try:
-                if parse is not None:
-                    reply = await self.judge.call(messages, max_tokens=max_tokens,
-                                                  logprobs=logprobs)
-                    try:
-                        data = parse(reply)
-                    except ValueError as exc:
-                        raise InvalidJudgeOutput(f"judge reply not usable: {exc}") from exc
-                else:
-                    reply = await self.judge.call_json(messages, validate,
-                                                       json_schema=json_schema,
-                                                       max_tokens=max_tokens)
-                    data = reply.data
-            except BaseException as exc:
-                error = exc
-                raise
+                return await self._call_step(step, version, messages, validate, key, fut,
+                                             json_schema=json_schema, max_tokens=max_tokens,
+                                             record_id=record_id, logprobs=logprobs,
+                                             parse=parse)
             finally:
-                latency_ms = (time.perf_counter() - t0) * 1000
-                self._account(step, record_id, reply, error, latency_ms)
-            assert reply is not None
-            self.store().judge_cache_put(key, step, self.model, version, data,
-                                         reply.input_tokens, reply.output_tokens)
-            result = StepResult(data, reply.input_tokens, reply.output_tokens, calls=1,
-                                logprobs=reply.logprobs, latency_ms=latency_ms,
-                                cost_usd=self.price.cost(reply.input_tokens,
-                                                         reply.output_tokens)
-                                if self.price else None)
-            fut.set_result(result)
-            return result
+                if slots is not None:
+                    slots.release()
         except BaseException as exc:
             if not fut.done():
                 fut.set_exception(exc)
@@ -205,6 +203,47 @@ class JudgeSession:
             raise
         finally:
             self._inflight.pop(key, None)
+
+    async def _call_step(
+        self, step: str, version: str, messages: Sequence[Message], validate: Validator,
+        key: str, fut: asyncio.Future[StepResult], *, json_schema: Mapping[str, Any] | None,
+        max_tokens: int, record_id: str | None, logprobs: int | None,
+        parse: Callable[[JudgeReply], Any] | None,
+    ) -> StepResult:
+        """The call behind :meth:`step` (a concurrency slot held); resolves ``fut``."""
+        self._check_budget()
+        t0 = time.perf_counter()
+        error: BaseException | None = None
+        reply: JudgeReply | None = None
+        try:
+            if parse is not None:
+                reply = await self.judge.call(messages, max_tokens=max_tokens,
+                                              logprobs=logprobs)
+                try:
+                    data = parse(reply)
+                except ValueError as exc:
+                    raise InvalidJudgeOutput(f"judge reply not usable: {exc}") from exc
+            else:
+                reply = await self.judge.call_json(messages, validate,
+                                                   json_schema=json_schema,
+                                                   max_tokens=max_tokens)
+                data = reply.data
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            latency_ms = (time.perf_counter() - t0) * 1000
+            self._account(step, record_id, reply, error, latency_ms)
+        assert reply is not None
+        self.store().judge_cache_put(key, step, self.model, version, data,
+                                     reply.input_tokens, reply.output_tokens)
+        result = StepResult(data, reply.input_tokens, reply.output_tokens, calls=1,
+                            logprobs=reply.logprobs, latency_ms=latency_ms,
+                            cost_usd=self.price.cost(reply.input_tokens,
+                                                     reply.output_tokens)
+                            if self.price else None)
+        fut.set_result(result)
+        return result
 
     def _account(self, step: str, record_id: str | None, reply: JudgeReply | None,
                  error: BaseException | None, latency_ms: float) -> None:

@@ -77,6 +77,14 @@ def _text_key(session: JudgeSession, text: str, opinions: bool) -> str:
 
 
 async def extract(session: JudgeSession, record: RagRecord, usage: Usage) -> Extraction:
+    # A record's metrics all extract the same texts. Serialised, a job that starts while
+    # another's call is in flight finds every text cached afterwards; unserialised, it would
+    # ask again for the texts not cached yet (another payload, so another call).
+    async with session.lock(f"extract\x00{record.record_id}"):
+        return await _extract(session, record, usage)
+
+
+async def _extract(session: JudgeSession, record: RagRecord, usage: Usage) -> Extraction:
     texts: dict[str, str] = {}
     if record.answer:
         texts["answer"] = record.answer
