@@ -14,15 +14,12 @@ bundled questions.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
-from functools import lru_cache
 from operator import itemgetter
-from pathlib import Path
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -47,6 +44,17 @@ from langchain_core.runnables import (
 )
 from pydantic import Field, PrivateAttr
 
+from ._common import (
+    DATA_DIR,
+    MODEL_NAME,
+    REFUSAL,
+    content_terms,
+    extractive_answer,
+    load_questions,
+    read_json,
+    tokenize,
+)
+
 __all__ = [
     "DATA_DIR",
     "MODEL_NAME",
@@ -63,19 +71,13 @@ __all__ = [
     "load_questions",
 ]
 
-DATA_DIR = Path(__file__).parent / "data"
-MODEL_NAME = "extractive-demo"
-REFUSAL = "I don't have sufficient information to answer that."
+
 
 # --------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=1)
-def _read_json(name: str) -> tuple[dict[str, Any], ...]:
-    with (DATA_DIR / name).open(encoding="utf-8") as f:
-        return tuple(json.load(f))
 
 
 def load_corpus() -> list[Document]:
@@ -92,61 +94,16 @@ def load_corpus() -> list[Document]:
                 "section": row["section"],
             },
         )
-        for row in _read_json("corpus.json")
+        for row in read_json("corpus.json")
     ]
 
 
-def load_questions() -> list[dict[str, Any]]:
-    """Evaluation questions: dicts with "id", "question", "reference" and
-    "doc_id" (the id of the corpus document that answers it, or None for the
-    questions the corpus cannot answer, whose reference is the refusal
-    `REFUSAL`: refusing is the right answer there)."""
-    return [dict(row) for row in _read_json("questions.json")]
 
 
 # --------------------------------------------------------------------------
 # Text helpers shared by the retriever and the model
 # --------------------------------------------------------------------------
 
-_STOPWORDS_TEXT = """
-    a about above after again all also am an and any are as at be because been
-    before being below between both but by can could did do does doing down
-    during each few for from further had has have having he her here hers him his
-    how i if in into is it its itself just me more most my no nor not now of off
-    on once only or other our ours out over own same she should so some such than
-    that the their theirs them then there these they this those through to too
-    under until up very was we were what when where which while who whom why will
-    with would you your yours many much get got
-"""
-STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
-
-_WORD_RE = re.compile(r"[a-z0-9]+(?:[.,:][0-9]+)*")
-_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
-
-
-def _normalize(word: str) -> str:
-    """A very light plural stemmer: batteries -> battery, riders -> rider."""
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
-
-
-def tokenize(text: str) -> list[str]:
-    """Lower-cased, stopword-free, lightly stemmed word tokens (numbers such as
-    "1,000", "3.5" or "8:00" are kept whole)."""
-    return [_normalize(w) for w in _WORD_RE.findall(text.lower()) if w not in STOPWORDS]
-
-
-def content_terms(text: str) -> set[str]:
-    """The set of content words of ``text`` (what the model and the tests
-    compare)."""
-    return set(tokenize(text))
-
-
-def split_sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_RE.split(text) if s and s.strip()]
 
 
 def format_docs(docs: Sequence[Document]) -> str:
@@ -316,20 +273,7 @@ class ExtractiveChatModel(BaseChatModel):
         if human is None:
             return REFUSAL
         context, question = _split_prompt(_message_text(human))
-        q_terms = content_terms(question)
-        if not q_terms or not context:
-            return REFUSAL
-        best: tuple[int, float] = (0, 0.0)
-        best_sentence = ""
-        for sentence in split_sentences(context):
-            s_terms = content_terms(sentence)
-            overlap = len(q_terms & s_terms)
-            key = (overlap, overlap / (len(s_terms) or 1))
-            if key > best:
-                best, best_sentence = key, sentence
-        if best[0] < min(self.min_overlap, len(q_terms)):
-            return REFUSAL
-        return best_sentence
+        return extractive_answer(context, question, self.min_overlap)
 
     def _respond(
         self, messages: list[BaseMessage], stop: list[str] | None

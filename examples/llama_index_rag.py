@@ -32,7 +32,6 @@ once installed) to answer the bundled questions, traced and scored, and print th
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -60,6 +59,17 @@ from llama_index.core.query_engine import BaseQueryEngine
 if TYPE_CHECKING:
     from tracescore.client import Tracescore
 
+from ._common import (
+    DATA_DIR,
+    MODEL_NAME,
+    REFUSAL,
+    content_terms,
+    extractive_answer,
+    load_questions,
+    read_json,
+    tokenize,
+)
+
 __all__ = [
     "DATA_DIR",
     "MODEL_NAME",
@@ -75,9 +85,7 @@ __all__ = [
     "run",
 ]
 
-DATA_DIR = Path(__file__).parent / "data"
-MODEL_NAME = "extractive-demo"
-REFUSAL = "I don't have sufficient information to answer that."
+
 METADATA_KEYS = ["source", "title", "section"]
 
 # --------------------------------------------------------------------------
@@ -85,10 +93,6 @@ METADATA_KEYS = ["source", "title", "section"]
 # --------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=2)
-def _read_json(name: str) -> tuple[dict[str, Any], ...]:
-    with (DATA_DIR / name).open(encoding="utf-8") as f:
-        return tuple(json.load(f))
 
 
 def load_documents() -> list[Document]:
@@ -103,58 +107,16 @@ def load_documents() -> list[Document]:
             excluded_llm_metadata_keys=list(METADATA_KEYS),
             excluded_embed_metadata_keys=list(METADATA_KEYS),
         )
-        for row in _read_json("corpus.json")
+        for row in read_json("corpus.json")
     ]
 
 
-def load_questions() -> list[dict[str, Any]]:
-    """Evaluation questions: dicts with "id", "question", "reference" and "doc_id" (the corpus
-    id that answers it, or None when the corpus cannot; its reference is then
-    "insufficient information")."""
-    return [dict(row) for row in _read_json("questions.json")]
 
 
 # --------------------------------------------------------------------------
 # Text helpers (the same light normalisation as the LangChain example)
 # --------------------------------------------------------------------------
 
-_STOPWORDS_TEXT = """
-    a about above after again all also am an and any are as at be because been
-    before being below between both but by can could did do does doing down
-    during each few for from further had has have having he her here hers him his
-    how i if in into is it its itself just me more most my no nor not now of off
-    on once only or other our ours out over own same she should so some such than
-    that the their theirs them then there these they this those through to too
-    under until up very was we were what when where which while who whom why will
-    with would you your yours many much get got
-"""
-STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
-
-_WORD_RE = re.compile(r"[a-z0-9]+(?:[.,:][0-9]+)*")
-_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+|\n+")
-
-
-def _normalize(word: str) -> str:
-    """A very light plural stemmer: batteries -> battery, riders -> rider."""
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
-
-
-def tokenize(text: str) -> list[str]:
-    """Lower-cased, stopword-free, lightly stemmed word tokens."""
-    return [_normalize(w) for w in _WORD_RE.findall(text.lower()) if w not in STOPWORDS]
-
-
-def content_terms(text: str) -> set[str]:
-    """The set of content words of ``text``."""
-    return set(tokenize(text))
-
-
-def split_sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE_RE.split(text) if s and s.strip()]
 
 
 # --------------------------------------------------------------------------
@@ -254,20 +216,7 @@ class ExtractiveLLM(CustomLLM):
             follow_up = prompt.rsplit("Follow Up Input:", 1)[1]
             return follow_up.split("Standalone question", 1)[0].strip()
         context, question = split_prompt(prompt)
-        q_terms = content_terms(question)
-        if not q_terms or not context:
-            return REFUSAL
-        best: tuple[int, float] = (0, 0.0)
-        best_sentence = ""
-        for sentence in split_sentences(context):
-            s_terms = content_terms(sentence)
-            overlap = len(q_terms & s_terms)
-            key = (overlap, overlap / (len(s_terms) or 1))
-            if key > best:
-                best, best_sentence = key, sentence
-        if best[0] < min(self.min_overlap, len(q_terms)):
-            return REFUSAL
-        return best_sentence
+        return extractive_answer(context, question, self.min_overlap)
 
     def _raw(self, prompt: str, text: str) -> dict[str, Any]:
         n_in, n_out = len(prompt.split()), len(text.split())
