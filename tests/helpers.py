@@ -34,3 +34,29 @@ def scores(db: Path | str, record_id: str | None = None) -> dict[str, dict[str, 
 
 def jobs(db: Path | str, record_id: str) -> dict[str, dict[str, Any]]:
     return {r["metric"]: r for r in rows(db, "SELECT * FROM jobs WHERE record_id=?", record_id)}
+
+
+# -- two tiny metrics the capture tests use to see what a record carried --------------------
+from tracescore import Metric  # noqa: E402
+
+
+class ContextCount(Metric):
+    name = "context_count"
+    requires = frozenset({"contexts"})
+    threshold = None
+
+    def __call__(self, record: Any) -> Any:
+        return self.result(len(record.contexts), f"{len(record.contexts)} contexts")
+
+
+class AnswerLength(Metric):
+    name = "answer_length"
+    requires = frozenset({"answer"})
+    threshold = None
+
+    def __call__(self, record: Any) -> Any:
+        return self.result(len(record.answer))
+
+
+def capture_metrics() -> list[Metric]:
+    return [ContextCount(), AnswerLength()]

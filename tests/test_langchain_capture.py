@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 import pytest
-from helpers import jobs, records, scores
+from helpers import capture_metrics, jobs, records, scores
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.runnables import RunnableLambda
 from opentelemetry.sdk.trace import TracerProvider
@@ -21,32 +21,13 @@ from tracescore.examples.langchain_rag import (
     load_questions,
 )
 
-from tracescore import Metric
 from tracescore import attributes as A
 from tracescore.testing import rag_roots
 
 Q = "What battery capacity does the Cargo have?"
 
 
-class ContextCount(Metric):
-    name = "context_count"
-    requires = frozenset({"contexts"})
-    threshold = None
-
-    def __call__(self, record: Any) -> Any:
-        return self.result(len(record.contexts), f"{len(record.contexts)} contexts")
-
-
-class AnswerLength(Metric):
-    name = "answer_length"
-    requires = frozenset({"answer"})
-    threshold = None
-
-    def __call__(self, record: Any) -> Any:
-        return self.result(len(record.answer))
-
-
-METRICS = [ContextCount(), AnswerLength()]
+METRICS = capture_metrics()
 
 
 def spans_by_trace(exporter: Any) -> dict[int, list[Any]]:

@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("llama_index.core")
 
 import tracescore.integrations.llama_index as li
-from helpers import jobs, records, scores
+from helpers import capture_metrics, jobs, records, scores
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, CompletionResponse
 from llama_index.core.base.response.schema import (
     AsyncStreamingResponse,
@@ -62,7 +62,6 @@ from tracescore.examples.llama_index_rag import (
     run,
 )
 
-from tracescore import Metric
 from tracescore import attributes as A
 from tracescore._internal.errors import internal_error_counts
 from tracescore.record import TokenUsage
@@ -73,25 +72,7 @@ Q2 = "How long does a full charge take with the standard charger?"
 Q3 = "How long is the warranty on the battery?"
 
 
-class ContextCount(Metric):
-    name = "context_count"
-    requires = frozenset({"contexts"})
-    threshold = None
-
-    def __call__(self, record: Any) -> Any:
-        return self.result(len(record.contexts), f"{len(record.contexts)} contexts")
-
-
-class AnswerLength(Metric):
-    name = "answer_length"
-    requires = frozenset({"answer"})
-    threshold = None
-
-    def __call__(self, record: Any) -> Any:
-        return self.result(len(record.answer))
-
-
-METRICS = [ContextCount(), AnswerLength()]
+METRICS = capture_metrics()
 
 
 class Boom(RuntimeError):
