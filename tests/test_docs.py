@@ -41,8 +41,11 @@ def test_readme_documents_the_public_api():
 def test_every_metric_is_in_the_readme_table():
     from tracescore.metrics.judged import JUDGE_METRICS
     from tracescore.metrics.local import LOCAL_METRICS
+    from tracescore.metrics.ragas import RAGAS_METRICS
+    from tracescore.metrics.saga_extra import GPTScore, SelfCheckGPT
 
-    names = [m.name for m in (*LOCAL_METRICS, *JUDGE_METRICS)]
+    names = [m.name for m in (*LOCAL_METRICS, *JUDGE_METRICS, *RAGAS_METRICS, GPTScore,
+                              SelfCheckGPT)]
     assert set(names) <= set(tracescore.available_metrics())
     for name in names:
         assert f"`{name}`" in README, f"metric {name} missing from the README metrics table"

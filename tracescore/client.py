@@ -555,6 +555,9 @@ class Tracescore:
         if self.attacher is not None:
             self.attacher.shutdown()
         self.telemetry.shutdown(int(timeout * 1000))
+        close = getattr(self.embedder, "close", None)
+        if close is not None:
+            close()
         return ok
 
     def stats(self) -> dict[str, Any]:

@@ -62,4 +62,4 @@ def _load_builtins() -> None:
     if _loaded:
         return
     _loaded = True
-    from . import judged, local  # noqa: F401  (registers the built-in metrics)
+    from . import judged, local, ragas, rgb_abilities, saga_extra  # noqa: F401  (built-ins)
