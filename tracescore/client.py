@@ -120,7 +120,7 @@ class Tracescore:
             raise ValueError(f"sample_rates names metrics that are not configured: {sorted(unknown)}")
         # Costly metrics (SelfCheckGPT) declare a low default rate of their own.
         rates = {m.name: min(float(sample_rate), m.default_sample_rate) for m in self.metrics
-                 if getattr(m, "default_sample_rate", None) is not None}
+                 if m.default_sample_rate is not None}
         rates.update(sample_rates or {})
         self.sampler = Sampler(sample_rate, rates, tuple(force_rules))
         if not isinstance(hold_seconds, (int, float)) or hold_seconds < 0:

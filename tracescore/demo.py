@@ -122,7 +122,9 @@ def _langchain_asker(ts: Any) -> Callable[[Question], None]:
 
 
 def _llama_index_asker(ts: Any) -> Callable[[Question], None]:
-    from llama_index.core.instrumentation.dispatcher import instrument_tags
+    from llama_index.core.instrumentation.dispatcher import (  # type: ignore[attr-defined]
+        instrument_tags,
+    )
 
     from tracescore.examples.llama_index_rag import build_query_engine
 

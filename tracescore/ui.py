@@ -220,7 +220,7 @@ def free_port() -> int:
 
 
 def _url(db: Path, port: int) -> str:
-    from datasette.utils import tilde_encode  # type: ignore[import-untyped]
+    from datasette.utils import tilde_encode  # type: ignore[import-untyped,unused-ignore]
 
     return f"http://{HOST}:{port}/{tilde_encode(database_name(db))}"
 

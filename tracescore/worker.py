@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -141,7 +142,7 @@ class ScoringWorker:
         # Judge jobs mostly wait (on the judge, or on a step another job of the same record
         # already asked for), so they get a wider window than CPU-bound local jobs; the judge
         # session caps the calls in flight at `concurrency` (JudgeSession.max_concurrency).
-        pools = [(sorted(n for n, m in self.metrics.items() if m.kind != "judge"),
+        pools: list[tuple[list[str], int, set[asyncio.Task[None]]]] = [(sorted(n for n, m in self.metrics.items() if m.kind != "judge"),
                   self.concurrency, set()),
                  (sorted(n for n, m in self.metrics.items() if m.kind == "judge"),
                   self.concurrency * self.judge_window, set())]
@@ -184,8 +185,7 @@ class ScoringWorker:
                         inflight_jobs[job.job_id] = task
                         task.add_done_callback(inflight.discard)
                         task.add_done_callback(tasks.discard)
-                        task.add_done_callback(
-                            lambda _t, jid=job.job_id: inflight_jobs.pop(jid, None))
+                        task.add_done_callback(partial(_forget, inflight_jobs, job.job_id))
                     if any(names and len(tasks) < limit for names, limit, tasks in pools):
                         continue
                 if not inflight:
@@ -325,6 +325,10 @@ class ScoringWorker:
                       for n in metric.names()]
         ms = (time.perf_counter() - t0) * 1000
         return [_with(s, duration_ms=ms) for s in scores]
+
+
+def _forget(jobs: dict[int, Any], job_id: int, _task: Any) -> None:
+    jobs.pop(job_id, None)
 
 
 def _with(s: Score, **kw: Any) -> Score:

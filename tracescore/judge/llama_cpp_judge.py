@@ -55,7 +55,7 @@ class LlamaCppJudge:
 
     def _run(self, messages: list[dict[str, str]], kwargs: dict[str, Any]) -> Any:
         with self._lock:
-            return self._llm.create_chat_completion(messages=messages, **kwargs)
+            return self._llm.create_chat_completion(messages=messages, **kwargs)  # type: ignore[arg-type]
 
     async def complete(
         self,

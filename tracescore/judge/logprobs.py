@@ -95,7 +95,7 @@ class LlamaCppScorer:
         llm = self._llm
         with self._lock:
             toks = llm.tokenize((prefix + text).encode("utf-8"), add_bos=True)
-            llm.reset()
+            llm.reset()  # type: ignore[no-untyped-call]
             llm.eval(toks)
             logits = np.asarray(llm.scores[: len(toks)], dtype=np.float64)
             pieces = [llm.detokenize([t]).decode("utf-8", "replace") for t in toks]

@@ -45,6 +45,8 @@ class Metric:
     higher_is_better: ClassVar[bool | None] = True
     description: ClassVar[str] = ""
     score_names: ClassVar[tuple[str, ...]] = ()
+    #: A costly metric's own default sample rate (used unless ``sample_rates`` names it).
+    default_sample_rate: ClassVar[float | None] = None
 
     #: pass/fail threshold; instances may override it through ``__init__``.
     threshold: float | None = 0.5

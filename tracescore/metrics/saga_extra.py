@@ -56,7 +56,7 @@ class GPTScore(Metric):
         self.template = template
         self.threshold = threshold
 
-    async def __call__(self, record: RagRecord) -> Score:  # type: ignore[override]
+    async def __call__(self, record: RagRecord) -> Score:
         prefix = self.template.format(query=record.query or "")
         lps = await self.scorer.logprobs(prefix, record.answer or "")
         if not lps:
