@@ -363,3 +363,29 @@ def test_rag_set_keeps_the_judge_busy_at_full_concurrency(make_ts):
     itself, >= 85 % of the bound, is measured by bench/judge_throughput.py, not here.)"""
     _, srv = _throughput(make_ts, list(RAG_SET), 64, allowed_ratio=0.1, calls_per_record=3)
     assert srv.max_inflight == 16
+
+
+def test_a_record_that_always_breaks_the_judge_ends_in_an_error_score(make_ts, db_path):
+    """A poison record (the judge fails on it, and only on it) looks like an outage to the
+    breaker, so its job waits; waiting is bounded by judge_max_wait_s, after which it gets an
+    error score with the reason instead of waiting forever. The other record is scored."""
+
+    def responder(step: str, data: Any, request: dict[str, Any]) -> Any:
+        if "POISON" in json.dumps(data):
+            return Fault(status=500)
+        return lexical_responder(step, data, request)
+
+    with ScriptedJudgeServer(responder) as srv:
+        ts = start(make_ts, srv, ["coherence"], judge_max_wait_s=1.0)
+        fast_retries(ts, cooldown_s=0.05, threshold=5)
+        good = ts.log_record(query="q", answer="A fine answer.")
+        bad = ts.log_record(query="q", answer="POISON answer.")
+        assert ts.flush(30)
+    got_good = rows(db_path, "SELECT status, value FROM scores WHERE record_id=?",
+                    good.record_id)
+    got_bad = rows(db_path, "SELECT status, error FROM scores WHERE record_id=?",
+                   bad.record_id)
+    assert got_good == [{"status": "ok", "value": 4.0}]
+    assert len(got_bad) == 1 and got_bad[0]["status"] == "error"
+    assert "judge unavailable for this record" in got_bad[0]["error"]
+    assert "judge_max_wait_s" in got_bad[0]["error"]

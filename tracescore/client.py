@@ -96,6 +96,7 @@ class Tracescore:
         judge_price: tuple[float, float] | None = None,
         judge_daily_budget_usd: float | None = None,
         judge_canary: bool = True,
+        judge_max_wait_s: float = 6 * 3600.0,
         embedder: Any = None,
     ) -> None:
         self.metrics = registry.resolve(metrics)
@@ -189,6 +190,7 @@ class Tracescore:
             )
             self.worker.judge_session = self.judge_session
             self.worker.judge_canary = judge_canary
+            self.worker.judge_max_wait_s = judge_max_wait_s
         if self.attacher is not None:
             self.attacher.bind_tracer(self.tracer)
             self.attacher.on_delivered = self.worker.note_delivered

@@ -37,6 +37,7 @@ class Job:
     metric: str
     metric_version: str
     attempts: int
+    created_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,7 +337,7 @@ class Store:
         update = ("UPDATE jobs SET status='leased', lease_owner=?, lease_until=?, "
                   "attempts = attempts + 1, updated_at=? WHERE job_id IN (SELECT job_id FROM jobs "
                   "WHERE {cond} AND metric IN (" + marks + ") ORDER BY job_id LIMIT ?) "
-                  "RETURNING job_id, record_id, metric, metric_version, attempts")
+                  "RETURNING job_id, record_id, metric, metric_version, attempts, created_at")
         # Two index-friendly queries (status, job_id) instead of one OR: with a large backlog
         # the OR made SQLite sort every open job on each lease.
         with self.transaction():
@@ -415,7 +416,8 @@ class Store:
             )
 
     def defer_job(self, job: Job, owner: str, delay_s: float, reason: str) -> None:
-        """Put a job back to wait ``delay_s`` (judge down / over budget); the attempt is free."""
+        """Put a job back to wait ``delay_s`` (judge down / over budget); the attempt is free.
+        The wait is bounded by the worker's ``judge_max_wait_s``."""
         with self.transaction():
             self.conn.execute(
                 "UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=?, "

@@ -24,7 +24,7 @@ from .judge import prompts as P
 from .judge import ragas_steps as RS
 from .judge.rgb_steps import RGB_TASK
 
-Responder = Callable[[str, Any, dict[str, Any]], "dict[str, Any] | str"]
+Responder = Callable[[str, Any, dict[str, Any]], "dict[str, Any] | str | Fault"]
 
 _STEP_BY_TASK = {
     P.EXTRACT_TASK[:60]: "extract",
@@ -169,6 +169,12 @@ class ScriptedJudgeServer:
 
             def _answer(self, step: str, data: Any, req: dict[str, Any],
                         fault: Fault | None) -> int:
+                out: Any = None
+                if fault is None:
+                    # A responder may answer with a Fault too (fail only some requests).
+                    out = outer.responder(step.split(":")[0], data, req)
+                    if isinstance(out, Fault):
+                        fault, out = out, None
                 time.sleep(outer.delay_s + (fault.delay_s if fault else 0.0))
                 if fault is not None and fault.raw is not None:
                     self._send(fault.status, fault.raw)
@@ -183,7 +189,6 @@ class ScriptedJudgeServer:
                 if fault is not None and fault.body is not None:
                     text = fault.body
                 else:
-                    out = outer.responder(step.split(":")[0], data, req)
                     text = out if isinstance(out, str) else json.dumps(out)
                 choice: dict[str, Any] = {"index": 0, "finish_reason": "stop",
                                           "message": {"role": "assistant", "content": text}}

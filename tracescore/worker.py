@@ -73,6 +73,8 @@ class ScoringWorker:
         self.judge_session: JudgeSession | None = None
         self.judge_canary = False
         self.judge_timeout_s = 600.0
+        #: how long a job may wait for the judge (breaker open, budget) before it fails
+        self.judge_max_wait_s = 6 * 3600.0
         #: judge jobs leased per unit of concurrency (they wait far more than they compute)
         self.judge_window = 8
         self._delivered: list[tuple[list[int], str]] = []
@@ -255,15 +257,24 @@ class ScoringWorker:
             elif job.attempts > self.max_attempts:
                 scores = [Score.failed(
                     n, f"gave up after {job.attempts - 1} attempts: the process died or the "
-                    "lease expired while scoring", metric=metric.name,
+                    "lease expired while scoring",
+                    metric=metric.name,
                     metric_version=metric.version) for n in metric.names()]
             else:
                 try:
                     scores = await self.score(metric, record)
                 except RetryLater as later:
-                    store.defer_job(job, self.owner, later.delay_s, later.reason)
-                    self.deferred += 1
-                    return
+                    waited = time.time() - job.created_at if job.created_at else 0.0
+                    if waited <= self.judge_max_wait_s:
+                        store.defer_job(job, self.owner, later.delay_s, later.reason)
+                        self.deferred += 1
+                        return
+                    # Waiting has a limit: a record the judge always fails on (or an outage
+                    # longer than the limit) ends in an error score with the reason.
+                    scores = [Score.failed(
+                        n, f"judge unavailable for this record for {waited:.0f}s "
+                        f"(judge_max_wait_s): {later.reason}", metric=metric.name,
+                        metric_version=metric.version) for n in metric.names()]
             refs = store.complete_job(job, self.owner, scores)
             if refs is None:
                 return  # the lease went to another process, which stores the scores
