@@ -17,27 +17,12 @@ import math
 import random
 import re
 import struct
-import threading
-import time
-from collections import deque
 from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from .testing_judge import Fault
+from ._internal.json_server import Fault, Response, ScriptedServer, error_response, pause
 
 __all__ = ["Fault", "ScriptedEmbeddingServer", "hashed_bag_of_words"]
-
-
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 256  # the default backlog of 5 overflows under a concurrent burst
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        import sys
-
-        if isinstance(sys.exc_info()[1], ConnectionError):
-            return  # the client gave up (its timeout): expected in fault tests
-        super().handle_error(request, client_address)
 
 
 def hashed_bag_of_words(text: str, dims: int = 64) -> list[float]:
@@ -53,98 +38,47 @@ def hashed_bag_of_words(text: str, dims: int = 64) -> list[float]:
     return [x / norm for x in v]
 
 
-class ScriptedEmbeddingServer:
+class ScriptedEmbeddingServer(ScriptedServer):
     def __init__(self, vectors: Callable[[str], Sequence[float]] | None = None, *,
                  shuffle: bool = False, delay_s: float = 0.0) -> None:
         self.vectors = vectors or hashed_bag_of_words
         self.shuffle = shuffle
-        self.delay_s = delay_s
-        #: every request body, in arrival order
-        self.requests: list[dict[str, Any]] = []
-        self.faults: deque[Fault] = deque()
-        self._lock = threading.Lock()
-        self._server = _Server(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        super().__init__(delay_s=delay_s)
 
     @property
     def inputs(self) -> list[str]:
         """Every text the server was asked to embed, in order (repeats included)."""
         return [t for r in self.requests for t in r.get("input", [])]
 
-    def inject(self, *faults: Fault) -> None:
-        with self._lock:
-            self.faults.extend(faults)
-
     def __enter__(self) -> ScriptedEmbeddingServer:
-        self._thread.start()
+        super().__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None
-                      ) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_POST(self) -> None:  # noqa: N802
-                n = int(self.headers.get("Content-Length", "0"))
-                req = json.loads(self.rfile.read(n) or b"{}")
-                with outer._lock:
-                    outer.requests.append(req)
-                    fault = outer.faults.popleft() if outer.faults else None
-                time.sleep(outer.delay_s + (fault.delay_s if fault else 0.0))
-                if not self.path.rstrip("/").endswith("/embeddings"):
-                    self._send(404, b'{"error": {"message": "not found"}}')
-                    return
-                if fault is not None and fault.raw is not None:
-                    self._send(fault.status, fault.raw)
-                    return
-                if fault is not None and fault.status != 200:
-                    headers = {}
-                    if fault.retry_after is not None:
-                        headers["Retry-After"] = f"{fault.retry_after:g}"
-                    err = {"error": {"message": f"injected {fault.status}", "type": "test"}}
-                    self._send(fault.status, json.dumps(err).encode(), headers)
-                    return
-                texts = req.get("input", [])
-                if isinstance(texts, str):
-                    texts = [texts]
-                items = []
-                for i, t in enumerate(texts):
-                    vec = [float(x) for x in outer.vectors(t)]
-                    if req.get("encoding_format") == "base64":
-                        emb: Any = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
-                    else:
-                        emb = vec
-                    items.append({"object": "embedding", "index": i, "embedding": emb})
-                if outer.shuffle:
-                    random.Random(len(outer.requests)).shuffle(items)
-                tokens = sum(len(str(t).split()) for t in texts)
-                body = {"object": "list", "data": items, "model": req.get("model", "test"),
-                        "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
-                self._send(200, json.dumps(body).encode())
-
-        return Handler
+    def respond(self, path: str, req: dict[str, Any]) -> Response:
+        with self._lock:
+            self.requests.append(req)
+            fault = self.next_fault()
+            n_requests = len(self.requests)
+        pause(self, fault)
+        if not path.rstrip("/").endswith("/embeddings"):
+            return 404, b'{"error": {"message": "not found"}}', {}
+        failed = error_response(fault) if fault is not None else None
+        if failed is not None:
+            return failed
+        texts = req.get("input", [])
+        if isinstance(texts, str):
+            texts = [texts]
+        items = []
+        for i, t in enumerate(texts):
+            vec = [float(x) for x in self.vectors(t)]
+            if req.get("encoding_format") == "base64":
+                emb: Any = base64.b64encode(struct.pack(f"<{len(vec)}f", *vec)).decode()
+            else:
+                emb = vec
+            items.append({"object": "embedding", "index": i, "embedding": emb})
+        if self.shuffle:
+            random.Random(n_requests).shuffle(items)
+        tokens = sum(len(str(t).split()) for t in texts)
+        body = {"object": "list", "data": items, "model": req.get("model", "test"),
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+        return 200, json.dumps(body).encode(), {}

@@ -14,12 +14,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ._internal.json_server import Fault, Response, ScriptedServer, error_response, pause
 from .judge import prompts as P
 from .judge import ragas_steps as RS
 from .judge.rgb_steps import RGB_TASK
@@ -62,151 +61,75 @@ def parse_prompt(messages: list[dict[str, Any]]) -> tuple[str, Any]:
     return step, data
 
 
-class _Server(ThreadingHTTPServer):
-    # socketserver's default listen backlog is 5: a burst of new connections from a
-    # concurrent client would overflow it and wait out a SYN retransmit (1 s).
-    request_queue_size = 256
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        import sys
-
-        if isinstance(sys.exc_info()[1], ConnectionError):
-            return  # the client gave up (its timeout): expected in fault tests, not news
-        super().handle_error(request, client_address)
-
-
-@dataclass
-class Fault:
-    status: int = 500
-    retry_after: float | None = None
-    body: str | None = None  # a raw completion text (malformed JSON) with status 200
-    delay_s: float = 0.0
-    #: the raw HTTP response body (e.g. a cut-off JSON envelope), sent with ``status``
-    raw: bytes | None = None
-
-
-class ScriptedJudgeServer:
+class ScriptedJudgeServer(ScriptedServer):
     def __init__(self, responder: Responder, *, delay_s: float = 0.0,
                  logprobs: Callable[[str, Any], list[dict[str, Any]] | None] | None = None):
         self.responder = responder
-        self.delay_s = delay_s
         self.logprobs = logprobs
         self.calls: Counter[str] = Counter()
-        self.requests: list[dict[str, Any]] = []
-        self.faults: deque[Fault] = deque()
         #: (time.monotonic() at arrival, step, HTTP status sent) per request, in arrival order
         self.log: list[tuple[float, str, int]] = []
         self.inflight = 0
         self.max_inflight = 0
-        self._lock = threading.Lock()
-        self._server = _Server(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        # a short poll interval: shutdown() waits for the serving loop to notice (0.5 s default)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        port = self._server.server_address[1]
-        return f"http://127.0.0.1:{port}/v1"
+        super().__init__(delay_s=delay_s)
 
     @property
     def total_calls(self) -> int:
         return sum(self.calls.values())
 
-    def inject(self, *faults: Fault) -> None:
-        with self._lock:
-            self.faults.extend(faults)
-
     def __enter__(self) -> ScriptedJudgeServer:
-        self._thread.start()
+        super().__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+    def respond(self, path: str, req: dict[str, Any]) -> Response:
+        step, data = parse_prompt(req.get("messages", []))
+        with self._lock:
+            self.calls[step] += 1
+            self.requests.append(req)
+            fault = self.next_fault()
+            self.inflight += 1
+            self.max_inflight = max(self.max_inflight, self.inflight)
+            arrived = time.monotonic()
+        status = 500
+        try:
+            status, body, headers = self._answer(step, data, req, fault)
+            return status, body, headers
+        finally:
+            with self._lock:
+                self.inflight -= 1
+                self.log.append((arrived, step, status))
 
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # Headers and body are two writes: with Nagle on, the body waits for the client's
-            # delayed ACK (~40 ms per call on Linux), which real servers do not add.
-            disable_nagle_algorithm = True
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None
-                      ) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_POST(self) -> None:  # noqa: N802
-                n = int(self.headers.get("Content-Length", "0"))
-                req = json.loads(self.rfile.read(n) or b"{}")
-                step, data = parse_prompt(req.get("messages", []))
-                with outer._lock:
-                    outer.calls[step] += 1
-                    outer.requests.append(req)
-                    fault = outer.faults.popleft() if outer.faults else None
-                    outer.inflight += 1
-                    outer.max_inflight = max(outer.max_inflight, outer.inflight)
-                    arrived = time.monotonic()
-                status = 200
-                try:
-                    status = self._answer(step, data, req, fault)
-                finally:
-                    with outer._lock:
-                        outer.inflight -= 1
-                        outer.log.append((arrived, step, status))
-
-            def _answer(self, step: str, data: Any, req: dict[str, Any],
-                        fault: Fault | None) -> int:
-                out: Any = None
-                if fault is None:
-                    # A responder may answer with a Fault too (fail only some requests).
-                    out = outer.responder(step.split(":")[0], data, req)
-                    if isinstance(out, Fault):
-                        fault, out = out, None
-                time.sleep(outer.delay_s + (fault.delay_s if fault else 0.0))
-                if fault is not None and fault.raw is not None:
-                    self._send(fault.status, fault.raw)
-                    return fault.status
-                if fault is not None and fault.body is None and fault.status != 200:
-                    headers = {}
-                    if fault.retry_after is not None:
-                        headers["Retry-After"] = f"{fault.retry_after:g}"
-                    err = {"error": {"message": f"injected {fault.status}", "type": "test"}}
-                    self._send(fault.status, json.dumps(err).encode(), headers)
-                    return fault.status
-                if fault is not None and fault.body is not None:
-                    text = fault.body
-                else:
-                    text = out if isinstance(out, str) else json.dumps(out)
-                choice: dict[str, Any] = {"index": 0, "finish_reason": "stop",
-                                          "message": {"role": "assistant", "content": text}}
-                if req.get("logprobs") and outer.logprobs is not None:
-                    content = outer.logprobs(step, data)
-                    if content is not None:
-                        choice["logprobs"] = {"content": content}
-                body = {
-                    "id": "chatcmpl-test", "object": "chat.completion", "created": 0,
-                    "model": req.get("model", "test-judge"), "choices": [choice],
-                    "usage": {"prompt_tokens": len(json.dumps(req)) // 4,
-                              "completion_tokens": max(1, len(text) // 4),
-                              "total_tokens": len(json.dumps(req)) // 4 + max(1, len(text) // 4)},
-                }
-                self._send(200, json.dumps(body).encode())
-                return 200
-
-        return Handler
+    def _answer(self, step: str, data: Any, req: dict[str, Any],
+                fault: Fault | None) -> Response:
+        out: Any = None
+        if fault is None:
+            # A responder may answer with a Fault too (fail only some requests).
+            out = self.responder(step.split(":")[0], data, req)
+            if isinstance(out, Fault):
+                fault, out = out, None
+        pause(self, fault)
+        failed = error_response(fault) if fault is not None else None
+        if failed is not None:
+            return failed
+        if fault is not None and fault.body is not None:
+            text = fault.body
+        else:
+            text = out if isinstance(out, str) else json.dumps(out)
+        choice: dict[str, Any] = {"index": 0, "finish_reason": "stop",
+                                  "message": {"role": "assistant", "content": text}}
+        if req.get("logprobs") and self.logprobs is not None:
+            content = self.logprobs(step, data)
+            if content is not None:
+                choice["logprobs"] = {"content": content}
+        prompt_tokens = len(json.dumps(req)) // 4
+        body = {
+            "id": "chatcmpl-test", "object": "chat.completion", "created": 0,
+            "model": req.get("model", "test-judge"), "choices": [choice],
+            "usage": {"prompt_tokens": prompt_tokens,
+                      "completion_tokens": max(1, len(text) // 4),
+                      "total_tokens": prompt_tokens + max(1, len(text) // 4)},
+        }
+        return 200, json.dumps(body).encode(), {}
 
 
 # -- a deterministic lexical judge (for tests, benchmarks and offline demos; not for real use) --
