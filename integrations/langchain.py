@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace as trace_api
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Status, StatusCode
 
 from . import require
 
@@ -37,6 +36,7 @@ from tracescore import attributes as A  # noqa: E402
 from tracescore._internal.errors import handle_internal_errors, raise_internal_errors  # noqa: E402
 from tracescore.record import Context, RagRecord, TokenUsage  # noqa: E402
 
+from ._spans import _materialize_all, _only, _PendingSpan  # noqa: E402
 from ._text import clip, format_prompt, json_attr, to_text  # noqa: E402
 
 if TYPE_CHECKING:
@@ -67,68 +67,8 @@ class _Root:
     done: bool = False  # the root ended: late child steps materialise at once
 
 
-class _PendingSpan:
-    """A child step's span as plain data, materialised off the request path.
-
-    Creating an OTel span costs 20-25 µs; a RAG chain has about nine. Only the root span is
-    created on the app's thread (its ids are the record's ids, and it may be held for scores);
-    the others are recorded here, with the timestamps taken when their callbacks fired, and
-    turned into real spans by the background writer once the root ends.
-    """
-
-    __slots__ = ("name", "parent", "attrs", "start_ns", "end_ns", "status", "real", "lazy")
-
-    def __init__(self, name: str, parent: Any, attrs: dict[str, Any], start_ns: int) -> None:
-        self.name = name
-        self.parent = parent  # a real Span (the root) or another _PendingSpan
-        self.attrs = attrs
-        self.start_ns = start_ns
-        self.end_ns: int | None = None
-        self.status: Status | None = None
-        self.real: Span | None = None
-        #: Attributes whose values cost something to build (JSON of inputs, documents): built
-        #: at materialisation, off the request path.
-        self.lazy: list[Callable[[], Mapping[str, Any]]] = []
-
-    def set_attribute(self, key: str, value: Any) -> None:
-        self.attrs[key] = value
-
-    def set_attributes(self, attrs: Mapping[str, Any]) -> None:
-        self.attrs.update(attrs)
-
-    def set_status(self, status: Status) -> None:
-        self.status = status
-
-    def end(self, end_time: int | None = None) -> None:
-        self.end_ns = end_time if end_time is not None else time.time_ns()
-
-    def materialize(self, tracer: trace_api.Tracer) -> None:
-        parent = self.parent if not isinstance(self.parent, _PendingSpan) else self.parent.real
-        if parent is None:
-            return  # the parent was never materialised (abandoned run)
-        for build in self.lazy:
-            with handle_internal_errors("langchain.lazy_attributes", reraise=False):
-                self.attrs.update(build())
-        span = tracer.start_span(self.name, context=trace_api.set_span_in_context(parent),
-                                 attributes=self.attrs, start_time=self.start_ns)
-        if self.status is not None:
-            span.set_status(self.status)
-        self.real = span
-        span.end(end_time=self.end_ns or self.start_ns)
-
-
-def _only(attrs: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in attrs.items() if v is not None}
-
-
 def _dict_of(gen: Callable[[Any], Any], arg: Any) -> dict[str, Any]:
     return dict(gen(arg))
-
-
-def _materialize_all(tracer: trace_api.Tracer, pending: list[_PendingSpan]) -> None:
-    for p in pending:  # in start order, so every parent exists before its children
-        if p.end_ns is not None and p.real is None:
-            p.materialize(tracer)
 
 
 @dataclass(slots=True)

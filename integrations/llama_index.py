@@ -55,10 +55,10 @@ from collections.abc import (
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace as trace_api
 from opentelemetry.trace import Span, Status, StatusCode
 
 from . import require
@@ -110,6 +110,7 @@ from tracescore import attributes as A  # noqa: E402
 from tracescore._internal.errors import handle_internal_errors  # noqa: E402
 from tracescore.record import Context, RagRecord, TokenUsage  # noqa: E402
 
+from ._spans import _materialize_all, _only, _PendingSpan  # noqa: E402
 from ._text import clip, format_prompt, json_attr, to_text  # noqa: E402
 
 if TYPE_CHECKING:
@@ -213,6 +214,8 @@ class _Run:
     exited: bool = False
     done: bool = False
     prompt: Any = None  # the last LLM call's raw prompt (messages or text)
+    #: Child spans as plain data, in start order: materialised by the writer once the run ends.
+    pending: list[_PendingSpan] = field(default_factory=list)
 
 
 @dataclass(slots=True, eq=False)
@@ -221,7 +224,7 @@ class _Node:
 
     id_: str  # LlamaIndex span id
     run: _Run
-    span: Span | None
+    span: Span | _PendingSpan | None  # the root's real Span; a _PendingSpan for the others
     kind: str | None
     owner: int  # id() of the instance whose method opened the span
     name: str
@@ -400,19 +403,20 @@ class LlamaIndexCapture:
             attrs: dict[str, Any] = {A.SPAN_KIND: _OTEL_KIND[kind]}
             if kind == RETRIEVE:
                 attrs[A.RETRIEVER_NAME] = type(instance).__name__
-            span = self.tracer.start_span(
-                name, context=trace_api.set_span_in_context(target.span),  # type: ignore[arg-type]
-                attributes=attrs, start_time=now,
-            )
-            node = _Node(id_, run, span, kind, owner, name)
+            # Plain data: the real span is made by the writer once the run ends.
+            pending = _PendingSpan(name, target.span, attrs, now)
+            node = _Node(id_, run, pending, kind, owner, name)
             node.target = node
         with self._lock:
             if not run.done:
                 self._nodes[id_] = node
                 run.live.add(id_)
+                if isinstance(node.span, _PendingSpan):
+                    run.pending.append(node.span)
                 return
-        if node.span is not None:  # the run finished meanwhile (a late child): not traced
+        if isinstance(node.span, _PendingSpan):  # the run finished meanwhile (a late child)
             node.span.end(end_time=now)
+            self.ts.defer(partial(_materialize_all, self.tracer, [node.span]))
 
     def _start_run(self, id_: str, name: str, kind: str, instance: Any,
                    bound_args: inspect.BoundArguments | None,
@@ -529,9 +533,7 @@ class LlamaIndexCapture:
         elif node.kind == SYNTHESIZE:
             text = response_text(result)
             if text is not None:
-                out = self._text(text)
-                if out is not None:
-                    span.set_attribute(A.OUTPUT_VALUE, out)
+                self._set_text(span, A.OUTPUT_VALUE, text)
         if node.kind == LLM and node.usage is not None:
             usage = node.usage
             span.set_attributes({
@@ -698,11 +700,15 @@ class LlamaIndexCapture:
                 else:
                     n.span.set_status(Status(StatusCode.ERROR, abandoned or "unfinished run"))
                 n.span.end(end_time=end)
+        if run.pending:
+            pending, run.pending = run.pending, []
+            self.ts.defer(partial(_materialize_all, self.tracer, pending))
         root = run.root
         if root is None or root.span is None or root.ended:
             return
         root.ended = True
         span = root.span
+        assert not isinstance(span, _PendingSpan)
         if abandoned is not None:
             span.set_status(Status(StatusCode.ERROR, abandoned))
         else:
@@ -778,13 +784,23 @@ class LlamaIndexCapture:
         return out
 
     # -- events -----------------------------------------------------------------------------
+    def _set_text(self, span: Span | _PendingSpan, key: str, value: Any) -> None:
+        """Set a text attribute; on a pending span, build it later, off the request path."""
+        if isinstance(span, _PendingSpan):
+            span.lazy.append(partial(self._text_attr, key, value))
+        else:
+            text = self._text(value)
+            if text is not None:
+                span.set_attribute(key, text)
+
+    def _text_attr(self, key: str, value: Any) -> dict[str, Any]:
+        return _only({key: self._text(value)})
+
     def _set_input(self, node: _Node, value: Any) -> None:
         if node.input_set or node.span is None:
             return
         node.input_set = True
-        text = self._text(value)
-        if text is not None:
-            node.span.set_attribute(A.INPUT_VALUE, text)
+        self._set_text(node.span, A.INPUT_VALUE, value)
 
     def _query_start(self, node: _Node, run: _Run, event: QueryStartEvent) -> None:
         q = query_text(event.query)
@@ -796,10 +812,8 @@ class LlamaIndexCapture:
     def _query_end(self, node: _Node, run: _Run, event: QueryEndEvent) -> None:
         # The text, not the response: an unconsumed StreamingResponse must stay collectable.
         text = run.query_answer = response_text(event.response)
-        if node is not run.root and node.span is not None:
-            out = self._text(text) if text is not None else None
-            if out is not None:
-                node.span.set_attribute(A.OUTPUT_VALUE, out)
+        if node is not run.root and node.span is not None and text is not None:
+            self._set_text(node.span, A.OUTPUT_VALUE, text)
 
     def _retrieval_start(self, node: _Node, run: _Run, event: RetrievalStartEvent) -> None:
         q = query_text(event.str_or_query_bundle)
@@ -815,8 +829,12 @@ class LlamaIndexCapture:
         nodes = list(event.nodes or ())
         with self._lock:
             run.retrievals.append((node.name.rpartition(".")[0] or node.name, nodes))
-        if self.ts.capture_content and node.span is not None:
-            node.span.set_attributes(dict(self._document_attrs(nodes)))
+        span = node.span
+        if self.ts.capture_content and span is not None:
+            if isinstance(span, _PendingSpan):
+                span.lazy.append(partial(_dict_of, self._document_attrs, nodes))
+            else:
+                span.set_attributes(dict(self._document_attrs(nodes)))
 
     def _synthesize_start(self, node: _Node, run: _Run, event: SynthesizeStartEvent) -> None:
         q = query_text(event.query)
@@ -846,12 +864,10 @@ class LlamaIndexCapture:
         else:
             prompt = event.prompt
             run.prompt = event.prompt
+        node.span.set_attributes(attrs)
         if not node.input_set:
             node.input_set = True
-            text = self._text(prompt)
-            if text is not None:
-                attrs[A.INPUT_VALUE] = text
-        node.span.set_attributes(attrs)
+            self._set_text(node.span, A.INPUT_VALUE, prompt)
 
     def _llm_end(self, node: _Node, run: _Run,
                  event: LLMChatEndEvent | LLMCompletionEndEvent) -> None:
@@ -859,9 +875,7 @@ class LlamaIndexCapture:
         if node.span is not None and response is not None:
             text = response_text(response)
             if text is not None:
-                out = self._text(text)
-                if out is not None:
-                    node.span.set_attribute(A.OUTPUT_VALUE, out)
+                self._set_text(node.span, A.OUTPUT_VALUE, text)
             usage, model = token_usage(response)
             if usage is not None:
                 node.usage = usage  # overwrite: nested calls of one LLM span report one call
@@ -918,9 +932,13 @@ def _funnel(where: str, exc: Exception, reraise: bool | None = None) -> None:
         raise exc
 
 
-def _set_error(span: Span, err: BaseException) -> None:
+def _set_error(span: Span | _PendingSpan, err: BaseException) -> None:
     span.set_status(Status(StatusCode.ERROR, f"{type(err).__name__}: {err}"[:1000]))
     span.set_attribute(A.ERROR_TYPE, type(err).__qualname__)
+
+
+def _dict_of(gen: Callable[[Any], Any], arg: Any) -> dict[str, Any]:
+    return dict(gen(arg))
 
 
 # -- extraction helpers (pure functions, tested directly) ---------------------------------------
