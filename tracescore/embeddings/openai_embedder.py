@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._internal.openai_errors import message, retry_after
 from ..judge.base import RetryLater
 from ..judge.resilience import CircuitBreaker, RetryPolicy
 from . import EmbeddingError, TransientEmbeddingError
@@ -129,19 +129,19 @@ class OpenAIEmbedder:
         try:
             resp = await self._client.embeddings.create(**kwargs)
         except openai.RateLimitError as exc:
-            raise TransientEmbeddingError(f"rate limited (429): {_msg(exc)}",
-                                          _retry_after(exc), 429) from exc
+            raise TransientEmbeddingError(f"rate limited (429): {message(exc)}",
+                                          retry_after(exc), 429) from exc
         except openai.APIStatusError as exc:
             status = exc.status_code
             if status >= 500 or status in (408, 409):
-                raise TransientEmbeddingError(f"embedding server error ({status}): {_msg(exc)}",
-                                              _retry_after(exc), status) from exc
+                raise TransientEmbeddingError(f"embedding server error ({status}): {message(exc)}",
+                                              retry_after(exc), status) from exc
             raise EmbeddingError(f"embedding server refused the request ({status}): "
-                                 f"{_msg(exc)}") from exc
+                                 f"{message(exc)}") from exc
         except openai.APITimeoutError as exc:
             raise TransientEmbeddingError("embedding request timed out") from exc
         except openai.APIConnectionError as exc:
-            raise TransientEmbeddingError(f"cannot reach the embedding server: {_msg(exc)}") \
+            raise TransientEmbeddingError(f"cannot reach the embedding server: {message(exc)}") \
                 from exc
         except openai.APIResponseValidationError as exc:
             raise TransientEmbeddingError(f"malformed response from the embedding server: "
@@ -163,27 +163,3 @@ class OpenAIEmbedder:
 
     async def aclose(self) -> None:
         await self._client.close()
-
-
-def _msg(exc: Exception) -> str:
-    return str(getattr(exc, "message", None) or exc)[:300]
-
-
-def _retry_after(exc: Any) -> float | None:
-    """Seconds from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)."""
-    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if not value:
-            continue
-        try:
-            return max(0.0, float(value) / scale)
-        except ValueError:
-            pass
-        from email.utils import parsedate_to_datetime
-
-        try:
-            return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-        except (TypeError, ValueError):
-            return None
-    return None

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._internal.openai_errors import message, retry_after
 from .base import JudgeError, JudgeReply, Message, TokenLogprob, TransientJudgeError
 
 _MODES = ("json_schema", "json_object", "none")
@@ -96,20 +97,20 @@ class OpenAIJudge:
                         _MODES.index(self._mode) < 2:
                     self._mode = _MODES[_MODES.index(self._mode) + 1]
                     continue  # this server does not do that kind of structured output
-                raise JudgeError(f"judge rejected the request (400): {_msg(exc)}") from exc
+                raise JudgeError(f"judge rejected the request (400): {message(exc)}") from exc
             except openai.RateLimitError as exc:
-                raise TransientJudgeError(f"rate limited (429): {_msg(exc)}",
-                                          _retry_after(exc), 429) from exc
+                raise TransientJudgeError(f"rate limited (429): {message(exc)}",
+                                          retry_after(exc), 429) from exc
             except openai.APIStatusError as exc:
                 status = exc.status_code
                 if status >= 500 or status in (408, 409):
-                    raise TransientJudgeError(f"judge server error ({status}): {_msg(exc)}",
-                                              _retry_after(exc), status) from exc
-                raise JudgeError(f"judge refused the request ({status}): {_msg(exc)}") from exc
+                    raise TransientJudgeError(f"judge server error ({status}): {message(exc)}",
+                                              retry_after(exc), status) from exc
+                raise JudgeError(f"judge refused the request ({status}): {message(exc)}") from exc
             except openai.APITimeoutError as exc:
                 raise TransientJudgeError("judge request timed out") from exc
             except openai.APIConnectionError as exc:
-                raise TransientJudgeError(f"cannot reach the judge: {_msg(exc)}") from exc
+                raise TransientJudgeError(f"cannot reach the judge: {message(exc)}") from exc
             except openai.APIResponseValidationError as exc:
                 raise TransientJudgeError(f"malformed response from the judge: {exc}") from exc
             except json.JSONDecodeError as exc:
@@ -124,30 +125,6 @@ class OpenAIJudge:
         await self._client.close()
 
 
-def _msg(exc: Exception) -> str:
-    return str(getattr(exc, "message", None) or exc)[:300]
-
-
-def _retry_after(exc: Any) -> float | None:
-    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return float(ms) / 1000
-        except ValueError:
-            pass
-    ra = headers.get("retry-after")
-    if ra:
-        try:
-            return float(ra)
-        except ValueError:
-            from email.utils import parsedate_to_datetime
-
-            try:
-                return max(0.0, parsedate_to_datetime(ra).timestamp() - time.time())
-            except (TypeError, ValueError):
-                return None
-    return None
 
 
 def _reply(resp: Any, model: str, latency_ms: float) -> JudgeReply:
