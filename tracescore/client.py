@@ -345,7 +345,7 @@ class Tracescore:
         drops it and counts)."""
         if self._closed:
             return False
-        return self.queue.put(task)
+        return self.queue.put(task, record=False)
 
     def log_record(
         self,
@@ -422,7 +422,7 @@ class Tracescore:
         if not self.capture_content:
             return
         gts = tuple(self.redact(g) if self.redact else g for g in ground_truths)
-        self.queue.put(GroundTruthUpdate(trace_id.lower(), gts))
+        self.queue.put(GroundTruthUpdate(trace_id.lower(), gts), record=False)
 
     def add_feedback(
         self,
@@ -466,7 +466,8 @@ class Tracescore:
             raise ValueError("feedback needs a value or a label")
         if not isinstance(name, str) or not name:
             raise ValueError("feedback name must be a non-empty str")
-        self.queue.put(FeedbackUpdate(trace_id.lower(), name, v, label, comment, time.time()))
+        self.queue.put(FeedbackUpdate(trace_id.lower(), name, v, label, comment, time.time()),
+                       record=False)
 
     # -- pipeline callbacks (writer thread) ---------------------------------------------------
     def _plan_jobs(self, record: RagRecord, decision: Decision) -> list[NewJob]:
@@ -569,6 +570,7 @@ class Tracescore:
             return {
                 "queue_depth": self.queue.depth,
                 "dropped": self.queue.dropped,
+                "dropped_other": self.queue.dropped_other,
                 "written": self.queue.written,
                 "scored_jobs": self.worker.scored,
                 "error_scores": self.worker.errors,

@@ -75,6 +75,7 @@ class RecordQueue:
         self.interval_s = interval_s
         self.on_written = on_written
         self.dropped = 0
+        self.dropped_other = 0
         self.written = 0
         self.failed = 0
         self._unsaved_drops = 0
@@ -91,9 +92,16 @@ class RecordQueue:
         self._lock = threading.Lock()
 
     # -- hot path -----------------------------------------------------------------------------
-    def put(self, item: Any) -> bool:
-        """Enqueue without blocking; returns False (and counts a drop) when full."""
+    def put(self, item: Any, *, record: bool = True) -> bool:
+        """Enqueue without blocking; returns False (and counts a drop) when full.
+
+        ``record=False`` for everything that is not a record (deferred span work, ground-truth
+        and feedback updates): their drops are counted apart, not as dropped records.
+        """
         if len(self._buf) >= self.max_size or self._stop:
+            if not record:
+                self.dropped_other += 1
+                return False
             self.dropped += 1
             self._unsaved_drops += 1
             now = time.monotonic()
