@@ -40,15 +40,10 @@ def start(make_ts: Any, srv: ScriptedJudgeServer, metrics: list[str], **kw: Any)
     return ts
 
 
-def fast_retries(ts: Any, *, cooldown_s: float = 0.3, threshold: int = 5) -> None:
-    """Shorter backoff and breaker cooldown than production's (0.5 s base, 30 s cooldown), so
-    a test sees many cycles. ``init`` has no argument for these (yet): set them before any
-    record is submitted."""
-    judge = ts.judge_session.judge
-    judge.policy = RetryPolicy(max_retries=judge.policy.max_retries, base_delay_s=0.01,
-                               max_delay_s=0.05, timeout_s=judge.policy.timeout_s)
-    judge.breaker.cooldown_s = cooldown_s
-    judge.breaker.failure_threshold = threshold
+def fast_retries(cooldown_s: float = 0.3, threshold: int = 5) -> dict[str, Any]:
+    """``init`` arguments for a shorter backoff and breaker cooldown than production's (0.5 s
+    base, 30 s cooldown), so that a test sees many cycles."""
+    return {"judge_backoff_s": (0.01, 0.05), "judge_breaker": (threshold, cooldown_s)}
 
 
 def stored(db: Path) -> list[dict[str, Any]]:
@@ -106,8 +101,8 @@ def test_retries_run_out_into_an_error_score_with_the_reason(make_ts, db_path):
     closed) ends in an error score after ``judge_max_retries``, not a silent 0."""
     with ScriptedJudgeServer(lexical_responder) as srv:
         srv.inject(*[Fault(500)] * 3)
-        ts = start(make_ts, srv, ["coherence"], judge_max_retries=2)
-        fast_retries(ts, threshold=10)
+        ts = start(make_ts, srv, ["coherence"], judge_max_retries=2,
+                   **fast_retries(threshold=10))
         ts.log_record(query=Q, answer=ANSWER)
         assert ts.flush(30)
         assert srv.total_calls == 3
@@ -202,8 +197,8 @@ def test_judge_down_jobs_wait_then_all_are_scored(make_ts, db_path, concurrency)
     retry is the failure that opens the breaker: it must wait too, not fail."""
     with ScriptedJudgeServer(lexical_responder) as srv:
         srv.inject(*[Fault(503)] * 10_000)
-        ts = start(make_ts, srv, ["faithfulness", "context_relevance"], concurrency=concurrency)
-        fast_retries(ts)
+        ts = start(make_ts, srv, ["faithfulness", "context_relevance"], concurrency=concurrency,
+                   **fast_retries())
         for i in range(6):
             ts.log_record(query=f"{Q} #{i}", answer=ANSWER, contexts=CONTEXTS)
         assert not ts.flush(1.5)  # the judge is down: nothing can finish
@@ -365,19 +360,23 @@ def test_rag_set_keeps_the_judge_busy_at_full_concurrency(make_ts):
     assert srv.max_inflight == 16
 
 
-def test_a_record_that_always_breaks_the_judge_ends_in_an_error_score(make_ts, db_path):
-    """A poison record (the judge fails on it, and only on it) looks like an outage to the
-    breaker, so its job waits; waiting is bounded by judge_max_wait_s, after which it gets an
-    error score with the reason instead of waiting forever. The other record is scored."""
+def _poison(step: str, data: Any, request: dict[str, Any]) -> Any:
+    """The judge fails (500) on any request about a record whose answer says POISON."""
+    if "POISON" in json.dumps(data):
+        return Fault(status=500)
+    return lexical_responder(step, data, request)
 
-    def responder(step: str, data: Any, request: dict[str, Any]) -> Any:
-        if "POISON" in json.dumps(data):
-            return Fault(status=500)
-        return lexical_responder(step, data, request)
 
-    with ScriptedJudgeServer(responder) as srv:
-        ts = start(make_ts, srv, ["coherence"], judge_max_wait_s=1.0)
-        fast_retries(ts, cooldown_s=0.05, threshold=5)
+def test_a_record_that_breaks_a_working_judge_gets_an_error_score(make_ts, db_path):
+    """A poison record next to a good one: the good record is scored, and the poison one ends
+    in exactly one error score naming the judge's failure. Which of the two error paths it
+    takes depends on how the two records' calls interleave, and both are right: if the good
+    call's success lands between the poison record's tries, the breaker never sees N failures
+    in a row, so the record fails on its own after its retries ("judge failed after N
+    tries"); if not, the breaker opens and the wait is bounded by ``judge_max_wait_s``."""
+    with ScriptedJudgeServer(_poison) as srv:
+        ts = start(make_ts, srv, ["coherence"], judge_max_wait_s=1.0,
+                   **fast_retries(cooldown_s=0.05, threshold=5))
         good = ts.log_record(query="q", answer="A fine answer.")
         bad = ts.log_record(query="q", answer="POISON answer.")
         assert ts.flush(30)
@@ -387,5 +386,32 @@ def test_a_record_that_always_breaks_the_judge_ends_in_an_error_score(make_ts, d
                    bad.record_id)
     assert got_good == [{"status": "ok", "value": 4.0}]
     assert len(got_bad) == 1 and got_bad[0]["status"] == "error"
+    assert "(500)" in got_bad[0]["error"] and "injected 500" in got_bad[0]["error"]
+    assert ("judge failed after 5 tries" in got_bad[0]["error"]
+            or "judge_max_wait_s" in got_bad[0]["error"])
+
+
+def test_a_record_the_judge_always_fails_on_waits_at_most_judge_max_wait_s(make_ts, db_path):
+    """The poison record alone: its failures come in a row, so they open the breaker and look
+    like an outage; its job waits instead of failing, and the wait is bounded by
+    ``judge_max_wait_s``, after which it gets an error score with the reason instead of
+    waiting forever. A record logged afterwards, once the judge answers, is scored."""
+    with ScriptedJudgeServer(_poison) as srv:
+        ts = start(make_ts, srv, ["coherence"], judge_max_wait_s=1.0,
+                   **fast_retries(cooldown_s=0.05, threshold=5))
+        t0 = time.monotonic()
+        bad = ts.log_record(query="q", answer="POISON answer.")
+        assert ts.flush(30)
+        waited = time.monotonic() - t0
+        good = ts.log_record(query="q", answer="A fine answer.")
+        assert ts.flush(30)
+        opened = ts.judge_session.judge.breaker.opened
+    got_bad = rows(db_path, "SELECT status, error FROM scores WHERE record_id=?",
+                   bad.record_id)
+    assert len(got_bad) == 1 and got_bad[0]["status"] == "error"
     assert "judge unavailable for this record" in got_bad[0]["error"]
     assert "judge_max_wait_s" in got_bad[0]["error"]
+    assert opened >= 1
+    assert waited >= 1.0
+    assert rows(db_path, "SELECT status, value FROM scores WHERE record_id=?",
+                good.record_id) == [{"status": "ok", "value": 4.0}]

