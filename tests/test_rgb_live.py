@@ -242,6 +242,31 @@ def test_rgb_noise_costs_one_call_when_the_rag_set_runs(make_ts: Any, db_path: P
     assert got["context_relevance"] == 0.5 and got["rgb_noise"] == 0.5
 
 
+def test_a_reference_that_arrives_later_rescores_rgb_noise(make_ts: Any, db_path: Path) -> None:
+    """Without a reference, integration is judged on the answer's statements; when the
+    reference arrives (``add_ground_truth``), ``rgb_noise`` (which *uses* a reference when
+    there is one, see ``Metric.uses``) is scored again on the reference's statements."""
+    with ScriptedJudgeServer(responder) as srv:
+        ts, _ = make_ts(metrics=["rgb_noise"], judge=OpenAIJudge(MODEL, base_url=srv.base_url),
+                        judge_canary=False)
+        rec = ts.log_record(query="Which two?", answer="Paris.",
+                            contexts=["REL Paris is one", "REL Berlin is two"] + noise(1))
+        assert ts.flush(timeout=60)
+        before = rows(db_path, "SELECT score_id, details FROM scores WHERE name='rgb_noise'")
+        ts.add_ground_truth(rec.trace_id, ["Paris and Berlin"])
+        assert ts.flush(timeout=60)
+        after = rows(db_path, "SELECT score_id, details FROM scores WHERE name='rgb_noise'")
+        # again: contexts (now judged against the reference too), extract (the reference's
+        # statements) and rgb
+        assert srv.calls == {"contexts": 2, "extract": 2, "rgb": 2}
+    assert len(before) == len(after) == 1 and before[0]["score_id"] == after[0]["score_id"]
+    b, a = json.loads(before[0]["details"]), json.loads(after[0]["details"])
+    assert (b["statements_from"], b["needs_integration"]) == ("answer", False)
+    assert (a["statements_from"], a["needs_integration"]) == ("reference", True)
+    assert a["supporting_contexts"] == [0, 1]
+    assert jobs(db_path, rec.record_id)["rgb_noise"]["status"] == "done"
+
+
 def test_a_record_whose_profile_failed_is_counted_apart(make_ts: Any, db_path: Path) -> None:
     def broken(step: str, data: Any, request: dict[str, Any]) -> Any:
         if step == "rgb":

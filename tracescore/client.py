@@ -510,7 +510,8 @@ class Tracescore:
             decision = self.sampler.decide(rec, self._metric_names)
             jobs.extend(
                 j for j in self._plan_jobs(rec, decision)
-                if GROUND_TRUTHS in self._metric_by_name[j.metric].requires
+                if GROUND_TRUTHS in (self._metric_by_name[j.metric].requires
+                                     | self._metric_by_name[j.metric].uses)
             )
         if jobs:
             store.upsert_jobs(jobs)

@@ -31,6 +31,8 @@ class Metric:
       version: bump when the formula changes; part of the job idempotency key.
       requires: record inputs the metric needs (``query``, ``contexts``, ``answer``,
         ``ground_truths``); a record lacking one is skipped with a reason, not scored 0.
+      uses: inputs the metric reads when present but can do without; when one arrives later
+        (a reference through ``add_ground_truth``) the record is scored again.
       kind: ``"local"`` (pure computation) or ``"judge"`` (calls an LLM judge).
       score_names: the names of the scores it emits (default: ``(name,)``).
       higher_is_better: direction used for pass/fail labels and "worst records" in reports;
@@ -41,6 +43,7 @@ class Metric:
     name: ClassVar[str] = ""
     version: ClassVar[str] = "1"
     requires: ClassVar[frozenset[str]] = frozenset()
+    uses: ClassVar[frozenset[str]] = frozenset()
     kind: ClassVar[Kind] = "local"
     higher_is_better: ClassVar[bool | None] = True
     description: ClassVar[str] = ""

@@ -16,7 +16,7 @@ from typing import Any
 from ..judge import steps as S
 from ..judge.rgb_steps import rgb_verdicts
 from ..judge.session import JudgeSession, Usage
-from ..record import CONTEXTS, QUERY, RagRecord
+from ..record import CONTEXTS, GROUND_TRUTHS, QUERY, RagRecord
 from ..score import Score
 from . import registry
 from .judged import JudgeMetric
@@ -61,6 +61,7 @@ class RgbNoise(JudgeMetric):
     name = "rgb_noise"
     version = "1"
     requires = frozenset({QUERY, CONTEXTS})
+    uses = frozenset({GROUND_TRUTHS})  # statements come from the reference when there is one
     higher_is_better = False
     description = ("RGB live: share of contexts not relevant (noise), with counterfactual and "
                    "integration verdicts for `tracescore report --rgb`")
