@@ -411,6 +411,7 @@ def test_a_record_the_judge_always_fails_on_waits_at_most_judge_max_wait_s(make_
     assert len(got_bad) == 1 and got_bad[0]["status"] == "error"
     assert "judge unavailable for this record" in got_bad[0]["error"]
     assert "judge_max_wait_s" in got_bad[0]["error"]
+    assert "last failure: judge server error (500)" in got_bad[0]["error"]  # the cause, named
     assert opened >= 1
     assert waited >= 1.0
     assert rows(db_path, "SELECT status, value FROM scores WHERE record_id=?",

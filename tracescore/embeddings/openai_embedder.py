@@ -95,12 +95,14 @@ class OpenAIEmbedder:
             try:
                 self.breaker.before_call()
             except RetryLater as later:
-                raise RetryLater("embedding server circuit breaker is open (server failing); "
-                                 "waiting", later.delay_s) from None
+                last = self.breaker.last_failure
+                raise RetryLater("embedding server circuit breaker is open (server failing"
+                                 + (f"; last failure: {last}" if last else "") + "); waiting",
+                                 later.delay_s) from None
             try:
                 vectors = await self._request(batch)
             except TransientEmbeddingError as exc:
-                self.breaker.failure()
+                self.breaker.failure(str(exc))
                 if attempt >= self.policy.max_retries:
                     if self.breaker.state != CircuitBreaker.CLOSED:
                         raise RetryLater(f"embedding server unavailable after {attempt + 1} "

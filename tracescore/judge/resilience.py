@@ -67,6 +67,8 @@ class CircuitBreaker:
         self._probing = False
         self._lock = threading.Lock()
         self.opened = 0  # how many times it opened
+        #: The newest failure's reason, named when calls are held back.
+        self.last_failure: str | None = None
 
     @property
     def state(self) -> int:
@@ -92,7 +94,9 @@ class CircuitBreaker:
                 return
             assert self._opened_at is not None
             wait = max(0.05, self.cooldown_s - (now - self._opened_at))
-        raise RetryLater("judge circuit breaker is open (judge failing); waiting", wait)
+            last = self.last_failure
+        raise RetryLater("judge circuit breaker is open (judge failing"
+                         + (f"; last failure: {last}" if last else "") + "); waiting", wait)
 
     def abandon(self) -> None:
         """A call ended without a verdict on the judge (cancelled, or a bug on our side): if it
@@ -106,8 +110,10 @@ class CircuitBreaker:
             self._opened_at = None
             self._probing = False
 
-    def failure(self) -> None:
+    def failure(self, reason: str | None = None) -> None:
         with self._lock:
+            if reason:
+                self.last_failure = reason[:300]
             self._failures += 1
             if self._probing or self._failures >= self.failure_threshold:
                 if self._opened_at is None or self._probing:
@@ -145,13 +151,13 @@ class ResilientJudge:
             )
         except asyncio.TimeoutError as exc:
             self.failures += 1
-            self.breaker.failure()
+            reason = f"judge call timed out after {self.policy.timeout_s:g}s"
+            self.breaker.failure(reason)
             self._notify(None, exc)
-            raise TransientJudgeError(f"judge call timed out after {self.policy.timeout_s:g}s") \
-                from exc
+            raise TransientJudgeError(reason) from exc
         except TransientJudgeError as exc:
             self.failures += 1
-            self.breaker.failure()
+            self.breaker.failure(str(exc))
             self._notify(None, exc)
             raise
         except JudgeError as exc:
