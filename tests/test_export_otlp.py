@@ -355,6 +355,72 @@ def test_the_apps_tracer_provider_is_reused_not_replaced(otlp, receiver, monkeyp
     assert A.score_attribute("m") not in app_root.attributes
 
 
+def test_exporter_app_sends_through_the_apps_pipeline_once(receiver, monkeypatch, db_path):
+    """``exporter="app"``: the app's provider already exports over OTLP (its own
+    BatchSpanProcessor); tracescore wraps that pipeline instead of adding a second one, so
+    every span arrives exactly once, the RAG root with its score, under the app's request
+    span; a late score comes through the same pipeline on a carrier span. After
+    ``ts.shutdown()`` the app's pipeline is the app's again and still exports."""
+    from opentelemetry import trace as trace_api
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    app_provider = TracerProvider(resource=Resource.create({"service.name": "rag-app"}))
+    app_provider.add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{receiver.endpoint}/v1/traces")))
+    monkeypatch.setattr(trace_api, "get_tracer_provider", lambda: app_provider)
+    app_tracer = app_provider.get_tracer("app")
+    slow = threading.Event()
+    ts = tracescore.init(db=db_path, exporter="app", hold_seconds=0.3, metrics=[
+        ScriptedMetric(lambda r: 0.7, name="m"),
+        ScriptedMetric(lambda r: slow.wait(10) and 0.4, name="late")])
+    try:
+        assert ts.tracer_provider is app_provider
+        with app_tracer.start_as_current_span("POST /ask") as request_span:
+            run_chain(ts)
+        time.sleep(0.6)  # past hold_seconds: "late" misses the root span
+        slow.set()
+        assert ts.flush(10)
+    finally:
+        ts.shutdown(timeout=10)
+    with app_tracer.start_as_current_span("after tracescore"):
+        pass
+    app_provider.force_flush()
+    spans = receiver.spans()
+    ids = [s.span_id for s in spans]
+    assert len(ids) == len(set(ids)), "a span arrived twice"
+    [root] = roots(spans)
+    [request] = [s for s in spans if s.name == "POST /ask"]
+    assert root.parent_span_id == request.span_id
+    assert request.span_id == format(request_span.get_span_context().span_id, "016x")
+    assert root.attributes[A.score_attribute("m")] == 0.7
+    assert A.score_attribute("late") not in root.attributes
+    [carrier] = [s for s in spans if s.attributes.get(A.SPAN_KIND) == A.KIND_EVALUATOR]
+    assert carrier.attributes[A.score_attribute("late")] == 0.4
+    assert carrier.links == [(root.trace_id, root.span_id)]
+    assert len([s for s in spans if s.name == "after tracescore"]) == 1
+    # the pipeline is the app's again: nothing of tracescore's is left in it
+    assert all(type(p).__name__ == "BatchSpanProcessor"
+               for p in app_provider._active_span_processor._span_processors)
+    app_provider.shutdown()
+
+
+def test_exporter_app_needs_an_sdk_provider_with_a_processor(monkeypatch, db_path):
+    from opentelemetry import trace as trace_api
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    monkeypatch.setattr(trace_api, "get_tracer_provider", lambda: trace_api.NoOpTracerProvider())
+    with pytest.raises(ValueError, match="needs the app's opentelemetry-sdk TracerProvider"):
+        tracescore.init(db=db_path, exporter="app")
+    with pytest.raises(ValueError, match="has no span processor yet"):
+        tracescore.init(db=db_path, exporter="app", tracer_provider=TracerProvider())
+    with pytest.raises(ValueError, match="do not pass span_exporter or span_processor"):
+        tracescore.init(db=db_path, exporter="app", span_exporter=InMemorySpanExporter())
+
+
 def test_judge_metrics_api_and_breaker_gauge(otlp, receiver):
     ts = otlp(metrics=[ScriptedMetric(name="m")])
     m = ts.export_metrics

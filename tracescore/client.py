@@ -35,7 +35,7 @@ from .export import (
 )
 from .metrics import registry
 from .metrics.base import Metric
-from .processor import ScoreAttachingProcessor
+from .processor import ScoreAttachingProcessor, adopt_processors, release_processors
 from .queue import FeedbackUpdate, GroundTruthUpdate, RecordQueue
 from .record import ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
 from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
@@ -62,8 +62,10 @@ class Tracescore:
     (protocol ``http/protobuf`` by default, or ``grpc``). ``span_exporter``/``span_processor``,
     ``log_exporter`` and ``metric_reader`` set one signal explicitly (and win over
     ``exporter``). With an SDK ``TracerProvider`` already installed globally, tracescore adds
-    its span processor to it rather than replacing it; its logger and meter providers are its
-    own and never set as globals. ``max_attribute_chars`` bounds long span attribute values
+    its span processor to it rather than replacing it; ``exporter="app"`` instead wraps that
+    provider's own processors, so the app's exporters send every span once, RAG roots with
+    their scores. Its logger and meter providers are its own and never set as globals.
+    ``max_attribute_chars`` bounds long span attribute values
     (the database keeps the full text).
     """
 
@@ -158,8 +160,10 @@ class Tracescore:
             exporter, span_exporter=span_exporter, span_processor=span_processor,
             log_exporter=log_exporter, metric_reader=metric_reader, loss=self.export_loss,
         )
+        self._adopted = exporter == "app"
         self.tracer_provider, self.attacher = self._setup_tracing(
-            tracer_provider, plan.span_exporter, span_processor, hold_seconds
+            tracer_provider, plan.span_exporter, span_processor, hold_seconds,
+            adopt=self._adopted,
         )
         self.tracer = self.tracer_provider.get_tracer("tracescore", _version)
         self.telemetry = Telemetry(
@@ -248,9 +252,14 @@ class Tracescore:
         exporter: SpanExporter | None,
         processor: SpanProcessor | None,
         hold_seconds: float,
+        *,
+        adopt: bool = False,
     ) -> tuple[TracerProvider, ScoreAttachingProcessor | None]:
         if exporter is not None and processor is not None:
             raise ValueError("pass span_exporter or span_processor, not both")
+        if adopt:  # exporter="app": wrap the app's provider's own processors
+            app = provider if provider is not None else trace_api.get_tracer_provider()
+            return app, adopt_processors(app, hold_seconds=hold_seconds)  # type: ignore[return-value]
         if provider is None:
             current = trace_api.get_tracer_provider()
             if isinstance(current, TracerProvider) and (exporter or processor):
@@ -563,7 +572,11 @@ class Tracescore:
         self.queue.shutdown(timeout)
         self.worker.stop(timeout)
         if self.attacher is not None:
-            self.attacher.shutdown()
+            if self._adopted:  # the app's processors: give them back, never shut them down
+                release_processors(self.attacher)
+                self.attacher.close(shutdown_inner=False)
+            else:
+                self.attacher.shutdown()
         self.telemetry.shutdown(int(timeout * 1000))
         close = getattr(self.embedder, "close", None)
         if close is not None:

@@ -605,8 +605,11 @@ def plan_export(
     to count export loss; so is the OTLP metric exporter (a user's ``metric_reader`` is used as
     given).
     """
-    if exporter is not None and exporter not in ("otlp", "none"):
-        raise ValueError(f"exporter must be 'otlp' or None, got {exporter!r}")
+    if exporter is not None and exporter not in ("otlp", "app", "none"):
+        raise ValueError(f"exporter must be 'otlp', 'app' or None, got {exporter!r}")
+    if exporter == "app" and (span_exporter is not None or span_processor is not None):
+        raise ValueError("exporter='app' sends spans through the app's own span processors: "
+                         "do not pass span_exporter or span_processor with it")
     if span_exporter is not None and span_processor is not None:
         raise ValueError("pass span_exporter or span_processor, not both")
     if span_exporter is not None and not isinstance(span_exporter, SpanExporter):

@@ -24,7 +24,13 @@ from typing import Any
 
 from opentelemetry import trace as trace_api
 from opentelemetry.context import Context as OtelContext
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import (
+    ConcurrentMultiSpanProcessor,
+    ReadableSpan,
+    SpanProcessor,
+    SynchronousMultiSpanProcessor,
+    TracerProvider,
+)
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 from . import attributes as A
@@ -85,6 +91,8 @@ class ScoreAttachingProcessor(SpanProcessor):
         self._tracer: trace_api.Tracer | None = None
         self._closed = False
         self._reaper: threading.Thread | None = None
+        #: Set by :func:`adopt_processors`: the app's multi-processor this one sits in.
+        self.adopted_from: Any = None
 
     def bind_tracer(self, tracer: trace_api.Tracer) -> None:
         """The tracer used for carrier spans (from the provider this processor is on)."""
@@ -122,11 +130,19 @@ class ScoreAttachingProcessor(SpanProcessor):
         return self.inner.force_flush(timeout_millis)
 
     def shutdown(self) -> None:
+        self.close(shutdown_inner=True)
+
+    def close(self, *, shutdown_inner: bool) -> None:
+        """Release every hold and stop. ``shutdown_inner=False`` (processors that belong to
+        the app, see :func:`adopt_processors`): flush them instead of shutting them down."""
         self._release_all()
         with self._lock:
             self._closed = True
             self._wake.notify_all()
-        self.inner.shutdown()
+        if shutdown_inner:
+            self.inner.shutdown()
+        else:
+            self.inner.force_flush()
 
     # -- pipeline side ---------------------------------------------------------------------
     def expect(self, trace_id: int, span_id: int, n_jobs: int) -> None:
@@ -251,3 +267,57 @@ class ScoreAttachingProcessor(SpanProcessor):
             with self._lock:
                 if not self._closed:
                     self._wake.wait(timeout=max(0.005, min(wait, 1.0)))
+
+
+# -- exporter="app": score the app's own span pipeline ---------------------------------------
+_NOT_ADOPTABLE = ("exporter='app' needs the app's opentelemetry-sdk TracerProvider (set it with "
+                  "trace.set_tracer_provider before tracescore.init, or pass tracer_provider=)")
+
+
+def adopt_processors(provider: Any, *, hold_seconds: float) -> ScoreAttachingProcessor:
+    """Put a :class:`ScoreAttachingProcessor` in front of the span processors ``provider`` has
+    now, so the app's own export pipeline sends tracescore's RAG root spans once, with their
+    scores (adding a second exporting processor instead would send every span twice).
+
+    Spans that are not held pass straight through, in the same order, to the same processors.
+    Processors the app adds later see spans directly (root spans without scores). Undo with
+    :func:`release_processors`. Uses the SDK's multi-processor (``_active_span_processor``,
+    stable since opentelemetry-sdk 1.0); anything else fails here with a clear message.
+    """
+    if not isinstance(provider, TracerProvider):
+        raise ValueError(_NOT_ADOPTABLE)
+    active = getattr(provider, "_active_span_processor", None)
+    lock = getattr(active, "_lock", None)
+    if (not isinstance(active, (SynchronousMultiSpanProcessor, ConcurrentMultiSpanProcessor))
+            or lock is None or not isinstance(getattr(active, "_span_processors", None), tuple)):
+        raise ValueError(_NOT_ADOPTABLE + "; this provider's span processor pipeline is not "
+                         "the SDK's, so it cannot be wrapped: use exporter='otlp' or "
+                         "span_exporter=")
+    with lock:
+        current = active._span_processors
+        if not current:
+            raise ValueError("exporter='app': the app's TracerProvider has no span processor "
+                             "yet, so there is nothing to send scores through; add the app's "
+                             "exporting processor before tracescore.init, or use "
+                             "exporter='otlp' or span_exporter=")
+        inner = SynchronousMultiSpanProcessor()  # type: ignore[no-untyped-call]
+        inner._span_processors = current
+        attacher = ScoreAttachingProcessor(inner, hold_seconds=hold_seconds)
+        attacher.adopted_from = active
+        active._span_processors = (attacher,)
+    return attacher
+
+
+def release_processors(attacher: ScoreAttachingProcessor) -> None:
+    """Undo :func:`adopt_processors`: the app's processors take the attacher's place again
+    (processors added since stay where they are). Holds are released by ``close`` after this."""
+    active = getattr(attacher, "adopted_from", None)
+    if active is None:
+        return
+    inner = attacher.inner
+    assert isinstance(inner, SynchronousMultiSpanProcessor)
+    with active._lock:
+        procs = active._span_processors
+        if attacher in procs:
+            i = procs.index(attacher)
+            active._span_processors = procs[:i] + inner._span_processors + procs[i + 1:]
