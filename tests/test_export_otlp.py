@@ -332,6 +332,41 @@ def test_flush_keeps_its_timeout_while_the_exporter_retries(otlp, receiver, monk
     receiver.down = False
 
 
+def test_a_score_whose_span_failed_to_export_goes_out_again(otlp, receiver, monkeypatch,
+                                                             db_path):
+    """With tracescore's own exporter, a score counts as delivered only once the span that
+    carries it was exported. The backend is down when the root goes out: its score stays
+    undelivered (and counted); once the backend is back, the redelivery sweep sends it on one
+    carrier span, and only then is it marked delivered."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    ts = otlp(metrics=[ScriptedMetric(lambda r: 0.7, name="m")])
+    ts.worker.redeliver_after_s = 3600.0
+    receiver.down = True
+    run_chain(ts)
+    ts.flush(10)
+    [rec] = records(db_path)
+    assert scores(db_path, rec["record_id"])["m"]["delivery"] is None
+    assert ts.stats()["scores_export_failed"] == 1
+    assert roots(receiver.spans()) == []
+    receiver.down = False
+    ts.worker.redeliver_after_s = 0.0
+    deadline = time.monotonic() + 15
+    while scores(db_path, rec["record_id"])["m"]["delivery"] is None:
+        assert time.monotonic() < deadline, "the score was never sent again"
+        ts.worker.wake()
+        time.sleep(0.05)
+        ts.flush(5)
+    ts.worker.redeliver_after_s = 3600.0
+    time.sleep(0.3)  # a second sweep would have sent it twice by now
+    assert ts.flush(10)
+    carriers = [s for s in receiver.spans() if s.attributes.get(A.SPAN_KIND) == A.KIND_EVALUATOR]
+    assert len(carriers) == 1
+    assert carriers[0].attributes[A.score_attribute("m")] == 0.7
+    assert carriers[0].attributes[A.SCORED_SPAN_ID] == rec["span_id"]
+    assert scores(db_path, rec["record_id"])["m"]["delivery"] == "carrier"
+    assert ts.stats()["scores_redelivered"] == 1
+
+
 def test_the_apps_tracer_provider_is_reused_not_replaced(otlp, receiver, monkeypatch):
     from opentelemetry import trace as trace_api
     from opentelemetry.sdk.trace import TracerProvider

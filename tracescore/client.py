@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from . import __version__ as _version
 from ._internal.errors import handle_internal_errors
 from .export import (
+    CountingSpanExporter,
     ExportLoss,
     PipelineSnapshot,
     Telemetry,
@@ -203,6 +204,10 @@ class Tracescore:
         if self.attacher is not None:
             self.attacher.bind_tracer(self.tracer)
             self.attacher.on_delivered = self.worker.note_delivered
+            if isinstance(plan.span_exporter, CountingSpanExporter):
+                # tracescore's own exporter: a score is delivered once its span was exported
+                plan.span_exporter.on_result = self.attacher.exported
+                self.attacher.confirm_exports = True
         self.queue = RecordQueue(
             self.db_path, self._plan_jobs, self._apply_ground_truth,
             max_size=max_queue, on_written=self.worker.wake,
@@ -554,6 +559,8 @@ class Tracescore:
         # backend down the exporters retry for their own timeout per batch.
         if self.attacher is not None:
             ok = flush_within(self.attacher.force_flush, deadline - time.monotonic(), "spans")
+            # exported spans confirmed their scores' delivery: have the worker write that down
+            ok = self.worker.sync_delivered(deadline - time.monotonic()) and ok
         if self.telemetry.enabled:
             ok = flush_within(self.telemetry.force_flush, deadline - time.monotonic(),
                               "logs-metrics") and ok
@@ -599,6 +606,11 @@ class Tracescore:
                 "records_sampled": self.records_sampled,
                 "export_failures": sum(self.export_loss.failures.values()),
                 "export_lost": self.export_loss.lost,
+                # scores whose span failed to export (they stay undelivered), and scores sent
+                # again on a carrier span by the redelivery sweep
+                "scores_export_failed": (self.attacher.export_failed_scores
+                                         if self.attacher is not None else 0),
+                "scores_redelivered": self.worker.redelivered,
                 "deferred_jobs": self.worker.deferred,
                 "judge": None if self.judge_session is None else {
                     "model": self.judge_session.model,

@@ -60,7 +60,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from . import __version__ as _version
 from . import attributes as A
-from ._internal.errors import handle_internal_errors
+from ._internal.errors import handle_internal_errors, record_internal_error
 from .integrations._text import clip
 
 if TYPE_CHECKING:
@@ -183,15 +183,23 @@ class CountingSpanExporter(SpanExporter):
     def __init__(self, inner: SpanExporter, loss: ExportLoss) -> None:
         self.inner = inner
         self.loss = loss
+        #: Told each batch's outcome (the score attacher confirms delivery with it).
+        self.on_result: Callable[[Sequence[ReadableSpan], bool], None] | None = None
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
             result = self.inner.export(spans)
         except Exception as exc:
             self.loss.failed(TRACES, len(spans), repr(exc))
-            return SpanExportResult.FAILURE
-        if result is not SpanExportResult.SUCCESS:
-            self.loss.failed(TRACES, len(spans), result.name)
+            result = SpanExportResult.FAILURE
+        else:
+            if result is not SpanExportResult.SUCCESS:
+                self.loss.failed(TRACES, len(spans), result.name)
+        if self.on_result is not None:
+            try:
+                self.on_result(spans, result is SpanExportResult.SUCCESS)
+            except Exception as exc:  # never fail the export over our bookkeeping
+                record_internal_error("export.on_result", exc)
         return result
 
     def shutdown(self) -> None:

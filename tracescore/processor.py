@@ -38,6 +38,8 @@ from ._internal.errors import handle_internal_errors, record_internal_error
 from .score import Score
 
 ScoreRef = tuple[int, Score]  # (score_id in the database, score)
+#: Bound on spans awaiting their export result (see ScoreAttachingProcessor.exported).
+MAX_UNCONFIRMED = 100_000
 
 
 def score_attributes(scores: Sequence[Score], start: int = 0) -> dict[str, Any]:
@@ -93,6 +95,15 @@ class ScoreAttachingProcessor(SpanProcessor):
         self._reaper: threading.Thread | None = None
         #: Set by :func:`adopt_processors`: the app's multi-processor this one sits in.
         self.adopted_from: Any = None
+        #: True when tracescore owns the span exporter and reports each batch's result to
+        #: :meth:`exported`: scores count as delivered only once their span was exported.
+        #: False (a processor of the user's, exporter="app"): delivered = handed to it.
+        self.confirm_exports = False
+        # exported span id -> (score ids, how, when, the scored record's span id)
+        self._unconfirmed: dict[int, tuple[list[int], str, float, int]] = {}
+        #: Scores whose span's export failed: they stay undelivered and go out again on a
+        #: carrier span (the worker's redelivery sweep, or the next start).
+        self.export_failed_scores = 0
 
     def bind_tracer(self, tracer: trace_api.Tracer) -> None:
         """The tracer used for carrier spans (from the provider this processor is on)."""
@@ -201,8 +212,10 @@ class ScoreAttachingProcessor(SpanProcessor):
             span = self._tracer.start_span(
                 "tracescore.evaluation", context=parent, links=[Link(scored)], attributes=attrs
             )
+            # registered before end(): a synchronous processor exports inside end()
+            self._delivered([i for i, _ in scores], "carrier", span.get_span_context().span_id,
+                            span_id)
             span.end()
-            self._delivered([i for i, _ in scores], "carrier")
 
     # -- internals ---------------------------------------------------------------------------
     def _release(self, hold: _Hold, late: int) -> None:
@@ -225,14 +238,53 @@ class ScoreAttachingProcessor(SpanProcessor):
         except Exception as exc:  # never lose the span because of its scores
             record_internal_error("processor.release", exc)
             copy = span
-        self.inner.on_end(copy)
         if hold.scores and copy is not span:
-            self._delivered([i for i, _ in hold.scores], "span")
+            self._delivered([i for i, _ in hold.scores], "span", hold.span_id, hold.span_id)
+        self.inner.on_end(copy)
 
-    def _delivered(self, score_ids: list[int], how: str) -> None:
-        if self.on_delivered is not None and score_ids:
+    def _delivered(self, score_ids: list[int], how: str, exported_span_id: int | None = None,
+                   scored_span_id: int = 0) -> None:
+        if not score_ids:
+            return
+        if self.confirm_exports and exported_span_id is not None:
+            with self._lock:
+                if len(self._unconfirmed) >= MAX_UNCONFIRMED:  # bounded: the oldest stay
+                    self._unconfirmed.pop(next(iter(self._unconfirmed)))  # undelivered
+                self._unconfirmed[exported_span_id] = (score_ids, how, time.monotonic(),
+                                                       scored_span_id)
+            return
+        if self.on_delivered is not None:
             with handle_internal_errors("processor.delivered", reraise=False):
                 self.on_delivered(score_ids, how)
+
+    def exported(self, spans: Sequence[ReadableSpan], ok: bool) -> None:
+        """The span exporter's result for a batch (its thread): scores carried by spans of a
+        successful batch are delivered; those of a failed one stay undelivered."""
+        if not self._unconfirmed:
+            return
+        with self._lock:
+            done = [(s.context.span_id, self._unconfirmed[s.context.span_id]) for s in spans
+                    if s.context is not None and s.context.span_id in self._unconfirmed]
+        if not ok:
+            self.export_failed_scores += sum(len(v[0]) for _, v in done)
+        elif self.on_delivered is not None:
+            for _, (ids, how, _, _) in done:  # noted before they stop being in flight, so
+                with handle_internal_errors("processor.delivered", reraise=False):
+                    self.on_delivered(ids, how)  # a redelivery sweep never sees a gap
+        with self._lock:
+            for k, v in done:
+                if self._unconfirmed.get(k) is v:
+                    del self._unconfirmed[k]
+
+    def in_flight(self, older_than_s: float = 600.0) -> set[int]:
+        """Span ids of records whose scores are on their way (held, or exported and not yet
+        confirmed). Confirmations older than ``older_than_s`` are given up on first (the batch
+        processor dropped the span, e.g. its queue was full): those scores are undelivered."""
+        now = time.monotonic()
+        with self._lock:
+            for k in [k for k, v in self._unconfirmed.items() if now - v[2] > older_than_s]:
+                del self._unconfirmed[k]
+            return set(self._holds) | {v[3] for v in self._unconfirmed.values()}
 
     def _release_all(self) -> None:
         with self._lock:

@@ -480,13 +480,16 @@ class Store:
                 [(how, i) for i in score_ids],
             )
 
-    def undelivered_record_ids(self, limit: int = 1000) -> list[str]:
-        """Records whose scores were stored but never exported (a previous process died)."""
+    def undelivered_record_ids(self, limit: int = 1000,
+                               older_than: float | None = None) -> list[str]:
+        """Records whose scores were stored but never exported (a previous process died, or
+        the export failed); ``older_than``: only scores stored before that time."""
         rows = self.conn.execute(
-            "SELECT DISTINCT s.record_id FROM scores s WHERE s.delivery IS NULL AND NOT EXISTS "
+            "SELECT DISTINCT s.record_id FROM scores s WHERE s.delivery IS NULL "
+            "AND s.created_at <= ? AND NOT EXISTS "
             "(SELECT 1 FROM jobs j WHERE j.record_id = s.record_id AND j.status IN "
             "('pending','leased')) LIMIT ?",
-            (limit,),
+            (float("inf") if older_than is None else older_than, limit),
         ).fetchall()
         return [r[0] for r in rows]
 

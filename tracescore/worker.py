@@ -79,6 +79,13 @@ class ScoringWorker:
         self.judge_window = 8
         self._delivered: list[tuple[list[int], str]] = []
         self._delivered_lock = threading.Lock()
+        self._delivered_noted = 0
+        self._delivered_written = 0
+        #: scores still undelivered this long after they were stored go out again on a carrier
+        self.redeliver_after_s = 120.0
+        #: an exported span with no result after this long was dropped by the batch processor
+        self.export_confirm_timeout_s = 600.0
+        self.redelivered = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -115,7 +122,23 @@ class ScoringWorker:
         """Called by the attacher (any thread); written to the db by the worker thread."""
         with self._delivered_lock:
             self._delivered.append((score_ids, how))
+            self._delivered_noted += 1
         self.wake()
+
+    def sync_delivered(self, timeout: float) -> bool:
+        """Wait until every delivery noted so far is written to the database."""
+        with self._delivered_lock:
+            target = self._delivered_noted
+        deadline = time.monotonic() + max(0.0, timeout)
+        pause = 0.002
+        while self._delivered_written < target:
+            if time.monotonic() > deadline or self._thread is None \
+                    or not self._thread.is_alive():
+                return self._delivered_written >= target
+            self.wake()
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        return True
 
     @property
     def idle(self) -> bool:
@@ -155,10 +178,14 @@ class ScoringWorker:
             self._recover(store)
             if self.judge_session is not None and self.judge_canary:
                 canary = asyncio.create_task(self._canary())
+            last_redelivery = time.monotonic()
             while True:
                 self._flush_delivered(store)
                 if self._stopping:
                     break
+                if time.monotonic() - last_redelivery > self.redeliver_after_s:
+                    last_redelivery = time.monotonic()
+                    self._redeliver(store)
                 leased: list[tuple[Job, set[asyncio.Task[None]]]] = []
                 for names, limit, tasks in pools:
                     free = limit - len(tasks)
@@ -242,11 +269,35 @@ class ScoringWorker:
     def _flush_delivered(self, store: Store) -> None:
         with self._delivered_lock:
             pending, self._delivered = self._delivered, []
+            noted = self._delivered_noted
         for ids, how in pending:
             try:
                 store.mark_delivered(ids, how)
             except Exception as exc:
                 record_internal_error("worker.mark_delivered", exc)
+        self._delivered_written = noted
+
+    def _redeliver(self, store: Store) -> None:
+        """Scores stored more than ``redeliver_after_s`` ago and still not delivered (their
+        span's export failed, or the batch processor dropped it) go out again on a carrier
+        span; records whose scores are on their way (held, awaiting export) are left alone."""
+        if self.attacher is None:
+            return
+        try:
+            busy = self.attacher.in_flight(older_than_s=self.export_confirm_timeout_s)
+            self._flush_delivered(store)  # deliveries confirmed until now are in the db
+            for record_id in store.undelivered_record_ids(
+                    older_than=time.time() - self.redeliver_after_s):
+                trace_hex, _, span_hex = record_id.partition("-")
+                if int(span_hex, 16) in busy:
+                    continue
+                rows = store.scores_for(record_id, undelivered_only=True)
+                refs = [(r["score_id"], _row_score(r)) for r in rows]
+                if refs:
+                    self.redelivered += len(refs)
+                    self.attacher.emit_carrier(int(trace_hex, 16), int(span_hex, 16), refs)
+        except Exception as exc:
+            record_internal_error("worker.redeliver", exc)
 
     async def _job(self, store: Store, job: Job, record: RagRecord | None) -> None:
         try:
