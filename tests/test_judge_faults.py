@@ -273,6 +273,28 @@ def test_calls_per_minute_budget(make_ts, db_path):
     assert len(scores) == 26 and all(s["status"] == "ok" for s in scores)
 
 
+def test_calls_per_minute_budget_counts_retries(make_ts, db_path):
+    """The budget is the provider's rate limit, so every request counts, retries included:
+    10 requests answered 500 and retried, then 16 that succeed, stay in the same envelope
+    (a burst of 20, then 2 per second). A score's ``judge_calls`` counts its retries."""
+    with ScriptedJudgeServer(lexical_responder) as srv:
+        srv.inject(*[Fault(500)] * 10)
+        ts = start(make_ts, srv, ["coherence"], judge_calls_per_minute=120, concurrency=1,
+                   judge_max_retries=10, **fast_retries(threshold=50))
+        for i in range(16):
+            ts.log_record(query=Q, answer=f"{ANSWER} #{i}")
+        assert ts.flush(30)
+        log = arrivals(srv)
+    assert len(log) == 26
+    t0 = log[0][0]
+    for k, (t, _, _) in enumerate(log, 1):
+        assert k <= 20 + 2 * (t - t0 + 0.2), f"request {k} at +{t - t0:.2f}s is over budget"
+    assert log[-1][0] - log[19][0] >= 2.0
+    scores = stored(db_path)
+    assert len(scores) == 16 and all(s["status"] == "ok" for s in scores)
+    assert sum(s["details"]["judge_calls"] for s in scores) == 26
+
+
 def test_daily_cost_budget_defers_jobs(make_ts, db_path):
     with ScriptedJudgeServer(lexical_responder) as srv:
         # 1 USD per token: the first call spends the day's budget

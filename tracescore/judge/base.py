@@ -34,6 +34,8 @@ class JudgeReply:
     #: Parsed JSON when the call asked for JSON (set by the resilient wrapper).
     data: Any = None
     cached: bool = False
+    #: Requests sent to get this reply (retries and a JSON repair included).
+    calls: int = 1
 
 
 class JudgeError(Exception):

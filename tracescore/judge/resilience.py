@@ -138,10 +138,15 @@ class ResilientJudge:
         self.policy = policy or RetryPolicy()
         self.breaker = breaker or CircuitBreaker()
         self.on_call = on_call
+        #: Called before every request, retries included; raises :class:`RetryLater` when
+        #: the request must not go out now (the session's calls-per-minute budget).
+        self.admit: Callable[[], None] | None = None
         self.calls = 0
         self.failures = 0
 
     async def _once(self, messages: Sequence[Message], **kw: Any) -> JudgeReply:
+        if self.admit is not None:
+            self.admit()  # before the breaker: a refused request must not take the probe slot
         self.breaker.before_call()
         self.calls += 1
         try:
@@ -184,7 +189,8 @@ class ResilientJudge:
         attempt = 0
         while True:
             try:
-                return await self._once(messages, **kw)
+                reply = await self._once(messages, **kw)
+                return replace(reply, calls=attempt + 1) if attempt else reply
             except TransientJudgeError as exc:
                 if attempt >= self.policy.max_retries:
                     if self.breaker.state != CircuitBreaker.CLOSED:
@@ -219,6 +225,7 @@ class ResilientJudge:
             second = await self.call(repair, json_schema=json_schema, max_tokens=max_tokens)
             total = replace(
                 second,
+                calls=reply.calls + second.calls,
                 input_tokens=reply.input_tokens + second.input_tokens,
                 output_tokens=reply.output_tokens + second.output_tokens,
                 latency_ms=reply.latency_ms + second.latency_ms,

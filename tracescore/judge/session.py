@@ -108,6 +108,7 @@ class JudgeSession:
         self.db_path = db_path
         self.price = price
         self.bucket = TokenBucket(calls_per_minute) if calls_per_minute else None
+        judge.admit = self._admit
         self.daily_budget_usd = daily_budget_usd
         self.on_call = on_call
         self._store: Store | None = None
@@ -141,9 +142,12 @@ class JudgeSession:
             self._store = None
 
     # -- budgets ------------------------------------------------------------------------------
-    def _check_budget(self) -> None:
+    def _admit(self) -> None:
+        """Per request (retries and repairs count against the provider's rate limit too)."""
         if self.bucket is not None and not self.bucket.try_acquire():
             raise RetryLater("judge calls-per-minute budget reached", self.bucket.wait_time())
+
+    def _check_budget(self) -> None:
         if self.daily_budget_usd is not None and self.price is not None:
             spent = self.store().judge_cost_today()
             if spent >= self.daily_budget_usd:
@@ -237,7 +241,7 @@ class JudgeSession:
         assert reply is not None
         self.store().judge_cache_put(key, step, self.model, version, data,
                                      reply.input_tokens, reply.output_tokens)
-        result = StepResult(data, reply.input_tokens, reply.output_tokens, calls=1,
+        result = StepResult(data, reply.input_tokens, reply.output_tokens, calls=reply.calls,
                             logprobs=reply.logprobs, latency_ms=latency_ms,
                             cost_usd=self.price.cost(reply.input_tokens,
                                                      reply.output_tokens)
