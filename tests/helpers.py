@@ -36,6 +36,64 @@ def jobs(db: Path | str, record_id: str) -> dict[str, dict[str, Any]]:
     return {r["metric"]: r for r in rows(db, "SELECT * FROM jobs WHERE record_id=?", record_id)}
 
 
+def stored_scores(db: Path | str, record_id: str) -> dict[str, dict[str, Any]]:
+    """A record's scores by name, with their details parsed."""
+    out = {}
+    for r in rows(db, "SELECT * FROM scores WHERE record_id=?", record_id):
+        r["details"] = json.loads(r["details"] or "{}")
+        out[r["name"]] = r
+    return out
+
+
+# -- scripted judge verdicts (for ScriptedJudgeServer responders) --------------------------
+class Script:
+    """A responder: per step, a constant reply or a function of the step's DATA document.
+
+    A step without an entry is recorded in ``unexpected`` (and answered with junk), so a test
+    can assert that the metrics asked for exactly the steps it scripted; every (step, data)
+    is kept in ``seen``.
+    """
+
+    def __init__(self, **steps: Any) -> None:
+        self.steps = steps
+        self.unexpected: list[str] = []
+        self.seen: list[tuple[str, Any]] = []
+
+    def __call__(self, step: str, data: Any, request: dict[str, Any]) -> Any:
+        self.seen.append((step, data))
+        reply = self.steps.get(step)
+        if reply is None:
+            self.unexpected.append(step)
+            return {"unexpected": step}
+        return reply(data) if callable(reply) else reply
+
+    def data(self, step: str) -> list[Any]:
+        return [d for s, d in self.seen if s == step]
+
+
+def yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+#: The hand-counted verdicts of the ``statements`` step both metric suites' tests use:
+#: per answer statement (relevant, supported by the contexts, [in reference 0, in reference 1])
+ANSWER_VERDICTS = [("yes", "yes", [True, False]), ("idk", "idk", [True, True]),
+                   ("no", "no", [False, True])]
+#: per reference statement (attributable to the contexts, covered by the answer)
+REFERENCE_VERDICTS = [[(True, True), (False, True), (False, False)], [(True, True), (False, True)]]
+
+
+def statements_reply() -> dict[str, Any]:
+    """The ``statements`` step's reply built from ANSWER_VERDICTS and REFERENCE_VERDICTS."""
+    return {
+        "answer_statements": [{"index": i, "relevant": r, "supported": s,
+                               "in_reference": [yes(x) for x in inref]}
+                              for i, (r, s, inref) in enumerate(ANSWER_VERDICTS)],
+        "reference_verdicts": [[{"index": i, "attributable": yes(a), "covered": yes(c)}
+                                for i, (a, c) in enumerate(ref)] for ref in REFERENCE_VERDICTS],
+    }
+
+
 # -- two tiny metrics the capture tests use to see what a record carried --------------------
 from tracescore import Metric  # noqa: E402
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import jobs, rows
+from helpers import Script, jobs, rows, statements_reply, stored_scores, yes
 
 from tracescore import attributes as A
 from tracescore.judge import prompts as P
@@ -38,47 +38,17 @@ GT = "The Cargo has a 750 Wh battery."
 
 
 # -- helpers ----------------------------------------------------------------------------------
-class Script:
-    """A responder: per step, a constant reply or a function of the step's DATA document.
-
-    A step without an entry is recorded in ``unexpected`` (and answered with junk), so a test
-    can assert that the metrics asked for exactly the steps it scripted.
-    """
-
-    def __init__(self, **steps: Any) -> None:
-        self.steps = steps
-        self.unexpected: list[str] = []
-        self.seen: list[tuple[str, Any]] = []
-
-    def __call__(self, step: str, data: Any, request: dict[str, Any]) -> Any:
-        self.seen.append((step, data))
-        reply = self.steps.get(step)
-        if reply is None:
-            self.unexpected.append(step)
-            return {"unexpected": step}
-        return reply(data) if callable(reply) else reply
-
-
 def start(make_ts: Any, srv: ScriptedJudgeServer, metrics: list[Any], **kw: Any) -> Any:
     kw.setdefault("judge_canary", False)
     ts, exporter = make_ts(metrics=metrics, judge=OpenAIJudge(MODEL, base_url=srv.base_url), **kw)
     return ts, exporter
 
 
-def stored(db: Path, record_id: str) -> dict[str, dict[str, Any]]:
-    out = {}
-    for r in rows(db, "SELECT * FROM scores WHERE record_id=?", record_id):
-        r["details"] = json.loads(r["details"] or "{}")
-        out[r["name"]] = r
-    return out
+stored = stored_scores
 
 
 def values(db: Path, record_id: str) -> dict[str, float | None]:
     return {k: r["value"] for k, r in stored(db, record_id).items()}
-
-
-def yes(flag: bool) -> str:
-    return "yes" if flag else "no"
 
 
 # -- every formula, from scripted verdicts ----------------------------------------------------
@@ -96,18 +66,7 @@ def scripted_extract(data: dict[str, Any]) -> dict[str, Any]:
 def scripted_statements(data: dict[str, Any]) -> dict[str, Any]:
     assert data["answer_statements"] == STATEMENTS["answer"]
     assert data["reference_statements"] == [STATEMENTS["reference_0"], STATEMENTS["reference_1"]]
-    # answer statement: (relevant, supported by the contexts, [in reference 0, in reference 1])
-    answer = [("yes", "yes", [True, False]), ("idk", "idk", [True, True]),
-              ("no", "no", [False, True])]
-    # reference statements: (attributable to the contexts, covered by the answer)
-    refs = [[(True, True), (False, True), (False, False)], [(True, True), (False, True)]]
-    return {
-        "answer_statements": [{"index": i, "relevant": r, "supported": s,
-                               "in_reference": [yes(x) for x in inref]}
-                              for i, (r, s, inref) in enumerate(answer)],
-        "reference_verdicts": [[{"index": i, "attributable": yes(a), "covered": yes(c)}
-                                for i, (a, c) in enumerate(ref)] for ref in refs],
-    }
+    return statements_reply()  # the verdicts: helpers.ANSWER_VERDICTS, REFERENCE_VERDICTS
 
 
 def scripted_contexts(data: dict[str, Any]) -> dict[str, Any]:

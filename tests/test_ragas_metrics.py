@@ -9,14 +9,13 @@ expected value is computed by hand from the scripted verdicts and vectors, next 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import rows
+from helpers import Script, rows, statements_reply, stored_scores, yes
 
 import tracescore
 from tracescore.embeddings import OpenAIEmbedder
@@ -67,31 +66,6 @@ def vectors(text: str) -> list[float]:
 
 
 # -- scripted judge ---------------------------------------------------------------------------
-class Script:
-    """Responder: per step, a reply (or a function of the step's DATA). Unscripted steps are
-    recorded in ``unexpected``; every (step, data) in ``seen``."""
-
-    def __init__(self, **steps: Any) -> None:
-        self.steps = steps
-        self.unexpected: list[str] = []
-        self.seen: list[tuple[str, Any]] = []
-
-    def __call__(self, step: str, data: Any, request: dict[str, Any]) -> Any:
-        self.seen.append((step, data))
-        reply = self.steps.get(step)
-        if reply is None:
-            self.unexpected.append(step)
-            return {"unexpected": step}
-        return reply(data) if callable(reply) else reply
-
-    def data(self, step: str) -> list[Any]:
-        return [d for s, d in self.seen if s == step]
-
-
-def yes(flag: bool) -> str:
-    return "yes" if flag else "no"
-
-
 STATEMENTS = {ANSWER: ["a1", "a2", "a3"], GT0: ["r0a", "r0b", "r0c"], GT1: ["r1a", "r1b"]}
 
 
@@ -103,18 +77,7 @@ def scripted_extract(data: dict[str, Any]) -> dict[str, Any]:
 
 def scripted_statements(data: dict[str, Any]) -> dict[str, Any]:
     assert data["answer_statements"] == STATEMENTS[ANSWER]
-    # answer statement: (relevant, supported by the contexts, [in reference 0, in reference 1])
-    answer = [("yes", "yes", [True, False]), ("idk", "idk", [True, True]),
-              ("no", "no", [False, True])]
-    # reference statements: (attributable to the contexts, covered by the answer)
-    refs = [[(True, True), (False, True), (False, False)], [(True, True), (False, True)]]
-    return {
-        "answer_statements": [{"index": i, "relevant": r, "supported": s,
-                               "in_reference": [yes(x) for x in inref]}
-                              for i, (r, s, inref) in enumerate(answer)],
-        "reference_verdicts": [[{"index": i, "attributable": yes(a), "covered": yes(c)}
-                                for i, (a, c) in enumerate(ref)] for ref in refs],
-    }
+    return statements_reply()  # the verdicts: helpers.ANSWER_VERDICTS, REFERENCE_VERDICTS
 
 
 def scripted_contexts(data: dict[str, Any]) -> dict[str, Any]:
@@ -166,12 +129,7 @@ def scripted_embedder(srv: ScriptedEmbeddingServer) -> OpenAIEmbedder:
     return OpenAIEmbedder("scripted-embedder", base_url=srv.base_url)
 
 
-def stored(db: Path, record_id: str) -> dict[str, dict[str, Any]]:
-    out = {}
-    for r in rows(db, "SELECT * FROM scores WHERE record_id=?", record_id):
-        r["details"] = json.loads(r["details"] or "{}")
-        out[r["name"]] = r
-    return out
+stored = stored_scores
 
 
 def run(db: Path, script: Script, metrics: list[Any], records: list[dict[str, Any]],
