@@ -274,3 +274,51 @@ def test_feedback_is_stored_and_negative_feedback_forces_scoring(make_ts, db_pat
         ts.add_feedback(up.trace_id, 3)
     with pytest.raises(ValueError, match="use a number"):
         ts.add_feedback(up.trace_id, "meh")
+
+
+def test_scores_whose_export_failed_go_out_at_the_next_start(db_path):
+    """tracescore's own exporter fails every batch: the score is stored but not delivered (the
+    exporter's result, not the hand-off, decides). The next process on the same database
+    sends it on a carrier span linked to the scored span, and marks it delivered."""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    class Refusing(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.FAILURE
+
+    ts = tracescore.init(db=db_path, metrics=[ScriptedMetric(lambda r: 0.25, name="m")],
+                         span_exporter=Refusing())
+    rec = ts.log_record(query="q", answer="a")
+    ts.flush(10)
+    assert ts.stats()["scores_export_failed"] == 1
+    ts.shutdown(timeout=10)
+    assert scores(db_path, rec.record_id)["m"]["delivery"] is None
+
+    exporter = InMemorySpanExporter()
+    ts2 = tracescore.init(db=db_path, metrics=[ScriptedMetric(lambda r: 0.25, name="m")],
+                          span_exporter=exporter)
+    try:
+        assert ts2.flush(10)
+        [carrier] = carriers(exporter)
+        assert carrier.attributes[A.score_attribute("m")] == 0.25
+        assert carrier.attributes[A.SCORED_SPAN_ID] == rec.span_id
+        assert scores(db_path, rec.record_id)["m"]["delivery"] == "carrier"
+        assert ts2.stats()["scores_redelivered"] == 1
+    finally:
+        ts2.shutdown(timeout=10)
+
+
+def test_flush_sends_the_scores_of_a_record_whose_span_never_ends(make_ts):
+    """A record logged with a span id of the caller's is held for that span; if the span never
+    ends, ``flush`` (not the 60 s hold deadline) sends its scores, once, on a carrier. A record
+    logged without a span id is not held at all."""
+    ts, exporter = make_ts(metrics=[ScriptedMetric(lambda r: 0.5, name="m")], hold_seconds=60)
+    own = ts.log_record(query="q", answer="a", span_id="00000000000000ab")
+    plain = ts.log_record(query="q", answer="a")
+    assert ts.flush(10)
+    by_span = {c.attributes[A.SCORED_SPAN_ID]: c for c in carriers(exporter)}
+    assert sorted(by_span) == sorted([own.span_id, plain.span_id])
+    assert all(c.attributes[A.score_attribute("m")] == 0.5 for c in by_span.values())
+    assert ts.flush(10)
+    assert len(carriers(exporter)) == 2  # once each

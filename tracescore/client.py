@@ -324,10 +324,12 @@ class Tracescore:
         return done
 
     # -- the hot path -------------------------------------------------------------------------
-    def submit(self, record: RagRecord) -> Decision | None:
+    def submit(self, record: RagRecord, *, hold_span: bool = True) -> Decision | None:
         """Sample, register the span hold, enqueue. Never blocks or raises (app thread).
 
         Call it *before* the record's root span ends, so the span can be held for its scores.
+        ``hold_span=False``: no span with the record's span id will end (its scores go out on
+        a carrier span as soon as they are in).
         """
         with handle_internal_errors("submit"):
             if self._closed:
@@ -338,7 +340,7 @@ class Tracescore:
             if decision.sampled:
                 self.records_sampled += 1
             held = 0
-            if self.attacher is not None and decision.sampled:
+            if self.attacher is not None and decision.sampled and hold_span:
                 n = self._jobs_to_run(record, decision.metrics)
                 if n:
                     held = int(record.span_id, 16)
@@ -402,7 +404,8 @@ class Tracescore:
             query=query, answer=answer, contexts=tuple(ctxs), ground_truths=tuple(ground_truths),
             metadata=dict(metadata or {}), source="manual",
         )
-        self.submit(self.prepare(record))
+        # a span id of the caller's may belong to a span that is still to end: hold it
+        self.submit(self.prepare(record), hold_span=span_id is not None)
         return record
 
     def prepare(self, record: RagRecord) -> RagRecord:

@@ -287,12 +287,19 @@ class ScoreAttachingProcessor(SpanProcessor):
             return set(self._holds) | {v[3] for v in self._unconfirmed.values()}
 
     def _release_all(self) -> None:
+        """Flush: release every ended span that is held, and send the scores of holds whose
+        jobs are all done but whose span has not ended (none may ever end: a record logged
+        with a span id of its own) on a carrier now; a span still running keeps its hold."""
         with self._lock:
-            ready = [(k, h) for k, h in self._holds.items() if h.span is not None]
-            for k, _ in ready:
-                del self._holds[k]
-        for _, h in ready:
-            self._release(h, late=h.expected - h.done)
+            ready = [h for h in self._holds.values()
+                     if h.span is not None or (h.done >= h.expected and h.scores)]
+            for h in ready:
+                del self._holds[h.span_id]
+        for h in ready:
+            if h.span is not None:
+                self._release(h, late=h.expected - h.done)
+            else:
+                self.emit_carrier(h.trace_id, h.span_id, h.scores)
 
     def _reap(self) -> None:
         while True:

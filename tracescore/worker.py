@@ -175,7 +175,7 @@ class ScoringWorker:
         inflight_jobs: dict[int, asyncio.Task[None]] = {}
         last_renewal = time.monotonic()
         try:
-            self._recover(store)
+            self._redeliver(store, at_start=True)
             if self.judge_session is not None and self.judge_canary:
                 canary = asyncio.create_task(self._canary())
             last_redelivery = time.monotonic()
@@ -252,20 +252,6 @@ class ScoringWorker:
         except Exception as exc:  # a broken judge shows up in the scores; log it once here
             log.warning("tracescore judge canary could not run: %s", exc)
 
-    def _recover(self, store: Store) -> None:
-        """Scores a dead process stored but never exported go out on carrier spans."""
-        if self.attacher is None:
-            return
-        try:
-            for record_id in store.undelivered_record_ids():
-                rows = store.scores_for(record_id, undelivered_only=True)
-                refs = [(r["score_id"], _row_score(r)) for r in rows]
-                trace_hex, _, span_hex = record_id.partition("-")
-                if refs:
-                    self.attacher.emit_carrier(int(trace_hex, 16), int(span_hex, 16), refs)
-        except Exception as exc:
-            record_internal_error("worker.recover", exc)
-
     def _flush_delivered(self, store: Store) -> None:
         with self._delivered_lock:
             pending, self._delivered = self._delivered, []
@@ -277,17 +263,21 @@ class ScoringWorker:
                 record_internal_error("worker.mark_delivered", exc)
         self._delivered_written = noted
 
-    def _redeliver(self, store: Store) -> None:
-        """Scores stored more than ``redeliver_after_s`` ago and still not delivered (their
-        span's export failed, or the batch processor dropped it) go out again on a carrier
-        span; records whose scores are on their way (held, awaiting export) are left alone."""
+    def _redeliver(self, store: Store, *, at_start: bool = False) -> None:
+        """Stored scores that never reached the backend go out on carrier spans: at start, all
+        that a dead process left; later, those still undelivered ``redeliver_after_s`` after
+        they were stored (their span's export failed, or the batch processor dropped it).
+        Records whose scores are on their way (held, awaiting export) are left alone."""
         if self.attacher is None:
             return
         try:
-            busy = self.attacher.in_flight(older_than_s=self.export_confirm_timeout_s)
-            self._flush_delivered(store)  # deliveries confirmed until now are in the db
-            for record_id in store.undelivered_record_ids(
-                    older_than=time.time() - self.redeliver_after_s):
+            busy: set[int] = set()
+            older_than = None
+            if not at_start:
+                busy = self.attacher.in_flight(older_than_s=self.export_confirm_timeout_s)
+                self._flush_delivered(store)  # deliveries confirmed until now are in the db
+                older_than = time.time() - self.redeliver_after_s
+            for record_id in store.undelivered_record_ids(older_than=older_than):
                 trace_hex, _, span_hex = record_id.partition("-")
                 if int(span_hex, 16) in busy:
                     continue
