@@ -65,6 +65,15 @@ def roots(spans: list[WireSpan]) -> list[WireSpan]:
     return [s for s in spans if s.attributes.get(A.RAG_ROOT)]
 
 
+def wait_until_released(ts: Any, timeout: float = 10.0) -> None:
+    """Until the hold deadline released every held root span (no fixed sleep: a loaded
+    machine may run the hold reaper late)."""
+    deadline = time.monotonic() + timeout
+    while ts.stats()["spans_held"]:
+        assert time.monotonic() < deadline, "the held root span was never released"
+        time.sleep(0.02)
+
+
 def value(rx: OtlpReceiver, name: str, **attrs: Any) -> float | None:
     for p in rx.latest_points(name):
         if all(p.attributes.get(k) == v for k, v in attrs.items()):
@@ -150,10 +159,10 @@ def test_late_score_arrives_on_a_linked_carrier_and_a_log_record(otlp, receiver,
     gate = threading.Event()
     ts = otlp(metrics=[ScriptedMetric(lambda r: 0.9, name="fast"),
                        ScriptedMetric(lambda r: 0.1, name="slow", gate=gate)],
-              hold_seconds=0.3, concurrency=2)
+              hold_seconds=2.0, concurrency=2)  # long enough for "fast" on a loaded machine
     try:
         run_chain(ts)
-        time.sleep(0.6)  # past the hold deadline: the root goes out with "fast" only
+        wait_until_released(ts)  # past the hold deadline: the root goes out with "fast" only
     finally:
         gate.set()
     assert ts.flush(10)
@@ -408,14 +417,14 @@ def test_exporter_app_sends_through_the_apps_pipeline_once(receiver, monkeypatch
     monkeypatch.setattr(trace_api, "get_tracer_provider", lambda: app_provider)
     app_tracer = app_provider.get_tracer("app")
     slow = threading.Event()
-    ts = tracescore.init(db=db_path, exporter="app", hold_seconds=0.3, metrics=[
+    ts = tracescore.init(db=db_path, exporter="app", hold_seconds=2.0, metrics=[
         ScriptedMetric(lambda r: 0.7, name="m"),
         ScriptedMetric(lambda r: slow.wait(10) and 0.4, name="late")])
     try:
         assert ts.tracer_provider is app_provider
         with app_tracer.start_as_current_span("POST /ask") as request_span:
             run_chain(ts)
-        time.sleep(0.6)  # past hold_seconds: "late" misses the root span
+        wait_until_released(ts)  # past hold_seconds: "late" misses the root span
         slow.set()
         assert ts.flush(10)
     finally:

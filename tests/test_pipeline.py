@@ -58,12 +58,13 @@ def test_late_scores_go_on_a_linked_carrier_exactly_once(make_ts, db_path):
     gate = threading.Event()
     fast = ScriptedMetric(lambda r: 0.9, name="fast")
     slow = ScriptedMetric(lambda r: 0.1, name="slow", gate=gate)
-    ts, exporter = make_ts(metrics=[fast, slow], hold_seconds=0.3, concurrency=2)
+    # hold long enough for "fast" to be scored on a loaded machine
+    ts, exporter = make_ts(metrics=[fast, slow], hold_seconds=2.0, concurrency=2)
     from tracescore.examples.langchain_rag import build_chain
 
     try:
         build_chain().invoke(Q, config={"callbacks": [ts.langchain_handler()]})
-        deadline = time.time() + 5
+        deadline = time.time() + 15
         while not rag_roots(exporter) and time.time() < deadline:
             time.sleep(0.02)
         [root] = rag_roots(exporter)  # released at the deadline with what it had

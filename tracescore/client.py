@@ -614,6 +614,7 @@ class Tracescore:
                 "scores_export_failed": (self.attacher.export_failed_scores
                                          if self.attacher is not None else 0),
                 "scores_redelivered": self.worker.redelivered,
+                "spans_held": self.attacher.held if self.attacher is not None else 0,
                 "deferred_jobs": self.worker.deferred,
                 "judge": None if self.judge_session is None else {
                     "model": self.judge_session.model,

@@ -105,6 +105,11 @@ class ScoreAttachingProcessor(SpanProcessor):
         #: carrier span (the worker's redelivery sweep, or the next start).
         self.export_failed_scores = 0
 
+    @property
+    def held(self) -> int:
+        """Spans (or span ids still to end) waiting for their scores now."""
+        return len(self._holds)
+
     def bind_tracer(self, tracer: trace_api.Tracer) -> None:
         """The tracer used for carrier spans (from the provider this processor is on)."""
         self._tracer = tracer
