@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sqlite3
 import threading
@@ -10,10 +11,12 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from helpers import jobs, records, rows, scores
 
 import tracescore
 from tracescore import attributes as A
+from tracescore.cli import main
 from tracescore.record import Context
 from tracescore.score import Score
 from tracescore.testing import ScriptedMetric, carriers, rag_roots
@@ -295,6 +298,9 @@ def test_scores_whose_export_failed_go_out_at_the_next_start(db_path):
     assert ts.stats()["scores_export_failed"] == 1
     ts.shutdown(timeout=10)
     assert scores(db_path, rec.record_id)["m"]["delivery"] is None
+    assert report_json(db_path)["undelivered_scores"] == 1
+    text = CliRunner().invoke(main, ["report", "--db", str(db_path)]).output
+    assert "1 score not yet exported" in " ".join(text.split())  # (the summary is wrapped)
 
     exporter = InMemorySpanExporter()
     ts2 = tracescore.init(db=db_path, metrics=[ScriptedMetric(lambda r: 0.25, name="m")],
@@ -306,8 +312,15 @@ def test_scores_whose_export_failed_go_out_at_the_next_start(db_path):
         assert carrier.attributes[A.SCORED_SPAN_ID] == rec.span_id
         assert scores(db_path, rec.record_id)["m"]["delivery"] == "carrier"
         assert ts2.stats()["scores_redelivered"] == 1
+        assert report_json(db_path)["undelivered_scores"] == 0
     finally:
         ts2.shutdown(timeout=10)
+
+
+def report_json(db: Any) -> dict[str, Any]:
+    result = CliRunner().invoke(main, ["report", "--json", "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
 
 
 def test_flush_sends_the_scores_of_a_record_whose_span_never_ends(make_ts):

@@ -152,6 +152,8 @@ class Report:
     dropped: int
     pending_jobs: int
     scores: int
+    #: scores not (yet) confirmed as exported: held, in flight, or their export failed
+    undelivered: int = 0
     metrics: list[MetricSummary] = field(default_factory=list)
     worst: dict[str, list[WorstRecord]] = field(default_factory=dict)
     judges: list[dict[str, Any]] = field(default_factory=list)
@@ -166,6 +168,7 @@ class Report:
             "dropped": self.dropped,
             "pending_jobs": self.pending_jobs,
             "scores": self.scores,
+            "undelivered_scores": self.undelivered,
             "metrics": {
                 m.name: {k: v for k, v in asdict(m).items() if k != "name"} for m in self.metrics
             },
@@ -259,6 +262,8 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None, worst:
     dropped_row = one("SELECT value FROM counters WHERE name='records_dropped'").fetchone()
     pending = one("SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')").fetchone()[0]
     n_scores = one("SELECT count(*) FROM scores WHERE created_at >= ?", (cutoff,)).fetchone()[0]
+    undelivered = one("SELECT count(*) FROM scores WHERE delivery IS NULL AND created_at >= ?",
+                      (cutoff,)).fetchone()[0]
 
     # Which metric each score name belongs to; names of metrics seen only through skipped jobs.
     name_metric: dict[str, str] = {}
@@ -336,6 +341,7 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None, worst:
     return Report(
         db=db, since=since, generated_at=time.time(), records=records, sampled=int(sampled),
         dropped=int(dropped_row[0]) if dropped_row else 0, pending_jobs=pending,
+        undelivered=undelivered,
         scores=n_scores, metrics=summaries, worst=worst_rows, judges=judge_health(conn),
     )
 
@@ -574,6 +580,9 @@ def format_report(report: Report, width: int = WIDTH) -> str:
         f"{_n(report.scores, 'score')}, {_n(errors, 'error')}; "
         f"{_n(report.pending_jobs, 'job')} pending"
     )
+    if report.undelivered:
+        summary += (f"; {_n(report.undelivered, 'score')} not yet exported (held, in flight, or "
+                    "the export failed: a running pipeline sends it again)")
     out = [f"tracescore report on {report.db} ({window})", *textwrap.wrap(summary, width), ""]
     for j in report.judges:
         line = (f"judge {j['model']}: agreed with {j['agreement']:.0%} of {j['cases']} canary "
