@@ -353,14 +353,22 @@ class Store:
                 ).fetchall()
         return sorted((Job(*r) for r in rows), key=lambda j: j.job_id)
 
+    def complete_jobs(
+        self, owner: str, done: Sequence[tuple[Job, Sequence[Score]]],
+        delivery: str | None = None,
+    ) -> list[list[tuple[int, Score]] | None]:
+        """:meth:`complete_job` for several jobs in one transaction (one commit)."""
+        with self.transaction():
+            return [self.complete_job(job, owner, scores, delivery) for job, scores in done]
+
     def complete_job(
-        self, job: Job, owner: str, scores: Sequence[Score]
+        self, job: Job, owner: str, scores: Sequence[Score], delivery: str | None = None
     ) -> list[tuple[int, Score]] | None:
         """Store a job's scores and mark it done, atomically, only if ``owner`` still holds it.
 
         Returns ``(score_id, score)`` pairs, or None (and stores nothing) when the lease was lost
         to another process: that process stores the scores instead, so each job is scored
-        exactly once.
+        exactly once. ``delivery``: already known (``"none"``: there is no span pipeline).
         """
         now = time.time()
         with self.transaction():
@@ -374,19 +382,20 @@ class Store:
             trace_id = job.record_id.split("-", 1)[0]
             self.conn.executemany(
                 "INSERT INTO scores(job_id, record_id, trace_id, name, metric, metric_version,"
-                " value, label, explanation, status, error, duration_ms, details, created_at) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                " value, label, explanation, status, error, duration_ms, details, created_at,"
+                " delivery) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
                 "ON CONFLICT(record_id, name) DO UPDATE SET job_id=excluded.job_id, "
                 "metric_version=excluded.metric_version, value=excluded.value, "
                 "label=excluded.label, explanation=excluded.explanation, status=excluded.status,"
                 " error=excluded.error, duration_ms=excluded.duration_ms, "
-                "details=excluded.details, created_at=excluded.created_at, delivery=NULL",
+                "details=excluded.details, created_at=excluded.created_at, "
+                "delivery=excluded.delivery",
                 [
                     (job.job_id, job.record_id, trace_id, s.name, s.metric or job.metric,
                      s.metric_version, s.value, s.label,
                      clean_text(s.explanation) if s.explanation else None, s.status,
                      clean_text(s.error) if s.error else None, s.duration_ms,
-                     dumps(_json_safe(dict(s.details))), now)
+                     dumps(_json_safe(dict(s.details))), now, delivery)
                     for s in scores
                 ],
             )
@@ -474,10 +483,14 @@ class Store:
         return [dict(zip(cols, row)) for row in cur]
 
     def mark_delivered(self, score_ids: Sequence[int], how: str) -> None:
+        self.mark_delivered_many([(score_ids, how)])
+
+    def mark_delivered_many(self, batches: Sequence[tuple[Sequence[int], str]]) -> None:
+        """Several (score ids, how) deliveries in one transaction."""
         with self.transaction():
             self.conn.executemany(
                 "UPDATE scores SET delivery=? WHERE score_id=? AND delivery IS NULL",
-                [(how, i) for i in score_ids],
+                [(how, i) for ids, how in batches for i in ids],
             )
 
     def undelivered_record_ids(self, limit: int = 1000,

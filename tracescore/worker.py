@@ -81,6 +81,7 @@ class ScoringWorker:
         self._delivered_lock = threading.Lock()
         self._delivered_noted = 0
         self._delivered_written = 0
+        self._completions: list[tuple[Job, list[Score], asyncio.Future[Any]]] = []
         #: scores still undelivered this long after they were stored go out again on a carrier
         self.redeliver_after_s = 120.0
         #: an exported span with no result after this long was dropped by the batch processor
@@ -256,9 +257,9 @@ class ScoringWorker:
         with self._delivered_lock:
             pending, self._delivered = self._delivered, []
             noted = self._delivered_noted
-        for ids, how in pending:
+        if pending:
             try:
-                store.mark_delivered(ids, how)
+                store.mark_delivered_many(pending)  # one commit for all of them
             except Exception as exc:
                 record_internal_error("worker.mark_delivered", exc)
         self._delivered_written = noted
@@ -316,7 +317,7 @@ class ScoringWorker:
                         n, f"judge unavailable for this record for {waited:.0f}s "
                         f"(judge_max_wait_s): {later.reason}", metric=metric.name,
                         metric_version=metric.version) for n in metric.names()]
-            refs = store.complete_job(job, self.owner, scores)
+            refs = await self._complete(store, job, scores)
             if refs is None:
                 return  # the lease went to another process, which stores the scores
             self.scored += 1
@@ -324,8 +325,6 @@ class ScoringWorker:
             self._stored(job.record_id, refs)
             if self.attacher is not None:
                 self.attacher.job_done(job.record_id, refs)
-            else:
-                store.mark_delivered([i for i, _ in refs], "none")
         except Exception as exc:
             # Our own failure, not the metric's: give the job back so it is tried again
             # (attempts count, so a persistent fault ends in a "gave up" error score).
@@ -334,6 +333,39 @@ class ScoringWorker:
                 store.release_job(job, self.owner, f"{type(exc).__name__}: {exc}"[:500])
             except Exception as exc2:
                 record_internal_error("worker.release", exc2)
+
+    async def _complete(self, store: Store, job: Job,
+                        scores: list[Score]) -> list[ScoreRef] | None:
+        """Store a job's scores: the jobs that finish in the same loop tick share one
+        transaction (one commit instead of one per job); each keeps its own lease check."""
+        assert self._loop is not None
+        fut: asyncio.Future[list[ScoreRef] | None] = self._loop.create_future()
+        self._completions.append((job, scores, fut))
+        if len(self._completions) == 1:
+            self._loop.call_soon(self._commit_completions, store)
+        return await fut
+
+    def _commit_completions(self, store: Store) -> None:
+        batch, self._completions = self._completions, []
+        delivery = None if self.attacher is not None else "none"
+        results: list[Any]
+        try:
+            results = list(store.complete_jobs(self.owner, [(j, s) for j, s, _ in batch],
+                                               delivery))
+        except Exception:  # one bad job must not fail the others: store them one by one
+            results = []
+            for j, s, _ in batch:
+                try:
+                    results.append(store.complete_job(j, self.owner, s, delivery))
+                except Exception as exc:
+                    results.append(exc)
+        for (_, _, fut), r in zip(batch, results):
+            if fut.done():  # its task was cancelled (stopping)
+                continue
+            if isinstance(r, Exception):
+                fut.set_exception(r)
+            else:
+                fut.set_result(r)
 
     def _stored(self, record_id: str, refs: Sequence[ScoreRef]) -> None:
         """Tell the exporter about stored scores: exactly once per job, since only the lease
