@@ -82,6 +82,7 @@ class ScoringWorker:
         self._delivered_noted = 0
         self._delivered_written = 0
         self._completions: list[tuple[Job, list[Score], asyncio.Future[Any]]] = []
+        self._running_jobs = 0
         #: scores still undelivered this long after they were stored go out again on a carrier
         self.redeliver_after_s = 120.0
         #: an exported span with no result after this long was dropped by the batch processor
@@ -291,6 +292,13 @@ class ScoringWorker:
             record_internal_error("worker.redeliver", exc)
 
     async def _job(self, store: Store, job: Job, record: RagRecord | None) -> None:
+        self._running_jobs += 1
+        try:
+            await self._job_body(store, job, record)
+        finally:
+            self._running_jobs -= 1
+
+    async def _job_body(self, store: Store, job: Job, record: RagRecord | None) -> None:
         try:
             metric = self.metrics[job.metric]
             if record is None:
@@ -337,8 +345,12 @@ class ScoringWorker:
     async def _complete(self, store: Store, job: Job,
                         scores: list[Score]) -> list[ScoreRef] | None:
         """Store a job's scores: the jobs that finish in the same loop tick share one
-        transaction (one commit instead of one per job); each keeps its own lease check."""
+        transaction (one commit instead of one per job); each keeps its own lease check. A job
+        with no other job in flight commits at once (waiting a tick would only add latency)."""
         assert self._loop is not None
+        if self._running_jobs <= 1 and not self._completions:
+            return store.complete_job(job, self.owner, scores,
+                                      None if self.attacher is not None else "none")
         fut: asyncio.Future[list[ScoreRef] | None] = self._loop.create_future()
         self._completions.append((job, scores, fut))
         if len(self._completions) == 1:
