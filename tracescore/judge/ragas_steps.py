@@ -21,7 +21,9 @@ from typing import Any
 
 from ..record import RagRecord
 from . import prompts as P
+from .schemas import _obj as _schema_obj
 from .session import JudgeSession, Usage, content_key
+from .steps import YES_NO, _list, _obj, _strings, _verdict
 
 # -- prompts ---------------------------------------------------------------------------------
 QUESTIONS_VERSION = "ragas-questions-v1"
@@ -57,41 +59,7 @@ SENTENCES_TASK = (
 SENTENCES_FORMAT = '{"verdicts": ["yes|no", ...]} with exactly one verdict per sentence, in order.'
 
 
-# -- validation helpers (the same rules as .steps) -----------------------------------------------
-def _obj(data: Any, what: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise ValueError(f"{what} must be a JSON object")
-    return data
-
-
-def _list(data: Any, what: str, n: int | None = None) -> list[Any]:
-    if not isinstance(data, list):
-        raise ValueError(f"{what} must be a list")
-    if n is not None and len(data) != n:
-        raise ValueError(f"{what} must have {n} entries, got {len(data)}")
-    return data
-
-
-def _strings(data: Any, what: str) -> list[str]:
-    return [str(x).strip() for x in _list(data, what)
-            if isinstance(x, (str, int, float)) and str(x).strip()]
-
-
-def _yes(v: Any, what: str) -> bool:
-    s = str(v).strip().lower()
-    if s in ("yes", "y", "true"):
-        return True
-    if s in ("no", "n", "false"):
-        return False
-    raise ValueError(f"{what} must be one of yes/no, got {v!r}")
-
-
-# -- schemas (sized to the items, as in .schemas) -----------------------------------------------
-def _schema_obj(props: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": list(props),
-            "additionalProperties": False}
-
-
+# -- schemas (sized to the items) -----------------------------------------------
 def questions_schema(n: int) -> dict[str, Any]:
     row = _schema_obj({"question": {"type": "string", "maxLength": 300},
                        "noncommittal": {"type": "integer", "enum": [0, 1]}})
@@ -212,7 +180,7 @@ async def sentence_verdicts(session: JudgeSession, record: RagRecord, sentences:
 
     def validate(data: Any) -> list[bool]:
         rows = _list(_obj(data, "reply").get("verdicts"), "verdicts", n)
-        return [_yes(v, f"verdicts[{i}]") for i, v in enumerate(rows)]
+        return [_verdict(v, YES_NO, f"verdicts[{i}]") == "yes" for i, v in enumerate(rows)]
 
     r = await session.step("ragas_sentences", SENTENCES_VERSION, payload,
                            P.messages(SENTENCES_TASK, payload, SENTENCES_FORMAT), validate,

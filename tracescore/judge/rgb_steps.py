@@ -25,7 +25,9 @@ from typing import Any
 
 from ..record import RagRecord
 from . import prompts as P
+from .schemas import _array, _obj
 from .session import JudgeSession, Usage
+from .steps import YES_NO, _verdict
 
 RGB_VERSION = "rgb-v1"
 RGB_TASK = (
@@ -45,15 +47,6 @@ RGB_FORMAT = (
 )
 
 _YN = {"type": "string", "enum": ["yes", "no"]}
-
-
-def _obj(props: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": list(props),
-            "additionalProperties": False}
-
-
-def _array(items: Any, n: int) -> dict[str, Any]:
-    return {"type": "array", "items": items, "minItems": n, "maxItems": n}
 
 
 def rgb_schema(n_contexts: int, n_statements: int) -> dict[str, Any]:
@@ -83,12 +76,8 @@ def _validate(data: Any, n: int, m: int) -> dict[str, Any]:
     for i, row in enumerate(ctx):
         if not isinstance(row, dict):
             raise ValueError(f"contexts[{i}] must be an object")
-        v = str(row.get("counterfactual", "")).strip().lower()
-        v = {"y": "yes", "true": "yes", "n": "no", "false": "no"}.get(v, v)
-        if v not in ("yes", "no"):
-            raise ValueError(f"contexts[{i}].counterfactual must be yes/no, got "
-                             f"{row.get('counterfactual')!r}")
-        flags.append(v == "yes")
+        flags.append(_verdict(row.get("counterfactual", ""), YES_NO,
+                              f"contexts[{i}].counterfactual") == "yes")
         reasons.append(str(row.get("reason", ""))[:500])
     st = data.get("statements", [])
     if not isinstance(st, list) or len(st) != m:
