@@ -204,10 +204,14 @@ class Faithfulness(JudgeMetric):
     requires = frozenset({ANSWER, CONTEXTS})
     description = "Share of answer claims supported by the contexts (Ragas/Valor)"
 
+    def no_claims(self) -> Score:
+        """The score of an answer without claims (Valor: 1)."""
+        return self.result(1.0, "the answer makes no claims")
+
     async def evaluate(self, record: RagRecord, session: JudgeSession, usage: Usage) -> Score:
         ex = await S.extract(session, record, usage)
         if not ex.answer_statements:
-            return self.result(1.0, "the answer makes no claims")
+            return self.no_claims()
         sv = await S.statement_verdicts(session, record, ex, usage)
         flags = [v == "yes" for v in sv.supported]
         bad = [ex.answer_statements[i] for i, f in enumerate(flags) if not f][:3]

@@ -294,18 +294,9 @@ class RagasFaithfulness(Faithfulness):
     name = "ragas_faithfulness"
     description = "Share of answer claims supported by the contexts (Ragas; no claims → error)"
 
-    async def evaluate(self, record: RagRecord, session: JudgeSession, usage: Usage) -> Score:
-        ex = await S.extract(session, record, usage)
-        if not ex.answer_statements:
-            return Score.failed(self.name, "the answer makes no claims (Ragas: NaN)",
-                                metric=self.name, metric_version=self.version)
-        sv = await S.statement_verdicts(session, record, ex, usage)
-        flags = [v == "yes" for v in sv.supported]
-        bad = [ex.answer_statements[i] for i, f in enumerate(flags) if not f][:3]
-        expl = f"{sum(flags)} of {len(flags)} claims supported"
-        if bad:
-            expl += "; unsupported: " + " | ".join(b[:120] for b in bad)
-        return self.result(sum(flags) / len(flags), expl, details={"verdicts": sv.supported})
+    def no_claims(self) -> Score:
+        return Score.failed(self.name, "the answer makes no claims (Ragas: NaN)",
+                            metric=self.name, metric_version=self.version)
 
 
 class RagasContextPrecision(ContextPrecision):
