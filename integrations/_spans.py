@@ -16,9 +16,22 @@ from typing import Any
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Span, Status
 
+from tracescore import attributes as A
 from tracescore._internal.errors import handle_internal_errors
+from tracescore.record import TokenUsage
 
-__all__ = ["_PendingSpan", "_materialize_all", "_only"]
+__all__ = ["_PendingSpan", "_materialize_all", "_only", "usage_attributes"]
+
+
+def usage_attributes(usage: TokenUsage) -> dict[str, Any]:
+    """An LLM step's token counts, under both the GenAI and the OpenInference names."""
+    return {
+        A.GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
+        A.GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens,
+        A.LLM_TOKEN_COUNT_PROMPT: usage.input_tokens,
+        A.LLM_TOKEN_COUNT_COMPLETION: usage.output_tokens,
+        A.LLM_TOKEN_COUNT_TOTAL: usage.total_tokens,
+    }
 
 
 class _PendingSpan:

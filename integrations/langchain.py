@@ -36,7 +36,7 @@ from tracescore import attributes as A  # noqa: E402
 from tracescore._internal.errors import handle_internal_errors, raise_internal_errors  # noqa: E402
 from tracescore.record import Context, RagRecord, TokenUsage  # noqa: E402
 
-from ._spans import _materialize_all, _only, _PendingSpan  # noqa: E402
+from ._spans import _materialize_all, _only, _PendingSpan, usage_attributes  # noqa: E402
 from ._text import clip, format_prompt, json_attr, to_text  # noqa: E402
 
 if TYPE_CHECKING:
@@ -349,13 +349,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                     if run.root.model is None:
                         run.root.model = model
                 if usage is not None:
-                    span.set_attributes({
-                        A.GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
-                        A.GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens,
-                        A.LLM_TOKEN_COUNT_PROMPT: usage.input_tokens,
-                        A.LLM_TOKEN_COUNT_COMPLETION: usage.output_tokens,
-                        A.LLM_TOKEN_COUNT_TOTAL: usage.total_tokens,
-                    })
+                    span.set_attributes(usage_attributes(usage))
                     root = run.root
                     root.usage = usage if root.usage is None else root.usage + usage
             self._finish(run_id, None, None)

@@ -110,7 +110,7 @@ from tracescore import attributes as A  # noqa: E402
 from tracescore._internal.errors import handle_internal_errors  # noqa: E402
 from tracescore.record import Context, RagRecord, TokenUsage  # noqa: E402
 
-from ._spans import _materialize_all, _only, _PendingSpan  # noqa: E402
+from ._spans import _materialize_all, _only, _PendingSpan, usage_attributes  # noqa: E402
 from ._text import clip, format_prompt, json_attr, to_text  # noqa: E402
 
 if TYPE_CHECKING:
@@ -536,13 +536,7 @@ class LlamaIndexCapture:
                 self._set_text(span, A.OUTPUT_VALUE, text)
         if node.kind == LLM and node.usage is not None:
             usage = node.usage
-            span.set_attributes({
-                A.GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
-                A.GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens,
-                A.LLM_TOKEN_COUNT_PROMPT: usage.input_tokens,
-                A.LLM_TOKEN_COUNT_COMPLETION: usage.output_tokens,
-                A.LLM_TOKEN_COUNT_TOTAL: usage.total_tokens,
-            })
+            span.set_attributes(usage_attributes(usage))
             with self._lock:
                 run.usage = usage if run.usage is None else run.usage + usage
         span.end(end_time=now)
