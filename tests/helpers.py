@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,24 @@ def rows(db: Path | str, sql: str, *args: Any) -> list[dict[str, Any]]:
         return [dict(r) for r in conn.execute(sql, args).fetchall()]
     finally:
         conn.close()
+
+
+def cli_script() -> list[str]:
+    """The installed console script, else the module (same code, still a real process)."""
+    beside = Path(sys.executable).with_name("tracescore")
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("tracescore")
+    return [found] if found else [sys.executable, "-m", "tracescore.cli"]
+
+
+def run_cli(*args: Any) -> Any:
+    """``tracescore ARGS`` in this process (click's runner)."""
+    from click.testing import CliRunner
+
+    from tracescore.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def records(db: Path | str) -> list[dict[str, Any]]:

@@ -8,7 +8,6 @@ import shutil
 import sqlite3
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,7 @@ import pytest
 
 pytest.importorskip("langchain_core")
 
-from click.testing import CliRunner
-from helpers import rows
+from helpers import cli_script, rows, run_cli
 from tracescore.examples.langchain_rag import load_questions
 
 from tracescore import Metric, RagRecord, Score
@@ -35,21 +33,8 @@ N = 5
 SCORE_NAMES = {"rouge1", "rouge2", "rouge_l", "rouge_lsum"} | (set(DEFAULT_METRICS) - {"rouge"})
 
 
-def _script() -> list[str]:
-    """The installed console script, else the module (same code, still a real process)."""
-    beside = Path(sys.executable).with_name("tracescore")
-    if beside.exists():
-        return [str(beside)]
-    found = shutil.which("tracescore")
-    return [found] if found else [sys.executable, "-m", "tracescore.cli"]
-
-
-def _run(*args: Any) -> Any:
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
 def _json(*args: Any) -> dict[str, Any]:
-    result = _run(*args, "--json")
+    result = run_cli(*args, "--json")
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -60,7 +45,7 @@ def demo_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     cwd = tmp_path_factory.mktemp("demo")
     t0 = time.monotonic()
     proc = subprocess.run(
-        [*_script(), "demo", "--n", str(N)], cwd=cwd, capture_output=True, text=True,
+        [*cli_script(), "demo", "--n", str(N)], cwd=cwd, capture_output=True, text=True,
         timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
@@ -125,7 +110,7 @@ def test_second_demo_run_appends(demo_db: tuple[Path, str], tmp_path: Path) -> N
     db = tmp_path / "again.db"
     shutil.copy(demo_db[0], db)
     before = {r["trace_id"] for r in rows(db, "SELECT trace_id FROM records")}
-    result = _run("demo", "--db", db, "--n", 2, "--worst", 0)
+    result = run_cli("demo", "--db", db, "--n", 2, "--worst", 0)
     assert result.exit_code == 0, result.output
     assert f"appended to {db.resolve()}" in result.stdout
     recs = rows(db, "SELECT trace_id, query, ground_truths FROM records")
@@ -139,7 +124,7 @@ def test_second_demo_run_appends(demo_db: tuple[Path, str], tmp_path: Path) -> N
 
 def test_demo_sample_rate_zero_scores_nothing(tmp_path: Path) -> None:
     db = tmp_path / "none.db"
-    result = _run("demo", "--db", db, "--n", 3, "--sample-rate", 0)
+    result = run_cli("demo", "--db", db, "--n", 3, "--sample-rate", 0)
     assert result.exit_code == 0, result.output
     assert rows(db, "SELECT count(*) AS n, sum(sampled) AS s FROM records")[0] == {"n": 3, "s": 0}
     assert rows(db, "SELECT count(*) AS n FROM scores")[0]["n"] == 0
@@ -154,7 +139,7 @@ def test_report_on_an_empty_database(tmp_path: Path) -> None:
     rep = _json("report", "--db", db)
     assert (rep["records"], rep["sampled"], rep["scores"], rep["pending_jobs"]) == (0, 0, 0, 0)
     assert rep["metrics"] == {} and rep["worst"] == {}
-    result = _run("report", "--db", db)
+    result = run_cli("report", "--db", db)
     assert result.exit_code == 0
     assert "0 records" in result.stdout and "No records yet." in result.stdout
 
@@ -195,15 +180,15 @@ def test_report_counts_errors_skips_and_honours_direction(tmp_path: Path) -> Non
     assert [w["value"] for w in rep["worst"]["test_cli_answer_length"]] == [
         float(len(a)) for a in sorted(answers, key=len, reverse=True)]
     assert rep["records"] == 4 and rep["scores"] == 3 + 4
-    human = _run("report", "--db", db).stdout
+    human = run_cli("report", "--db", db).stdout
     assert re.search(r"^test_cli_answer_length ↓\s+3\s.*\s1\s+0$", human, re.M), human
     assert re.search(r"^token_f1\s+3\s.*\s0\s+1$", human, re.M), human
     boom = rows(db, "SELECT trace_id FROM records WHERE query='boom'")[0]["trace_id"]
-    out = _run("show", boom, "--db", db).stdout
+    out = run_cli("show", boom, "--db", db).stdout
     assert re.search(r"^  test_cli_answer_length\s+error\s", out, re.M)
     assert "RuntimeError: boom query" in out
     q0 = rows(db, "SELECT trace_id FROM records WHERE query='q0'")[0]["trace_id"]
-    assert "token_f1: skipped: record has no ground_truths" in _run("show", q0, "--db", db).stdout
+    assert "token_f1: skipped: record has no ground_truths" in run_cli("show", q0, "--db", db).stdout
 
 
 def test_report_since_filters_on_creation_times(demo_db: tuple[Path, str],
@@ -231,12 +216,12 @@ def test_report_since_filters_on_creation_times(demo_db: tuple[Path, str],
     assert unfiltered["since"] is None and window["since"] is not None
     assert window["records"] == unfiltered["records"] == N
     assert window["metrics"] == unfiltered["metrics"]
-    bad = _run("report", "--db", db, "--since", "yesterday")
+    bad = run_cli("report", "--db", db, "--since", "yesterday")
     assert bad.exit_code == 2 and "not a duration" in bad.output
 
 
 def test_report_human_table_fits_80_columns(demo_db: tuple[Path, str]) -> None:
-    result = _run("report", "--db", demo_db[0])
+    result = run_cli("report", "--db", demo_db[0])
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     assert lines[1].startswith(f"{N} records, {N} sampled")
@@ -269,7 +254,7 @@ def test_show_a_known_trace(demo_db: tuple[Path, str]) -> None:
     rec = rows(db, "SELECT * FROM records ORDER BY created_at")[0]
     scores = rows(db, "SELECT * FROM scores WHERE record_id=?", rec["record_id"])
     for ident in (rec["trace_id"], rec["trace_id"][:12].upper(), rec["record_id"]):
-        result = _run("show", ident, "--db", db)
+        result = run_cli("show", ident, "--db", db)
         assert result.exit_code == 0, result.output
         out = result.stdout
         flat = " ".join(out.split())  # long fields are wrapped
@@ -290,15 +275,15 @@ def test_show_a_known_trace(demo_db: tuple[Path, str]) -> None:
 
 def test_show_unknown_and_ambiguous(demo_db: tuple[Path, str]) -> None:
     db, _ = demo_db
-    result = _run("show", "f" * 32, "--db", db)
+    result = run_cli("show", "f" * 32, "--db", db)
     assert result.exit_code == 1
     assert "no record" in result.output and "Traceback" not in result.output
-    assert _run("show", "not-a-trace", "--db", db).exit_code == 1
+    assert run_cli("show", "not-a-trace", "--db", db).exit_code == 1
     ids = [r["trace_id"] for r in rows(db, "SELECT trace_id FROM records")]
     first = {i[0] for i in ids}
     shared = next((c for c in first if sum(i.startswith(c) for i in ids) > 1), None)
     if shared is not None:  # random ids: a shared first hex digit is likely, not certain
-        result = _run("show", shared, "--db", db)
+        result = run_cli("show", shared, "--db", db)
         assert result.exit_code == 1 and "several traces" in result.output
 
 
@@ -306,18 +291,18 @@ def test_show_unknown_and_ambiguous(demo_db: tuple[Path, str]) -> None:
 @pytest.mark.parametrize("command", [["report"], ["report", "--json"], ["show", "abc"]])
 def test_missing_or_bad_database_exits_2(tmp_path: Path, command: list[str]) -> None:
     missing = tmp_path / "nope.db"
-    result = _run(*command, "--db", missing)
+    result = run_cli(*command, "--db", missing)
     assert result.exit_code == 2
     assert "database not found" in result.output and str(missing) in result.output
     assert isinstance(result.exception, SystemExit)  # a message, not a traceback
     assert not missing.exists()  # a report never creates a database
     junk = tmp_path / "junk.db"
     junk.write_text("not a database at all " * 100)
-    result = _run(*command, "--db", junk)
+    result = run_cli(*command, "--db", junk)
     assert result.exit_code == 2 and "SQLite" in result.output
     other = tmp_path / "other.db"
     sqlite3.connect(other).execute("CREATE TABLE t(x)").connection.close()
-    result = _run(*command, "--db", other)
+    result = run_cli(*command, "--db", other)
     assert result.exit_code == 2 and "not a tracescore database" in result.output
 
 
@@ -325,14 +310,14 @@ def test_demo_on_a_bad_database_path_exits_2(tmp_path: Path) -> None:
     junk = tmp_path / "junk.db"
     junk.write_text("not a database at all " * 100)
     for db in (junk, tmp_path / "no-such-folder" / "x.db"):
-        result = _run("demo", "--db", db, "--n", 1)
+        result = run_cli("demo", "--db", db, "--n", 1)
         assert result.exit_code == 2, result.output
         assert str(db) in result.output and isinstance(result.exception, SystemExit)
         assert "Asking" not in result.output  # no progress bar for a run that cannot start
 
 
 def test_the_installed_script_reports_a_missing_database(tmp_path: Path) -> None:
-    proc = subprocess.run([*_script(), "report", "--db", tmp_path / "x.db"],
+    proc = subprocess.run([*cli_script(), "report", "--db", tmp_path / "x.db"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "database not found" in proc.stderr and "Traceback" not in proc.stderr
@@ -348,7 +333,7 @@ def test_every_command_and_option_has_help_and_a_docs_section() -> None:
     for name in commands:
         cmd = main.get_command(ctx, name)
         assert cmd is not None and cmd.help and cmd.get_short_help_str()
-        result = _run(name, "--help")
+        result = run_cli(name, "--help")
         assert result.exit_code == 0 and "Usage: " in result.stdout
         for param in cmd.params:
             if isinstance(param, click.Option):
@@ -358,7 +343,7 @@ def test_every_command_and_option_has_help_and_a_docs_section() -> None:
 
 def test_demo_llama_index_framework(tmp_path: Path) -> None:
     db = tmp_path / "li.db"
-    result = _run("demo", "--db", db, "--n", 3, "--framework", "llama-index", "--worst", 0)
+    result = run_cli("demo", "--db", db, "--n", 3, "--framework", "llama-index", "--worst", 0)
     assert result.exit_code == 0, result.output
     recs = rows(db, "SELECT source, query, answer, ground_truths, n_contexts FROM records")
     assert len(recs) == 3

@@ -28,30 +28,15 @@ from typing import Any
 
 import click
 import pytest
-from click.testing import CliRunner
-from helpers import rows
+from helpers import cli_script, rows, run_cli
 from test_html_report import Run, build_db, standard_runs
 
-from tracescore.cli import main
 from tracescore.dump import COLUMNS, iter_rows, write_csv
 from tracescore.report import open_db
 from tracescore.store import Store
 from tracescore.ui import canned_queries, metadata, query_params
 
 UNICODE_ANSWER = "Café ✓ — 500 Wh, \"quoted\"\r\nand a second line"
-
-
-def _script() -> list[str]:
-    """The installed console script, else the module (same code, still a real process)."""
-    beside = Path(sys.executable).with_name("tracescore")
-    if beside.exists():
-        return [str(beside)]
-    found = shutil.which("tracescore")
-    return [found] if found else [sys.executable, "-m", "tracescore.cli"]
-
-
-def _run(*args: Any) -> Any:
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def _runs() -> list[Run]:
@@ -117,7 +102,7 @@ def _compare(got: list[dict[str, Any]], expected: list[dict[str, Any]]) -> None:
 
 # -- export ----------------------------------------------------------------------------------
 def test_jsonl_is_records_joined_with_scores(db: Path) -> None:
-    result = _run("export", "--db", db, "--format", "jsonl")
+    result = run_cli("export", "--db", db, "--format", "jsonl")
     assert result.exit_code == 0, result.output
     got = [json.loads(line) for line in result.stdout.splitlines()]
     _compare(got, _expected(db))
@@ -131,8 +116,8 @@ def test_jsonl_is_records_joined_with_scores(db: Path) -> None:
 
 
 def test_csv_quotes_newlines_and_matches_jsonl(db: Path) -> None:
-    as_csv = _run("export", "--db", db, "--format", "csv")
-    as_jsonl = _run("export", "--db", db, "--format", "jsonl")
+    as_csv = run_cli("export", "--db", db, "--format", "csv")
+    as_jsonl = run_cli("export", "--db", db, "--format", "jsonl")
     assert as_csv.exit_code == 0 and as_jsonl.exit_code == 0
     # stdout_bytes: Result.stdout turns every \r\n into \n, CSV's row ends and data alike.
     reader = csv.reader(io.StringIO(as_csv.stdout_bytes.decode("utf-8"), newline=""))
@@ -155,7 +140,7 @@ def test_csv_quotes_newlines_and_matches_jsonl(db: Path) -> None:
 
 def test_metric_filter_scored_only_and_since(db: Path) -> None:
     def export(*args: Any) -> list[dict[str, Any]]:
-        result = _run("export", "--db", db, "--format", "jsonl", *args)
+        result = run_cli("export", "--db", db, "--format", "jsonl", *args)
         assert result.exit_code == 0, result.output
         return [json.loads(line) for line in result.stdout.splitlines()]
 
@@ -175,14 +160,14 @@ def test_metric_filter_scored_only_and_since(db: Path) -> None:
 def test_output_file_appears_complete(db: Path, tmp_path: Path) -> None:
     out = tmp_path / "scores.csv"
     out.write_text("old contents")
-    result = _run("export", "--db", db, "--format", "csv", "-o", out)
+    result = run_cli("export", "--db", db, "--format", "csv", "-o", out)
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
     n = len(_expected(db))
     assert result.stderr.strip() == f"Wrote {n} rows to {out.resolve()}"
     with open(out, newline="", encoding="utf-8") as f:
         assert len(list(csv.reader(f))) == n + 1
-    assert out.read_bytes() == _run("export", "--db", db, "--format", "csv").stdout_bytes
+    assert out.read_bytes() == run_cli("export", "--db", db, "--format", "csv").stdout_bytes
     assert [p.name for p in tmp_path.iterdir() if not p.name.startswith("export.db")] == [
         "scores.csv"]  # and no temporary file left beside it
 
@@ -193,15 +178,15 @@ def test_output_file_appears_complete(db: Path, tmp_path: Path) -> None:
     (["--format", "csv", "--since", "yesterday"], "not a duration"),
 ])
 def test_export_usage_errors(db: Path, args: list[str], message: str) -> None:
-    result = _run("export", "--db", db, *args)
+    result = run_cli("export", "--db", db, *args)
     assert result.exit_code == 2 and message in result.output
 
 
 def test_export_missing_database_or_unwritable_output(db: Path, tmp_path: Path) -> None:
-    result = _run("export", "--db", tmp_path / "nope.db", "--format", "csv")
+    result = run_cli("export", "--db", tmp_path / "nope.db", "--format", "csv")
     assert result.exit_code == 2 and "database not found" in result.output
     assert not (tmp_path / "nope.db").exists()
-    result = _run("export", "--db", db, "--format", "csv", "-o", tmp_path / "no" / "x.csv")
+    result = run_cli("export", "--db", db, "--format", "csv", "-o", tmp_path / "no" / "x.csv")
     assert result.exit_code == 2 and "x.csv" in result.output
     assert isinstance(result.exception, SystemExit)
 
@@ -251,7 +236,7 @@ def test_export_streams_in_flat_memory(big_db: Path) -> None:
 
 
 def test_export_into_a_closed_pipe_is_quiet(big_db: Path) -> None:
-    proc = subprocess.Popen([*_script(), "export", "--db", str(big_db), "--format", "jsonl"],
+    proc = subprocess.Popen([*cli_script(), "export", "--db", str(big_db), "--format", "jsonl"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     first = json.loads(proc.stdout.readline())
@@ -382,7 +367,7 @@ def _digest(path: Path) -> str:
 def test_ui_serves_canned_queries_read_only(db: Path) -> None:
     pytest.importorskip("datasette")
     before = _digest(db)
-    proc = subprocess.Popen([*_script(), "ui", "--db", str(db), "--port", "0", "--no-open"],
+    proc = subprocess.Popen([*cli_script(), "ui", "--db", str(db), "--port", "0", "--no-open"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: queue.Queue[str] = queue.Queue()
     assert proc.stderr is not None
@@ -425,7 +410,7 @@ def test_ui_opens_the_browser_unless_told_not_to(db: Path,
         raise KeyboardInterrupt
 
     monkeypatch.setattr(click, "launch", launch)
-    result = _run("ui", "--db", db, "--port", 0)
+    result = run_cli("ui", "--db", db, "--port", 0)
     assert result.exit_code == 0, result.output
     assert len(opened) == 1
     url, page = opened[0]
@@ -438,7 +423,7 @@ def test_ui_without_datasette_says_how_to_install(db: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "datasette", None)  # import datasette -> ImportError
     monkeypatch.setattr(click, "launch", lambda *a, **k: pytest.fail("opened a browser"))
-    result = _run("ui", "--db", db, "--no-open")
+    result = run_cli("ui", "--db", db, "--no-open")
     assert result.exit_code == 2
     assert "pip install 'tracescore[ui]'" in result.output
     assert isinstance(result.exception, SystemExit)
@@ -448,6 +433,6 @@ def test_ui_on_a_missing_database_exits_2(tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("datasette")
     monkeypatch.setattr(click, "launch", lambda *a, **k: pytest.fail("opened a browser"))
-    result = _run("ui", "--db", tmp_path / "nope.db", "--port", 0)
+    result = run_cli("ui", "--db", tmp_path / "nope.db", "--port", 0)
     assert result.exit_code == 2 and "database not found" in result.output
     assert not (tmp_path / "nope.db").exists()
