@@ -37,6 +37,20 @@ def run_cli(*args: Any) -> Any:
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
+def assert_no_content_kept(db: Path, exporter: Any, query: str, answer: str) -> None:
+    """``capture_content=False``: the one record has no text, its text metrics are skipped,
+    and neither the spans nor the database file contain the query or the answer."""
+    [rec] = records(db)
+    assert rec["query"] is None and rec["answer"] is None and rec["contexts"] == []
+    assert rec["content_captured"] == 0
+    assert {j["status"] for j in jobs(db, rec["record_id"]).values()} == {"skipped"}
+    raw = Path(db).read_bytes()
+    for span in exporter.get_finished_spans():
+        for value in span.attributes.values():
+            assert query not in str(value) and answer not in str(value)
+    assert query.encode() not in raw and answer.encode() not in raw
+
+
 def records(db: Path | str) -> list[dict[str, Any]]:
     out = rows(db, "SELECT * FROM records ORDER BY created_at, rowid")
     for r in out:
