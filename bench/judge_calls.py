@@ -41,7 +41,7 @@ from _common import machine_info, md_table, print_machine  # noqa: E402
 import tracescore  # noqa: E402
 from tracescore.judge.openai_judge import OpenAIJudge  # noqa: E402
 from tracescore.metrics.judged import JUDGE_METRICS, RAG_SET  # noqa: E402
-from tracescore.testing_judge import ScriptedJudgeServer, lexical_responder  # noqa: E402
+from tracescore.testing.judge import ScriptedJudgeServer, lexical_responder  # noqa: E402
 
 QUERY = "What battery does the Cargo have, and how far does it go?"
 CONTEXTS = [

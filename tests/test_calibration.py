@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tracescore.calibration import (
+from tracescore.cli import main
+from tracescore.judge.openai_judge import OpenAIJudge
+from tracescore.reports.calibration import (
     THRESHOLDS,
     Counts,
     best_threshold,
@@ -26,9 +28,7 @@ from tracescore.calibration import (
     roc_auc,
     scale_for,
 )
-from tracescore.cli import main
-from tracescore.judge.openai_judge import OpenAIJudge
-from tracescore.testing_judge import ScriptedJudgeServer
+from tracescore.testing.judge import ScriptedJudgeServer
 
 T, F = True, False
 

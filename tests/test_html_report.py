@@ -27,7 +27,7 @@ from tracescore import Metric, RagRecord, Score
 from tracescore.cli import main
 from tracescore.metrics import registry
 from tracescore.record import Context, TokenUsage
-from tracescore.report import histogram, open_db, pick_bucket
+from tracescore.reports.summary import histogram, open_db, pick_bucket
 from tracescore.sampling import Decision
 from tracescore.score import label_for
 from tracescore.store import SKIPPED, NewJob, Store

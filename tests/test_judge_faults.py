@@ -1,6 +1,6 @@
 """Judge faults, budgets and concurrency, against a real OpenAI-compatible server on 127.0.0.1.
 
-Each fault is injected at the server (:class:`~tracescore.testing_judge.Fault`): HTTP errors with
+Each fault is injected at the server (:class:`~tracescore.testing.judge.Fault`): HTTP errors with
 and without ``Retry-After``, slow replies, cut-off response bodies, malformed or
 schema-violating JSON. Waits are measured from the server's arrival log, not assumed.
 """
@@ -24,7 +24,7 @@ from tracescore.judge.resilience import CircuitBreaker, ResilientJudge, RetryPol
 from tracescore.judge.session import JudgeSession, Usage
 from tracescore.metrics.judged import RAG_SET
 from tracescore.record import RagRecord
-from tracescore.testing_judge import Fault, ScriptedJudgeServer, lexical_responder
+from tracescore.testing.judge import Fault, ScriptedJudgeServer, lexical_responder
 
 MODEL = "scripted-judge"
 Q = "What battery does the Cargo have?"

@@ -1,6 +1,6 @@
 """LLM-judge metrics end to end: real pipeline, real ``openai`` client, real HTTP server.
 
-The judge is :class:`~tracescore.testing_judge.ScriptedJudgeServer` on 127.0.0.1: each test gives
+The judge is :class:`~tracescore.testing.judge.ScriptedJudgeServer` on 127.0.0.1: each test gives
 it a responder that returns exactly the verdicts it wants per step, so every expected value is
 computed by hand from the scripted verdicts (see the comments next to them). Call counts are
 read at the server.
@@ -24,7 +24,7 @@ from tracescore.judge.canary import CASES
 from tracescore.judge.openai_judge import OpenAIJudge
 from tracescore.metrics.judged import JUDGE_METRICS, RAG_SET, GEval
 from tracescore.testing import rag_roots
-from tracescore.testing_judge import ScriptedJudgeServer, lexical_responder, parse_prompt
+from tracescore.testing.judge import ScriptedJudgeServer, lexical_responder, parse_prompt
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 MODEL = "scripted-judge"

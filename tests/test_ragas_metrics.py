@@ -1,7 +1,7 @@
 """Ragas metrics end to end: real pipeline, real ``openai`` clients, real HTTP servers.
 
-The judge is :class:`~tracescore.testing_judge.ScriptedJudgeServer` and, where a test needs
-exact cosines, the embedder is :class:`~tracescore.testing_embeddings.ScriptedEmbeddingServer`
+The judge is :class:`~tracescore.testing.judge.ScriptedJudgeServer` and, where a test needs
+exact cosines, the embedder is :class:`~tracescore.testing.embeddings.ScriptedEmbeddingServer`
 with vectors chosen by hand (``VECTORS``); elsewhere it is the real all-MiniLM-L6-v2, checked
 against numbers that sentence-transformers computed (see tests/test_embeddings.py). Every
 expected value is computed by hand from the scripted verdicts and vectors, next to it.
@@ -30,8 +30,8 @@ from tracescore.metrics.ragas import (
     normalize_entity,
     statement_f1,
 )
-from tracescore.testing_embeddings import ScriptedEmbeddingServer, hashed_bag_of_words
-from tracescore.testing_judge import ScriptedJudgeServer
+from tracescore.testing.embeddings import ScriptedEmbeddingServer, hashed_bag_of_words
+from tracescore.testing.judge import ScriptedJudgeServer
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 RAGAS = [cls.name for cls in RAGAS_METRICS]

@@ -1,7 +1,7 @@
 """RGB's four abilities on live records: ``rgb_noise`` per record, ``report --rgb`` in aggregate.
 
 Records are hand-built with ``ts.log_record``; the judge is a real local HTTP server
-(:class:`~tracescore.testing_judge.ScriptedJudgeServer`) whose replies follow markers in the
+(:class:`~tracescore.testing.judge.ScriptedJudgeServer`) whose replies follow markers in the
 context texts: ``REL`` relevant, ``NOISE`` not relevant, ``CF`` counterfactual (relevant, but
 contradicting the reference). A context supports a statement when it contains the statement's
 text. Every expected number below is counted by hand from those markers.
@@ -22,9 +22,9 @@ from tracescore.judge.openai_judge import OpenAIJudge
 from tracescore.judge.rgb_steps import RGB_TASK, rgb_schema
 from tracescore.metrics import registry
 from tracescore.metrics.rgb_abilities import integration_need, noise_bucket
-from tracescore.report import open_db
-from tracescore.rgb_live import RecordFacts, aggregate, format_rgb, record_facts, rgb_live
-from tracescore.testing_judge import ScriptedJudgeServer, parse_prompt
+from tracescore.reports.rgb import RecordFacts, aggregate, format_rgb, record_facts, rgb_live
+from tracescore.reports.summary import open_db
+from tracescore.testing.judge import ScriptedJudgeServer, parse_prompt
 
 MODEL = "scripted-judge"
 LOCAL = ["rgb_accuracy", "rgb_rejection", "rgb_error_detection", "rgb_error_correction"]

@@ -14,7 +14,7 @@ from helpers import records, scores
 import tracescore
 from tracescore.judge.openai_judge import OpenAIJudge
 from tracescore.metrics.saga_extra import GPTScore, SelfCheckGPT
-from tracescore.testing_judge import ScriptedJudgeServer
+from tracescore.testing.judge import ScriptedJudgeServer
 
 
 class CompletionServer:

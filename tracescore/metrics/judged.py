@@ -13,7 +13,6 @@ from ..judge import steps as S
 from ..judge.session import JudgeSession, Usage
 from ..record import ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, RagRecord
 from ..score import Score
-from . import registry
 from .base import Metric
 
 
@@ -341,6 +340,3 @@ JUDGE_METRICS: tuple[type[JudgeMetric], ...] = (
 #: The RAG set the call-count target is about.
 RAG_SET = ("faithfulness", "answer_relevance", "answer_correctness", "context_precision",
            "context_recall", "context_relevance", "hallucination")
-
-for _cls in JUDGE_METRICS:
-    registry.register(_cls)

@@ -1,12 +1,11 @@
 """The built-in local metrics: pure computation over the record, no judge calls.
 
-Importing this module registers them (the registry imports it on first lookup). Each family
-lives in its own module; this is the visible list.
+Each family lives in its own module; this is their visible list, which
+:mod:`.builtin` hands to the registry.
 """
 
 from __future__ import annotations
 
-from . import registry
 from .base import Metric
 from .bleu import Bleu
 from .overlap import ExactMatch, TokenF1
@@ -23,9 +22,6 @@ LOCAL_METRICS: tuple[type[Metric], ...] = (
     RgbErrorDetection,
     RgbErrorCorrection,
 )
-
-for _cls in LOCAL_METRICS:
-    registry.register(_cls)
 
 __all__ = [
     "LOCAL_METRICS",

@@ -23,7 +23,6 @@ from ..judge.session import JudgeSession, Usage
 from ..record import ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, RagRecord
 from ..score import Score
 from ..text import split_sentences
-from . import registry
 from .base import Metric
 from .judged import ContextPrecision, ContextRecall, Faithfulness, JudgeMetric
 
@@ -321,6 +320,3 @@ RAGAS_METRICS: tuple[type[Metric], ...] = (
     RagasFaithfulness, RagasContextPrecision, RagasContextRecall, RagasAnswerRelevancy,
     AnswerSimilarity, RagasAnswerCorrectness, ContextEntityRecall, RagasContextRelevancy,
 )
-
-for _cls in RAGAS_METRICS:
-    registry.register(_cls)

@@ -1,4 +1,9 @@
-"""Name → metric factory. ``tracescore.init(metrics=[...])`` resolves names here."""
+"""Name → metric factory. ``tracescore.init(metrics=[...])`` resolves names here.
+
+Registration runs one way: the registry reads the built-ins from :mod:`.builtin` (which lists
+them once) on its first lookup, and users add their own with :func:`register`. Metric modules
+never import the registry.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,9 @@ _REGISTRY: dict[str, Callable[[], Metric]] = {}
 
 
 def register(factory: Callable[[], Metric], name: str | None = None) -> None:
-    """Make ``factory`` (usually a :class:`Metric` subclass) available by name."""
+    """Make ``factory`` (usually a :class:`Metric` subclass) available by name.
+
+    A name registered here wins over a built-in of the same name."""
     key = name or getattr(factory, "name", "")
     if not key:
         raise ValueError("a registered metric needs a name")
@@ -62,4 +69,7 @@ def _load_builtins() -> None:
     if _loaded:
         return
     _loaded = True
-    from . import judged, local, ragas, rgb_abilities, saga_extra  # noqa: F401  (built-ins)
+    from .builtin import BUILTIN_METRICS
+
+    for factory in BUILTIN_METRICS:
+        _REGISTRY.setdefault(factory.name, factory)

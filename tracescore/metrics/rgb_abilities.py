@@ -2,7 +2,7 @@
 
 RGB builds its test sets so that each question probes one ability; live records are not
 labelled, so this judge metric says, per record, which ability it exercises and stores the
-verdicts in the score's details, where :mod:`tracescore.rgb_live` aggregates them
+verdicts in the score's details, where :mod:`tracescore.reports.rgb` aggregates them
 (``tracescore report --rgb``). See docs/rgb.md for the definitions.
 
 The value is the record's noise ratio: the share of its contexts that the judge finds not
@@ -18,7 +18,6 @@ from ..judge.rgb_steps import rgb_verdicts
 from ..judge.session import JudgeSession, Usage
 from ..record import CONTEXTS, GROUND_TRUTHS, QUERY, RagRecord
 from ..score import Score
-from . import registry
 from .judged import JudgeMetric
 
 #: Lower bounds of RGB's noise-ratio buckets (RGB tests 0, 0.2, 0.4, 0.6, 0.8 and 1.0).
@@ -110,6 +109,3 @@ class RgbNoise(JudgeMetric):
             parts.append(f"the {source} needs contexts "
                          f"#{', #'.join(str(i + 1) for i in supporting)} together")
         return self.result(ratio, "; ".join(parts), details=details)
-
-
-registry.register(RgbNoise)

@@ -27,7 +27,6 @@ from ..judge.steps import YES_NO, _list, _obj, _verdict
 from ..record import ANSWER, QUERY, RagRecord
 from ..score import Score
 from ..text import split_sentences
-from . import registry
 from .base import Metric
 from .judged import JudgeMetric
 
@@ -143,7 +142,3 @@ class SelfCheckGPT(JudgeMetric):
                            details={"generations": self.n, "generation_s": round(gen_s, 3),
                                     "prompt_source": "llm prompt" if record.prompt
                                     else "query"})
-
-
-registry.register(GPTScore)
-registry.register(SelfCheckGPT)

@@ -1,7 +1,7 @@
 """The HTML report: one self-contained page of charts, worst records and cost.
 
 Everything is inline: CSS, SVG charts drawn here from the report queries in
-:mod:`tracescore.report`, and a few lines of JavaScript for "expand all". Nothing is fetched
+:mod:`tracescore.reports.summary`, and a few lines of JavaScript for "expand all". Nothing is fetched
 from anywhere, so the file can be mailed or archived. Every piece of user text (queries,
 answers, contexts, explanations, metric names) goes through :func:`html.escape`.
 
@@ -17,8 +17,9 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
-from . import __version__
-from .report import (
+from .. import __version__
+from ..score import label_for
+from .summary import (
     Histogram,
     MetricSummary,
     Report,
@@ -35,7 +36,6 @@ from .report import (
     timeline,
     usage_summary,
 )
-from .score import label_for
 
 __all__ = ["render_html"]
 
@@ -45,7 +45,7 @@ CONTEXT_CHARS = 4000
 
 def render_html(conn: sqlite3.Connection, report: Report, *, bins: int = 10,
                 context_chars: int = CONTEXT_CHARS) -> str:
-    """The page for ``report`` (from :func:`~tracescore.report.build_report` on ``conn``).
+    """The page for ``report`` (from :func:`~tracescore.reports.summary.build_report` on ``conn``).
 
     Per score name: headline numbers, a histogram of values and the mean per time bucket;
     then the worst records (each once, with every score, the explanations and the contexts);

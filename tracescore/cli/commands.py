@@ -19,7 +19,7 @@ from typing import Any, TextIO, TypeVar
 
 import click
 
-from . import __version__
+from .. import __version__
 from .demo import DEFAULT_DB as DEMO_DB
 
 DEFAULT_DB = "tracescore.db"
@@ -40,7 +40,7 @@ class OutputProblem(click.FileError):
 
 
 def _open(db: Path) -> Any:
-    from .report import DatabaseError, open_db
+    from ..reports.summary import DatabaseError, open_db
 
     try:
         return open_db(db)
@@ -85,7 +85,7 @@ def _quiet_stdout() -> None:
 
 
 def _since(ctx: click.Context, param: click.Parameter, value: str) -> float | None:
-    from .report import parse_since
+    from ..reports.summary import parse_since
 
     try:
         return parse_since(value)
@@ -129,8 +129,8 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
     attaches the reference answer as ground truth, scores it with the default local metrics
     and stores everything in the database. Fully offline; takes a few seconds.
     """
+    from ..reports.summary import build_report, format_report
     from .demo import DemoSetupError, run_demo
-    from .report import build_report, format_report
 
     def progress(items: Iterator[Any], count: int) -> Any:
         return click.progressbar(items, length=count, label=f"Asking {count} questions",
@@ -176,9 +176,9 @@ def judge_check(judge: str, db: Path, as_json: bool) -> None:
     """
     import asyncio
 
-    from .judge import ResilientJudge, resolve_judge
-    from .judge.canary import run_canary
-    from .judge.session import JudgeSession
+    from ..judge import ResilientJudge, resolve_judge
+    from ..judge.canary import run_canary
+    from ..judge.session import JudgeSession
 
     try:
         backend = resolve_judge(judge)
@@ -229,14 +229,14 @@ def report(db: Path, since: float | None, as_json: bool, worst: int,
     With --html, writes the same as one HTML page with charts instead. With --rgb, prints
     RGB's four abilities on the live records (docs/rgb.md) instead.
     """
-    from .report import build_report, format_report
+    from ..reports.summary import build_report, format_report
 
     if as_json and html_path is not None:
         raise click.UsageError("--json and --html cannot be combined")
     if rgb and html_path is not None:
         raise click.UsageError("--rgb and --html cannot be combined")
     if rgb:
-        from .rgb_live import format_rgb, rgb_live
+        from ..reports.rgb import format_rgb, rgb_live
 
         conn = _open(db)
         try:
@@ -250,7 +250,7 @@ def report(db: Path, since: float | None, as_json: bool, worst: int,
     try:
         rep = build_report(conn, since=since, worst=worst, db=str(db))
         if html_path is not None:
-            from .html_report import render_html
+            from ..reports.html import render_html
 
             page = render_html(conn, rep)
     finally:
@@ -286,7 +286,7 @@ def calibrate(db: Path, metrics: tuple[str, ...], feedback: str, as_json: bool) 
     threshold, ROC AUC, a precision-recall curve over thresholds 0.05-0.95 and the threshold
     with the best F1. Fewer than 5 pairs: "not enough feedback".
     """
-    from . import calibration
+    from ..reports import calibration
 
     conn = _open(db)
     try:
@@ -310,7 +310,7 @@ def show(trace_id: str, db: Path, as_json: bool, chars: int) -> None:
     TRACE_ID is a trace id, a unique prefix of one, or a record id (TRACE-SPAN).
     Exits with code 1 when nothing matches.
     """
-    from .report import find_records, format_records, record_details
+    from ..reports.summary import find_records, format_records, record_details
 
     conn = _open(db)
     try:
@@ -358,7 +358,7 @@ def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
     score fields unless --scored-only. Rows are streamed, oldest record first, so the
     database can be larger than memory.
     """
-    from .dump import iter_rows, write_csv, write_jsonl
+    from ..reports.rows import iter_rows, write_csv, write_jsonl
 
     conn = _open(db)
     try:
@@ -388,11 +388,11 @@ def ui(db: Path, port: int, no_open: bool) -> None:
     metric per hour, records without scores, errors and skips by reason, daily summary.
     Needs the ui extra: pip install 'tracescore[ui]'. Stop with Ctrl-C.
     """
-    from .ui import INSTALL_HINT, datasette_available, serve
+    from ..reports.ui import INSTALL_HINT, datasette_available, serve
 
     if not datasette_available():
         raise DatabaseProblem(f"Datasette is not installed; {INSTALL_HINT}")
-    from .report import has_table
+    from ..reports.summary import has_table
 
     conn = _open(db)  # a clear message for a missing or foreign file, before Datasette starts
     try:
@@ -409,6 +409,3 @@ def ui(db: Path, port: int, no_open: bool) -> None:
     if code:
         raise SystemExit(code)
 
-
-if __name__ == "__main__":
-    main()

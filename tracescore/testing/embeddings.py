@@ -20,7 +20,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._internal.json_server import Fault, Response, ScriptedServer, error_response, pause
+from .._internal.json_server import Fault, Response, ScriptedServer, error_response, pause
 
 __all__ = ["Fault", "ScriptedEmbeddingServer", "hashed_bag_of_words"]
 

@@ -1,4 +1,4 @@
-"""SQLite storage (through sqlite-utils): records, jobs, scores, counters.
+"""The SQLite backend (through sqlite-utils): records, jobs, scores, counters.
 
 One :class:`Store` per thread (SQLite connections are not shared across threads). WAL mode lets
 the writer, the scoring worker and readers (CLI, reports) work at once. The database is the
@@ -20,9 +20,9 @@ from typing import Any
 
 import sqlite_utils
 
-from .record import Context, RagRecord, TokenUsage
-from .sampling import Decision
-from .score import Score
+from ..record import Context, RagRecord, TokenUsage
+from ..sampling import Decision
+from ..score import Score
 
 SCHEMA_VERSION = 1
 MAX_METADATA_CHARS = 65_536

@@ -1,4 +1,4 @@
-"""Test doubles shipped with the library (for tracescore's tests and for its users' tests).
+"""A real pipeline for tests: an in-memory span exporter, span filters, a scripted metric.
 
 Nothing here is a mock of tracescore: :func:`in_memory` builds a real pipeline (real
 ``TracerProvider``, real SQLite file, real worker) whose spans land in an
@@ -26,9 +26,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from . import attributes as A
-from ._internal.errors import production_mode
-from ._internal.otlp_receiver import (
+from .. import attributes as A
+from .._internal.errors import production_mode
+from .._internal.otlp_receiver import (
     OtlpReceiver,
     Received,
     WireExemplar,
@@ -36,9 +36,9 @@ from ._internal.otlp_receiver import (
     WirePoint,
     WireSpan,
 )
-from .client import Tracescore
-from .metrics.base import Metric
-from .record import RagRecord
+from ..client import Tracescore
+from ..metrics.base import Metric
+from ..record import RagRecord
 
 __all__ = ["OtlpReceiver", "Received", "ScriptedMetric", "WireExemplar", "WireLogRecord",
            "WirePoint", "WireSpan", "carriers", "in_memory", "production_errors", "rag_roots"]

