@@ -15,7 +15,7 @@ import nltk
 import pytest
 from rouge_score import rouge_scorer
 
-from tracescore import text
+from tracescore.metrics import text
 from tracescore.metrics import registry
 from tracescore.metrics.base import Metric
 from tracescore.metrics.bleu import Bleu

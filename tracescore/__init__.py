@@ -1,6 +1,17 @@
 """tracescore: capture RAG runs as OpenTelemetry spans, score them in the background, attach
 the scores back to the spans, and keep everything in SQLite.
 
+The package follows the pipeline (``../shared/DESIGN.md``)::
+
+    capture ──► record ──► sample ──► queue ──► score ──► attach ──► store / export
+    integrations/ record.py sampling.py queue.py worker.py processor.py store/ export.py
+
+:mod:`.client` wires the stages (``init`` returns its :class:`Tracescore`), from the validated
+:mod:`.settings`; :mod:`.metrics`, :mod:`.judge` and :mod:`.embeddings` are what the scoring
+worker runs; :mod:`.attributes` names every span attribute; :mod:`.score` is a metric's result.
+Beside the pipeline: :mod:`.reports` (the reading side), :mod:`.cli` (the command line and the
+demo), :mod:`.testing` (test doubles shipped with the library).
+
 ```python
 import tracescore
 ts = tracescore.init(db="tracescore.db", metrics=["rouge", "token_f1"], sample_rate=0.1)

@@ -1,5 +1,8 @@
 """`Tracescore`: the object :func:`tracescore.init` returns; it wires the pipeline together.
 
+Its arguments are validated once, in :class:`~tracescore.settings.Settings`; ``__init__``
+then only builds the stages and connects them. Data flows:
+
 capture (integrations) → :meth:`Tracescore.submit` (sample, hold, enqueue; hot path) →
 :class:`~tracescore.queue.RecordQueue` (writer thread → SQLite) →
 :class:`~tracescore.worker.ScoringWorker` (scores) →

@@ -1,1 +1,7 @@
-"""Private helpers; nothing here is public API."""
+"""Private helpers; nothing here is public API.
+
+- :mod:`.errors` — the one internal-error funnel (log and carry on; re-raise under pytest).
+- :mod:`.openai_errors` — what the OpenAI-compatible judge and embedder read off SDK errors.
+- :mod:`.json_server` — the HTTP plumbing of the scripted judge and embedding test servers.
+- :mod:`.otlp_receiver` — a real OTLP receiver (public as ``tracescore.testing.OtlpReceiver``).
+"""

@@ -2,7 +2,15 @@
 
 ``tracescore.init(judge=...)`` accepts ``"openai:MODEL"``, ``"llama-cpp:PATH"``, ``"local"``
 (the tiny bundled SmolLM2 model: proves the offline path, far too weak to trust), a LangChain
-``BaseChatModel``, or a :class:`Judge`.
+``BaseChatModel``, or a :class:`Judge`. Judges run on the scoring worker only.
+
+- the interface and its backends: :mod:`.base`, :mod:`.openai_judge`, :mod:`.langchain_judge`,
+  :mod:`.llama_cpp_judge`; :mod:`.logprobs` (token log-probabilities, for GPTScore);
+- around any backend: :mod:`.resilience` (timeouts, retries, breaker, JSON repair) and
+  :mod:`.session` (the shared-step cache, budgets, accounting);
+- what is asked: :mod:`.steps` (shared steps of the RAG metrics), :mod:`.ragas_steps`,
+  :mod:`.rgb_steps`, with their :mod:`.prompts` and exact JSON :mod:`.schemas`;
+- :mod:`.canary` — known-answer verdicts that flag a degenerate judge.
 """
 
 from __future__ import annotations

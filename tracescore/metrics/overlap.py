@@ -6,8 +6,8 @@ from collections import Counter
 
 from ..record import ANSWER, GROUND_TRUTHS, RagRecord
 from ..score import Score
-from ..text import answer_tokens
 from .base import Metric
+from .text import answer_tokens
 
 
 def token_prf(prediction: list[str], reference: list[str]) -> tuple[float, float, float]:

@@ -22,9 +22,9 @@ from ..judge import steps as S
 from ..judge.session import JudgeSession, Usage
 from ..record import ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, RagRecord
 from ..score import Score
-from ..text import split_sentences
 from .base import Metric
 from .judged import ContextPrecision, ContextRecall, Faithfulness, JudgeMetric
+from .text import split_sentences
 
 
 class _UsesEmbedder:

@@ -14,8 +14,8 @@ import re
 
 from ..record import ANSWER, GROUND_TRUTHS, RagRecord
 from ..score import Score
-from ..text import answer_tokens, contains_tokens
 from .base import Metric
+from .text import answer_tokens, contains_tokens
 
 # "the provided documents", "the context", "the information above", ...
 _DOCS = (

@@ -9,8 +9,8 @@ from rouge_score.rouge_scorer import RougeScorer
 
 from ..record import ANSWER, GROUND_TRUTHS, RagRecord
 from ..score import Score
-from ..text import split_sentences, truncate_words, words
 from .base import Metric
+from .text import split_sentences, truncate_words, words
 
 #: rouge-score type → our snake_case score name.
 _SCORE_NAMES = {"rougeL": "rouge_l", "rougeLsum": "rouge_lsum"}

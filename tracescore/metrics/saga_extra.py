@@ -26,9 +26,9 @@ from ..judge.session import JudgeSession, Usage
 from ..judge.steps import YES_NO, _list, _obj, _verdict
 from ..record import ANSWER, QUERY, RagRecord
 from ..score import Score
-from ..text import split_sentences
 from .base import Metric
 from .judged import JudgeMetric
+from .text import split_sentences
 
 GPTSCORE_TEMPLATE = "Answer the question.\nQuestion: {query}\nAnswer: "
 

@@ -141,7 +141,7 @@ _STOP = frozenset(
 
 
 def _content(text: str) -> set[str]:
-    from ..text import answer_tokens
+    from ..metrics.text import answer_tokens
 
     return {t for t in answer_tokens(text) if t not in _STOP}
 
@@ -161,7 +161,7 @@ def _warm_up() -> None:
     global _warm
     with _warm_lock:
         if not _warm:
-            from ..text import split_sentences
+            from ..metrics.text import split_sentences
 
             split_sentences("Warm up. The tables!")
             _content("Warm up, the tables.")
@@ -170,7 +170,7 @@ def _warm_up() -> None:
 
 def lexical_responder(step: str, data: Any, request: dict[str, Any]) -> dict[str, Any]:
     """Answers every tracescore judge step by word overlap: deterministic, cheap, honest-ish."""
-    from ..text import split_sentences
+    from ..metrics.text import split_sentences
 
     if not _warm:
         _warm_up()
