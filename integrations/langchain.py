@@ -31,6 +31,7 @@ from . import require
 require("langchain_core", "langchain")
 
 from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
+from langchain_core.runnables.config import var_child_runnable_config  # noqa: E402
 
 from tracescore import attributes as A  # noqa: E402
 from tracescore._internal.errors import handle_internal_errors, raise_internal_errors  # noqa: E402
@@ -76,6 +77,10 @@ class _Root:
     done: bool = False  # the root ended: late child steps materialise at once
     retrieval_queries: list[str] = field(default_factory=list)
     scope: RunScope | None = None
+    #: A session id only the run's config holds (``RunnableWithMessageHistory``'s
+    #: ``configurable.session_id``), read once, when the root's first child starts.
+    config_session: str | None = None
+    config_read: bool = False
 
 
 def _dict_of(gen: Callable[[Any], Any], arg: Any) -> dict[str, Any]:
@@ -149,6 +154,9 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             self.ts.run_ids.note(run_id, trace_hex)
         else:
             root = parent.root
+            if not root.config_read:
+                root.config_read = True
+                root.config_session = _config_session()
             pending = _PendingSpan(name, parent.span, attrs, now)
             root.pending.append(pending)
             span = pending
@@ -217,6 +225,9 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         md = root.metadata
         scope = root.scope
         session, user = _session_user(md, scope)
+        if session is None and root.config_session is not None:
+            session = root.config_session
+            span.set_attribute(A.SESSION_ID, session)
         metadata = {k: v for k, v in md.items()
                     if not k.startswith(("ls_", "langgraph_")) and k not in GROUND_TRUTH_KEYS}
         ground_truths = ground_truths_from(md)
@@ -610,7 +621,9 @@ def artifact_documents(output: Any) -> list[Any] | None:
 def state_documents(outputs: Any) -> list[Any] | None:
     """Documents a LangGraph node returned into the state: top-level values of its update
     (a dict, a ``Command``'s update, or a list of those) that are lists of documents."""
-    update = getattr(outputs, "update", outputs)  # Command(update=...)
+    update = outputs
+    if not isinstance(outputs, (Mapping, list, tuple)):
+        update = getattr(outputs, "update", None)  # Command(update=...)
     if isinstance(update, list) and update and not _is_document(update[0]):
         found: list[Any] = []
         for u in itertools.islice(update, MAX_STATE_KEYS):
@@ -641,6 +654,18 @@ def merge_retrievals(retrievals: Sequence[tuple[int, str, list[Context]]]) -> tu
                 seen.add(key)
                 out.append(c)
     return tuple(out)
+
+
+def _config_session() -> str | None:
+    """A session id from the configurable of the config LangChain set for the current run's
+    children. Callbacks see config values only as metadata, and langchain-core 1.x passes
+    ``configurable`` values on as metadata to LangSmith's tracer alone."""
+    config = var_child_runnable_config.get()
+    configurable = config.get("configurable") if config else None
+    if not isinstance(configurable, Mapping):
+        return None
+    return next((configurable[k] for k in SESSION_KEYS
+                 if isinstance(configurable.get(k), str)), None)
 
 
 def _session_user(md: Mapping[str, Any], scope: RunScope | None) -> tuple[str | None, str | None]:
