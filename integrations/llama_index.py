@@ -582,6 +582,11 @@ class LlamaIndexCapture:
         root = run.root
         assert root is not None
         wrapped: Any = None
+        if isinstance(result, StopEvent) and isinstance(
+                result.result, (StreamingResponse, AsyncStreamingResponse)):
+            # A workflow whose last step returns a streaming synthesizer's response (the
+            # docs' RAG workflow): its answer exists once the app consumes that stream.
+            result = result.result
         if err is not None:
             run.error = err
         elif isinstance(result, StreamingResponse) and result.response_txt is None \
