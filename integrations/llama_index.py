@@ -836,11 +836,11 @@ class LlamaIndexCapture:
             chosen = list(got) if got else None
         if chosen is None:
             return [node_context(n, source) for source, nodes in run.retrievals for n in nodes]
-        out = []  # type: ignore[no-redef]
+        picked = []
         for n in chosen:
             nid = _node_id(n)
-            out.append(node_context(n, sources.get(nid) if nid is not None else None))
-        return out
+            picked.append(node_context(n, sources.get(nid) if nid is not None else None))
+        return picked
 
     # -- events -----------------------------------------------------------------------------
     def _set_text(self, span: Span | _PendingSpan, key: str, value: Any) -> None:

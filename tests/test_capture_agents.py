@@ -314,7 +314,7 @@ def test_two_turns_on_one_thread(how: str, capture: Any, db_path: Any) -> None:
     cfg = {**config, "configurable": {"thread_id": "thread-7"}}
     run_app(agent, user_input("artifact_agent", Q1), cfg, how)
     run_app(agent, user_input("artifact_agent", Q2), cfg, how)
-    recs = check(ts, exporter, db_path, "artifact_agent", [Q1, Q2], session="thread-7")
+    check(ts, exporter, db_path, "artifact_agent", [Q1, Q2], session="thread-7")
     assert len(agent.get_state(cfg).values["messages"]) == 8  # the history was there
 
 

@@ -24,9 +24,9 @@ from llama_index.core.schema import NodeWithScore
 from llama_index.core.tools import QueryEngineTool, RetrieverTool
 from llama_index.core.workflow import Context, Event, StartEvent, StopEvent, Workflow, step
 from tracescore.examples.llama_index_rag import ExtractiveLLM, build_index, build_query_engine
+from tracescore.integrations import llama_index as li
 
 from tracescore import attributes as A
-from tracescore.integrations import llama_index as li
 from tracescore.testing import ScriptedMetric, rag_roots
 
 Q1 = "What battery capacity does the Cargo have?"
