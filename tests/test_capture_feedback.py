@@ -133,3 +133,31 @@ def test_run_id_forms_and_errors(make_ts: Any, db_path: Any) -> None:
             pass
     assert ts.flush(20)
     assert [r["trace_id"] for r in rows(db_path, "SELECT * FROM feedback")] == [rec["trace_id"]]
+
+
+def test_quick_start_with_a_sample_rate(make_ts: Any, db_path: Any) -> None:
+    """The README's quick start at sample_rate=0.1: every request is stored with its ground
+    truth; the reference metric scores the sampled ones; thumbs down forces the rest."""
+    ts, _ = make_ts(metrics=[ref_metric()], hold_seconds=30, sample_rate=0.1)
+    chain = build_chain()
+    handler = ts.langchain_handler()
+    trace_ids = []
+    for _ in range(30):
+        with ts.run() as run:
+            chain.invoke(Q, config={"callbacks": [handler]})
+        ts.add_ground_truth(run.trace_id, [REF])
+        trace_ids.append(run.trace_id)
+    assert ts.flush(20)
+    recs = {r["trace_id"]: r for r in records(db_path)}
+    assert set(recs) == set(trace_ids)
+    assert all(r["ground_truths"] == [REF] for r in recs.values())
+    scored = {r["trace_id"] for r in rows(db_path, "SELECT r.trace_id FROM scores s "
+                                                   "JOIN records r USING (record_id)")}
+    assert scored == {t for t, r in recs.items() if r["sample_u"] < 0.1}
+    unsampled = next(t for t, r in recs.items() if r["sample_u"] >= 0.1)
+    ts.add_feedback(unsampled, "down")
+    assert ts.flush(20)
+    [(value,)] = [(r["value"],) for r in rows(
+        db_path, "SELECT s.value FROM scores s JOIN records r USING (record_id) "
+                 "WHERE r.trace_id = ?", unsampled)]
+    assert value == 1.0
