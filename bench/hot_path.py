@@ -22,7 +22,12 @@ its background work does not spill into another variant's window; the CPU the ba
 threads' own CPU clocks. A guard counts SQLite and metric calls made from any thread that is not a
 tracescore thread during the timed windows (must be 0).
 
-Run:  python bench/hot_path.py [--quick] [--json out.json] [--profile]
+``--app agent`` measures an agent-shaped LangGraph app instead of the LCEL chain: a LangChain
+1.x ``create_agent`` graph whose fake tool-calling model calls a
+``@tool(response_format="content_and_artifact")`` retrieval tool over the same BM25 retriever,
+then answers (two model calls, one tool call, ~4 graph steps per request).
+
+Run:  python bench/hot_path.py [--app chain|agent] [--quick] [--json out.json] [--profile]
 """
 
 from __future__ import annotations
@@ -78,6 +83,55 @@ DEFAULT_METRICS = ("rouge", "bleu", "token_f1", "exact_match", "rgb_accuracy", "
 PROFILE_FILES = ("integrations/langchain.py", "tracescore/client.py", "tracescore/sampling.py",
                  "tracescore/processor.py", "tracescore/queue.py", "tracescore/record.py",
                  "integrations/_text.py", "tracescore/_internal/errors.py")
+
+
+# -- the agent-shaped app -------------------------------------------------------------------------
+def build_agent_app() -> Any:
+    """A create_agent graph with a content_and_artifact retrieval tool, called like the chain:
+    ``app.invoke(question, config=...)``."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tools import tool
+
+    try:
+        from tracescore.examples.langchain_rag import KeywordRetriever
+    except ImportError:
+        from examples.langchain_rag import KeywordRetriever  # type: ignore[no-redef]
+
+    retriever = KeywordRetriever()
+
+    @tool(response_format="content_and_artifact")
+    def search_handbook(query: str) -> tuple[str, list[Any]]:
+        """Search the e-bike handbook."""
+        docs = retriever.invoke(query)
+        return "\n\n".join(d.page_content for d in docs), docs
+
+    class ToolCallingModel(GenericFakeChatModel):
+        messages: Any = iter(())
+        disable_streaming: bool = True
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> ChatResult:
+            if messages[-1].type == "tool":
+                reply = AIMessage(content=str(messages[-1].content)[:200])
+            else:
+                reply = AIMessage(content="", tool_calls=[{
+                    "name": "search_handbook", "args": {"query": messages[-1].text},
+                    "id": "call-1"}])
+            return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    graph = create_agent(ToolCallingModel(), tools=[search_handbook])
+
+    class AgentApp:
+        def invoke(self, question: str, config: Any = None) -> Any:
+            return graph.invoke({"messages": [("user", question)]}, config=config)
+
+    return AgentApp()
 
 
 # -- comparison handlers ------------------------------------------------------------------------
@@ -521,6 +575,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-profile", action="store_true", help="never profile")
     ap.add_argument("--json", metavar="PATH", help="write all results as JSON")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--app", choices=("chain", "agent"), default="chain",
+                    help="the LCEL example chain (default) or an agent-shaped LangGraph app")
     args = ap.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 30)
     per_round = args.per_round or (10 if args.quick else 50)
@@ -539,7 +595,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     guard = HotPathGuard()
     guard.install()
     tmp = tempfile.mkdtemp(prefix="tracescore-bench-")
-    chain = build_chain()
+    chain = build_chain() if args.app == "chain" else build_agent_app()
+    print(f"app: {args.app}; tracescore from {Path(tracescore.__file__).parent}\n")
     questions = [q["question"] for q in load_questions()]
 
     variants = [

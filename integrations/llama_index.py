@@ -39,6 +39,7 @@ tests call the handlers directly).
 from __future__ import annotations
 
 import inspect
+import itertools
 import threading
 import time
 import uuid
@@ -105,10 +106,13 @@ from llama_index.core.instrumentation.span_handlers import BaseSpanHandler  # no
 from llama_index.core.postprocessor.types import BaseNodePostprocessor  # noqa: E402
 from llama_index.core.response_synthesizers.base import BaseSynthesizer  # noqa: E402
 from llama_index.core.schema import NodeWithScore  # noqa: E402
+from llama_index.core.tools.types import BaseTool  # noqa: E402
+from llama_index.core.workflow import StopEvent, Workflow  # noqa: E402
 
 from tracescore import attributes as A  # noqa: E402
 from tracescore._internal.errors import handle_internal_errors  # noqa: E402
 from tracescore.record import Context, RagRecord, TokenUsage  # noqa: E402
+from tracescore.runs import RunScope, current_scope  # noqa: E402
 
 from ._spans import _materialize_all, _only, _PendingSpan, usage_attributes  # noqa: E402
 from ._text import clip, format_prompt, json_attr, to_text  # noqa: E402
@@ -141,12 +145,24 @@ RETRIEVAL_QUERY_KEY = "llama_index.retrieval_query"
 STREAM_INCOMPLETE_KEY = "llama_index.stream_incomplete"
 
 # What a LlamaIndex span is, from its instance's class and its method name.
-QUERY, CHAT, RETRIEVE, SYNTHESIZE, POSTPROCESS, LLM = (
-    "query", "chat", "retrieve", "synthesize", "postprocess", "llm")
-ROOT_KINDS = frozenset({QUERY, CHAT, RETRIEVE})
+QUERY, CHAT, RETRIEVE, SYNTHESIZE, POSTPROCESS, LLM, WORKFLOW, TOOL = (
+    "query", "chat", "retrieve", "synthesize", "postprocess", "llm", "workflow", "tool")
+ROOT_KINDS = frozenset({QUERY, CHAT, RETRIEVE, WORKFLOW})
 _OTEL_KIND = {QUERY: A.KIND_CHAIN, CHAT: A.KIND_CHAIN, RETRIEVE: A.KIND_RETRIEVER,
-              SYNTHESIZE: A.KIND_CHAIN, POSTPROCESS: A.KIND_CHAIN, LLM: A.KIND_LLM}
+              SYNTHESIZE: A.KIND_CHAIN, POSTPROCESS: A.KIND_CHAIN, LLM: A.KIND_LLM,
+              WORKFLOW: A.KIND_CHAIN, TOOL: A.KIND_TOOL}
+#: Start-event fields that hold the user's message, in order of preference (agents take
+#: ``user_msg``; custom workflows are started with keyword arguments of their own).
+START_EVENT_KEYS = ("user_msg", "query", "question", "input", "query_str", "msg", "message")
+#: The instrument tag LlamaIndex workflows add to a run span (a summary of the start event):
+#: not the app's metadata.
+_START_EVENT_TAG = "llamaindex.start_event"
+MAX_START_FIELDS = 32
 _METHODS: tuple[tuple[type, str, frozenset[str] | None], ...] = (
+    # Agents (FunctionAgent, ReActAgent, AgentWorkflow) and custom workflows: the run span
+    # that workflows open around a whole ``Workflow.run``.
+    (Workflow, WORKFLOW, frozenset({"run"})),
+    (BaseTool, TOOL, frozenset({"call", "acall", "__call__"})),
     (BaseQueryEngine, QUERY, frozenset({"query", "aquery"})),
     (BaseChatEngine, CHAT, frozenset({"chat", "achat", "stream_chat", "astream_chat"})),
     (BaseRetriever, RETRIEVE, frozenset({"retrieve", "aretrieve"})),
@@ -196,6 +212,7 @@ class _Run:
     root: _Node | None = None
     query: str | None = None
     retrieval_query: str | None = None
+    retrieval_queries: list[str] = field(default_factory=list)
     retrievals: list[tuple[str, list[Any]]] = field(default_factory=list)
     synthesized: list[Any] | None = None  # the nodes the (last) synthesizer saw
     result: Any = None  # the root call's return value
@@ -214,6 +231,7 @@ class _Run:
     exited: bool = False
     done: bool = False
     prompt: Any = None  # the last LLM call's raw prompt (messages or text)
+    scope: RunScope | None = None  # the app's ``ts.run()`` scope, if any
     #: Child spans as plain data, in start order: materialised by the writer once the run ends.
     pending: list[_PendingSpan] = field(default_factory=list)
 
@@ -424,10 +442,17 @@ class LlamaIndexCapture:
         while len(self._nodes) >= MAX_OPEN_SPANS and self._runs:
             self._evict()
         metadata = dict(tags) if tags else {}
-        session_id, user_id = self._session_ids(kind, instance, metadata)
+        metadata.pop(_START_EVENT_TAG, None)
+        scope = current_scope()
         args = bound_args.arguments if bound_args is not None else {}
-        first = next(iter(args.values()), None) if args else None
-        query = query_text(first)
+        start_event = None
+        if kind == WORKFLOW:
+            start_event = args.get("start_event")
+            query = start_event_query(start_event)
+        else:
+            first = next(iter(args.values()), None) if args else None
+            query = query_text(first)
+        session_id, user_id = self._session_ids(kind, instance, metadata, scope, start_event)
         attrs: dict[str, Any] = {A.SPAN_KIND: _OTEL_KIND[kind]}
         if kind == RETRIEVE:
             attrs[A.RETRIEVER_NAME] = type(instance).__name__
@@ -441,7 +466,9 @@ class LlamaIndexCapture:
                 attrs[A.INPUT_VALUE] = text
         # No explicit context: the root joins the app's current span, if any.
         span = self.tracer.start_span(name, attributes=attrs, start_time=now)
-        run = _Run(id_, kind, now, session_id, user_id, metadata, query=query)
+        run = _Run(id_, kind, now, session_id, user_id, metadata, query=query, scope=scope)
+        if scope is not None:
+            scope.trace_ids.append(format(span.get_span_context().trace_id, "032x"))
         node = _Node(id_, run, span, kind, id(instance), name)
         node.target = node
         node.input_set = query is not None
@@ -450,10 +477,14 @@ class LlamaIndexCapture:
             self._nodes[id_] = node
             self._runs[id_] = run
 
-    def _session_ids(self, kind: str, instance: Any,
-                     metadata: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    def _session_ids(self, kind: str, instance: Any, metadata: Mapping[str, Any],
+                     scope: RunScope | None = None,
+                     start_event: Any = None) -> tuple[str | None, str | None]:
         explicit = _session.get()
         session_id, user_id = explicit if explicit is not None else (None, None)
+        if scope is not None:
+            session_id = session_id or scope.session_id
+            user_id = user_id or scope.user_id
         if session_id is None:
             session_id = next((metadata[k] for k in SESSION_KEYS
                                if isinstance(metadata.get(k), str)), None)
@@ -461,6 +492,12 @@ class LlamaIndexCapture:
             user_id = metadata["user_id"]
         if session_id is None and kind == CHAT:
             session_id = self._engine_session(instance)
+        if session_id is None and start_event is not None:
+            # An agent run given a memory (``agent.run(q, memory=Memory.from_defaults(
+            # session_id=...))``): the memory's session is the conversation.
+            sid = getattr(_event_field(start_event, "memory"), "session_id", None)
+            if isinstance(sid, str) and sid:
+                session_id = sid
         return session_id, user_id
 
     def _engine_session(self, engine: Any) -> str | None:
@@ -545,6 +582,11 @@ class LlamaIndexCapture:
         root = run.root
         assert root is not None
         wrapped: Any = None
+        if isinstance(result, StopEvent) and isinstance(
+                result.result, (StreamingResponse, AsyncStreamingResponse)):
+            # A workflow whose last step returns a streaming synthesizer's response (the
+            # docs' RAG workflow): its answer exists once the app consumes that stream.
+            result = result.result
         if err is not None:
             run.error = err
         elif isinstance(result, StreamingResponse) and result.response_txt is None \
@@ -721,11 +763,19 @@ class LlamaIndexCapture:
         if run.error is None:
             if run.answer_known:
                 answer = run.answer
+            elif run.kind == WORKFLOW:
+                # the workflow's result, never a tool's (a query engine's) answer
+                answer = workflow_answer(run.result)
             else:
                 answer = response_text(run.result)
                 if answer is None and not isinstance(run.result, list):
                     answer = run.query_answer
         md = dict(run.metadata)
+        ground_truths: tuple[str, ...] = ()
+        scope = run.scope
+        if scope is not None:
+            md.update(scope.metadata)
+            ground_truths = scope.ground_truths
         if run.retrieval_query is not None:
             md[RETRIEVAL_QUERY_KEY] = run.retrieval_query
         if run.incomplete:
@@ -734,11 +784,13 @@ class LlamaIndexCapture:
         record = RagRecord(
             trace_id=format(ctx.trace_id, "032x"), span_id=format(ctx.span_id, "016x"),
             query=run.query, contexts=tuple(self._contexts(run)), answer=answer,
+            ground_truths=ground_truths,
             metadata=md, session_id=run.session_id, user_id=run.user_id,
             start_time_ns=run.start_ns, end_time_ns=end, usage=run.usage, model=run.model,
             error=(f"{type(run.error).__name__}: {run.error}" if run.error is not None
                    else None),
             source="llama_index", prompt=format_prompt(run.prompt),
+            retrieval_queries=tuple(dict.fromkeys(run.retrieval_queries)),
         )
         attrs: dict[str, Any] = {A.RAG_ROOT: True, A.RECORD_ID: record.record_id}
         if answer is not None:
@@ -757,6 +809,19 @@ class LlamaIndexCapture:
     def _contexts(self, run: _Run) -> list[Context]:
         """What the synthesizer saw (after postprocessors), else what the root returned as its
         sources, else everything retrieved, in order."""
+        if run.kind == WORKFLOW:
+            # An agent or workflow: every document its steps and tools retrieved, in order,
+            # once each (several tool calls; a step may run its own retriever).
+            out: list[Context] = []
+            seen: set[Any] = set()
+            for source, nodes in run.retrievals:
+                for n in nodes:
+                    c = node_context(n, source)
+                    key = (c.id, c.text)
+                    if key not in seen:
+                        seen.add(key)
+                        out.append(c)
+            return out
         sources: dict[str, str] = {}
         for source, nodes in run.retrievals:
             for n in nodes:
@@ -771,11 +836,11 @@ class LlamaIndexCapture:
             chosen = list(got) if got else None
         if chosen is None:
             return [node_context(n, source) for source, nodes in run.retrievals for n in nodes]
-        out = []
+        picked = []
         for n in chosen:
             nid = _node_id(n)
-            out.append(node_context(n, sources.get(nid) if nid is not None else None))
-        return out
+            picked.append(node_context(n, sources.get(nid) if nid is not None else None))
+        return picked
 
     # -- events -----------------------------------------------------------------------------
     def _set_text(self, span: Span | _PendingSpan, key: str, value: Any) -> None:
@@ -798,7 +863,10 @@ class LlamaIndexCapture:
 
     def _query_start(self, node: _Node, run: _Run, event: QueryStartEvent) -> None:
         q = query_text(event.query)
-        if q is not None and (node is run.root or run.query is None):
+        if run.kind == WORKFLOW:  # a tool's or step's query engine: not the user's message
+            if q is not None:
+                run.retrieval_queries.append(q)
+        elif q is not None and (node is run.root or run.query is None):
             run.query = q
         if q is not None and node is not run.root:
             self._set_input(node, q)
@@ -813,7 +881,10 @@ class LlamaIndexCapture:
         q = query_text(event.str_or_query_bundle)
         if q is None:
             return
-        if run.query is None:
+        run.retrieval_queries.append(q)
+        if run.kind == WORKFLOW:
+            pass
+        elif run.query is None:
             run.query = q
         elif q != run.query and run.retrieval_query is None:
             run.retrieval_query = q
@@ -949,6 +1020,65 @@ def query_text(query: Any) -> str | None:
 def _message_text(message: Any) -> str | None:
     content = getattr(message, "content", None)
     return content if isinstance(content, str) else None
+
+
+def _event_field(event: Any, key: str) -> Any:
+    """A workflow event's field: declared fields are attributes, the rest live in the
+    event's own dict (``Event.get``)."""
+    get = getattr(event, "get", None)
+    if callable(get):
+        try:
+            return get(key)
+        except Exception:
+            return None
+    return getattr(event, key, None)
+
+
+def start_event_query(start_event: Any) -> str | None:
+    """The user's message from a workflow's start event: ``user_msg`` (a str or a
+    ``ChatMessage``) for agents, else the first known key, else its only string field."""
+    if start_event is None:
+        return None
+    for key in START_EVENT_KEYS:
+        v = _event_field(start_event, key)
+        if isinstance(v, str) and v:
+            return v
+        text = _message_text(v) if v is not None else None
+        if text:
+            return text
+    data = getattr(start_event, "_data", None)
+    if isinstance(data, Mapping):
+        strings = [v for k, v in itertools.islice(data.items(), MAX_START_FIELDS)
+                   if isinstance(v, str) and v]
+        if len(strings) == 1:
+            return strings[0]
+    return None
+
+
+def workflow_answer(result: Any) -> str | None:
+    """The final answer of a workflow run: its ``StopEvent``'s result — an agent's
+    ``AgentOutput`` (its response message), a ``Response``, a str, or a dict with a
+    ``response``/``answer`` entry."""
+    if isinstance(result, StopEvent):
+        result = result.result
+    if result is None:
+        return None
+    if isinstance(result, str):
+        return result
+    text = response_text(result)
+    if text is not None:
+        return text
+    response = getattr(result, "response", None)  # AgentOutput(response=ChatMessage)
+    if response is not None:
+        return _message_text(response) if not isinstance(response, str) else response
+    if isinstance(result, Mapping):
+        for key in ("response", "answer", "result", "output"):
+            v = result.get(key)
+            if isinstance(v, str):
+                return v
+            if isinstance(v, Mapping) and isinstance(v.get("content"), str):
+                return str(v["content"])
+    return None
 
 
 def response_text(response: Any) -> str | None:

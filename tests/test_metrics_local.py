@@ -15,8 +15,7 @@ import nltk
 import pytest
 from rouge_score import rouge_scorer
 
-from tracescore.metrics import text
-from tracescore.metrics import registry
+from tracescore.metrics import registry, text
 from tracescore.metrics.base import Metric
 from tracescore.metrics.bleu import Bleu
 from tracescore.metrics.local import LOCAL_METRICS

@@ -15,8 +15,10 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
+from uuid import UUID
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk._logs.export import LogRecordExporter
@@ -40,6 +42,7 @@ from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor, adopt_processors, release_processors
 from .queue import FeedbackUpdate, GroundTruthUpdate, RecordQueue
 from .record import ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
+from .runs import RunIds, RunScope, enter_scope, exit_scope
 from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
 from .settings import Settings
 from .store import PENDING, SKIPPED, NewJob, Store
@@ -192,6 +195,8 @@ class Tracescore:
         self.worker.start()
         self._langchain_handler: Any = None
         self._llama_index: Any = None
+        #: app run id (``config={"run_id": ...}``) → trace id, for feedback by run id
+        self.run_ids = RunIds()
         self._closed = False
         self._lock = threading.Lock()
 
@@ -389,7 +394,7 @@ class Tracescore:
         """Apply content capture/redaction to a record before anything stores or exports it."""
         if not self.capture_content:
             return record.replace(query=None, answer=None, contexts=(), ground_truths=(),
-                                  prompt=None, content_captured=False)
+                                  prompt=None, retrieval_queries=(), content_captured=False)
         if self.redact is None:
             return record
         r = self.redact
@@ -400,6 +405,7 @@ class Tracescore:
                            for c in record.contexts),
             ground_truths=tuple(r(g) for g in record.ground_truths),
             prompt=r(record.prompt) if record.prompt else record.prompt,
+            retrieval_queries=tuple(r(q) for q in record.retrieval_queries),
         )
 
     def redact_text(self, text: str) -> str | None:
@@ -409,14 +415,68 @@ class Tracescore:
         return self.redact(text) if self.redact is not None else text
 
     # -- feedback ------------------------------------------------------------------------------
-    def add_ground_truth(self, trace_id: str, ground_truths: Sequence[str]) -> None:
+    @contextmanager
+    def run(
+        self,
+        *,
+        ground_truths: Sequence[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+    ) -> Iterator[RunScope]:
+        """Scope for the app's next run(s): what they carry, and their trace ids.
+
+        ``with ts.run(ground_truths=["ref"]) as run: chain.invoke(q)`` — the record of every
+        run captured in the block (LangChain, LangGraph, LlamaIndex) gets these ground truths,
+        metadata, session and user; ``run.trace_id`` is the trace id of the run (the latest
+        one, if several) for a later :meth:`add_ground_truth` or :meth:`add_feedback`. A
+        ``ContextVar``: concurrent requests each see their own scope. Never blocks.
+        """
+        if isinstance(ground_truths, str) or not all(isinstance(g, str) for g in ground_truths):
+            raise TypeError("ground_truths must be a sequence of str")
+        for name, value in (("session_id", session_id), ("user_id", user_id)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise TypeError(f"metadata must be a mapping, got {type(metadata).__name__}")
+        scope = RunScope(tuple(ground_truths), metadata or {}, session_id, user_id)
+        token = enter_scope(scope)
+        try:
+            yield scope
+        finally:
+            exit_scope(token)
+
+    def trace_id_of(self, run_id: str | UUID) -> str | None:
+        """The trace id of the root run with this LangChain run id (``config["run_id"]``), if
+        it is among the process's most recent 10,000 root runs."""
+        return self.run_ids.resolve(run_id)
+
+    def _trace_id(self, trace_id: str | UUID) -> str:
+        """A 32-hex trace id, or an app run id (UUID) mapped to its trace id."""
+        if isinstance(trace_id, UUID) or (isinstance(trace_id, str) and len(trace_id) == 36):
+            found = self.run_ids.resolve(trace_id)
+            if found is None:
+                raise ValueError(f"unknown run id {str(trace_id)!r}: no recent root run had it "
+                                 "(pass the run's 32-hex trace id instead)")
+            return found
+        if not isinstance(trace_id, str) or len(trace_id) != 32:
+            raise ValueError(f"trace_id must be 32 hex characters or a run id (UUID), "
+                             f"got {trace_id!r}")
+        found = self.run_ids.resolve(trace_id)  # a run id written as 32 hex digits
+        if found is not None:
+            return found
+        int(trace_id, 16)
+        return trace_id.lower()
+
+    def add_ground_truth(self, trace_id: str | UUID, ground_truths: Sequence[str]) -> None:
         """Attach reference answers to a trace's records; schedules the reference metrics.
 
-        Non-blocking: the update is applied by the writer, after records already queued.
+        ``trace_id``: the 32-hex trace id (``ts.run()``'s ``scope.trace_id``), or the run id
+        the app gave the run (``config={"run_id": uuid}``). Non-blocking: the update is
+        applied by the writer, after records already queued; a root span still held for its
+        scores waits for the jobs this schedules too.
         """
-        if not isinstance(trace_id, str) or len(trace_id) != 32:
-            raise ValueError(f"trace_id must be 32 hex characters, got {trace_id!r}")
-        int(trace_id, 16)
+        trace_id = self._trace_id(trace_id)
         if isinstance(ground_truths, str) or not all(isinstance(g, str) for g in ground_truths):
             raise TypeError("ground_truths must be a sequence of str")
         if not self.capture_content:
@@ -426,7 +486,7 @@ class Tracescore:
 
     def add_feedback(
         self,
-        trace_id: str,
+        trace_id: str | UUID,
         value: float | bool | str | None = None,
         *,
         label: str | None = None,
@@ -443,9 +503,7 @@ class Tracescore:
         """
         import time
 
-        if not isinstance(trace_id, str) or len(trace_id) != 32:
-            raise ValueError(f"trace_id must be 32 hex characters, got {trace_id!r}")
-        int(trace_id, 16)
+        trace_id = self._trace_id(trace_id)
         v: float | None
         if value is None:
             v = None
@@ -493,22 +551,39 @@ class Tracescore:
             if upd.value is not None and upd.value < 0.5:
                 # Negative feedback forces sampling: score every metric for that trace.
                 forced = Decision(0.0, self._metric_names, "negative feedback")
-                new = [j for rec in store.records_for_trace(upd.trace_id)
-                       for j in self._plan_jobs(rec, forced)]
-                if new:
-                    store.insert_jobs_if_missing(new)
+                for rec in store.records_for_trace(upd.trace_id):
+                    self._add_jobs(rec, self._plan_jobs(rec, forced),
+                                   store.insert_jobs_if_missing)
             return
-        records = store.set_ground_truths(upd.trace_id, upd.ground_truths)
-        jobs: list[NewJob] = []
-        for rec in records:
+        for rec in store.set_ground_truths(upd.trace_id, upd.ground_truths):
             decision = self.sampler.decide(rec, self._metric_names)
-            jobs.extend(
+            self._add_jobs(rec, [
                 j for j in self._plan_jobs(rec, decision)
                 if GROUND_TRUTHS in (self._metric_by_name[j.metric].requires
                                      | self._metric_by_name[j.metric].uses)
-            )
-        if jobs:
-            store.upsert_jobs(jobs)
+            ], store.upsert_jobs)
+
+    def _add_jobs(self, rec: RagRecord, jobs: list[NewJob],
+                  write: Callable[[Sequence[NewJob]], int]) -> None:
+        """Store ``jobs`` of one record; a held root span waits for the ones that will run.
+
+        The hold grows *before* the jobs are stored (a worker may finish one at once) and
+        shrinks by the jobs the store did not open (already pending or done).
+        """
+        if not jobs:
+            return
+        runs = [j for j in jobs if j.status == PENDING]
+        if self.attacher is None or not runs:
+            write(jobs)
+            return
+        span_id = int(rec.span_id, 16)
+        self.attacher.expect_more(span_id, len(runs))
+        opened = 0
+        try:
+            write([j for j in jobs if j.status != PENDING])
+            opened = write(runs)
+        finally:
+            self.attacher.expect_more(span_id, opened - len(runs))
 
     # -- lifecycle ------------------------------------------------------------------------------
     def flush(self, timeout: float = 30.0) -> bool:

@@ -177,6 +177,25 @@ class ScoreAttachingProcessor(SpanProcessor):
             elif len(self._deadlines) == 1:
                 self._wake.notify()
 
+    def expect_more(self, span_id: int, n_jobs: int) -> None:
+        """``n_jobs`` more jobs (or fewer, when negative) were planned for a held span.
+
+        Ground truth or feedback that arrives while the span is held schedules more jobs for
+        it: the span waits for them too, so its scores are not split between the span and
+        carrier spans. A span no longer held is left alone (its late scores use carriers).
+        Writer thread; never blocks beyond a short lock.
+        """
+        release = None
+        with self._lock:
+            hold = self._holds.get(span_id)
+            if hold is None or n_jobs == 0:
+                return
+            hold.expected += n_jobs
+            if hold.done >= hold.expected and hold.span is not None:
+                release = self._holds.pop(span_id)
+        if release is not None:
+            self._release(release, late=0)
+
     def cancel(self, span_id: int) -> None:
         """Forget a hold whose record was dropped (no scores will come). Hot path."""
         with self._lock:

@@ -75,6 +75,9 @@ class RagRecord:
     #: The prompt of the app's last LLM call ("role: content" blocks), for metrics that
     #: re-ask the app's own model (SelfCheckGPT).
     prompt: str | None = None
+    #: The queries the app's retrievers and retrieval tools were given (an agent's or a query
+    #: rewriter's own wording), in order, without repeats. ``query`` stays the user's message.
+    retrieval_queries: tuple[str, ...] = ()
 
     @property
     def record_id(self) -> str:

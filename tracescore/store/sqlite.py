@@ -121,6 +121,7 @@ class Store:
                     "input_tokens": int, "output_tokens": int, "model": str, "error": str,
                     "content_captured": int, "sample_u": float, "sampled": int,
                     "sampled_metrics": str, "forced": str, "prompt": str,
+                    "retrieval_queries": str,
                 },
                 pk="record_id",
             )
@@ -169,6 +170,8 @@ class Store:
         cols = {r[1] for r in self.conn.execute("PRAGMA table_info(records)")}
         if cols and "prompt" not in cols:
             self.conn.execute("ALTER TABLE records ADD COLUMN prompt TEXT")
+        if cols and "retrieval_queries" not in cols:
+            self.conn.execute("ALTER TABLE records ADD COLUMN retrieval_queries TEXT")
         # (executescript would commit the surrounding transaction: one statement at a time)
         for stmt in """
             CREATE TABLE IF NOT EXISTS judge_cache (
@@ -299,15 +302,17 @@ class Store:
             )
         return self.records_for_trace(trace_id)
 
-    def insert_jobs_if_missing(self, jobs: Sequence[NewJob]) -> None:
+    def insert_jobs_if_missing(self, jobs: Sequence[NewJob]) -> int:
+        """Create the jobs that do not exist yet; returns how many were created."""
         now = time.time()
         with self.transaction():
-            self.conn.executemany(
+            cur = self.conn.executemany(
                 "INSERT OR IGNORE INTO jobs(record_id, metric, metric_version, status, attempts,"
                 " reason, created_at, updated_at) VALUES (?,?,?,?,0,?,?,?)",
                 [(j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now)
                  for j in jobs],
             )
+        return max(cur.rowcount, 0)
 
     def upsert_jobs(self, jobs: Sequence[NewJob]) -> int:
         """Create jobs, or re-open skipped/done ones (new inputs arrived). Returns how many."""
@@ -533,7 +538,7 @@ _RECORD_COLS = (
     "record_id", "trace_id", "span_id", "created_at", "source", "query", "answer", "contexts",
     "n_contexts", "ground_truths", "metadata", "tags", "session_id", "user_id", "latency_ms",
     "input_tokens", "output_tokens", "model", "error", "content_captured", "sample_u",
-    "sampled", "sampled_metrics", "forced", "prompt",
+    "sampled", "sampled_metrics", "forced", "prompt", "retrieval_queries",
 )
 
 
@@ -556,6 +561,7 @@ def record_row(r: RagRecord, d: Decision, now: float) -> tuple[Any, ...]:
         r.usage.input_tokens if r.usage else None, r.usage.output_tokens if r.usage else None,
         r.model, _opt(r.error), int(r.content_captured), d.u, int(d.sampled),
         dumps(list(d.metrics)), d.forced, _opt(r.prompt),
+        dumps([clean_text(q) for q in r.retrieval_queries]) if r.retrieval_queries else None,
     )
 
 
@@ -576,4 +582,5 @@ def row_to_record(row: Mapping[str, Any]) -> RagRecord:
         session_id=row["session_id"], user_id=row["user_id"], usage=usage, model=row["model"],
         error=row["error"], source=row["source"] or "manual",
         content_captured=bool(row["content_captured"]), prompt=row.get("prompt"),
+        retrieval_queries=tuple(json.loads(row.get("retrieval_queries") or "[]")),
     )
