@@ -24,7 +24,9 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from . import __version__ as _version
-from ._internal.errors import handle_internal_errors
+from ._internal.errors import handle_internal_errors, record_internal_error
+from ._internal.losses import Losses
+from ._internal.validate import check_context, check_id, check_metadata, hot_reason
 from .export import (
     CountingSpanExporter,
     ExportLoss,
@@ -156,6 +158,8 @@ class Tracescore:
         self._metric_names = tuple(m.name for m in self.metrics)
         self._job_counts: dict[tuple[Any, ...], int] = {}
 
+        #: accepted and then lost, by reason (stats()["lost"])
+        self.losses = Losses()
         self.export_loss = ExportLoss()
         plan = plan_export(
             exporter, span_exporter=span_exporter, span_processor=span_processor,
@@ -210,7 +214,7 @@ class Tracescore:
                 self.attacher.confirm_exports = True
         self.queue = RecordQueue(
             self.db_path, self._plan_jobs, self._apply_ground_truth,
-            max_size=max_queue, on_written=self.worker.wake,
+            max_size=max_queue, on_written=self.worker.wake, losses=self.losses,
         )
         self.export_metrics.bind(self._snapshot)
         self.worker.start()
@@ -334,6 +338,12 @@ class Tracescore:
         with handle_internal_errors("submit"):
             if self._closed:
                 return None
+            bad = hot_reason(record)
+            if bad is not None:
+                # (log_record checks its input; a record built elsewhere must not vanish
+                # silently: it is counted by reason and logged once)
+                self.losses.add(bad, 1, f"{record!r:.200}")
+                return None
             decision = self.sampler.decide(record, self._metric_names)
             # Plain int counters (read by the metric callbacks): no lock, no SDK call here.
             self.records_seen += 1
@@ -380,30 +390,15 @@ class Tracescore:
         trace_id: str | None = None,
         span_id: str | None = None,
     ) -> RagRecord:
-        """Record an interaction captured without a framework (validates its arguments)."""
-        for name, value in (("query", query), ("answer", answer)):
-            if value is not None and not isinstance(value, str):
-                raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
-        if isinstance(contexts, str) or isinstance(ground_truths, str):
-            raise TypeError("contexts and ground_truths must be sequences, not a single str")
-        ctxs = []
-        for i, c in enumerate(contexts):
-            if isinstance(c, str):
-                ctxs.append(Context(text=c))
-            elif isinstance(c, Context):
-                ctxs.append(c)
-            else:
-                raise TypeError(f"contexts[{i}] must be a str or Context, got {type(c).__name__}")
-        for i, g in enumerate(ground_truths):
-            if not isinstance(g, str):
-                raise TypeError(f"ground_truths[{i}] must be a str, got {type(g).__name__}")
-        from .integrations._ids import new_span_id, new_trace_id
+        """Record an interaction captured without a framework (validates its arguments).
 
-        record = RagRecord(
-            trace_id=trace_id or new_trace_id(), span_id=span_id or new_span_id(),
-            query=query, answer=answer, contexts=tuple(ctxs), ground_truths=tuple(ground_truths),
-            metadata=dict(metadata or {}), source="manual",
-        )
+        Raises ``TypeError``/``ValueError`` naming the bad argument: ``trace_id``/``span_id``
+        must be 32/16 hex characters (normalised to lower case), ``contexts`` a sequence of
+        str or :class:`Context` (with a str ``text``), ``metadata`` a mapping (deeper than 16
+        levels or bigger than 2,000 values it is cut, and marked ``"tracescore.truncated"``).
+        """
+        record = _manual_record(query, answer, contexts, ground_truths, metadata,
+                                trace_id, span_id)
         # a span id of the caller's may belong to a span that is still to end: hold it
         self.submit(self.prepare(record), hold_span=span_id is not None)
         return record
@@ -437,9 +432,7 @@ class Tracescore:
 
         Non-blocking: the update is applied by the writer, after records already queued.
         """
-        if not isinstance(trace_id, str) or len(trace_id) != 32:
-            raise ValueError(f"trace_id must be 32 hex characters, got {trace_id!r}")
-        int(trace_id, 16)
+        trace_id = check_id(trace_id, 32, "trace_id")
         if isinstance(ground_truths, str) or not all(isinstance(g, str) for g in ground_truths):
             raise TypeError("ground_truths must be a sequence of str")
         if not self.capture_content:
@@ -466,9 +459,9 @@ class Tracescore:
         """
         import time
 
-        if not isinstance(trace_id, str) or len(trace_id) != 32:
-            raise ValueError(f"trace_id must be 32 hex characters, got {trace_id!r}")
-        int(trace_id, 16)
+        trace_id = check_id(trace_id, 32, "trace_id")
+        if comment is not None and not isinstance(comment, str):
+            raise TypeError(f"comment must be a str or None, got {type(comment).__name__}")
         v: float | None
         if value is None:
             v = None
@@ -570,7 +563,19 @@ class Tracescore:
         return ok
 
     def shutdown(self, timeout: float = 30.0) -> bool:
-        """Flush, stop the background threads, and shut down the span pipeline."""
+        """Flush, stop the background threads, and shut down the span pipeline.
+
+        Returns within about ``timeout`` seconds in all (every step gets what is left of it;
+        what is still unwritten then, e.g. with the database locked, is counted in
+        ``stats()["lost"]`` as ``unwritten_at_shutdown``).
+        """
+        import time
+
+        deadline = time.monotonic() + max(0.0, timeout)
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         with self._lock:
             if self._closed:
                 return True
@@ -579,55 +584,81 @@ class Tracescore:
         if self._langchain_handler is not None:
             self.uninstrument_langchain()
         self.uninstrument_llama_index()
-        self.queue.shutdown(timeout)
-        self.worker.stop(timeout)
+        ok = self.queue.shutdown(left()) and ok
+        if self.queue.depth:
+            self.queue.lose_buffered()
+            ok = False
+        self.worker.stop(left())
         if self.attacher is not None:
             if self._adopted:  # the app's processors: give them back, never shut them down
                 release_processors(self.attacher)
-                self.attacher.close(shutdown_inner=False)
+                attacher = self.attacher
+                flush_within(lambda _ms: attacher.close(shutdown_inner=False) or True,
+                             left(), "close")
             else:
-                self.attacher.shutdown()
-        self.telemetry.shutdown(int(timeout * 1000))
+                flush_within(lambda _ms: self.attacher.shutdown() or True,  # type: ignore[union-attr]
+                             left(), "shutdown")
+        if self.telemetry.enabled:
+            flush_within(lambda ms: self.telemetry.shutdown(ms) or True, left(), "telemetry")
         close = getattr(self.embedder, "close", None)
         if close is not None:
             close()
         return ok
 
     def stats(self) -> dict[str, Any]:
-        """Counters of this process (queue depth, drops, scores) plus the database's."""
-        store = Store(self.db_path)
+        """Counters of this process plus the database's, answered at once from memory.
+
+        Never blocks on the database and never raises: ``open_jobs`` and ``db_counters`` are
+        what the scoring worker last read (``db_checked_at``, a ``time.time()``; None before the
+        first read). ``lost`` counts, by reason, what was accepted and then could not be kept
+        (``queue_full``, ``invalid_trace_id``, ``write_failed:<error>``,
+        ``unwritten_at_shutdown``, ...); ``db_unavailable`` is the database error the writer is
+        waiting out, or None.
+        """
         try:
-            return {
-                "queue_depth": self.queue.depth,
-                "dropped": self.queue.dropped,
-                "dropped_other": self.queue.dropped_other,
-                "written": self.queue.written,
-                "scored_jobs": self.worker.scored,
-                "error_scores": self.worker.errors,
-                "open_jobs": store.open_job_count(self._metric_names),
-                "records_seen": self.records_seen,
-                "records_sampled": self.records_sampled,
-                "export_failures": sum(self.export_loss.failures.values()),
-                "export_lost": self.export_loss.lost,
-                # scores whose span failed to export (they stay undelivered), and scores sent
-                # again on a carrier span by the redelivery sweep
-                "scores_export_failed": (self.attacher.export_failed_scores
-                                         if self.attacher is not None else 0),
-                "scores_redelivered": self.worker.redelivered,
-                "spans_held": self.attacher.held if self.attacher is not None else 0,
-                "deferred_jobs": self.worker.deferred,
-                "judge": None if self.judge_session is None else {
-                    "model": self.judge_session.model,
-                    "calls": self.judge_session.judge.calls,
-                    "failures": self.judge_session.judge.failures,
-                    "breaker_state": self.judge_session.judge.breaker.state,
-                    "breaker_opened": self.judge_session.judge.breaker.opened,
-                    "health": dict(self.judge_session.health),
-                },
-                "db_counters": store.counters(),
+            return self._stats()
+        except Exception as exc:  # a counter read must never break the caller
+            record_internal_error("stats", exc)
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
+    def _stats(self) -> dict[str, Any]:
+        db = self.worker.db_snapshot
+        lost = self.losses.snapshot()
+        if self.queue.dropped:
+            lost["queue_full"] = self.queue.dropped
+        judge = None
+        if self.judge_session is not None:
+            j = self.judge_session.judge
+            judge = {
+                "model": self.judge_session.model, "calls": j.calls, "failures": j.failures,
+                "breaker_state": j.breaker.state, "breaker_opened": j.breaker.opened,
+                "health": dict(self.judge_session.health),
             }
-        finally:
-            store.close()
+        return {
+            "queue_depth": self.queue.depth,
+            "dropped": self.queue.dropped,
+            "dropped_other": self.queue.dropped_other,
+            "written": self.queue.written,
+            "lost": lost,
+            "db_unavailable": self.queue.db_unavailable or self.worker.db_unavailable,
+            "scored_jobs": self.worker.scored,
+            "error_scores": self.worker.errors,
+            "open_jobs": db.get("open_jobs"),
+            "records_seen": self.records_seen,
+            "records_sampled": self.records_sampled,
+            "export_failures": sum(self.export_loss.failures.values()),
+            "export_lost": self.export_loss.lost,
+            # scores whose span failed to export (they stay undelivered), and scores sent
+            # again on a carrier span by the redelivery sweep
+            "scores_export_failed": (self.attacher.export_failed_scores
+                                     if self.attacher is not None else 0),
+            "scores_redelivered": self.worker.redelivered,
+            "spans_held": self.attacher.held if self.attacher is not None else 0,
+            "deferred_jobs": self.worker.deferred,
+            "judge": judge,
+            "db_counters": dict(db.get("counters") or {}),
+            "db_checked_at": db.get("checked_at"),
+        }
 
     def _snapshot(self) -> PipelineSnapshot:
         """For the observable metrics (metric reader thread): counters plus one SQL query."""
@@ -694,3 +725,30 @@ def _check_db_path(db: str | os.PathLike[str]) -> str:
     if path.exists() and not os.access(path, os.W_OK) or not os.access(parent, os.W_OK):
         raise ValueError(f"cannot write the tracescore database {str(path)!r}: permission denied")
     return str(path)
+
+
+def _manual_record(query: Any, answer: Any, contexts: Any, ground_truths: Any, metadata: Any,
+                   trace_id: Any, span_id: Any) -> RagRecord:
+    """The record :meth:`Tracescore.log_record` describes, or a clear TypeError/ValueError."""
+    for name, value in (("query", query), ("answer", answer)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
+    for name, seq in (("contexts", contexts), ("ground_truths", ground_truths)):
+        if seq is None or isinstance(seq, (str, bytes, Mapping)) \
+                or not isinstance(seq, Iterable):
+            got = "a single str" if isinstance(seq, str) else type(seq).__name__
+            raise TypeError(f"{name} must be a sequence (list or tuple), not {got}")
+    ctxs = [check_context(c, i) for i, c in enumerate(contexts)]
+    gts = list(ground_truths)
+    for i, g in enumerate(gts):
+        if not isinstance(g, str):
+            raise TypeError(f"ground_truths[{i}] must be a str, got {type(g).__name__}")
+    md = check_metadata(metadata)
+    from .integrations._ids import new_span_id, new_trace_id
+
+    return RagRecord(
+        trace_id=new_trace_id() if trace_id is None else check_id(trace_id, 32, "trace_id"),
+        span_id=new_span_id() if span_id is None else check_id(span_id, 16, "span_id"),
+        query=query, answer=answer, contexts=tuple(ctxs), ground_truths=tuple(gts),
+        metadata=md, source="manual",
+    )

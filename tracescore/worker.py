@@ -30,6 +30,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from ._internal.errors import record_internal_error
+from ._internal.validate import valid_ids
 from .judge.base import RetryLater
 from .judge.session import JudgeSession
 from .metrics.base import Metric
@@ -88,10 +89,20 @@ class ScoringWorker:
         #: an exported span with no result after this long was dropped by the batch processor
         self.export_confirm_timeout_s = 600.0
         self.redelivered = 0
+        #: stored records whose id cannot be a span's (their scores are not exported)
+        self.bad_ids = 0
+        #: what stats() shows of the database, read by this thread (never the caller's)
+        self.db_snapshot: dict[str, Any] = {}
+        self.db_snapshot_every_s = 1.0
+        #: the database error that stopped the last read/write here, or None
+        self.db_unavailable: str | None = None
+        #: job releases/deferrals the database refused: retried until it takes them
+        self._unreleased: list[tuple[Job, float | None, str]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._stop_grace = 5.0
         self._idle = threading.Event()
         self._started = threading.Event()
         self._executor: ThreadPoolExecutor | None = None
@@ -115,6 +126,8 @@ class ScoringWorker:
                 pass
 
     def stop(self, timeout: float = 10.0) -> None:
+        # in-flight jobs get part of the timeout to finish; the rest are given back
+        self._stop_grace = max(0.0, min(5.0, timeout * 0.5))
         self._stopping = True
         self.wake()
         if self._thread is not None:
@@ -181,8 +194,14 @@ class ScoringWorker:
             if self.judge_session is not None and self.judge_canary:
                 canary = asyncio.create_task(self._canary())
             last_redelivery = time.monotonic()
+            last_snapshot = 0.0
             while True:
                 self._flush_delivered(store)
+                if self._unreleased:
+                    self._retry_releases(store)
+                if time.monotonic() - last_snapshot >= self.db_snapshot_every_s:
+                    last_snapshot = time.monotonic()
+                    self._read_snapshot(store)
                 if self._stopping:
                     break
                 if time.monotonic() - last_redelivery > self.redeliver_after_s:
@@ -230,7 +249,7 @@ class ScoringWorker:
                 )
             # Stopping: let in-flight jobs finish for a moment, then give the rest back.
             if inflight:
-                await asyncio.wait(inflight, timeout=5.0)
+                await asyncio.wait(inflight, timeout=self._stop_grace)
             if wake_task is not None:
                 wake_task.cancel()
             if canary is not None and not canary.done():
@@ -242,6 +261,31 @@ class ScoringWorker:
             if self.judge_session is not None:
                 self.judge_session.close()
             store.close()
+
+    def _read_snapshot(self, store: Store) -> None:
+        try:
+            self.db_snapshot = {"open_jobs": store.open_job_count(list(self.metrics)),
+                                "counters": store.counters(), "checked_at": time.time()}
+            self.db_unavailable = None
+        except Exception as exc:  # locked or broken: stats() shows the last good read
+            self.db_unavailable = f"{type(exc).__name__}: {exc}"
+
+    def _release(self, store: Store, job: Job, delay_s: float | None, reason: str) -> None:
+        """Give a job back (``delay_s`` None: release; else defer). A refusal (database
+        locked) is kept and retried each loop, so the job does not wait out its lease."""
+        try:
+            if delay_s is None:
+                store.release_job(job, self.owner, reason)
+            else:
+                store.defer_job(job, self.owner, delay_s, reason)
+        except Exception as exc:
+            self.db_unavailable = f"{type(exc).__name__}: {exc}"
+            self._unreleased.append((job, delay_s, reason))
+
+    def _retry_releases(self, store: Store) -> None:
+        pending, self._unreleased = self._unreleased, []
+        for job, delay_s, reason in pending:
+            self._release(store, job, delay_s, reason)
 
     async def _canary(self) -> None:
         from .judge.canary import run_canary
@@ -280,16 +324,31 @@ class ScoringWorker:
                 self._flush_delivered(store)  # deliveries confirmed until now are in the db
                 older_than = time.time() - self.redeliver_after_s
             for record_id in store.undelivered_record_ids(older_than=older_than):
-                trace_hex, _, span_hex = record_id.partition("-")
-                if int(span_hex, 16) in busy:
-                    continue
-                rows = store.scores_for(record_id, undelivered_only=True)
-                refs = [(r["score_id"], _row_score(r)) for r in rows]
-                if refs:
-                    self.redelivered += len(refs)
-                    self.attacher.emit_carrier(int(trace_hex, 16), int(span_hex, 16), refs)
+                # One record at a time: a malformed stored id must not stop the others.
+                try:
+                    self._redeliver_one(store, record_id, busy)
+                except Exception as exc:
+                    record_internal_error("worker.redeliver_record", exc)
         except Exception as exc:
             record_internal_error("worker.redeliver", exc)
+
+    def _redeliver_one(self, store: Store, record_id: str, busy: set[int]) -> None:
+        assert self.attacher is not None
+        trace_hex, _, span_hex = record_id.partition("-")
+        rows = store.scores_for(record_id, undelivered_only=True)
+        if not valid_ids(trace_hex, span_hex):
+            # No span can carry them: mark them so the sweep does not pick them again.
+            self.bad_ids += 1
+            log.warning("tracescore cannot export the scores of record %r: not a valid "
+                        "trace/span id (marked delivery='invalid_id')", record_id[:80])
+            store.mark_delivered([r["score_id"] for r in rows], "invalid_id")
+            return
+        if int(span_hex, 16) in busy:
+            return
+        refs = [(r["score_id"], _row_score(r)) for r in rows]
+        if refs:
+            self.redelivered += len(refs)
+            self.attacher.emit_carrier(int(trace_hex, 16), int(span_hex, 16), refs)
 
     async def _job(self, store: Store, job: Job, record: RagRecord | None) -> None:
         self._running_jobs += 1
@@ -316,7 +375,7 @@ class ScoringWorker:
                 except RetryLater as later:
                     waited = time.time() - job.created_at if job.created_at else 0.0
                     if waited <= self.judge_max_wait_s:
-                        store.defer_job(job, self.owner, later.delay_s, later.reason)
+                        self._release(store, job, later.delay_s, later.reason)
                         self.deferred += 1
                         return
                     # Waiting has a limit: a record the judge always fails on (or an outage
@@ -337,10 +396,7 @@ class ScoringWorker:
             # Our own failure, not the metric's: give the job back so it is tried again
             # (attempts count, so a persistent fault ends in a "gave up" error score).
             record_internal_error("worker.job", exc)
-            try:
-                store.release_job(job, self.owner, f"{type(exc).__name__}: {exc}"[:500])
-            except Exception as exc2:
-                record_internal_error("worker.release", exc2)
+            self._release(store, job, None, f"{type(exc).__name__}: {exc}"[:500])
 
     async def _complete(self, store: Store, job: Job,
                         scores: list[Score]) -> list[ScoreRef] | None:
