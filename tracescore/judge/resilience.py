@@ -210,10 +210,19 @@ class ResilientJudge:
         json_schema: Mapping[str, Any] | None = None,
         max_tokens: int = 1024,
     ) -> JudgeReply:
-        """Ask for JSON, validate it; one repair attempt; :class:`InvalidJudgeOutput` after."""
+        """Ask for JSON, check it against ``json_schema`` exactly and ``validate`` it; one
+        repair attempt; :class:`InvalidJudgeOutput` (with the reason) after."""
+        from .schemas import check
+
+        def strict(text: str) -> Any:
+            data = parse_json(text)
+            if json_schema is not None:
+                check(data, json_schema)
+            return validate(data)
+
         reply = await self.call(messages, json_schema=json_schema, max_tokens=max_tokens)
         try:
-            return replace(reply, data=validate(parse_json(reply.text)))
+            return replace(reply, data=strict(reply.text))
         except ValueError as first:
             repair = [
                 *messages,
@@ -231,7 +240,7 @@ class ResilientJudge:
                 latency_ms=reply.latency_ms + second.latency_ms,
             )
             try:
-                return replace(total, data=validate(parse_json(second.text)))
+                return replace(total, data=strict(second.text))
             except ValueError as again:
                 raise InvalidJudgeOutput(
                     f"judge returned invalid JSON twice: {again} (first: {first})") from again
@@ -244,20 +253,22 @@ _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 
 
 def parse_json(text: str) -> Any:
-    """Parse a JSON reply, tolerating code fences and prose around one JSON object."""
+    """Parse a JSON reply: the whole reply (or one fenced code block that is the whole reply).
+
+    Strict on purpose: JSON picked out of prose could be a quotation (an answer under
+    judgement that says ``{"score": 5}``), so prose around the object is an error (and gets
+    the repair call), never a value.
+    """
     t = text.strip()
     m = _FENCE.match(t)
     if m:
         t = m.group(1)
+    if not t:
+        raise ValueError("the reply is empty")
     try:
         return json.loads(t)
-    except json.JSONDecodeError:
-        pass
-    start = t.find("{")
-    end = t.rfind("}")
-    if start != -1 and end > start:
-        try:
-            return json.loads(t[start : end + 1])
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"not valid JSON ({exc.msg} at char {exc.pos})") from None
-    raise ValueError("no JSON object in the reply")
+    except json.JSONDecodeError as exc:
+        if t[0] not in "{[":
+            raise ValueError("the reply is not a JSON object (text around or instead of it)") \
+                from None
+        raise ValueError(f"not valid JSON ({exc.msg} at char {exc.pos})") from None
