@@ -82,21 +82,26 @@ class CircuitBreaker:
             return self.HALF_OPEN
         return self.OPEN
 
-    def before_call(self) -> None:
-        """Raise :class:`RetryLater` when calls must not go out now."""
+    def before_call(self) -> bool:
+        """Raise :class:`RetryLater` when calls must not go out now (:class:`ProbeInFlight`
+        while the half-open probe is out). Returns True for the call that is the probe."""
         with self._lock:
             now = time.monotonic()
             state = self._state_locked(now)
             if state == self.CLOSED:
-                return
+                return False
             if state == self.HALF_OPEN and not self._probing:
                 self._probing = True  # let exactly one probe through
-                return
+                return True
             assert self._opened_at is not None
-            wait = max(0.05, self.cooldown_s - (now - self._opened_at))
             last = self.last_failure
-        raise RetryLater("judge circuit breaker is open (judge failing"
-                         + (f"; last failure: {last}" if last else "") + "); waiting", wait)
+            reason = ("judge circuit breaker is open (judge failing"
+                      + (f"; last failure: {last}" if last else "") + "); waiting")
+            if state == self.HALF_OPEN:
+                # the probe's outcome decides; its caller wakes the waiters (ResilientJudge)
+                raise ProbeInFlight(reason + " for the probe call", self.cooldown_s)
+            wait = max(0.05, self.cooldown_s - (now - self._opened_at))
+        raise RetryLater(reason, wait)
 
     def abandon(self) -> None:
         """A call ended without a verdict on the judge (cancelled, or a bug on our side): if it
@@ -122,6 +127,10 @@ class CircuitBreaker:
                 self._probing = False
 
 
+class ProbeInFlight(RetryLater):
+    """The breaker is half-open and its one probe call is out: wait for its outcome."""
+
+
 class ResilientJudge:
     """Wraps a backend: the only way tracescore talks to a judge."""
 
@@ -143,11 +152,53 @@ class ResilientJudge:
         self.admit: Callable[[], None] | None = None
         self.calls = 0
         self.failures = 0
+        #: set when the half-open probe ends; jobs waiting for it sleep on it (one per loop)
+        self._probe_done: tuple[Any, asyncio.Event] | None = None
+        #: how many calls waited for a probe's outcome (instead of being deferred again)
+        self.probe_waits = 0
+
+    def _probe_event(self) -> asyncio.Event:
+        loop = asyncio.get_running_loop()
+        if self._probe_done is None or self._probe_done[0] is not loop:
+            self._probe_done = (loop, asyncio.Event())
+        return self._probe_done[1]
+
+    def _probe_over(self) -> None:
+        done, self._probe_done = self._probe_done, None
+        if done is not None:
+            done[1].set()
+
+    async def _breaker_admits(self) -> bool:
+        """Wait while the half-open probe is out (sleeping, not polling): every other job
+        would otherwise be deferred again and again until it ends. Returns True for the
+        probe itself; raises :class:`RetryLater` when the breaker is (again) open."""
+        waited = False
+        while True:
+            try:
+                return self.breaker.before_call()
+            except ProbeInFlight as exc:
+                if waited:
+                    raise RetryLater(exc.reason, exc.delay_s) from None
+                waited = True
+                self.probe_waits += 1
+                try:
+                    # a probe lasts at most one call's timeout
+                    await asyncio.wait_for(self._probe_event().wait(),
+                                           self.policy.timeout_s + 1.0)
+                except asyncio.TimeoutError:
+                    raise RetryLater(exc.reason, exc.delay_s) from None
 
     async def _once(self, messages: Sequence[Message], **kw: Any) -> JudgeReply:
         if self.admit is not None:
             self.admit()  # before the breaker: a refused request must not take the probe slot
-        self.breaker.before_call()
+        probe = await self._breaker_admits()
+        try:
+            return await self._attempt(messages, **kw)
+        finally:
+            if probe:
+                self._probe_over()
+
+    async def _attempt(self, messages: Sequence[Message], **kw: Any) -> JudgeReply:
         self.calls += 1
         try:
             reply = await asyncio.wait_for(
