@@ -205,6 +205,7 @@ class Tracescore:
             self.worker.judge_session = self.judge_session
             self.worker.judge_canary = judge_canary
             self.worker.judge_max_wait_s = judge_max_wait_s
+        self.worker.redact = redact
         if self.attacher is not None:
             self.attacher.bind_tracer(self.tracer)
             self.attacher.on_delivered = self.worker.note_delivered
@@ -404,26 +405,71 @@ class Tracescore:
         return record
 
     def prepare(self, record: RagRecord) -> RagRecord:
-        """Apply content capture/redaction to a record before anything stores or exports it."""
+        """Apply content capture/redaction to a record before anything stores or exports it.
+
+        ``capture_content=False`` keeps no free text: query, answer, contexts, ground truths
+        and prompt are dropped; the error keeps only the exception type; metadata keeps its
+        keys, numbers and booleans, each string becomes ``"<redacted: N chars>"``; the user id
+        becomes a hash (``sha256:`` + 16 hex). Kept as they are: trace/span ids, session id,
+        tags, model, timings and token counts. With ``redact``, the function is applied to
+        every one of those strings instead (metadata values, the error, the user id and each
+        context's metadata included).
+        """
+        if not isinstance(record, RagRecord):
+            return record  # submit counts it
         if not self.capture_content:
             return record.replace(query=None, answer=None, contexts=(), ground_truths=(),
-                                  prompt=None, content_captured=False)
+                                  prompt=None, content_captured=False,
+                                  error=_error_type(record.error),
+                                  metadata=self.redact_value(record.metadata),
+                                  user_id=self.redact_id(record.user_id))
         if self.redact is None:
             return record
         r = self.redact
         return record.replace(
             query=r(record.query) if record.query else record.query,
             answer=r(record.answer) if record.answer else record.answer,
-            contexts=tuple(c.__class__(r(c.text), c.id, c.score, c.metadata, c.source)
+            contexts=tuple(c.__class__(r(c.text) if isinstance(c.text, str) else c.text,
+                                       c.id, c.score, self.redact_value(c.metadata), c.source)
                            for c in record.contexts),
             ground_truths=tuple(r(g) for g in record.ground_truths),
             prompt=r(record.prompt) if record.prompt else record.prompt,
+            error=r(record.error) if isinstance(record.error, str) else record.error,
+            metadata=self.redact_value(record.metadata),
+            user_id=self.redact_id(record.user_id),
         )
 
     def redact_text(self, text: str) -> str | None:
         """What may go on a span for ``text`` (None when content capture is off)."""
         if not self.capture_content:
             return None
+        return self.redact(text) if self.redact is not None else text
+
+    def redact_value(self, value: Any) -> Any:
+        """Metadata as it may be stored or exported: every string redacted (capture off: each
+        string replaced by its length). Containers are walked to a bounded depth."""
+        if self.capture_content and self.redact is None:
+            return value
+        return _redact_tree(value, self.redact if self.capture_content else None, 0)
+
+    def redact_id(self, user_id: str | None) -> str | None:
+        """A user id as it may be stored or exported (capture off: a hash of it)."""
+        if not isinstance(user_id, str):
+            return user_id
+        if not self.capture_content:
+            import hashlib
+
+            return "sha256:" + hashlib.sha256(user_id.encode("utf-8", "replace")).hexdigest()[:16]
+        return self.redact(user_id) if self.redact is not None else user_id
+
+    def redact_error(self, error: BaseException) -> str:
+        """An exception as it may go on a span status or in the database."""
+        text = f"{type(error).__name__}: {error}"
+        if not self.capture_content:
+            return type(error).__name__
+        from ._internal.secrets import scrub
+
+        text = scrub(text)
         return self.redact(text) if self.redact is not None else text
 
     # -- feedback ------------------------------------------------------------------------------
@@ -482,6 +528,9 @@ class Tracescore:
             raise ValueError("feedback needs a value or a label")
         if not isinstance(name, str) or not name:
             raise ValueError("feedback name must be a non-empty str")
+        if comment is not None:  # the user's own words: redacted, or not kept at all
+            comment = (None if not self.capture_content
+                       else self.redact(comment) if self.redact is not None else comment)
         self.queue.put(FeedbackUpdate(trace_id.lower(), name, v, label, comment, time.time()),
                        record=False)
 
@@ -752,3 +801,25 @@ def _manual_record(query: Any, answer: Any, contexts: Any, ground_truths: Any, m
         query=query, answer=answer, contexts=tuple(ctxs), ground_truths=tuple(gts),
         metadata=md, source="manual",
     )
+
+
+def _error_type(error: str | None) -> str | None:
+    """``"ValueError: the user's text"`` → ``"ValueError"`` (capture off)."""
+    if not isinstance(error, str):
+        return None
+    head = error.split(":", 1)[0].strip()
+    return head if head.replace(".", "").replace("_", "").isalnum() else "error"
+
+
+def _redact_tree(value: Any, redact: Callable[[str], str] | None, depth: int) -> Any:
+    if isinstance(value, str):
+        return redact(value) if redact is not None else f"<redacted: {len(value)} chars>"
+    if depth >= 32:
+        return "<redacted>"
+    if isinstance(value, Mapping):
+        return {k: _redact_tree(v, redact, depth + 1) for k, v in list(value.items())}
+    if isinstance(value, (list, tuple)):
+        return [_redact_tree(v, redact, depth + 1) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return _redact_tree(repr(value)[:200], redact, depth)

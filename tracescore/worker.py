@@ -30,6 +30,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from ._internal.errors import record_internal_error
+from ._internal.secrets import scrub
 from ._internal.validate import valid_ids
 from .judge.base import RetryLater
 from .judge.session import JudgeSession
@@ -67,6 +68,8 @@ class ScoringWorker:
         #: Called once per stored job with its scores (export: log records, histogram points).
         self.on_scores = on_scores
         self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        #: the app's redaction function (Tracescore sets it)
+        self.redact: Callable[[str], str] | None = None
         self.scored = 0
         self.errors = 0
         self.deferred = 0
@@ -384,6 +387,7 @@ class ScoringWorker:
                         n, f"judge unavailable for this record for {waited:.0f}s "
                         f"(judge_max_wait_s): {later.reason}", metric=metric.name,
                         metric_version=metric.version) for n in metric.names()]
+            scores = [self._clean(s) for s in scores]
             refs = await self._complete(store, job, scores)
             if refs is None:
                 return  # the lease went to another process, which stores the scores
@@ -397,6 +401,18 @@ class ScoringWorker:
             # (attempts count, so a persistent fault ends in a "gave up" error score).
             record_internal_error("worker.job", exc)
             self._release(store, job, None, f"{type(exc).__name__}: {exc}"[:500])
+
+    def _clean(self, s: Score) -> Score:
+        """Keys out of error texts; the app's ``redact`` over explanations and errors (a
+        judge's reason may quote the answer) before a score is stored or exported."""
+        error = scrub(s.error) if s.error else s.error
+        explanation = s.explanation
+        if self.redact is not None:
+            error = self.redact(error) if error else error
+            explanation = self.redact(explanation) if explanation else explanation
+        if error is s.error and explanation is s.explanation:
+            return s
+        return _with(s, error=error, explanation=explanation)
 
     async def _complete(self, store: Store, job: Job,
                         scores: list[Score]) -> list[ScoreRef] | None:

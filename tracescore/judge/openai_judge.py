@@ -16,7 +16,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._internal.openai_errors import message, retry_after
+from .._internal.openai_errors import message as _message
+from .._internal.openai_errors import retry_after
+from .._internal.secrets import register_secret, scrub
 from .base import JudgeError, JudgeReply, Message, TokenLogprob, TransientJudgeError
 
 _MODES = ("json_schema", "json_object", "none")
@@ -48,6 +50,7 @@ class OpenAIJudge:
                     "(for a local OpenAI-compatible server, pass base_url=)"
                 )
             api_key = "not-needed"  # local servers (vLLM, llama.cpp, Ollama) ignore it
+        register_secret(api_key)  # a server may echo it in an error: scrubbed everywhere
         self.model = model
         self.temperature = temperature
         self._mode = structured_output
@@ -207,3 +210,8 @@ def _int(v: Any) -> int:
         return max(0, int(v or 0))
     except (TypeError, ValueError):
         return 0
+
+
+def message(exc: BaseException) -> str:
+    """The server's error message, with keys and bearer tokens scrubbed."""
+    return scrub(_message(exc))
