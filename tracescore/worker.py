@@ -109,6 +109,31 @@ class ScoringWorker:
         self._idle = threading.Event()
         self._started = threading.Event()
         self._executor: ThreadPoolExecutor | None = None
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        """``os.fork()`` after init (gunicorn ``--preload``): the child has no scoring thread.
+        Start one of its own, with its own lease owner, event loop and connections."""
+        was_running = self._thread is not None and not self._stopping
+        self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self._loop = None
+        self._wake = None
+        self._thread = None
+        self._executor = None
+        self._idle = threading.Event()
+        self._started = threading.Event()
+        self._delivered_lock = threading.Lock()
+        self._delivered = []
+        self._completions = []
+        self._running_jobs = 0
+        self._unreleased = []
+        if self.judge_session is not None:
+            self.judge_session.after_fork()
+        if was_running:
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name="tracescore-scorer",
+                                            daemon=True)
+            self._thread.start()
 
     # -- control (any thread) ----------------------------------------------------------------
     def start(self) -> None:

@@ -55,10 +55,15 @@ class OpenAIJudge:
         self.temperature = temperature
         self._mode = structured_output
         self._openai = openai
-        self._client = openai.AsyncOpenAI(
+        self._client_args: dict[str, Any] = dict(
             base_url=base_url, api_key=api_key, max_retries=0,
             default_headers=dict(default_headers or {}),
         )
+        self._client = openai.AsyncOpenAI(**self._client_args)
+
+    def after_fork(self) -> None:
+        """A forked child gets a client of its own (the parent's pool holds its sockets)."""
+        self._client = self._openai.AsyncOpenAI(**self._client_args)
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIJudge(model={self.model!r}, base_url={str(self._client.base_url)!r})"

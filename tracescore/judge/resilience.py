@@ -157,6 +157,14 @@ class ResilientJudge:
         #: how many calls waited for a probe's outcome (instead of being deferred again)
         self.probe_waits = 0
 
+    def after_fork(self) -> None:
+        """In a forked child: loop-bound state and the backend's connections are the parent's."""
+        self._probe_done = None
+        self.breaker.abandon()
+        reset = getattr(self.backend, "after_fork", None)
+        if reset is not None:
+            reset()
+
     def _probe_event(self) -> asyncio.Event:
         loop = asyncio.get_running_loop()
         if self._probe_done is None or self._probe_done[0] is not loop:

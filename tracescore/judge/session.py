@@ -136,6 +136,14 @@ class JudgeSession:
             self._locks[key] = lock
         return lock
 
+    def after_fork(self) -> None:
+        """In a forked child: forget the parent's connection, loop-bound state and client."""
+        self._store = None  # the parent's SQLite connection must not be used here
+        self._slots = None
+        self._inflight = {}
+        self._locks = weakref.WeakValueDictionary()
+        self.judge.after_fork()
+
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
