@@ -587,10 +587,13 @@ class Tracescore:
         if not self.queue.flush(timeout):
             return False
         self.worker.wake()
-        store = Store(self.db_path)
+        try:  # bounded by the deadline, also when another process holds the database
+            store = Store(self.db_path, timeout_s=max(0.05, deadline - time.monotonic()))
+        except sqlite3.Error:
+            return False
         try:
             pause = 0.005
-            while (self._metric_names and store.has_open_jobs(self._metric_names)) \
+            while (self._metric_names and _has_open_jobs(store, self._metric_names)) \
                     or not self.worker.idle:
                 if time.monotonic() > deadline:
                     return False
@@ -633,10 +636,8 @@ class Tracescore:
         if self._langchain_handler is not None:
             self.uninstrument_langchain()
         self.uninstrument_llama_index()
+        # (what the writer could not store by then is counted as lost when it stops)
         ok = self.queue.shutdown(left()) and ok
-        if self.queue.depth:
-            self.queue.lose_buffered()
-            ok = False
         self.worker.stop(left())
         if self.attacher is not None:
             if self._adopted:  # the app's processors: give them back, never shut them down
@@ -823,3 +824,10 @@ def _redact_tree(value: Any, redact: Callable[[str], str] | None, depth: int) ->
     if value is None or isinstance(value, (bool, int, float)):
         return value
     return _redact_tree(repr(value)[:200], redact, depth)
+
+
+def _has_open_jobs(store: Store, metrics: Sequence[str]) -> bool:
+    try:
+        return store.has_open_jobs(metrics)
+    except sqlite3.OperationalError:  # locked for longer than the wait: still open
+        return True

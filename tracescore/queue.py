@@ -188,6 +188,8 @@ class RecordQueue:
                 time.sleep(min(1.0, self.interval_s * 5))
             if self._stop and not self._buf:
                 break
+        if any(isinstance(item, tuple) for item in self._buf):
+            self.lose_buffered()  # stopped with the database unavailable: counted, not silent
         if store is not None:
             store.close()
 

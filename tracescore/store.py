@@ -99,8 +99,25 @@ class Store:
         self._ensure_schema()
 
     # -- schema -------------------------------------------------------------------------------
+    def _schema_ready(self) -> bool:
+        """Read-only check: is the current schema all there? (Then opening needs no write
+        lock: readers and stats-like callers do not wait for a writer holding the database.)"""
+        conn = self.conn
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        except sqlite3.OperationalError:
+            return False
+        if row is None or str(row[0]) != str(SCHEMA_VERSION):
+            return False
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(records)")}
+        return "prompt" in cols and {"judge_cache", "judge_calls", "feedback", "judge_health",
+                                     "idx_jobs_status_job_id", "idx_feedback_trace"} <= names
+
     def _ensure_schema(self) -> None:
         db = self.db
+        if self._schema_ready():
+            return
         with self.transaction():
             if "meta" not in db.table_names():
                 db.table("meta").create({"key": str, "value": str}, pk="key")
