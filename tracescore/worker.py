@@ -89,6 +89,12 @@ class ScoringWorker:
         self._running_jobs = 0
         #: scores still undelivered this long after they were stored go out again on a carrier
         self.redeliver_after_s = 120.0
+        #: after a failed span export: first and longest wait before scores are sent again
+        self.redeliver_backoff_s = (1.0, 60.0)
+        self._backoff = 1.0
+        self._retry_at: float | None = None
+        self._last_retry = -1e9
+        self._failed_seen = 0
         #: an exported span with no result after this long was dropped by the batch processor
         self.export_confirm_timeout_s = 600.0
         self.redelivered = 0
@@ -235,6 +241,8 @@ class ScoringWorker:
                 if time.monotonic() - last_redelivery > self.redeliver_after_s:
                     last_redelivery = time.monotonic()
                     self._redeliver(store)
+                elif self._failed_export_due():
+                    self._redeliver(store, older_than_s=1.0)
                 leased: list[tuple[Job, set[asyncio.Task[None]]]] = []
                 for names, limit, tasks in pools:
                     free = limit - len(tasks)
@@ -337,7 +345,30 @@ class ScoringWorker:
                 record_internal_error("worker.mark_delivered", exc)
         self._delivered_written = noted
 
-    def _redeliver(self, store: Store, *, at_start: bool = False) -> None:
+    def _failed_export_due(self) -> bool:
+        """Spans failed to export (backend down): sweep again after a backoff in seconds
+        (1, 2, 4 … up to ``redeliver_backoff_s[1]``) while exports keep failing, instead of
+        waiting for the periodic ``redeliver_after_s`` sweep."""
+        if self.attacher is None:
+            return False
+        now = time.monotonic()
+        failed = self.attacher.export_failed_scores
+        if failed > self._failed_seen:
+            self._failed_seen = failed
+            if self._retry_at is None:
+                lo, hi = self.redeliver_backoff_s
+                if now - self._last_retry > 2 * self._backoff + 5.0:
+                    self._backoff = lo  # a new outage: start again from the shortest wait
+                self._retry_at = now + self._backoff
+                self._backoff = min(self._backoff * 2, hi)
+        if self._retry_at is not None and now >= self._retry_at:
+            self._retry_at = None
+            self._last_retry = now
+            return True
+        return False
+
+    def _redeliver(self, store: Store, *, at_start: bool = False,
+                   older_than_s: float | None = None) -> None:
         """Stored scores that never reached the backend go out on carrier spans: at start, all
         that a dead process left; later, those still undelivered ``redeliver_after_s`` after
         they were stored (their span's export failed, or the batch processor dropped it).
@@ -350,7 +381,8 @@ class ScoringWorker:
             if not at_start:
                 busy = self.attacher.in_flight(older_than_s=self.export_confirm_timeout_s)
                 self._flush_delivered(store)  # deliveries confirmed until now are in the db
-                older_than = time.time() - self.redeliver_after_s
+                older_than = time.time() - (self.redeliver_after_s if older_than_s is None
+                                            else older_than_s)
             for record_id in store.undelivered_record_ids(older_than=older_than):
                 # One record at a time: a malformed stored id must not stop the others.
                 try:
