@@ -115,6 +115,38 @@ def test_records_built_elsewhere_are_counted_by_reason_not_lost_silently(make_ts
         assert ts.flush(10)
     assert counters == {"lost.invalid_id": 2, "lost.invalid_context": 1,
                         "lost.invalid_metadata": 1}
+    import json
+
+    from helpers import run_cli
+
+    out = run_cli("report", "--db", ts.db_path, "--json")
+    assert json.loads(out.output)["lost"] == {"invalid_id": 2, "invalid_context": 1,
+                                              "invalid_metadata": 1}
+    assert "lost (all time): 1 invalid_context, 2 invalid_id" in " ".join(
+        run_cli("report", "--db", ts.db_path).output.split())
+
+
+def test_langchain_deeply_nested_metadata_is_kept_cut(make_ts: Any) -> None:
+    from langchain_core.callbacks import CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.runnables import RunnableLambda
+
+    class Deep(BaseRetriever):
+        def _get_relevant_documents(self, query: str, *,
+                                    run_manager: CallbackManagerForRetrieverRun
+                                    ) -> list[Document]:
+            return [Document(page_content="doc", metadata=deep(5_000))]
+
+    ts, _ = make_ts(metrics=[ScriptedMetric(name="m")])
+    chain = Deep() | RunnableLambda(lambda docs: "answer")
+    chain.invoke("q", config={"callbacks": [ts.langchain_handler()],
+                              "metadata": {"chain": deep(5_000)}})
+    assert ts.flush(10)
+    [row] = records(ts.db_path)
+    assert row["metadata"][TRUNCATED_KEY] == ["depth"]
+    assert row["contexts"][0]["metadata"][TRUNCATED_KEY] == ["depth"]
+    assert ts.stats()["lost"] == {}
 
 
 def test_a_malformed_stored_id_does_not_block_redelivery(make_ts: Any, db_path: Path) -> None:
