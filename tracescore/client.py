@@ -639,17 +639,17 @@ class Tracescore:
         # (what the writer could not store by then is counted as lost when it stops)
         ok = self.queue.shutdown(left()) and ok
         self.worker.stop(left())
-        if self.attacher is not None:
+        attacher = self.attacher
+        if attacher is not None:
             if self._adopted:  # the app's processors: give them back, never shut them down
-                release_processors(self.attacher)
-                attacher = self.attacher
-                flush_within(lambda _ms: attacher.close(shutdown_inner=False) or True,
+                release_processors(attacher)
+                flush_within(_returning_true(lambda _ms: attacher.close(shutdown_inner=False)),
                              left(), "close")
             else:
-                flush_within(lambda _ms: self.attacher.shutdown() or True,  # type: ignore[union-attr]
-                             left(), "shutdown")
+                flush_within(_returning_true(lambda _ms: attacher.shutdown()), left(),
+                             "shutdown")
         if self.telemetry.enabled:
-            flush_within(lambda ms: self.telemetry.shutdown(ms) or True, left(), "telemetry")
+            flush_within(_returning_true(self.telemetry.shutdown), left(), "telemetry")
         close = getattr(self.embedder, "close", None)
         if close is not None:
             close()
@@ -831,3 +831,12 @@ def _has_open_jobs(store: Store, metrics: Sequence[str]) -> bool:
         return store.has_open_jobs(metrics)
     except sqlite3.OperationalError:  # locked for longer than the wait: still open
         return True
+
+
+def _returning_true(stop: Callable[[int], Any]) -> Callable[[int], bool]:
+    """A shutdown step (returns None) for :func:`flush_within` (which wants a result)."""
+    def run(millis: int) -> bool:
+        stop(millis)
+        return True
+
+    return run

@@ -217,6 +217,6 @@ def _int(v: Any) -> int:
         return 0
 
 
-def message(exc: BaseException) -> str:
+def message(exc: Exception) -> str:
     """The server's error message, with keys and bearer tokens scrubbed."""
     return scrub(_message(exc))
