@@ -69,8 +69,8 @@ def open_db(path: str | Path) -> sqlite3.Connection:
         conn.execute("PRAGMA busy_timeout=30000")
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.Error as exc:
-        raise DatabaseError(f"cannot read {p}: not a tracescore database or it is corrupt "
-                            f"({exc})") from exc
+        raise DatabaseError(f"cannot read {p} as a SQLite database: not a tracescore "
+                            f"database or it is corrupt ({exc})") from exc
     missing = {"records", "jobs", "scores", "counters", "meta"} - tables
     if missing:
         conn.close()
