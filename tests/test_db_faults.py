@@ -181,3 +181,31 @@ def test_a_database_corrupt_past_its_first_page_gets_a_clear_message(
     assert "Traceback" not in out.output and out.exception is None or \
         isinstance(out.exception, SystemExit)
     assert "not a tracescore database or it is corrupt" in out.output, out.output
+
+
+@pytest.mark.allow_internal_errors
+def test_a_job_whose_completion_met_the_lock_is_released_when_it_lifts(
+        make_ts: Any, db_path: Path) -> None:
+    """The metric finishes while another process holds the database: storing the score and
+    giving the job back both fail. The release is retried each loop, so the job is scored
+    again as soon as the lock lifts, not after its 120 s lease."""
+    import threading
+
+    gate = threading.Event()
+    ts, _ = make_ts(metrics=[ScriptedMetric(lambda r: 1.0, name="m", gate=gate)],
+                    lease_seconds=120.0)
+    ts.log_record(query="q", answer="a")
+    wait_for(lambda: [r["status"] for r in rows(db_path, "SELECT status FROM jobs")]
+             == ["leased"])
+    lock = Lock(db_path)
+    try:
+        gate.set()
+        wait_for(lambda: ts.worker._unreleased, timeout=30)  # completion and release refused
+    finally:
+        lock.release()
+    t0 = time.monotonic()
+    wait_for(lambda: rows(db_path, "SELECT count(*) AS n FROM scores")[0]["n"] == 1,
+             timeout=30)
+    assert time.monotonic() - t0 < 10  # not the 120 s lease
+    [job] = rows(db_path, "SELECT status, attempts FROM jobs")
+    assert job["status"] == "done" and job["attempts"] == 2

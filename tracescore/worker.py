@@ -103,6 +103,9 @@ class ScoringWorker:
         #: what stats() shows of the database, read by this thread (never the caller's)
         self.db_snapshot: dict[str, Any] = {}
         self.db_snapshot_every_s = 1.0
+        #: how long one statement waits for another process's lock; then the worker moves on
+        #: (a refused release is retried each loop, a refused lease at the next wake)
+        self.busy_timeout_s = 5.0
         #: the database error that stopped the last read/write here, or None
         self.db_unavailable: str | None = None
         #: job releases/deferrals the database refused: retried until it takes them
@@ -209,7 +212,7 @@ class ScoringWorker:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tracescore-m")
-        store = Store(self.db_path)
+        store = Store(self.db_path, timeout_s=self.busy_timeout_s)
         self._started.set()
         inflight: set[asyncio.Task[None]] = set()
         wake_task: asyncio.Task[Any] | None = None
