@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 #: Backends reject or cut very long attribute values; the database keeps the full text.
@@ -39,6 +40,10 @@ def json_attr(value: Any) -> str:
         return json.dumps(value, default=lambda o: repr(o)[:500], ensure_ascii=False)
     except (TypeError, ValueError):
         return "{}"
+    except RecursionError:  # metadata nested too deep: cut and marked, like in the database
+        from tracescore._internal.validate import bound_metadata
+
+        return json_attr(bound_metadata(value)) if isinstance(value, Mapping) else "{}"
 
 
 def format_prompt(prompt: Any) -> str | None:

@@ -146,7 +146,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             if session is not None:
                 attrs[A.SESSION_ID] = session
             if user is not None:
-                attrs[A.USER_ID] = user
+                attrs[A.USER_ID] = self.ts.redact_id(user)
             span: Any = self.tracer.start_span(name, attributes=attrs, start_time=now)
             trace_hex = format(span.get_span_context().trace_id, "032x")
             if scope is not None:
@@ -195,7 +195,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         span = run.span
         end = time.time_ns()
         if error is not None:
-            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"[:1000]))
+            span.set_status(Status(StatusCode.ERROR, self.ts.redact_error(error)[:1000]))
             span.set_attribute(A.ERROR_TYPE, type(error).__qualname__)
         if run.is_root:
             with handle_internal_errors("langchain.record"):
@@ -335,7 +335,8 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             self._finish(run_id, None, error)
 
     def _document_attrs(self, ctxs: Sequence[Context]) -> Any:
-        for i, c in enumerate(ctxs):
+        yield A.RETRIEVAL_DOCUMENT_COUNT, len(ctxs)  # the span keeps the first few only
+        for i, c in enumerate(ctxs[:A.MAX_SPAN_DOCUMENTS]):
             # One bad document loses its own attributes, not the span.
             with handle_internal_errors("langchain.document_attrs", reraise=False):
                 text = self._text(c.text)
@@ -346,7 +347,8 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                 if c.score is not None:
                     yield A.retrieval_document(i, A.DOCUMENT_SCORE), float(c.score)
                 if c.metadata:
-                    yield A.retrieval_document(i, A.DOCUMENT_METADATA), clip(json_attr(c.metadata))
+                    yield (A.retrieval_document(i, A.DOCUMENT_METADATA),
+                           clip(json_attr(self.ts.redact_value(c.metadata))))
 
     # -- LLMs -------------------------------------------------------------------------------
     def on_chat_model_start(self, serialized: dict[str, Any] | None,

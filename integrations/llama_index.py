@@ -459,7 +459,7 @@ class LlamaIndexCapture:
         if session_id is not None:
             attrs[A.SESSION_ID] = session_id
         if user_id is not None:
-            attrs[A.USER_ID] = user_id
+            attrs[A.USER_ID] = self.ts.redact_id(user_id)
         if query is not None:
             text = self._text(query)
             if text is not None:
@@ -566,7 +566,7 @@ class LlamaIndexCapture:
         span = node.span
         run = node.run
         if err is not None and not isinstance(err, GeneratorExit):
-            _set_error(span, err)
+            _set_error(span, err, self.ts.redact_error(err))
         elif node.kind == SYNTHESIZE:
             text = response_text(result)
             if text is not None:
@@ -749,7 +749,7 @@ class LlamaIndexCapture:
             span.set_status(Status(StatusCode.ERROR, abandoned))
         else:
             if run.error is not None:
-                _set_error(span, run.error)
+                _set_error(span, run.error, self.ts.redact_error(run.error))
             with handle_internal_errors("llama_index.record"):
                 self._emit_record(run, span, end)
         span.end(end_time=end)
@@ -968,7 +968,8 @@ class LlamaIndexCapture:
         return None if text is None else clip(text, self._max_chars)
 
     def _document_attrs(self, nodes: Sequence[Any]) -> Iterator[tuple[str, Any]]:
-        for i, n in enumerate(nodes):
+        yield A.RETRIEVAL_DOCUMENT_COUNT, len(nodes)  # the span keeps the first few only
+        for i, n in enumerate(nodes[:A.MAX_SPAN_DOCUMENTS]):
             # One bad node loses its own attributes, not the span.
             try:
                 c = node_context(n, None)
@@ -981,7 +982,8 @@ class LlamaIndexCapture:
                     pairs.append((A.retrieval_document(i, A.DOCUMENT_SCORE), float(c.score)))
                 if c.metadata:
                     pairs.append((A.retrieval_document(i, A.DOCUMENT_METADATA),
-                                  clip(json_attr(c.metadata), self._max_chars)))
+                                  clip(json_attr(self.ts.redact_value(c.metadata)),
+                                       self._max_chars)))
             except Exception as exc:
                 _funnel("llama_index.document_attrs", exc, reraise=False)
                 continue
@@ -997,8 +999,8 @@ def _funnel(where: str, exc: Exception, reraise: bool | None = None) -> None:
         raise exc
 
 
-def _set_error(span: Span | _PendingSpan, err: BaseException) -> None:
-    span.set_status(Status(StatusCode.ERROR, f"{type(err).__name__}: {err}"[:1000]))
+def _set_error(span: Span | _PendingSpan, err: BaseException, text: str) -> None:
+    span.set_status(Status(StatusCode.ERROR, text[:1000]))
     span.set_attribute(A.ERROR_TYPE, type(err).__qualname__)
 
 

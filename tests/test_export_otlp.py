@@ -497,7 +497,7 @@ def test_escape_hatch_exporters_and_the_scoring_lag_gauge(tmp_path):
     try:
         rec = ts.log_record(query="q", answer="a")
         deadline = time.monotonic() + 5
-        while ts.stats()["open_jobs"] == 0 and time.monotonic() < deadline:
+        while not ts.stats()["open_jobs"] and time.monotonic() < deadline:
             time.sleep(0.02)
         time.sleep(0.3)
         got = _gauges(reader)

@@ -181,8 +181,8 @@ def test_invalid_json_twice_is_an_error_score_with_the_reason(make_ts, db_path):
     bad = scores["coherence"]
     assert bad["status"] == "error" and bad["value"] is None
     assert "judge returned invalid JSON twice" in bad["error"]
-    assert "score must be an integer 1-5, got 'high'" in bad["error"]
-    assert "no JSON object in the reply" in bad["error"]
+    assert "reply.score must be an integer, got a string 'high'" in bad["error"]
+    assert "the reply is not a JSON object" in bad["error"]
     assert scores["context_relevance"]["status"] == "ok"  # one bad reply spoils one step
     errors = [c for c in rows(db_path, "SELECT * FROM judge_calls") if c["error"]]
     assert len(errors) == 1 and errors[0]["error"].startswith("InvalidJudgeOutput")

@@ -486,7 +486,7 @@ def test_a_judge_that_obeys_an_injection_gets_an_error_score_not_a_score(make_ts
     for name in ("context_relevance", "hallucination"):
         assert got[name]["status"] == "error" and got[name]["value"] is None
         assert "invalid JSON twice" in got[name]["error"]
-        assert "contexts must be a list" in got[name]["error"]
+        assert "reply is missing 'contexts'" in got[name]["error"]
 
 
 # -- scores reach the spans -----------------------------------------------------------------------

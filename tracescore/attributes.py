@@ -14,6 +14,10 @@ INPUT_MIME_TYPE = "input.mime_type"
 OUTPUT_VALUE = "output.value"
 OUTPUT_MIME_TYPE = "output.mime_type"
 RETRIEVAL_DOCUMENTS = "retrieval.documents"
+#: How many documents a retrieval returned; the span carries the first MAX_SPAN_DOCUMENTS
+#: (an OTel span holds 128 attributes by default; the database keeps every document).
+RETRIEVAL_DOCUMENT_COUNT = "tracescore.retrieval.documents.count"
+MAX_SPAN_DOCUMENTS = 24
 DOCUMENT_ID = "document.id"
 DOCUMENT_CONTENT = "document.content"
 DOCUMENT_SCORE = "document.score"

@@ -28,7 +28,9 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from . import __version__ as _version
-from ._internal.errors import handle_internal_errors
+from ._internal.errors import handle_internal_errors, record_internal_error
+from ._internal.losses import Losses
+from ._internal.validate import check_context, check_id, check_metadata, hot_reason
 from .export import (
     CountingSpanExporter,
     ExportLoss,
@@ -135,6 +137,9 @@ class Tracescore:
             raise ValueError(f"cannot open the tracescore database {self.db_path!r}: {exc}") \
                 from exc
 
+        #: accepted and then lost, by reason (stats()["lost"])
+        self.losses = Losses()
+
         # attach → export
         self.export_loss = ExportLoss()
         plan = plan_export(
@@ -178,6 +183,7 @@ class Tracescore:
             self.worker.judge_session = self.judge_session
             self.worker.judge_canary = s.judge_canary
             self.worker.judge_max_wait_s = s.judge_max_wait_s
+        self.worker.redact = s.redact
         if self.attacher is not None:
             self.attacher.bind_tracer(self.tracer)
             self.attacher.on_delivered = self.worker.note_delivered
@@ -189,7 +195,7 @@ class Tracescore:
         # queue: the hot path's bounded buffer and the writer behind it
         self.queue = RecordQueue(
             self.db_path, self._plan_jobs, self._apply_ground_truth,
-            max_size=s.max_queue, on_written=self.worker.wake,
+            max_size=s.max_queue, on_written=self.worker.wake, losses=self.losses,
         )
         self.export_metrics.bind(self._snapshot)
         self.worker.start()
@@ -316,6 +322,12 @@ class Tracescore:
         with handle_internal_errors("submit"):
             if self._closed:
                 return None
+            bad = hot_reason(record)
+            if bad is not None:
+                # (log_record checks its input; a record built elsewhere must not vanish
+                # silently: it is counted by reason and logged once)
+                self.losses.add(bad, 1, f"{record!r:.200}")
+                return None
             decision = self.sampler.decide(record, self._metric_names)
             # Plain int counters (read by the metric callbacks): no lock, no SDK call here.
             self.records_seen += 1
@@ -362,56 +374,86 @@ class Tracescore:
         trace_id: str | None = None,
         span_id: str | None = None,
     ) -> RagRecord:
-        """Record an interaction captured without a framework (validates its arguments)."""
-        for name, value in (("query", query), ("answer", answer)):
-            if value is not None and not isinstance(value, str):
-                raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
-        if isinstance(contexts, str) or isinstance(ground_truths, str):
-            raise TypeError("contexts and ground_truths must be sequences, not a single str")
-        ctxs = []
-        for i, c in enumerate(contexts):
-            if isinstance(c, str):
-                ctxs.append(Context(text=c))
-            elif isinstance(c, Context):
-                ctxs.append(c)
-            else:
-                raise TypeError(f"contexts[{i}] must be a str or Context, got {type(c).__name__}")
-        for i, g in enumerate(ground_truths):
-            if not isinstance(g, str):
-                raise TypeError(f"ground_truths[{i}] must be a str, got {type(g).__name__}")
-        from .integrations._ids import new_span_id, new_trace_id
+        """Record an interaction captured without a framework (validates its arguments).
 
-        record = RagRecord(
-            trace_id=trace_id or new_trace_id(), span_id=span_id or new_span_id(),
-            query=query, answer=answer, contexts=tuple(ctxs), ground_truths=tuple(ground_truths),
-            metadata=dict(metadata or {}), source="manual",
-        )
+        Raises ``TypeError``/``ValueError`` naming the bad argument: ``trace_id``/``span_id``
+        must be 32/16 hex characters (normalised to lower case), ``contexts`` a sequence of
+        str or :class:`Context` (with a str ``text``), ``metadata`` a mapping (deeper than 16
+        levels or bigger than 2,000 values it is cut, and marked ``"tracescore.truncated"``).
+        """
+        record = _manual_record(query, answer, contexts, ground_truths, metadata,
+                                trace_id, span_id)
         # a span id of the caller's may belong to a span that is still to end: hold it
         self.submit(self.prepare(record), hold_span=span_id is not None)
         return record
 
     def prepare(self, record: RagRecord) -> RagRecord:
-        """Apply content capture/redaction to a record before anything stores or exports it."""
+        """Apply content capture/redaction to a record before anything stores or exports it.
+
+        ``capture_content=False`` keeps no free text: query, answer, contexts, ground truths
+        and prompt are dropped; the error keeps only the exception type; metadata keeps its
+        keys, numbers and booleans, each string becomes ``"<redacted: N chars>"``; the user id
+        becomes a hash (``sha256:`` + 16 hex). Kept as they are: trace/span ids, session id,
+        tags, model, timings and token counts. With ``redact``, the function is applied to
+        every one of those strings instead (metadata values, the error, the user id and each
+        context's metadata included).
+        """
+        if not isinstance(record, RagRecord):
+            return record  # submit counts it
         if not self.capture_content:
             return record.replace(query=None, answer=None, contexts=(), ground_truths=(),
-                                  prompt=None, retrieval_queries=(), content_captured=False)
+                                  prompt=None, retrieval_queries=(), content_captured=False,
+                                  error=_error_type(record.error),
+                                  metadata=self.redact_value(record.metadata),
+                                  user_id=self.redact_id(record.user_id))
         if self.redact is None:
             return record
         r = self.redact
         return record.replace(
             query=r(record.query) if record.query else record.query,
             answer=r(record.answer) if record.answer else record.answer,
-            contexts=tuple(c.__class__(r(c.text), c.id, c.score, c.metadata, c.source)
+            contexts=tuple(c.__class__(r(c.text) if isinstance(c.text, str) else c.text,
+                                       c.id, c.score, self.redact_value(c.metadata), c.source)
                            for c in record.contexts),
             ground_truths=tuple(r(g) for g in record.ground_truths),
             prompt=r(record.prompt) if record.prompt else record.prompt,
             retrieval_queries=tuple(r(q) for q in record.retrieval_queries),
+            error=r(record.error) if isinstance(record.error, str) else record.error,
+            metadata=self.redact_value(record.metadata),
+            user_id=self.redact_id(record.user_id),
         )
 
     def redact_text(self, text: str) -> str | None:
         """What may go on a span for ``text`` (None when content capture is off)."""
         if not self.capture_content:
             return None
+        return self.redact(text) if self.redact is not None else text
+
+    def redact_value(self, value: Any) -> Any:
+        """Metadata as it may be stored or exported: every string redacted (capture off: each
+        string replaced by its length). Containers are walked to a bounded depth."""
+        if self.capture_content and self.redact is None:
+            return value
+        return _redact_tree(value, self.redact if self.capture_content else None, 0)
+
+    def redact_id(self, user_id: str | None) -> str | None:
+        """A user id as it may be stored or exported (capture off: a hash of it)."""
+        if not isinstance(user_id, str):
+            return user_id
+        if not self.capture_content:
+            import hashlib
+
+            return "sha256:" + hashlib.sha256(user_id.encode("utf-8", "replace")).hexdigest()[:16]
+        return self.redact(user_id) if self.redact is not None else user_id
+
+    def redact_error(self, error: BaseException) -> str:
+        """An exception as it may go on a span status or in the database."""
+        text = f"{type(error).__name__}: {error}"
+        if not self.capture_content:
+            return type(error).__name__
+        from ._internal.secrets import scrub
+
+        text = scrub(text)
         return self.redact(text) if self.redact is not None else text
 
     # -- feedback ------------------------------------------------------------------------------
@@ -459,14 +501,11 @@ class Tracescore:
                 raise ValueError(f"unknown run id {str(trace_id)!r}: no recent root run had it "
                                  "(pass the run's 32-hex trace id instead)")
             return found
-        if not isinstance(trace_id, str) or len(trace_id) != 32:
-            raise ValueError(f"trace_id must be 32 hex characters or a run id (UUID), "
-                             f"got {trace_id!r}")
-        found = self.run_ids.resolve(trace_id)  # a run id written as 32 hex digits
-        if found is not None:
-            return found
-        int(trace_id, 16)
-        return trace_id.lower()
+        if isinstance(trace_id, str):
+            found = self.run_ids.resolve(trace_id)  # a run id written as 32 hex digits
+            if found is not None:
+                return found
+        return check_id(trace_id, 32, "trace_id (or a run id, a UUID)")
 
     def add_ground_truth(self, trace_id: str | UUID, ground_truths: Sequence[str]) -> None:
         """Attach reference answers to a trace's records; schedules the reference metrics.
@@ -504,6 +543,8 @@ class Tracescore:
         import time
 
         trace_id = self._trace_id(trace_id)
+        if comment is not None and not isinstance(comment, str):
+            raise TypeError(f"comment must be a str or None, got {type(comment).__name__}")
         v: float | None
         if value is None:
             v = None
@@ -524,6 +565,9 @@ class Tracescore:
             raise ValueError("feedback needs a value or a label")
         if not isinstance(name, str) or not name:
             raise ValueError("feedback name must be a non-empty str")
+        if comment is not None:  # the user's own words: redacted, or not kept at all
+            comment = (None if not self.capture_content
+                       else self.redact(comment) if self.redact is not None else comment)
         self.queue.put(FeedbackUpdate(trace_id.lower(), name, v, label, comment, time.time()),
                        record=False)
 
@@ -597,10 +641,13 @@ class Tracescore:
         if not self.queue.flush(timeout):
             return False
         self.worker.wake()
-        store = Store(self.db_path)
+        try:  # bounded by the deadline, also when another process holds the database
+            store = Store(self.db_path, timeout_s=max(0.05, deadline - time.monotonic()))
+        except sqlite3.Error:
+            return False
         try:
             pause = 0.005
-            while (self._metric_names and store.has_open_jobs(self._metric_names)) \
+            while (self._metric_names and _has_open_jobs(store, self._metric_names)) \
                     or not self.worker.idle:
                 if time.monotonic() > deadline:
                     return False
@@ -622,7 +669,19 @@ class Tracescore:
         return ok
 
     def shutdown(self, timeout: float = 30.0) -> bool:
-        """Flush, stop the background threads, and shut down the span pipeline."""
+        """Flush, stop the background threads, and shut down the span pipeline.
+
+        Returns within about ``timeout`` seconds in all (every step gets what is left of it;
+        what is still unwritten then, e.g. with the database locked, is counted in
+        ``stats()["lost"]`` as ``unwritten_at_shutdown``).
+        """
+        import time
+
+        deadline = time.monotonic() + max(0.0, timeout)
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
         with self._lock:
             if self._closed:
                 return True
@@ -631,55 +690,79 @@ class Tracescore:
         if self._langchain_handler is not None:
             self.uninstrument_langchain()
         self.uninstrument_llama_index()
-        self.queue.shutdown(timeout)
-        self.worker.stop(timeout)
-        if self.attacher is not None:
+        # (what the writer could not store by then is counted as lost when it stops)
+        ok = self.queue.shutdown(left()) and ok
+        self.worker.stop(left())
+        attacher = self.attacher
+        if attacher is not None:
             if self._adopted:  # the app's processors: give them back, never shut them down
-                release_processors(self.attacher)
-                self.attacher.close(shutdown_inner=False)
+                release_processors(attacher)
+                flush_within(_returning_true(lambda _ms: attacher.close(shutdown_inner=False)),
+                             left(), "close")
             else:
-                self.attacher.shutdown()
-        self.telemetry.shutdown(int(timeout * 1000))
+                flush_within(_returning_true(lambda _ms: attacher.shutdown()), left(),
+                             "shutdown")
+        if self.telemetry.enabled:
+            flush_within(_returning_true(self.telemetry.shutdown), left(), "telemetry")
         close = getattr(self.embedder, "close", None)
         if close is not None:
             close()
         return ok
 
     def stats(self) -> dict[str, Any]:
-        """Counters of this process (queue depth, drops, scores) plus the database's."""
-        store = Store(self.db_path)
+        """Counters of this process plus the database's, answered at once from memory.
+
+        Never blocks on the database and never raises: ``open_jobs`` and ``db_counters`` are
+        what the scoring worker last read (``db_checked_at``, a ``time.time()``; None before the
+        first read). ``lost`` counts, by reason, what was accepted and then could not be kept
+        (``queue_full``, ``invalid_trace_id``, ``write_failed:<error>``,
+        ``unwritten_at_shutdown``, ...); ``db_unavailable`` is the database error the writer is
+        waiting out, or None.
+        """
         try:
-            return {
-                "queue_depth": self.queue.depth,
-                "dropped": self.queue.dropped,
-                "dropped_other": self.queue.dropped_other,
-                "written": self.queue.written,
-                "scored_jobs": self.worker.scored,
-                "error_scores": self.worker.errors,
-                "open_jobs": store.open_job_count(self._metric_names),
-                "records_seen": self.records_seen,
-                "records_sampled": self.records_sampled,
-                "export_failures": sum(self.export_loss.failures.values()),
-                "export_lost": self.export_loss.lost,
-                # scores whose span failed to export (they stay undelivered), and scores sent
-                # again on a carrier span by the redelivery sweep
-                "scores_export_failed": (self.attacher.export_failed_scores
-                                         if self.attacher is not None else 0),
-                "scores_redelivered": self.worker.redelivered,
-                "spans_held": self.attacher.held if self.attacher is not None else 0,
-                "deferred_jobs": self.worker.deferred,
-                "judge": None if self.judge_session is None else {
-                    "model": self.judge_session.model,
-                    "calls": self.judge_session.judge.calls,
-                    "failures": self.judge_session.judge.failures,
-                    "breaker_state": self.judge_session.judge.breaker.state,
-                    "breaker_opened": self.judge_session.judge.breaker.opened,
-                    "health": dict(self.judge_session.health),
-                },
-                "db_counters": store.counters(),
+            return self._stats()
+        except Exception as exc:  # a counter read must never break the caller
+            record_internal_error("stats", exc)
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
+    def _stats(self) -> dict[str, Any]:
+        db = self.worker.db_snapshot
+        lost = self.losses.snapshot()
+        if self.queue.dropped:
+            lost["queue_full"] = self.queue.dropped
+        judge = None
+        if self.judge_session is not None:
+            j = self.judge_session.judge
+            judge = {
+                "model": self.judge_session.model, "calls": j.calls, "failures": j.failures,
+                "breaker_state": j.breaker.state, "breaker_opened": j.breaker.opened,
+                "health": dict(self.judge_session.health),
             }
-        finally:
-            store.close()
+        return {
+            "queue_depth": self.queue.depth,
+            "dropped": self.queue.dropped,
+            "dropped_other": self.queue.dropped_other,
+            "written": self.queue.written,
+            "lost": lost,
+            "db_unavailable": self.queue.db_unavailable or self.worker.db_unavailable,
+            "scored_jobs": self.worker.scored,
+            "error_scores": self.worker.errors,
+            "open_jobs": db.get("open_jobs"),
+            "records_seen": self.records_seen,
+            "records_sampled": self.records_sampled,
+            "export_failures": sum(self.export_loss.failures.values()),
+            "export_lost": self.export_loss.lost,
+            # scores whose span failed to export (they stay undelivered), and scores sent
+            # again on a carrier span by the redelivery sweep
+            "scores_export_failed": (self.attacher.export_failed_scores
+                                     if self.attacher is not None else 0),
+            "scores_redelivered": self.worker.redelivered,
+            "spans_held": self.attacher.held if self.attacher is not None else 0,
+            "deferred_jobs": self.worker.deferred,
+            "judge": judge,
+            "db_counters": dict(db.get("counters") or {}),
+            "db_checked_at": db.get("checked_at"),
+        }
 
     def _snapshot(self) -> PipelineSnapshot:
         """For the observable metrics (metric reader thread): counters plus one SQL query."""
@@ -704,3 +787,68 @@ def _installed(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:  # the parent package is missing
         return False
+
+
+def _manual_record(query: Any, answer: Any, contexts: Any, ground_truths: Any, metadata: Any,
+                   trace_id: Any, span_id: Any) -> RagRecord:
+    """The record :meth:`Tracescore.log_record` describes, or a clear TypeError/ValueError."""
+    for name, value in (("query", query), ("answer", answer)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
+    for name, seq in (("contexts", contexts), ("ground_truths", ground_truths)):
+        if seq is None or isinstance(seq, (str, bytes, Mapping)) \
+                or not isinstance(seq, Iterable):
+            got = "a single str" if isinstance(seq, str) else type(seq).__name__
+            raise TypeError(f"{name} must be a sequence (list or tuple), not {got}")
+    ctxs = [check_context(c, i) for i, c in enumerate(contexts)]
+    gts = list(ground_truths)
+    for i, g in enumerate(gts):
+        if not isinstance(g, str):
+            raise TypeError(f"ground_truths[{i}] must be a str, got {type(g).__name__}")
+    md = check_metadata(metadata)
+    from .integrations._ids import new_span_id, new_trace_id
+
+    return RagRecord(
+        trace_id=new_trace_id() if trace_id is None else check_id(trace_id, 32, "trace_id"),
+        span_id=new_span_id() if span_id is None else check_id(span_id, 16, "span_id"),
+        query=query, answer=answer, contexts=tuple(ctxs), ground_truths=tuple(gts),
+        metadata=md, source="manual",
+    )
+
+
+def _error_type(error: str | None) -> str | None:
+    """``"ValueError: the user's text"`` → ``"ValueError"`` (capture off)."""
+    if not isinstance(error, str):
+        return None
+    head = error.split(":", 1)[0].strip()
+    return head if head.replace(".", "").replace("_", "").isalnum() else "error"
+
+
+def _redact_tree(value: Any, redact: Callable[[str], str] | None, depth: int) -> Any:
+    if isinstance(value, str):
+        return redact(value) if redact is not None else f"<redacted: {len(value)} chars>"
+    if depth >= 32:
+        return "<redacted>"
+    if isinstance(value, Mapping):
+        return {k: _redact_tree(v, redact, depth + 1) for k, v in list(value.items())}
+    if isinstance(value, (list, tuple)):
+        return [_redact_tree(v, redact, depth + 1) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return _redact_tree(repr(value)[:200], redact, depth)
+
+
+def _has_open_jobs(store: Store, metrics: Sequence[str]) -> bool:
+    try:
+        return store.has_open_jobs(metrics)
+    except sqlite3.OperationalError:  # locked for longer than the wait: still open
+        return True
+
+
+def _returning_true(stop: Callable[[int], Any]) -> Callable[[int], bool]:
+    """A shutdown step (returns None) for :func:`flush_within` (which wants a result)."""
+    def run(millis: int) -> bool:
+        stop(millis)
+        return True
+
+    return run

@@ -16,6 +16,7 @@ whose deadline passed.
 from __future__ import annotations
 
 import heapq
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -93,6 +94,7 @@ class ScoreAttachingProcessor(SpanProcessor):
         self._tracer: trace_api.Tracer | None = None
         self._closed = False
         self._reaper: threading.Thread | None = None
+        os.register_at_fork(after_in_child=self._after_fork)
         #: Set by :func:`adopt_processors`: the app's multi-processor this one sits in.
         self.adopted_from: Any = None
         #: True when tracescore owns the span exporter and reports each batch's result to
@@ -195,6 +197,15 @@ class ScoreAttachingProcessor(SpanProcessor):
                 release = self._holds.pop(span_id)
         if release is not None:
             self._release(release, late=0)
+
+    def _after_fork(self) -> None:
+        # The child has no reaper thread, and the lock may have been held by a parent thread
+        # at fork time. The holds are the parent's spans: the parent exports them.
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._reaper = None
+        self._holds = {}
+        self._deadlines = []
 
     def cancel(self, span_id: int) -> None:
         """Forget a hold whose record was dropped (no scores will come). Hot path."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import threading
 import time
 from collections import deque
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._internal.errors import record_internal_error
+from ._internal.losses import Losses
+from ._internal.validate import InvalidRecord, sanitize_record
 from .record import RagRecord
 from .sampling import Decision
 from .store import NewJob, Store
@@ -66,6 +69,7 @@ class RecordQueue:
         batch_size: int = 512,
         interval_s: float = 0.2,
         on_written: Callable[[], None] | None = None,
+        losses: Losses | None = None,
     ) -> None:
         self.db_path = db_path
         self.plan_jobs = plan_jobs
@@ -74,10 +78,16 @@ class RecordQueue:
         self.batch_size = batch_size
         self.interval_s = interval_s
         self.on_written = on_written
+        #: how long one write waits for a lock before the writer backs off and retries
+        self.busy_timeout_s = 5.0
         self.dropped = 0
         self.dropped_other = 0
         self.written = 0
         self.failed = 0
+        #: what was accepted and then could not be stored, by reason (see stats())
+        self.losses = losses if losses is not None else Losses()
+        #: the database refused writes (locked, full, I/O error): records wait in memory
+        self.db_unavailable: str | None = None
         self._unsaved_drops = 0
         self._last_warn = 0.0
         self._reset()
@@ -153,18 +163,33 @@ class RecordQueue:
     # -- writer thread -------------------------------------------------------------------------
     def _run(self) -> None:
         store: Store | None = None
+        backoff = 0.0
         while True:
-            self._event.wait(self.interval_s)
+            self._event.wait(max(self.interval_s, backoff))
             self._event.clear()
             try:
                 if store is None:
-                    store = Store(self.db_path)
+                    store = Store(self.db_path, timeout_s=self.busy_timeout_s)
                 self._drain(store)
+                backoff = 0.0
+                self.db_unavailable = None
+            except _DbUnavailable as exc:
+                # Locked or full: the records are back at the front of the buffer (bounded:
+                # new ones are dropped and counted meanwhile); try again with backoff.
+                if self.db_unavailable is None:
+                    log.warning("tracescore cannot write its database (%s); records wait in "
+                                "memory (app fine, telemetry degraded)", exc)
+                self.db_unavailable = str(exc)
+                backoff = min(max(0.1, backoff * 2), 2.0)
+                if self._stop:
+                    break  # shutting down: what is still buffered is counted as lost
             except Exception as exc:  # the db is unusable now; try again on the next wake
                 record_internal_error("queue.writer", exc)
                 time.sleep(min(1.0, self.interval_s * 5))
             if self._stop and not self._buf:
                 break
+        if any(isinstance(item, tuple) for item in self._buf):
+            self.lose_buffered()  # stopped with the database unavailable: counted, not silent
         if store is not None:
             store.close()
 
@@ -172,6 +197,7 @@ class RecordQueue:
         while self._buf:
             records: list[tuple[RagRecord, Decision]] = []
             markers: list[_Marker] = []
+            taken: list[Any] = []
             n = 0
             while self._buf and n < self.batch_size:
                 item = self._buf[0]
@@ -180,6 +206,7 @@ class RecordQueue:
                 self._buf.popleft()
                 n += 1
                 if isinstance(item, _Marker):
+                    taken.append(item)
                     markers.append(item)
                 elif callable(item):
                     # Deferred hot-path work (materialising child spans): run it here.
@@ -188,46 +215,104 @@ class RecordQueue:
                     except Exception as exc:
                         record_internal_error("queue.task", exc)
                 elif isinstance(item, (GroundTruthUpdate, FeedbackUpdate)):
-                    self._apply_ground_truth(store, item)
+                    try:
+                        self._apply_ground_truth(store, item)
+                    except _DbUnavailable:
+                        self._buf.appendleft(item)
+                        self._buf.extendleft(reversed(taken))
+                        raise
                     break
                 else:
+                    taken.append(item)
                     records.append(item)
             if records:
-                self._write(store, records)
+                try:
+                    self._write(store, records)
+                except _DbUnavailable:
+                    self._buf.extendleft(reversed(taken))  # in order, before newer items
+                    raise
             for m in markers:
                 m.done.set()
             if self.on_written is not None:
                 self.on_written()
 
     def _write(self, store: Store, records: list[tuple[RagRecord, Decision]]) -> None:
-        drops, self._unsaved_drops = self._unsaved_drops, 0
-        counters = {"records_dropped": drops, "records_seen": len(records) + drops}
-        jobs: list[NewJob] = []
+        good: list[tuple[RagRecord, Decision]] = []
         for rec, decision in records:
-            jobs.extend(self.plan_jobs(rec, decision))
-        for attempt in range(3):
             try:
-                store.write_batch(records, jobs, counters)
-                self.written += len(records)
-                return
-            except Exception as exc:
-                if attempt == 2:
-                    break
-                record_internal_error("queue.write_batch", exc)
-                time.sleep(0.05 * (attempt + 1))
-        # The batch as a whole keeps failing: write one record at a time so a single bad
-        # record costs only itself, and count what could not be stored.
+                good.append((sanitize_record(rec), decision))
+            except InvalidRecord as exc:
+                self.failed += 1
+                self.losses.add(exc.reason, 1, str(exc))
+        drops = self._unsaved_drops
+        lost = self.losses.take_unsaved()
+        counters = {"records_dropped": drops, "records_seen": len(records) + drops,
+                    **{f"lost.{k}": v for k, v in lost.items()}}
+        try:
+            self._write_good(store, good, counters)
+        except BaseException:
+            self.losses.give_back(lost)
+            raise
+        self._unsaved_drops -= drops
+
+    def _write_good(self, store: Store, records: list[tuple[RagRecord, Decision]],
+                    counters: dict[str, int]) -> None:
+        try:
+            jobs: list[NewJob] = []
+            for rec, decision in records:
+                jobs.extend(self.plan_jobs(rec, decision))
+            store.write_batch(records, jobs, counters)
+            self.written += len(records)
+            return
+        except sqlite3.OperationalError as exc:
+            if _unavailable(exc):
+                raise _DbUnavailable(str(exc)) from exc
+            record_internal_error("queue.write_batch", exc)
+        except Exception as exc:
+            record_internal_error("queue.write_batch", exc)
+        # The batch as a whole failed on its content: write one record at a time so a single
+        # bad record costs only itself, and count what could not be stored, by reason.
         for rec, decision in records:
             try:
                 store.write_batch([(rec, decision)], self.plan_jobs(rec, decision), None)
                 self.written += 1
+            except sqlite3.OperationalError as exc:
+                if _unavailable(exc):
+                    raise _DbUnavailable(str(exc)) from exc
+                self._lose(exc)
             except Exception as exc:
-                self.failed += 1
-                record_internal_error("queue.write_record", exc)
-        store.bump_counters(counters)
+                self._lose(exc)
+        store.bump_counters({**counters, **{f"lost.{k}": v for k, v in
+                                            self.losses.take_unsaved().items()}})
+
+    def _lose(self, exc: BaseException) -> None:
+        self.failed += 1
+        self.losses.add(f"write_failed:{type(exc).__name__}", 1, str(exc))
+
+    def lose_buffered(self) -> int:
+        """Count what is still buffered as lost (shutdown while the database is unavailable)."""
+        n = sum(1 for item in self._buf if isinstance(item, tuple))
+        self.losses.add("unwritten_at_shutdown", n, self.db_unavailable)
+        return n
 
     def _apply_ground_truth(self, store: Store, upd: GroundTruthUpdate | FeedbackUpdate) -> None:
         try:
             self.on_ground_truth(store, upd)
-        except Exception as exc:
+        except sqlite3.OperationalError as exc:
+            if _unavailable(exc):
+                raise _DbUnavailable(str(exc)) from exc
+            self.losses.add(f"update_failed:{type(exc).__name__}", 1, str(exc))
             record_internal_error("queue.ground_truth", exc)
+        except Exception as exc:
+            self.losses.add(f"update_failed:{type(exc).__name__}", 1, str(exc))
+            record_internal_error("queue.ground_truth", exc)
+
+
+class _DbUnavailable(Exception):
+    """The database refused a write for a reason that passes (locked, busy, full, I/O)."""
+
+
+def _unavailable(exc: sqlite3.OperationalError) -> bool:
+    msg = str(exc).lower()
+    return any(w in msg for w in ("locked", "busy", "full", "disk i/o", "readonly",
+                                  "unable to open"))

@@ -30,6 +30,8 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from ._internal.errors import record_internal_error
+from ._internal.secrets import scrub
+from ._internal.validate import valid_ids
 from .judge.base import RetryLater
 from .judge.session import JudgeSession
 from .metrics.base import Metric
@@ -66,6 +68,8 @@ class ScoringWorker:
         #: Called once per stored job with its scores (export: log records, histogram points).
         self.on_scores = on_scores
         self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        #: the app's redaction function (Tracescore sets it)
+        self.redact: Callable[[str], str] | None = None
         self.scored = 0
         self.errors = 0
         self.deferred = 0
@@ -85,16 +89,60 @@ class ScoringWorker:
         self._running_jobs = 0
         #: scores still undelivered this long after they were stored go out again on a carrier
         self.redeliver_after_s = 120.0
+        #: after a failed span export: first and longest wait before scores are sent again
+        self.redeliver_backoff_s = (1.0, 60.0)
+        self._backoff = 1.0
+        self._retry_at: float | None = None
+        self._last_retry = -1e9
+        self._failed_seen = 0
         #: an exported span with no result after this long was dropped by the batch processor
         self.export_confirm_timeout_s = 600.0
         self.redelivered = 0
+        #: stored records whose id cannot be a span's (their scores are not exported)
+        self.bad_ids = 0
+        #: what stats() shows of the database, read by this thread (never the caller's)
+        self.db_snapshot: dict[str, Any] = {}
+        self.db_snapshot_every_s = 1.0
+        #: how long one statement waits for another process's lock; then the worker moves on
+        #: (a refused release is retried each loop, a refused lease at the next wake)
+        self.busy_timeout_s = 5.0
+        #: the database error that stopped the last read/write here, or None
+        self.db_unavailable: str | None = None
+        #: job releases/deferrals the database refused: retried until it takes them
+        self._unreleased: list[tuple[Job, float | None, str]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._stop_grace = 5.0
         self._idle = threading.Event()
         self._started = threading.Event()
         self._executor: ThreadPoolExecutor | None = None
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _after_fork(self) -> None:
+        """``os.fork()`` after init (gunicorn ``--preload``): the child has no scoring thread.
+        Start one of its own, with its own lease owner, event loop and connections."""
+        was_running = self._thread is not None and not self._stopping
+        self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self._loop = None
+        self._wake = None
+        self._thread = None
+        self._executor = None
+        self._idle = threading.Event()
+        self._started = threading.Event()
+        self._delivered_lock = threading.Lock()
+        self._delivered = []
+        self._completions = []
+        self._running_jobs = 0
+        self._unreleased = []
+        if self.judge_session is not None:
+            self.judge_session.after_fork()
+        if was_running:
+            self._stopping = False
+            self._thread = threading.Thread(target=self._run, name="tracescore-scorer",
+                                            daemon=True)
+            self._thread.start()
 
     # -- control (any thread) ----------------------------------------------------------------
     def start(self) -> None:
@@ -115,6 +163,8 @@ class ScoringWorker:
                 pass
 
     def stop(self, timeout: float = 10.0) -> None:
+        # in-flight jobs get part of the timeout to finish; the rest are given back
+        self._stop_grace = max(0.0, min(5.0, timeout * 0.5))
         self._stopping = True
         self.wake()
         if self._thread is not None:
@@ -162,7 +212,7 @@ class ScoringWorker:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tracescore-m")
-        store = Store(self.db_path)
+        store = Store(self.db_path, timeout_s=self.busy_timeout_s)
         self._started.set()
         inflight: set[asyncio.Task[None]] = set()
         wake_task: asyncio.Task[Any] | None = None
@@ -181,13 +231,21 @@ class ScoringWorker:
             if self.judge_session is not None and self.judge_canary:
                 canary = asyncio.create_task(self._canary())
             last_redelivery = time.monotonic()
+            last_snapshot = 0.0
             while True:
                 self._flush_delivered(store)
+                if self._unreleased:
+                    self._retry_releases(store)
+                if time.monotonic() - last_snapshot >= self.db_snapshot_every_s:
+                    last_snapshot = time.monotonic()
+                    self._read_snapshot(store)
                 if self._stopping:
                     break
                 if time.monotonic() - last_redelivery > self.redeliver_after_s:
                     last_redelivery = time.monotonic()
                     self._redeliver(store)
+                elif self._failed_export_due():
+                    self._redeliver(store, older_than_s=1.0)
                 leased: list[tuple[Job, set[asyncio.Task[None]]]] = []
                 for names, limit, tasks in pools:
                     free = limit - len(tasks)
@@ -230,7 +288,7 @@ class ScoringWorker:
                 )
             # Stopping: let in-flight jobs finish for a moment, then give the rest back.
             if inflight:
-                await asyncio.wait(inflight, timeout=5.0)
+                await asyncio.wait(inflight, timeout=self._stop_grace)
             if wake_task is not None:
                 wake_task.cancel()
             if canary is not None and not canary.done():
@@ -242,6 +300,31 @@ class ScoringWorker:
             if self.judge_session is not None:
                 self.judge_session.close()
             store.close()
+
+    def _read_snapshot(self, store: Store) -> None:
+        try:
+            self.db_snapshot = {"open_jobs": store.open_job_count(list(self.metrics)),
+                                "counters": store.counters(), "checked_at": time.time()}
+            self.db_unavailable = None
+        except Exception as exc:  # locked or broken: stats() shows the last good read
+            self.db_unavailable = f"{type(exc).__name__}: {exc}"
+
+    def _release(self, store: Store, job: Job, delay_s: float | None, reason: str) -> None:
+        """Give a job back (``delay_s`` None: release; else defer). A refusal (database
+        locked) is kept and retried each loop, so the job does not wait out its lease."""
+        try:
+            if delay_s is None:
+                store.release_job(job, self.owner, reason)
+            else:
+                store.defer_job(job, self.owner, delay_s, reason)
+        except Exception as exc:
+            self.db_unavailable = f"{type(exc).__name__}: {exc}"
+            self._unreleased.append((job, delay_s, reason))
+
+    def _retry_releases(self, store: Store) -> None:
+        pending, self._unreleased = self._unreleased, []
+        for job, delay_s, reason in pending:
+            self._release(store, job, delay_s, reason)
 
     async def _canary(self) -> None:
         from .judge.canary import run_canary
@@ -265,7 +348,30 @@ class ScoringWorker:
                 record_internal_error("worker.mark_delivered", exc)
         self._delivered_written = noted
 
-    def _redeliver(self, store: Store, *, at_start: bool = False) -> None:
+    def _failed_export_due(self) -> bool:
+        """Spans failed to export (backend down): sweep again after a backoff in seconds
+        (1, 2, 4 … up to ``redeliver_backoff_s[1]``) while exports keep failing, instead of
+        waiting for the periodic ``redeliver_after_s`` sweep."""
+        if self.attacher is None:
+            return False
+        now = time.monotonic()
+        failed = self.attacher.export_failed_scores
+        if failed > self._failed_seen:
+            self._failed_seen = failed
+            if self._retry_at is None:
+                lo, hi = self.redeliver_backoff_s
+                if now - self._last_retry > 2 * self._backoff + 5.0:
+                    self._backoff = lo  # a new outage: start again from the shortest wait
+                self._retry_at = now + self._backoff
+                self._backoff = min(self._backoff * 2, hi)
+        if self._retry_at is not None and now >= self._retry_at:
+            self._retry_at = None
+            self._last_retry = now
+            return True
+        return False
+
+    def _redeliver(self, store: Store, *, at_start: bool = False,
+                   older_than_s: float | None = None) -> None:
         """Stored scores that never reached the backend go out on carrier spans: at start, all
         that a dead process left; later, those still undelivered ``redeliver_after_s`` after
         they were stored (their span's export failed, or the batch processor dropped it).
@@ -278,18 +384,34 @@ class ScoringWorker:
             if not at_start:
                 busy = self.attacher.in_flight(older_than_s=self.export_confirm_timeout_s)
                 self._flush_delivered(store)  # deliveries confirmed until now are in the db
-                older_than = time.time() - self.redeliver_after_s
+                older_than = time.time() - (self.redeliver_after_s if older_than_s is None
+                                            else older_than_s)
             for record_id in store.undelivered_record_ids(older_than=older_than):
-                trace_hex, _, span_hex = record_id.partition("-")
-                if int(span_hex, 16) in busy:
-                    continue
-                rows = store.scores_for(record_id, undelivered_only=True)
-                refs = [(r["score_id"], _row_score(r)) for r in rows]
-                if refs:
-                    self.redelivered += len(refs)
-                    self.attacher.emit_carrier(int(trace_hex, 16), int(span_hex, 16), refs)
+                # One record at a time: a malformed stored id must not stop the others.
+                try:
+                    self._redeliver_one(store, record_id, busy)
+                except Exception as exc:
+                    record_internal_error("worker.redeliver_record", exc)
         except Exception as exc:
             record_internal_error("worker.redeliver", exc)
+
+    def _redeliver_one(self, store: Store, record_id: str, busy: set[int]) -> None:
+        assert self.attacher is not None
+        trace_hex, _, span_hex = record_id.partition("-")
+        rows = store.scores_for(record_id, undelivered_only=True)
+        if not valid_ids(trace_hex, span_hex):
+            # No span can carry them: mark them so the sweep does not pick them again.
+            self.bad_ids += 1
+            log.warning("tracescore cannot export the scores of record %r: not a valid "
+                        "trace/span id (marked delivery='invalid_id')", record_id[:80])
+            store.mark_delivered([r["score_id"] for r in rows], "invalid_id")
+            return
+        if int(span_hex, 16) in busy:
+            return
+        refs = [(r["score_id"], _row_score(r)) for r in rows]
+        if refs:
+            self.redelivered += len(refs)
+            self.attacher.emit_carrier(int(trace_hex, 16), int(span_hex, 16), refs)
 
     async def _job(self, store: Store, job: Job, record: RagRecord | None) -> None:
         self._running_jobs += 1
@@ -316,7 +438,7 @@ class ScoringWorker:
                 except RetryLater as later:
                     waited = time.time() - job.created_at if job.created_at else 0.0
                     if waited <= self.judge_max_wait_s:
-                        store.defer_job(job, self.owner, later.delay_s, later.reason)
+                        self._release(store, job, later.delay_s, later.reason)
                         self.deferred += 1
                         return
                     # Waiting has a limit: a record the judge always fails on (or an outage
@@ -325,6 +447,7 @@ class ScoringWorker:
                         n, f"judge unavailable for this record for {waited:.0f}s "
                         f"(judge_max_wait_s): {later.reason}", metric=metric.name,
                         metric_version=metric.version) for n in metric.names()]
+            scores = [self._clean(s) for s in scores]
             refs = await self._complete(store, job, scores)
             if refs is None:
                 return  # the lease went to another process, which stores the scores
@@ -337,10 +460,19 @@ class ScoringWorker:
             # Our own failure, not the metric's: give the job back so it is tried again
             # (attempts count, so a persistent fault ends in a "gave up" error score).
             record_internal_error("worker.job", exc)
-            try:
-                store.release_job(job, self.owner, f"{type(exc).__name__}: {exc}"[:500])
-            except Exception as exc2:
-                record_internal_error("worker.release", exc2)
+            self._release(store, job, None, f"{type(exc).__name__}: {exc}"[:500])
+
+    def _clean(self, s: Score) -> Score:
+        """Keys out of error texts; the app's ``redact`` over explanations and errors (a
+        judge's reason may quote the answer) before a score is stored or exported."""
+        error = scrub(s.error) if s.error else s.error
+        explanation = s.explanation
+        if self.redact is not None:
+            error = self.redact(error) if error else error
+            explanation = self.redact(explanation) if explanation else explanation
+        if error is s.error and explanation is s.explanation:
+            return s
+        return _with(s, error=error, explanation=explanation)
 
     async def _complete(self, store: Store, job: Job,
                         scores: list[Score]) -> list[ScoreRef] | None:

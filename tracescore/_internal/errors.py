@@ -16,7 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .secrets import install_log_filter
+
 log = logging.getLogger("tracescore")
+install_log_filter()  # keys and bearer tokens never reach a log line
 
 _lock = threading.Lock()
 _counts: dict[str, int] = {}

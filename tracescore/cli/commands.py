@@ -93,7 +93,22 @@ def _since(ctx: click.Context, param: click.Parameter, value: str) -> float | No
         raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """Turns a database that breaks mid-command (corrupt pages) into a clear message."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        import sqlite3
+
+        try:
+            return super().invoke(ctx)
+        except sqlite3.DatabaseError as exc:
+            raise DatabaseProblem(
+                f"cannot read the database: not a tracescore database or it is corrupt "
+                f"({exc}). Restore it from a backup, or point --db at another "
+                "file.") from None
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tracescore")
 def main() -> None:
     """tracescore: score the quality of a RAG app's runs, from a SQLite database.

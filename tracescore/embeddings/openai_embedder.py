@@ -67,6 +67,9 @@ class OpenAIEmbedder:
                     "the OpenAI embedder needs an API key: pass api_key= or set OPENAI_API_KEY "
                     "(for a local OpenAI-compatible server, pass base_url=)")
             api_key = "not-needed"  # local servers ignore it
+        from .._internal.secrets import register_secret
+
+        register_secret(api_key)
         self.server_model = model
         self.dimensions = dimensions
         self.model = f"openai:{model}" + (f"@{dimensions}d" if dimensions else "")

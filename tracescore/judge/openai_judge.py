@@ -16,7 +16,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._internal.openai_errors import message, retry_after
+from .._internal.openai_errors import message as _message
+from .._internal.openai_errors import retry_after
+from .._internal.secrets import register_secret, scrub
 from .base import JudgeError, JudgeReply, Message, TokenLogprob, TransientJudgeError
 
 _MODES = ("json_schema", "json_object", "none")
@@ -48,14 +50,20 @@ class OpenAIJudge:
                     "(for a local OpenAI-compatible server, pass base_url=)"
                 )
             api_key = "not-needed"  # local servers (vLLM, llama.cpp, Ollama) ignore it
+        register_secret(api_key)  # a server may echo it in an error: scrubbed everywhere
         self.model = model
         self.temperature = temperature
         self._mode = structured_output
         self._openai = openai
-        self._client = openai.AsyncOpenAI(
+        self._client_args: dict[str, Any] = dict(
             base_url=base_url, api_key=api_key, max_retries=0,
             default_headers=dict(default_headers or {}),
         )
+        self._client = openai.AsyncOpenAI(**self._client_args)
+
+    def after_fork(self) -> None:
+        """A forked child gets a client of its own (the parent's pool holds its sockets)."""
+        self._client = self._openai.AsyncOpenAI(**self._client_args)
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIJudge(model={self.model!r}, base_url={str(self._client.base_url)!r})"
@@ -127,25 +135,88 @@ class OpenAIJudge:
 
 
 
+def _field(obj: Any, name: str) -> Any:
+    """``obj.name`` or ``obj[name]``; None when absent. The SDK builds its response models
+    without validation, so a broken envelope shows up as strings, dicts or missing fields."""
+    if isinstance(obj, dict):
+        return obj.get(name)
+    if obj is None or isinstance(obj, (str, bytes, int, float, list)):
+        return None
+    try:
+        value = getattr(obj, name, None)
+    except Exception:
+        return None
+    if value is None:
+        extra = getattr(obj, "model_extra", None)
+        if isinstance(extra, dict):
+            value = extra.get(name)
+    return value
+
+
+def _server_said(resp: Any) -> str:
+    err = _field(resp, "error")
+    if err is None:
+        return ""
+    msg = _field(err, "message") if not isinstance(err, str) else err
+    return f"; the server said: {str(msg if msg is not None else err)[:300]}"
+
+
+def _malformed(what: str, resp: Any) -> TransientJudgeError:
+    # A 200 with a broken envelope is the server's (or a proxy's) fault: retried, bounded.
+    return TransientJudgeError(f"malformed reply from the judge: {what}{_server_said(resp)}")
+
+
 def _reply(resp: Any, model: str, latency_ms: float) -> JudgeReply:
-    if not getattr(resp, "choices", None):
-        raise TransientJudgeError("judge returned no choices")
-    choice = resp.choices[0]
-    text = choice.message.content or ""
-    usage = getattr(resp, "usage", None)
+    choices = _field(resp, "choices")
+    if not isinstance(choices, list) or not choices:
+        raise _malformed("no choices" if not choices else
+                         f"choices is a {type(choices).__name__}, not a list", resp)
+    choice = choices[0]
+    if isinstance(choice, str) or not (isinstance(choice, dict) or hasattr(choice, "__dict__")):
+        raise _malformed(f"choices[0] is a {type(choice).__name__}, not an object", resp)
+    message = _field(choice, "message")
+    if message is None:
+        if _field(choice, "text") is not None:
+            raise _malformed("choices[0] is a completions-style choice (text), not a chat "
+                             "message", resp)
+        raise _malformed("choices[0].message is missing or null", resp)
+    content = _field(message, "content")
+    if content is not None and not isinstance(content, str):
+        raise _malformed(f"choices[0].message.content is a {type(content).__name__}, "
+                         "not a string", resp)
+    if content is None and not _field(message, "refusal"):
+        raise _malformed("choices[0].message.content is null", resp)
+    text = content or ""
+    usage = _field(resp, "usage")
     lps = None
-    lp = getattr(choice, "logprobs", None)
-    if lp is not None and getattr(lp, "content", None):
-        lps = [
-            TokenLogprob(t.token, float(t.logprob),
-                         {a.token: float(a.logprob) for a in (t.top_logprobs or [])})
-            for t in lp.content
-        ]
+    lp = _field(choice, "logprobs")
+    if lp is not None and _field(lp, "content"):
+        try:
+            lps = [
+                TokenLogprob(str(_field(t, "token")), float(_field(t, "logprob")),
+                             {str(_field(a, "token")): float(_field(a, "logprob"))
+                              for a in (_field(t, "top_logprobs") or [])})
+                for t in _field(lp, "content")
+            ]
+        except (TypeError, ValueError):
+            lps = None  # unusable log-probs: the text still counts, unweighted
     return JudgeReply(
         text=text,
-        model=getattr(resp, "model", None) or model,
-        input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-        output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        model=str(_field(resp, "model") or model),
+        input_tokens=_int(_field(usage, "prompt_tokens")),
+        output_tokens=_int(_field(usage, "completion_tokens")),
         latency_ms=latency_ms,
         logprobs=lps,
     )
+
+
+def _int(v: Any) -> int:
+    try:
+        return max(0, int(v or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def message(exc: Exception) -> str:
+    """The server's error message, with keys and bearer tokens scrubbed."""
+    return scrub(_message(exc))

@@ -82,21 +82,26 @@ class CircuitBreaker:
             return self.HALF_OPEN
         return self.OPEN
 
-    def before_call(self) -> None:
-        """Raise :class:`RetryLater` when calls must not go out now."""
+    def before_call(self) -> bool:
+        """Raise :class:`RetryLater` when calls must not go out now (:class:`ProbeInFlight`
+        while the half-open probe is out). Returns True for the call that is the probe."""
         with self._lock:
             now = time.monotonic()
             state = self._state_locked(now)
             if state == self.CLOSED:
-                return
+                return False
             if state == self.HALF_OPEN and not self._probing:
                 self._probing = True  # let exactly one probe through
-                return
+                return True
             assert self._opened_at is not None
-            wait = max(0.05, self.cooldown_s - (now - self._opened_at))
             last = self.last_failure
-        raise RetryLater("judge circuit breaker is open (judge failing"
-                         + (f"; last failure: {last}" if last else "") + "); waiting", wait)
+            reason = ("judge circuit breaker is open (judge failing"
+                      + (f"; last failure: {last}" if last else "") + "); waiting")
+            if state == self.HALF_OPEN:
+                # the probe's outcome decides; its caller wakes the waiters (ResilientJudge)
+                raise ProbeInFlight(reason + " for the probe call", self.cooldown_s)
+            wait = max(0.05, self.cooldown_s - (now - self._opened_at))
+        raise RetryLater(reason, wait)
 
     def abandon(self) -> None:
         """A call ended without a verdict on the judge (cancelled, or a bug on our side): if it
@@ -122,6 +127,10 @@ class CircuitBreaker:
                 self._probing = False
 
 
+class ProbeInFlight(RetryLater):
+    """The breaker is half-open and its one probe call is out: wait for its outcome."""
+
+
 class ResilientJudge:
     """Wraps a backend: the only way tracescore talks to a judge."""
 
@@ -143,11 +152,61 @@ class ResilientJudge:
         self.admit: Callable[[], None] | None = None
         self.calls = 0
         self.failures = 0
+        #: set when the half-open probe ends; jobs waiting for it sleep on it (one per loop)
+        self._probe_done: tuple[Any, asyncio.Event] | None = None
+        #: how many calls waited for a probe's outcome (instead of being deferred again)
+        self.probe_waits = 0
+
+    def after_fork(self) -> None:
+        """In a forked child: loop-bound state and the backend's connections are the parent's."""
+        self._probe_done = None
+        self.breaker.abandon()
+        reset = getattr(self.backend, "after_fork", None)
+        if reset is not None:
+            reset()
+
+    def _probe_event(self) -> asyncio.Event:
+        loop = asyncio.get_running_loop()
+        if self._probe_done is None or self._probe_done[0] is not loop:
+            self._probe_done = (loop, asyncio.Event())
+        return self._probe_done[1]
+
+    def _probe_over(self) -> None:
+        done, self._probe_done = self._probe_done, None
+        if done is not None:
+            done[1].set()
+
+    async def _breaker_admits(self) -> bool:
+        """Wait while the half-open probe is out (sleeping, not polling): every other job
+        would otherwise be deferred again and again until it ends. Returns True for the
+        probe itself; raises :class:`RetryLater` when the breaker is (again) open."""
+        waited = False
+        while True:
+            try:
+                return self.breaker.before_call()
+            except ProbeInFlight as exc:
+                if waited:
+                    raise RetryLater(exc.reason, exc.delay_s) from None
+                waited = True
+                self.probe_waits += 1
+                try:
+                    # a probe lasts at most one call's timeout
+                    await asyncio.wait_for(self._probe_event().wait(),
+                                           self.policy.timeout_s + 1.0)
+                except asyncio.TimeoutError:
+                    raise RetryLater(exc.reason, exc.delay_s) from None
 
     async def _once(self, messages: Sequence[Message], **kw: Any) -> JudgeReply:
         if self.admit is not None:
             self.admit()  # before the breaker: a refused request must not take the probe slot
-        self.breaker.before_call()
+        probe = await self._breaker_admits()
+        try:
+            return await self._attempt(messages, **kw)
+        finally:
+            if probe:
+                self._probe_over()
+
+    async def _attempt(self, messages: Sequence[Message], **kw: Any) -> JudgeReply:
         self.calls += 1
         try:
             reply = await asyncio.wait_for(
@@ -210,10 +269,19 @@ class ResilientJudge:
         json_schema: Mapping[str, Any] | None = None,
         max_tokens: int = 1024,
     ) -> JudgeReply:
-        """Ask for JSON, validate it; one repair attempt; :class:`InvalidJudgeOutput` after."""
+        """Ask for JSON, check it against ``json_schema`` exactly and ``validate`` it; one
+        repair attempt; :class:`InvalidJudgeOutput` (with the reason) after."""
+        from .schemas import check
+
+        def strict(text: str) -> Any:
+            data = parse_json(text)
+            if json_schema is not None:
+                check(data, json_schema)
+            return validate(data)
+
         reply = await self.call(messages, json_schema=json_schema, max_tokens=max_tokens)
         try:
-            return replace(reply, data=validate(parse_json(reply.text)))
+            return replace(reply, data=strict(reply.text))
         except ValueError as first:
             repair = [
                 *messages,
@@ -231,7 +299,7 @@ class ResilientJudge:
                 latency_ms=reply.latency_ms + second.latency_ms,
             )
             try:
-                return replace(total, data=validate(parse_json(second.text)))
+                return replace(total, data=strict(second.text))
             except ValueError as again:
                 raise InvalidJudgeOutput(
                     f"judge returned invalid JSON twice: {again} (first: {first})") from again
@@ -244,20 +312,22 @@ _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 
 
 def parse_json(text: str) -> Any:
-    """Parse a JSON reply, tolerating code fences and prose around one JSON object."""
+    """Parse a JSON reply: the whole reply (or one fenced code block that is the whole reply).
+
+    Strict on purpose: JSON picked out of prose could be a quotation (an answer under
+    judgement that says ``{"score": 5}``), so prose around the object is an error (and gets
+    the repair call), never a value.
+    """
     t = text.strip()
     m = _FENCE.match(t)
     if m:
         t = m.group(1)
+    if not t:
+        raise ValueError("the reply is empty")
     try:
         return json.loads(t)
-    except json.JSONDecodeError:
-        pass
-    start = t.find("{")
-    end = t.rfind("}")
-    if start != -1 and end > start:
-        try:
-            return json.loads(t[start : end + 1])
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"not valid JSON ({exc.msg} at char {exc.pos})") from None
-    raise ValueError("no JSON object in the reply")
+    except json.JSONDecodeError as exc:
+        if t[0] not in "{[":
+            raise ValueError("the reply is not a JSON object (text around or instead of it)") \
+                from None
+        raise ValueError(f"not valid JSON ({exc.msg} at char {exc.pos})") from None

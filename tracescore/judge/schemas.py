@@ -15,8 +15,11 @@ _YNI = {"type": "string", "enum": ["yes", "no", "idk"]}
 _REASON = {"type": "string", "maxLength": 200}
 
 
-def _obj(props: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": list(props),
+def _obj(props: dict[str, Any], optional: Sequence[str] = ("index",)) -> dict[str, Any]:
+    """Every property required except ``optional`` (``index`` only echoes the item's
+    position); nothing else allowed."""
+    return {"type": "object", "properties": props,
+            "required": [k for k in props if k not in optional],
             "additionalProperties": False}
 
 
@@ -26,8 +29,10 @@ def _array(items: Any, n: int) -> dict[str, Any]:
 
 def extract(keys: Sequence[str], opinions_for: Sequence[str]) -> dict[str, Any]:
     sentences = {"type": "array", "items": {"type": "string", "maxLength": 300}, "maxItems": 20}
+    # "opinions" is asked for the answer only; an empty list elsewhere is tolerated
     texts = {
-        k: _obj({"statements": sentences, **({"opinions": sentences} if k in opinions_for else {})})
+        k: _obj({"statements": sentences, "opinions": sentences},
+                optional=() if k in opinions_for else ("opinions",))
         for k in keys
     }
     return _obj({"texts": _obj(texts)})
@@ -67,3 +72,70 @@ def binary(checks: Sequence[str]) -> dict[str, Any]:
 def geval_steps() -> dict[str, Any]:
     return _obj({"steps": {"type": "array", "items": {"type": "string", "maxLength": 300},
                            "minItems": 1, "maxItems": 8}})
+
+
+def check(value: Any, schema: Any, path: str = "reply") -> None:
+    """Raise ValueError unless ``value`` matches ``schema`` exactly.
+
+    The subset of JSON Schema the builders above use: ``type``, ``properties``, ``required``,
+    ``additionalProperties: false``, ``enum``, ``items`` (a schema or ``false``),
+    ``prefixItems``, ``minItems``/``maxItems``, ``minimum``/``maximum``. ``maxLength`` is a
+    cost bound for servers that enforce it, not a validity rule: longer strings pass here
+    (the steps cut reasons themselves). Not every server enforces schemas, so every reply is
+    checked: no extra keys, no missing keys, no wrong types, no values outside an enum.
+    """
+    if schema is True or schema is None or not isinstance(schema, dict):
+        return
+    t = schema.get("type")
+    if t == "object":
+        if not isinstance(value, dict):
+            raise ValueError(f"{path} must be an object, got {_kind(value)}")
+        props = schema.get("properties", {})
+        for k, sub in props.items():
+            if k in value:
+                check(value[k], sub, f"{path}.{k}")
+        missing = [k for k in schema.get("required", ()) if k not in value]
+        if missing:
+            raise ValueError(f"{path} is missing {', '.join(map(repr, missing))}")
+        if schema.get("additionalProperties") is False:
+            extra = [k for k in value if k not in props]
+            if extra:
+                raise ValueError(f"{path} has unexpected key(s) {', '.join(map(repr, extra))}")
+    elif t == "array":
+        if not isinstance(value, list):
+            raise ValueError(f"{path} must be a list, got {_kind(value)}")
+        lo, hi = schema.get("minItems"), schema.get("maxItems")
+        if lo is not None and len(value) < lo or hi is not None and len(value) > hi:
+            want = str(lo) if lo == hi else f"{lo or 0}-{hi if hi is not None else 'any'}"
+            raise ValueError(f"{path} must have {want} entries, got {len(value)}")
+        prefix = schema.get("prefixItems", [])
+        for i, x in enumerate(value):
+            sub = prefix[i] if i < len(prefix) else schema.get("items", True)
+            if sub is False:
+                raise ValueError(f"{path} has an unexpected entry [{i}]")
+            check(x, sub, f"{path}[{i}]")
+    elif t == "string":
+        if not isinstance(value, str):
+            raise ValueError(f"{path} must be a string, got {_kind(value)}")
+    elif t == "integer":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{path} must be an integer, got {_kind(value)}")
+    elif t == "number":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{path} must be a number, got {_kind(value)}")
+    elif t == "boolean":
+        if not isinstance(value, bool):
+            raise ValueError(f"{path} must be true or false, got {_kind(value)}")
+    if "enum" in schema and value not in schema["enum"]:
+        raise ValueError(f"{path} must be one of {'/'.join(map(str, schema['enum']))}, "
+                         f"got {value!r:.60}")
+    if "minimum" in schema and isinstance(value, (int, float)) and value < schema["minimum"]:
+        raise ValueError(f"{path} must be >= {schema['minimum']}, got {value!r}")
+    if "maximum" in schema and isinstance(value, (int, float)) and value > schema["maximum"]:
+        raise ValueError(f"{path} must be <= {schema['maximum']}, got {value!r}")
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+            type(None): "null"}.get(type(value), f"a {type(value).__name__}") + \
+        (f" {value!r:.40}" if isinstance(value, (str, int, float)) else "")

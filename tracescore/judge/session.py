@@ -136,6 +136,14 @@ class JudgeSession:
             self._locks[key] = lock
         return lock
 
+    def after_fork(self) -> None:
+        """In a forked child: forget the parent's connection, loop-bound state and client."""
+        self._store = None  # the parent's SQLite connection must not be used here
+        self._slots = None
+        self._inflight = {}
+        self._locks = weakref.WeakValueDictionary()
+        self.judge.after_fork()
+
     def close(self) -> None:
         if self._store is not None:
             self._store.close()
@@ -221,12 +229,7 @@ class JudgeSession:
         reply: JudgeReply | None = None
         try:
             if parse is not None:
-                reply = await self.judge.call(messages, max_tokens=max_tokens,
-                                              logprobs=logprobs)
-                try:
-                    data = parse(reply)
-                except ValueError as exc:
-                    raise InvalidJudgeOutput(f"judge reply not usable: {exc}") from exc
+                reply, data = await self._call_parsed(messages, parse, max_tokens, logprobs)
             else:
                 reply = await self.judge.call_json(messages, validate,
                                                    json_schema=json_schema,
@@ -248,6 +251,30 @@ class JudgeSession:
                             if self.price else None)
         fut.set_result(result)
         return result
+
+    async def _call_parsed(self, messages: Sequence[Message], parse: Callable[[JudgeReply], Any],
+                           max_tokens: int, logprobs: int | None) -> tuple[JudgeReply, Any]:
+        """A call whose raw reply ``parse`` reads; one repair call when it cannot."""
+        from dataclasses import replace
+
+        reply = await self.judge.call(messages, max_tokens=max_tokens, logprobs=logprobs)
+        try:
+            return reply, parse(reply)
+        except ValueError as first:
+            repair = [*messages, {"role": "assistant", "content": reply.text[:4000]},
+                      {"role": "user", "content": (
+                          f"That reply was not valid: {first}. Answer again with only what "
+                          "the instructions ask for, and nothing else.")}]
+            second = await self.judge.call(repair, max_tokens=max_tokens, logprobs=logprobs)
+            total = replace(second, calls=reply.calls + second.calls,
+                            input_tokens=reply.input_tokens + second.input_tokens,
+                            output_tokens=reply.output_tokens + second.output_tokens,
+                            latency_ms=reply.latency_ms + second.latency_ms)
+            try:
+                return total, parse(second)
+            except ValueError as again:
+                raise InvalidJudgeOutput(
+                    f"judge reply not usable twice: {again} (first: {first})") from again
 
     def _account(self, step: str, record_id: str | None, reply: JudgeReply | None,
                  error: BaseException | None, latency_ms: float) -> None:

@@ -320,9 +320,9 @@ async def binary_checks(session: JudgeSession, record: RagRecord,
         out = {}
         for c in checks:
             e = _obj(d.get(c), c)
-            v = str(e.get("value", "")).strip().upper()[:1]
-            if v not in ("Y", "N"):
-                raise ValueError(f"{c}.value must be Y or N, got {e.get('value')!r}")
+            v = e.get("value")
+            if v not in ("Y", "N"):  # exactly: "Yes? No. It is not relevant" is not a Y
+                raise ValueError(f"{c}.value must be exactly Y or N, got {v!r:.60}")
             out[c] = {"value": v, "reasoning": str(e.get("reasoning", ""))[:1000]}
         return out
 
@@ -351,30 +351,60 @@ async def geval_steps(session: JudgeSession, name: str, criteria: str,
     return list(r.data)
 
 
+_GEVAL_SCHEMA = {"type": "object",
+                 "properties": {"score": {"type": "integer", "minimum": 1, "maximum": 5},
+                                "reason": {"type": "string"}},
+                 "required": ["score"], "additionalProperties": False}
+
+
 def geval_parse(reply: JudgeReply) -> dict[str, Any]:
-    """Probability-weighted score over 1-5 when logprobs came back, else the integer."""
+    """The reply's score, strictly: ``{"score": <1-5>}`` (a ``reason`` may follow) or the bare
+    digit, and nothing else — never the first digit found in prose, which may be a step
+    number or a quotation. With log-probabilities, the documented G-Eval path: the score is
+    weighted by the probabilities of 1-5 at the score token itself."""
+    import re
+
     from .resilience import parse_json
+    from .schemas import check
 
     text = reply.text.strip()
-    try:
-        parsed = _rating(parse_json(text))["score"]
-    except ValueError:
-        digits = [ch for ch in text if ch in "12345"]
-        if not digits:
-            raise ValueError(f"no 1-5 score in {text[:80]!r}") from None
-        parsed = int(digits[0])
-    weighted = None
-    for tok in reply.logprobs or ():
-        if tok.token.strip() in ("1", "2", "3", "4", "5"):
+    if re.fullmatch(r"[1-5]", text):
+        parsed, at = int(text), reply.text.index(text)
+    else:
+        data = parse_json(text)
+        check(data, _GEVAL_SCHEMA)
+        parsed = int(data["score"])
+        m = re.search(r'"score"\s*:\s*([1-5])\b', reply.text)
+        at = m.start(1) if m else -1
+    return {"score": parsed, "weighted": _weighted(reply, at, parsed)}
+
+
+def _weighted(reply: JudgeReply, at: int, parsed: int) -> float | None:
+    """Probability-weighted 1-5 at the token that covers character ``at`` of the reply.
+
+    Tokens and text are matched on their non-space characters (servers differ in how they
+    report spacing); tokens that do not spell the reply give no weighting."""
+    def solid(t: str) -> str:
+        return "".join(t.split())
+
+    if at < 0 or not reply.logprobs or \
+            solid("".join(t.token for t in reply.logprobs)) != solid(reply.text):
+        return None
+    target = len(solid(reply.text[:at]))
+    pos = 0
+    for tok in reply.logprobs:
+        n = len(solid(tok.token))
+        if pos <= target < pos + n:
+            if tok.token.strip() != str(parsed):
+                return None
             probs: dict[str, float] = {}
             for k, v in (tok.top or {tok.token: tok.logprob}).items():
                 if k.strip() in ("1", "2", "3", "4", "5"):  # "4" and " 4" are one score
                     probs[k.strip()] = probs.get(k.strip(), 0.0) + math.exp(v)
             total = sum(probs.values())
-            if total > 0:
-                weighted = sum(int(k) * p for k, p in probs.items()) / total
-            break
-    return {"score": parsed, "weighted": weighted}
+            return sum(int(k) * p for k, p in probs.items()) / total if total > 0 else None
+        pos += n
+    return None
 
 
 async def geval_score(session: JudgeSession, record: RagRecord, name: str, criteria: str,

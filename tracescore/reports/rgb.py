@@ -97,6 +97,9 @@ class RgbLive:
     detection: Rate
     correction: Rate  # corrected of detected (RGB's CR), over records with a reference
     sources: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: RGB's ``all_rate`` at noise ratio 1 (evalue.py): refused *or* answered correctly, over
+    #: the negative-rejection records; ``rejection`` counts refusals only
+    rejection_all: Rate = field(default_factory=lambda: Rate())
 
     @property
     def counterfactual(self) -> int:
@@ -117,6 +120,9 @@ class RgbLive:
                 "all": _acc(noise_all),
             },
             "negative_rejection": {**_rate(self.rejection, "refused"),
+                                   "rejection_rate": _rate(self.rejection, "refused"),
+                                   "all_rate": _rate(self.rejection_all,
+                                                     "refused_or_correct"),
                                    "no_contexts": _rate(self.no_contexts, "refused")},
             "information_integration": {**_acc(self.integration),
                                         "single_context": _acc(self.single_context)},
@@ -191,6 +197,11 @@ def record_facts(n_contexts: int, content_captured: bool, answer: str | None,
         refused, refused_from = _first(values, REFUSAL)
         if refused is None and answer is not None:
             refused, refused_from = find_refusal(answer) is not None, COMPUTED
+        # for RGB's all_rate, which also counts a correct answer at noise ratio 1 (its
+        # source is not tallied: the accuracy sources describe the noise records)
+        correct, _ = _first(values, ACCURACY)
+        if correct is None:
+            correct = _matches(answer, ground_truths)
     else:
         detected, detected_from = _first(values, DETECTION)
         if detected is None and answer is not None:
@@ -207,7 +218,7 @@ def aggregate(facts: Iterable[RecordFacts], *, db: str = "", since: float | None
               ) -> RgbLive:
     """Sum record facts into the four abilities (pure)."""
     buckets = {b: Rate() for b in BUCKETS}
-    rejection = no_ctx = integ = single = detection = correction = Rate()
+    rejection = no_ctx = integ = single = detection = correction = rejection_all = Rate()
     records = profiled = 0
     sources: dict[str, Counter[str]] = {"accuracy": Counter(), "refusal": Counter(),
                                         "error_detection": Counter()}
@@ -231,6 +242,8 @@ def aggregate(facts: Iterable[RecordFacts], *, db: str = "", since: float | None
                 single = single.add(f.correct)
         elif f.place == "rejection":
             rejection = rejection.add(f.refused)
+            rejection_all = rejection_all.add(
+                None if f.refused is None else bool(f.refused or f.correct))
         elif f.place == "no_contexts":
             no_ctx = no_ctx.add(f.refused)
         else:
@@ -243,6 +256,7 @@ def aggregate(facts: Iterable[RecordFacts], *, db: str = "", since: float | None
         noise=[NoiseBucket(b, r) for b, r in buckets.items()], rejection=rejection,
         no_contexts=no_ctx, integration=integ, single_context=single, detection=detection,
         correction=correction, sources={k: dict(sorted(v.items())) for k, v in sources.items()},
+        rejection_all=rejection_all,
     )
 
 
@@ -339,6 +353,10 @@ def format_rgb(live: RgbLive) -> str:
     out.append("Negative rejection (no context relevant): "
                + (f"refused {rej.hits} of {rej.n} ({_pct(rej)})" if rej.n else _pct(rej))
                + _unscored(rej))
+    ra = live.rejection_all
+    if ra.n:
+        out.append(f"  RGB all_rate (refused or answered correctly): {ra.hits} of {ra.n} "
+                   f"({_pct(ra)})")
     nc = live.no_contexts
     if nc.n or nc.unscored:
         out.append(f"  no context retrieved (not in the rate): refused {nc.hits} of {nc.n} "

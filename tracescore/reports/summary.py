@@ -69,7 +69,8 @@ def open_db(path: str | Path) -> sqlite3.Connection:
         conn.execute("PRAGMA busy_timeout=30000")
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.Error as exc:
-        raise DatabaseError(f"cannot read {p} as a SQLite database: {exc}") from exc
+        raise DatabaseError(f"cannot read {p} as a SQLite database: not a tracescore "
+                            f"database or it is corrupt ({exc})") from exc
     missing = {"records", "jobs", "scores", "counters", "meta"} - tables
     if missing:
         conn.close()
@@ -157,6 +158,8 @@ class Report:
     metrics: list[MetricSummary] = field(default_factory=list)
     worst: dict[str, list[WorstRecord]] = field(default_factory=dict)
     judges: list[dict[str, Any]] = field(default_factory=list)
+    #: accepted and then lost, by reason (the ``lost.<reason>`` counters; all time)
+    lost: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -169,6 +172,7 @@ class Report:
             "pending_jobs": self.pending_jobs,
             "scores": self.scores,
             "undelivered_scores": self.undelivered,
+            "lost": dict(self.lost),
             "metrics": {
                 m.name: {k: v for k, v in asdict(m).items() if k != "name"} for m in self.metrics
             },
@@ -260,6 +264,9 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None, worst:
         (cutoff,),
     ).fetchone()
     dropped_row = one("SELECT value FROM counters WHERE name='records_dropped'").fetchone()
+    lost = {str(k)[5:]: int(v) for k, v in one(
+        "SELECT name, value FROM counters WHERE name LIKE 'lost.%' AND value > 0 "
+        "ORDER BY name").fetchall()}
     pending = one("SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')").fetchone()[0]
     n_scores = one("SELECT count(*) FROM scores WHERE created_at >= ?", (cutoff,)).fetchone()[0]
     undelivered = one("SELECT count(*) FROM scores WHERE delivery IS NULL AND created_at >= ?",
@@ -343,6 +350,7 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None, worst:
         dropped=int(dropped_row[0]) if dropped_row else 0, pending_jobs=pending,
         undelivered=undelivered,
         scores=n_scores, metrics=summaries, worst=worst_rows, judges=judge_health(conn),
+        lost=lost,
     )
 
 
@@ -580,6 +588,9 @@ def format_report(report: Report, width: int = WIDTH) -> str:
         f"{_n(report.scores, 'score')}, {_n(errors, 'error')}; "
         f"{_n(report.pending_jobs, 'job')} pending"
     )
+    if report.lost:
+        summary += "; lost (all time): " + ", ".join(
+            f"{n} {reason}" for reason, n in sorted(report.lost.items()))
     if report.undelivered:
         summary += (f"; {_n(report.undelivered, 'score')} not yet exported (held, in flight, or "
                     "the export failed: a running pipeline sends it again)")

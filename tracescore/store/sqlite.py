@@ -20,6 +20,7 @@ from typing import Any
 
 import sqlite_utils
 
+from .._internal.secrets import scrub
 from ..record import Context, RagRecord, TokenUsage
 from ..sampling import Decision
 from ..score import Score
@@ -98,8 +99,25 @@ class Store:
         self._ensure_schema()
 
     # -- schema -------------------------------------------------------------------------------
+    def _schema_ready(self) -> bool:
+        """Read-only check: is the current schema all there? (Then opening needs no write
+        lock: readers and stats-like callers do not wait for a writer holding the database.)"""
+        conn = self.conn
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        except sqlite3.OperationalError:
+            return False
+        if row is None or str(row[0]) != str(SCHEMA_VERSION):
+            return False
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        cols = {r[1] for r in conn.execute("PRAGMA table_info(records)")}
+        return "prompt" in cols and {"judge_cache", "judge_calls", "feedback", "judge_health",
+                                     "idx_jobs_status_job_id", "idx_feedback_trace"} <= names
+
     def _ensure_schema(self) -> None:
         db = self.db
+        if self._schema_ready():
+            return
         with self.transaction():
             if "meta" not in db.table_names():
                 db.table("meta").create({"key": str, "value": str}, pk="key")
@@ -222,8 +240,8 @@ class Store:
         self.conn.execute(
             "INSERT INTO judge_calls(record_id, step, model, input_tokens, output_tokens, "
             "latency_ms, cost_usd, error, created_at) VALUES (?,?,?,?,?,?,?,?,?)",
-            (record_id, step, model, input_tokens, output_tokens, latency_ms, cost_usd, error,
-             time.time()),
+            (record_id, step, model, input_tokens, output_tokens, latency_ms, cost_usd,
+             scrub(error) if error else error, time.time()),
         )
 
     def judge_cost_today(self) -> float:
@@ -399,7 +417,7 @@ class Store:
                     (job.job_id, job.record_id, trace_id, s.name, s.metric or job.metric,
                      s.metric_version, s.value, s.label,
                      clean_text(s.explanation) if s.explanation else None, s.status,
-                     clean_text(s.error) if s.error else None, s.duration_ms,
+                     clean_text(scrub(s.error)) if s.error else None, s.duration_ms,
                      dumps(_json_safe(dict(s.details))), now, delivery)
                     for s in scores
                 ],
@@ -426,7 +444,7 @@ class Store:
             self.conn.execute(
                 "UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=NULL, "
                 "reason=? WHERE job_id=? AND lease_owner=?",
-                (reason, job.job_id, owner),
+                (scrub(reason) if reason else reason, job.job_id, owner),
             )
 
     def defer_job(self, job: Job, owner: str, delay_s: float, reason: str) -> None:
@@ -436,7 +454,7 @@ class Store:
             self.conn.execute(
                 "UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=?, "
                 "attempts = MAX(attempts - 1, 0), reason=? WHERE job_id=? AND lease_owner=?",
-                (time.time() + max(0.0, delay_s), reason[:500], job.job_id, owner),
+                (time.time() + max(0.0, delay_s), scrub(reason)[:500], job.job_id, owner),
             )
 
     def has_open_jobs(self, metrics: Sequence[str]) -> bool:
@@ -559,7 +577,7 @@ def record_row(r: RagRecord, d: Decision, now: float) -> tuple[Any, ...]:
         dumps(_json_safe(dict(r.metadata)), MAX_METADATA_CHARS), dumps(list(r.tags)),
         r.session_id, r.user_id, r.latency_ms,
         r.usage.input_tokens if r.usage else None, r.usage.output_tokens if r.usage else None,
-        r.model, _opt(r.error), int(r.content_captured), d.u, int(d.sampled),
+        r.model, _opt(scrub(r.error) if r.error else None), int(r.content_captured), d.u, int(d.sampled),
         dumps(list(d.metrics)), d.forced, _opt(r.prompt),
         dumps([clean_text(q) for q in r.retrieval_queries]) if r.retrieval_queries else None,
     )

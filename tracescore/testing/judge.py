@@ -61,6 +61,32 @@ def parse_prompt(messages: list[dict[str, Any]]) -> tuple[str, Any]:
     return step, data
 
 
+def _envelope(choices: Any, **extra: Any) -> bytes:
+    body = {"id": "chatcmpl-broken", "object": "chat.completion", "created": 0,
+            "model": "test-judge", "choices": choices, **extra}
+    return json.dumps(body).encode()
+
+
+#: HTTP 200 bodies that are not a usable chat completion, as seen from real proxies and
+#: half-compatible servers: inject them with ``server.inject(broken_envelope(kind))``.
+BROKEN_ENVELOPES: dict[str, bytes] = {
+    "choice_is_a_string": _envelope(["I am a string, not a choice"]),
+    "completions_choice": _envelope([{"index": 0, "text": '{"score": 4}',
+                                      "finish_reason": "stop"}]),
+    "message_null": _envelope([{"index": 0, "message": None, "finish_reason": "stop"}]),
+    "content_not_a_string": _envelope([{"index": 0, "finish_reason": "stop",
+                                        "message": {"role": "assistant", "content": 42}}]),
+    "no_choices": _envelope([]),
+    "error_object": json.dumps({"error": {"message": "upstream overloaded",
+                                          "type": "server_error"}}).encode(),
+}
+
+
+def broken_envelope(kind: str) -> Fault:
+    """A :class:`Fault` that answers one request 200 with ``BROKEN_ENVELOPES[kind]``."""
+    return Fault(status=200, raw=BROKEN_ENVELOPES[kind])
+
+
 class ScriptedJudgeServer(ScriptedServer):
     def __init__(self, responder: Responder, *, delay_s: float = 0.0,
                  logprobs: Callable[[str, Any], list[dict[str, Any]] | None] | None = None):
@@ -90,6 +116,10 @@ class ScriptedJudgeServer(ScriptedServer):
             self.inflight += 1
             self.max_inflight = max(self.max_inflight, self.inflight)
             arrived = time.monotonic()
+            # logged at arrival, under the lock, so the log is in arrival order (appending
+            # when the answer is sent put a slow request after faster later ones)
+            slot = len(self.log)
+            self.log.append((arrived, step, 0))
         status = 500
         try:
             status, body, headers = self._answer(step, data, req, fault)
@@ -97,7 +127,7 @@ class ScriptedJudgeServer(ScriptedServer):
         finally:
             with self._lock:
                 self.inflight -= 1
-                self.log.append((arrived, step, status))
+                self.log[slot] = (arrived, step, status)
 
     def _answer(self, step: str, data: Any, req: dict[str, Any],
                 fault: Fault | None) -> Response:

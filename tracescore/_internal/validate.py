@@ -1,0 +1,215 @@
+"""What tracescore accepts: ids, contexts, metadata — checked at the public API, bounded
+before anything is stored or exported.
+
+Two uses. :func:`check_*` raise a clear ``TypeError``/``ValueError`` for the public API
+(:meth:`Tracescore.log_record`, :meth:`Tracescore.add_feedback`, ...). :func:`sanitize_record`
+runs on the writer thread for every record however it was built (framework adapters, direct
+``submit``): it bounds metadata (cut and marked, never lost) and raises :class:`InvalidRecord`
+with a short reason key for what cannot be repaired, which the writer counts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ..record import Context, RagRecord
+
+_TRACE_RE = re.compile(r"[0-9a-fA-F]{32}")
+_SPAN_RE = re.compile(r"[0-9a-fA-F]{16}")
+
+#: Metadata deeper than this is cut (the cut value is replaced by :data:`CUT_MARK`).
+MAX_METADATA_DEPTH = 16
+#: At most this many values (leaves and containers) are kept per metadata mapping.
+MAX_METADATA_ITEMS = 2_000
+#: Longer metadata strings are cut to this many characters.
+MAX_METADATA_STRING = 8_192
+CUT_MARK = "[tracescore: cut]"
+#: Added to a metadata mapping that was cut: which bounds it hit.
+TRUNCATED_KEY = "tracescore.truncated"
+
+
+class InvalidRecord(ValueError):
+    """A record that cannot be stored; ``reason`` is a short key for counting."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+def check_id(value: Any, n: int, what: str) -> str:
+    """A trace (n=32) or span (n=16) id as lower-case hex; raises TypeError/ValueError."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str of {n} hex characters, got "
+                        f"{type(value).__name__} {value!r:.40}")
+    if not (_TRACE_RE if n == 32 else _SPAN_RE).fullmatch(value):
+        raise ValueError(f"{what} must be {n} hex characters, got {value!r:.80}")
+    if int(value, 16) == 0:
+        raise ValueError(f"{what} must not be all zeros (an invalid OpenTelemetry id)")
+    return value.lower()
+
+
+def valid_ids(trace_id: Any, span_id: Any) -> bool:
+    """Cheap check for the hot path (no exception on the common path)."""
+    return (isinstance(trace_id, str) and isinstance(span_id, str)
+            and _TRACE_RE.fullmatch(trace_id) is not None
+            and _SPAN_RE.fullmatch(span_id) is not None)
+
+
+def hot_reason(record: Any) -> str | None:
+    """Why ``record`` cannot even be sampled (a short reason key), or None. Cheap: the hot
+    path calls it; :func:`sanitize_record` checks the rest on the writer thread."""
+    if not isinstance(record, RagRecord):
+        return "not_a_record"
+    if not valid_ids(record.trace_id, record.span_id):
+        return "invalid_id"
+    if not isinstance(record.metadata, Mapping):
+        return "invalid_metadata"
+    return None
+
+
+def check_metadata(value: Any, what: str = "metadata") -> dict[str, Any]:
+    """A metadata mapping, bounded (see :func:`bound_metadata`); raises TypeError otherwise."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what} must be a mapping (dict) of str keys, got "
+                        f"{type(value).__name__}")
+    return bound_metadata(value)
+
+
+def check_context(value: Any, i: int) -> Context:
+    """A context given to the public API: a str, or a Context with a str text."""
+    if isinstance(value, str):
+        return Context(text=value)
+    if not isinstance(value, Context):
+        raise TypeError(f"contexts[{i}] must be a str or Context, got {type(value).__name__}")
+    return _context(value, f"contexts[{i}]", TypeError)
+
+
+def _context(c: Context, what: str, error: type[Exception]) -> Context:
+    if not isinstance(c.text, str):
+        raise error(f"{what}.text must be a str, got {type(c.text).__name__}")
+    if c.id is not None and not isinstance(c.id, str):
+        raise error(f"{what}.id must be a str or None, got {type(c.id).__name__}")
+    if c.score is not None and (isinstance(c.score, bool)
+                                or not isinstance(c.score, (int, float))):
+        raise error(f"{what}.score must be a number or None, got {type(c.score).__name__}")
+    if c.source is not None and not isinstance(c.source, str):
+        raise error(f"{what}.source must be a str or None, got {type(c.source).__name__}")
+    if c.metadata is not None and not isinstance(c.metadata, Mapping):
+        raise error(f"{what}.metadata must be a mapping, got {type(c.metadata).__name__}")
+    return c
+
+
+def bound_metadata(value: Mapping[Any, Any]) -> dict[str, Any]:
+    """A JSON-safe copy of ``value`` with bounded depth, size and string length.
+
+    What goes beyond a bound is replaced by :data:`CUT_MARK`, and the mapping gets a
+    ``"tracescore.truncated"`` entry naming the bounds hit. Never raises on odd values (they
+    become their ``repr``), never recurses deeper than :data:`MAX_METADATA_DEPTH`.
+    """
+    state = _Bounds()
+    out = state.copy(value, 0)
+    assert isinstance(out, dict)
+    if state.hit:
+        out[TRUNCATED_KEY] = sorted(state.hit)
+    return out
+
+
+class _Bounds:
+    __slots__ = ("items", "hit")
+
+    def __init__(self) -> None:
+        self.items = 0
+        self.hit: set[str] = set()
+
+    def copy(self, v: Any, depth: int) -> Any:
+        self.items += 1
+        if self.items > MAX_METADATA_ITEMS:
+            self.hit.add("items")
+            return CUT_MARK
+        if v is None or isinstance(v, (bool, int)):
+            return v
+        if isinstance(v, float):
+            return v if math.isfinite(v) else str(v)
+        if isinstance(v, str):
+            if len(v) > MAX_METADATA_STRING:
+                self.hit.add("string_length")
+                return v[:MAX_METADATA_STRING] + CUT_MARK
+            return v
+        if isinstance(v, Mapping) or isinstance(v, (list, tuple, set, frozenset)):
+            if depth >= MAX_METADATA_DEPTH:
+                self.hit.add("depth")
+                return CUT_MARK
+            if isinstance(v, Mapping):
+                out: dict[str, Any] = {}
+                for k, x in list(v.items()):
+                    if self.items >= MAX_METADATA_ITEMS:
+                        self.hit.add("items")
+                        out[TRUNCATED_KEY + ".more"] = CUT_MARK
+                        break
+                    out[k if isinstance(k, str) else str(k)] = self.copy(x, depth + 1)
+                return out
+            seq = []
+            for x in list(v):
+                if self.items >= MAX_METADATA_ITEMS:
+                    self.hit.add("items")
+                    seq.append(CUT_MARK)
+                    break
+                seq.append(self.copy(x, depth + 1))
+            return seq
+        try:
+            return repr(v)[:200]
+        except Exception:
+            return f"<{type(v).__name__}>"
+
+
+def sanitize_record(record: Any) -> RagRecord:
+    """Make a record storable, or raise :class:`InvalidRecord` (writer thread).
+
+    Ids are normalised to lower case; metadata (the record's and its contexts') is bounded.
+    """
+    if not isinstance(record, RagRecord):
+        raise InvalidRecord("not_a_record", f"expected a RagRecord, got {type(record).__name__}")
+    try:
+        trace_id = check_id(record.trace_id, 32, "trace_id")
+    except (TypeError, ValueError) as exc:
+        raise InvalidRecord("invalid_trace_id", str(exc)) from None
+    try:
+        span_id = check_id(record.span_id, 16, "span_id")
+    except (TypeError, ValueError) as exc:
+        raise InvalidRecord("invalid_span_id", str(exc)) from None
+    for name in ("query", "answer", "error", "prompt", "session_id", "user_id", "model"):
+        v = getattr(record, name)
+        if v is not None and not isinstance(v, str):
+            raise InvalidRecord(f"invalid_{name}",
+                                f"{name} must be a str or None, got {type(v).__name__}")
+    if not isinstance(record.metadata, Mapping):
+        raise InvalidRecord("invalid_metadata",
+                            f"metadata must be a mapping, got {type(record.metadata).__name__}")
+    contexts = []
+    try:
+        for i, c in enumerate(record.contexts):
+            if not isinstance(c, Context):
+                raise InvalidRecord("invalid_context",
+                                    f"contexts[{i}] must be a Context, got {type(c).__name__}")
+            c = _context(c, f"contexts[{i}]", _InvalidContext)
+            md = bound_metadata(c.metadata) if c.metadata else {}
+            contexts.append(Context(c.text, c.id, c.score, md, c.source))
+    except _InvalidContext as exc:
+        raise InvalidRecord("invalid_context", str(exc)) from None
+    except TypeError as exc:  # contexts not iterable
+        raise InvalidRecord("invalid_context", str(exc)) from None
+    gts = record.ground_truths
+    if not all(isinstance(g, str) for g in gts):
+        raise InvalidRecord("invalid_ground_truths", "ground_truths must all be str")
+    return record.replace(trace_id=trace_id, span_id=span_id, contexts=tuple(contexts),
+                          metadata=bound_metadata(record.metadata),
+                          tags=tuple(str(t) for t in record.tags))
+
+
+class _InvalidContext(ValueError):
+    pass
