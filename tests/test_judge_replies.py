@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from helpers import rows
-from tracescore.testing_judge import (
+from tracescore.testing.judge import (
     BROKEN_ENVELOPES,
     Fault,
     ScriptedJudgeServer,

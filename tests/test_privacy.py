@@ -14,7 +14,7 @@ from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda
-from tracescore.testing_judge import Fault, ScriptedJudgeServer, lexical_responder
+from tracescore.testing.judge import Fault, ScriptedJudgeServer, lexical_responder
 
 from tracescore.judge.openai_judge import OpenAIJudge
 

@@ -3,7 +3,7 @@ RGB's all_rate (evalue.py: a refusal or a correct answer)."""
 
 from __future__ import annotations
 
-from tracescore.rgb_live import RecordFacts, aggregate, format_rgb
+from tracescore.reports.rgb import RecordFacts, aggregate, format_rgb
 
 
 def test_all_rate_matches_rgb_evalue_on_its_labels() -> None:
