@@ -20,6 +20,7 @@ from typing import Any, TextIO, TypeVar
 import click
 
 from .. import __version__
+from ..reports.summary import DEFAULT_WORST
 from .demo import DEFAULT_DB as DEMO_DB
 
 DEFAULT_DB = "tracescore.db"
@@ -52,11 +53,27 @@ def _open(db: Path) -> Any:
         raise DatabaseProblem(f"{exc}{hint}") from None
 
 
-def _db_option(default: str, help_text: str,
-               envvar: str | None = "TRACESCORE_DB") -> Callable[[F], F]:
+def _demo_fallback(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    """The read commands' default ``tracescore.db``, or the demo's database when only that
+    one exists here: `tracescore demo`, then `tracescore report` works as --help says.
+    Only when neither --db nor TRACESCORE_DB was given; said on stderr."""
+    source = ctx.get_parameter_source(param.name or "db")
+    if (source is click.core.ParameterSource.DEFAULT and not value.exists()
+            and Path(DEMO_DB).is_file()):
+        click.echo(f"({value} not found; reading {DEMO_DB}, written by `tracescore demo`)",
+                   err=True)
+        return Path(DEMO_DB)
+    return value
+
+
+def _db_option(default: str, help_text: str, envvar: str | None = "TRACESCORE_DB",
+               demo_fallback: bool = False) -> Callable[[F], F]:
+    if demo_fallback:
+        help_text += f" Without --db or TRACESCORE_DB: {DEMO_DB} when only that one exists."
     return click.option(
         "--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=default,
         envvar=envvar, show_default=True, show_envvar=envvar is not None, help=help_text,
+        callback=_demo_fallback if demo_fallback else None,
     )
 
 
@@ -110,8 +127,9 @@ def main() -> None:
                    "larger).")
 @click.option("--sample-rate", type=click.FloatRange(0.0, 1.0), default=1.0, show_default=True,
               help="Share of runs to score (deterministic per trace id).")
-@click.option("--worst", type=click.IntRange(min=0), default=1, show_default=True,
-              help="Worst records to list per score in the report printed at the end.")
+@click.option("--worst", type=click.IntRange(min=0), default=DEFAULT_WORST, show_default=True,
+              help="Worst records to list per score in the report printed at the end (as "
+                   "`tracescore report`).")
 @click.option("--judge", "judge", metavar="SPEC", default=None,
               help="Also score with the LLM-judge RAG metrics, using this judge: 'local' (the "
                    "tiny bundled model: proves the offline path, not the scores), "
@@ -205,12 +223,12 @@ def judge_check(judge: str, db: Path, as_json: bool) -> None:
 
 
 @main.command(short_help="Summarise the scores: per metric, worst records, totals.")
-@_db_option(DEFAULT_DB, "SQLite database to read.")
+@_db_option(DEFAULT_DB, "SQLite database to read.", demo_fallback=True)
 @click.option("--since", metavar="DURATION", default="all", show_default=True, callback=_since,
               help="Only records and scores from this recent window: 30m, 1h, 2d, 1w, or all.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object instead of the table.")
-@click.option("--worst", type=click.IntRange(min=0), default=3, show_default=True,
+@click.option("--worst", type=click.IntRange(min=0), default=DEFAULT_WORST, show_default=True,
               help="How many worst records to list per score (0: none).")
 @click.option("--html", "html_path", metavar="PATH",
               type=click.Path(dir_okay=False, writable=True, allow_dash=True, path_type=Path),
@@ -270,7 +288,7 @@ def report(db: Path, since: float | None, as_json: bool, worst: int,
 
 
 @main.command(short_help="Check judge metrics against user feedback: precision, recall, AUC.")
-@_db_option(DEFAULT_DB, "SQLite database to read.")
+@_db_option(DEFAULT_DB, "SQLite database to read.", demo_fallback=True)
 @click.option("--metric", "metrics", metavar="NAME", multiple=True,
               help="Only this score name (repeatable); default: every judge metric with a "
                    "pass/fail threshold.")
@@ -299,7 +317,7 @@ def calibrate(db: Path, metrics: tuple[str, ...], feedback: str, as_json: bool) 
 
 @main.command(short_help="Show one trace: query, contexts, answer and every score.")
 @click.argument("trace_id")
-@_db_option(DEFAULT_DB, "SQLite database to read.")
+@_db_option(DEFAULT_DB, "SQLite database to read.", demo_fallback=True)
 @click.option("--json", "as_json", is_flag=True,
               help="Print the record(s) as one JSON object.")
 @click.option("--chars", type=click.IntRange(min=0), default=300, show_default=True,
@@ -333,7 +351,7 @@ def show(trace_id: str, db: Path, as_json: bool, chars: int) -> None:
 
 
 @main.command(short_help="Export records joined with their scores as JSON Lines or CSV.")
-@_db_option(DEFAULT_DB, "SQLite database to read.")
+@_db_option(DEFAULT_DB, "SQLite database to read.", demo_fallback=True)
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), required=True,
               help="jsonl: one JSON object per line; csv: RFC 4180 with a header row.")
 @click.option("--since", metavar="DURATION", default="all", show_default=True, callback=_since,
@@ -376,7 +394,7 @@ def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
 
 
 @main.command(short_help="Browse the database in Datasette, with canned queries.")
-@_db_option(DEFAULT_DB, "SQLite database to serve (read-only).")
+@_db_option(DEFAULT_DB, "SQLite database to serve (read-only).", demo_fallback=True)
 @click.option("--port", metavar="PORT", type=click.IntRange(0, 65535), default=8001,
               show_default=True,
               help="Port on 127.0.0.1 to serve on; 0 picks a free one.")
