@@ -362,28 +362,35 @@ def show(trace_id: str, db: Path, as_json: bool, chars: int) -> None:
 @click.option("--scored-only", is_flag=True,
               help="Leave out records that have no (matching) score, instead of one row "
                    "with empty score fields.")
+@click.option("--no-contexts", "no_contexts", is_flag=True,
+              help="Leave out the contexts column (every retrieved text, repeated on each "
+                   "score row of a record): a much smaller file.")
 @click.option("--output", "-o", "output", metavar="FILE", default="-", show_default=True,
               type=click.Path(dir_okay=False, writable=True, allow_dash=True, path_type=Path),
               help="File to write (replaced when complete); - for stdout.")
 def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
-           scored_only: bool, output: Path) -> None:
+           scored_only: bool, no_contexts: bool, output: Path) -> None:
     """Export records joined with their scores: one row per record and score name.
 
     Record fields (record_id, trace_id, span_id, created_at as ISO 8601 UTC, query,
-    answer, n_contexts, latency_ms, input_tokens, output_tokens, model, error, sampled),
+    answer, ground_truths, n_contexts, contexts (unless --no-contexts), latency_ms,
+    input_tokens, output_tokens, model, error, sampled),
     then score fields (score_name, score_value, score_label, score_explanation,
     score_status, score_error, ...). A record without a score gets one row with empty
     score fields unless --scored-only. Rows are streamed, oldest record first, so the
     database can be larger than memory.
     """
-    from ..reports.rows import iter_rows, write_csv, write_jsonl
+    from ..reports.rows import columns, iter_rows, write_csv, write_jsonl
 
     conn = _open(db)
     try:
-        rows = iter_rows(conn, since=since, metrics=metrics, scored_only=scored_only)
-        write = write_jsonl if fmt == "jsonl" else write_csv
+        rows = iter_rows(conn, since=since, metrics=metrics, scored_only=scored_only,
+                         contexts=not no_contexts)
         with _output(output) as out:
-            n = write(rows, out)
+            if fmt == "jsonl":
+                n = write_jsonl(rows, out)
+            else:
+                n = write_csv(rows, out, columns(contexts=not no_contexts))
     except BrokenPipeError:  # `tracescore export ... | head`: the reader has all it wants
         _quiet_stdout()
         return
@@ -402,11 +409,12 @@ def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
 def ui(db: Path, port: int, no_open: bool) -> None:
     """Open the database in Datasette on 127.0.0.1, read-only, with canned queries.
 
-    Queries: worst scores today (for a :metric, default faithfulness), failure rate by
-    metric per hour, records without scores, errors and skips by reason, daily summary.
+    Queries: worst scores today (for a :metric, default faithfulness, or the database's
+    most scored name when it has no faithfulness scores), failure rate by metric per hour,
+    records without scores, errors and skips by reason, daily summary.
     Needs the ui extra: pip install 'tracescore[ui]'. Stop with Ctrl-C.
     """
-    from ..reports.ui import INSTALL_HINT, datasette_available, serve
+    from ..reports.ui import INSTALL_HINT, datasette_available, default_metric, serve
 
     if not datasette_available():
         raise DatabaseProblem(f"Datasette is not installed; {INSTALL_HINT}")
@@ -415,6 +423,7 @@ def ui(db: Path, port: int, no_open: bool) -> None:
     conn = _open(db)  # a clear message for a missing or foreign file, before Datasette starts
     try:
         has_metrics = has_table(conn, "metrics")
+        metric = default_metric(conn)
     finally:
         conn.close()
 
@@ -423,7 +432,7 @@ def ui(db: Path, port: int, no_open: bool) -> None:
         if not no_open:
             click.launch(url)
 
-    code = serve(db, port=port, has_metrics_table=has_metrics, on_ready=ready)
+    code = serve(db, port=port, has_metrics_table=has_metrics, on_ready=ready, metric=metric)
     if code:
         raise SystemExit(code)
 
