@@ -148,18 +148,36 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
     and stores everything in the database. Fully offline; takes a few seconds.
     """
     from ..reports.summary import build_report, format_report
-    from .demo import DemoSetupError, run_demo
+    from .demo import JUDGE_QUESTIONS, DemoSetupError, expected_judge_calls, run_demo
 
     def progress(items: Iterator[Any], count: int) -> Any:
         return click.progressbar(items, length=count, label=f"Asking {count} questions",
                                  file=sys.stderr, show_pos=True)
 
+    bars: list[Any] = []
+
+    def judged(calls: int, expected: int) -> None:
+        if not bars:
+            bars.append(click.progressbar(length=expected, label="Judge calls",
+                                          file=sys.stderr, show_pos=True))
+            bars[0].__enter__()
+        bar = bars[0]
+        bar.length = max(bar.length, expected)
+        bar.update(calls - bar.pos)
+
+    if judge is not None and n is None:
+        click.echo(f"A judge demo asks {JUDGE_QUESTIONS} questions (about "
+                   f"{expected_judge_calls(JUDGE_QUESTIONS)} judge calls; a small local model "
+                   "takes seconds per call); --n N asks more.")
     db_existed = db.exists()
     try:
         result = run_demo(db, n, sample_rate, progress=progress, judge=judge,
-                          framework=framework)
+                          framework=framework, judge_progress=judged)
     except DemoSetupError as exc:
         raise DatabaseProblem(str(exc)) from None
+    finally:
+        if bars:
+            bars[0].__exit__(None, None, None)
     where = Path(result.db).resolve()
     click.echo(
         f"Ran {result.questions} questions in {result.run_seconds:.2f} s, scored them in "
