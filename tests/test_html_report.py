@@ -513,7 +513,7 @@ def test_mostly_skipped_metrics_say_why_on_the_page(tmp_path: Path) -> None:
     n_skipped = len(runs) - 1
     banner = html.split('class="card skipbanner"', 1)[1].split("</section>", 1)[0]
     assert html.index('class="card skipbanner"') < html.index('class="grid"')  # above cards
-    assert 'data-skipped="test_html_answer_length"' in banner
+    assert 'data-skipped="test_html_answer_length"' in banner  # the only one mostly skipped
     assert f"record has no answer ({n_skipped})" in banner
     card = html.split('data-metric="test_html_answer_length"', 1)[1].split("</section>", 1)[0]
     assert "data-skipnote" in card and "record has no answer" in card

@@ -143,14 +143,17 @@ def _skip_text(m: MetricSummary) -> str:
 
 def _skip_banner(metrics: Sequence[MetricSummary]) -> str:
     """Near the top: metrics that could not run on most records, and why."""
-    seen: dict[str, MetricSummary] = {}
+    alike: dict[str, list[str]] = {}  # metrics skipped alike share a line
     for m in metrics:
         if m.mostly_skipped:
-            seen.setdefault(m.metric, m)
-    if not seen:
+            names = alike.setdefault(_skip_text(m), [])
+            if m.metric not in names:
+                names.append(m.metric)
+    if not alike:
         return ""
-    items = "".join(f'<li data-skipped="{escape(name)}"><b>{escape(name)}</b> '
-                    f"{escape(_skip_text(m))}</li>" for name, m in seen.items())
+    items = "".join(
+        f'<li data-skipped="{escape(" ".join(names))}"><b>{escape(", ".join(names))}</b>: '
+        f"{escape(text)}</li>" for text, names in alike.items())
     return ('<section class="card skipbanner"><h3>Mostly skipped: these metrics could not '
             f"run on most records</h3><ul>{items}</ul></section>")
 
@@ -186,7 +189,7 @@ def _stat(label: str, key: str, shown: str, value: Any = None, tone: str = "") -
 
 
 def _metric_card(m: MetricSummary, hist: Histogram | None, points: Sequence[TimeBucket],
-                 bucket: tuple[int, str] | None, span: tuple[float, float] | None,
+                 bucket: tuple[float, str] | None, span: tuple[float, float] | None,
                  worst: Iterable[Any]) -> str:
     name = escape(m.name)
     origin = (f' <span class="from">from {escape(m.metric)}</span>'

@@ -720,16 +720,20 @@ def format_report(report: Report, width: int = WIDTH) -> str:
 
 def _skip_notes(metrics: Sequence[MetricSummary], width: int) -> list[str]:
     """Why metrics skipped most of their records (once per metric, not per score name)."""
-    seen: set[str] = set()
-    lines: list[str] = []
+    # Metrics skipped alike (an agent without answers skips every answer metric) share a line.
+    alike: dict[str, list[str]] = {}
     for m in metrics:
-        if not m.mostly_skipped or m.metric in seen:
+        if not m.mostly_skipped:
             continue
-        seen.add(m.metric)
         total = m.skipped + m.count + m.errors
         why = "; ".join(f"{reason} ({n})" for reason, n in m.skip_reasons[:3]) or "no reason"
-        lines += textwrap.wrap(f"{m.metric}: skipped {m.skipped} of {total} records: {why}",
-                               width, initial_indent="  ", subsequent_indent="    ")
+        names = alike.setdefault(f"skipped {m.skipped} of {total} records: {why}", [])
+        if m.metric not in names:
+            names.append(m.metric)
+    lines: list[str] = []
+    for text, names in alike.items():
+        lines += textwrap.wrap(f"{', '.join(names)}: {text}", width, initial_indent="  ",
+                               subsequent_indent="    ")
     if lines:
         lines = ["", "Mostly skipped (these metrics could not run on most records):", *lines]
     return lines
