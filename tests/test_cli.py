@@ -532,3 +532,23 @@ def test_judge_demo_asks_few_questions_and_counts_judge_calls(tmp_path: Path,
     assert "Judge calls" in result.output  # the progress bar (stderr, mixed in here)
     assert "judge test-judge: agreed with" in result.output
     assert rows(db, "SELECT count(*) AS n FROM scores WHERE name='faithfulness'")[0]["n"] == 3
+
+
+def test_local_judge_demo_plan_fits_in_two_minutes() -> None:
+    from tracescore.cli.demo import judge_plan
+
+    # The bundled 135M model takes 5-45 s a call on 2 cores: one question, no canary.
+    assert judge_plan("local", None) == (1, False)
+    assert expected_judge_calls_for("local") == 3
+    assert judge_plan("local", 5) == (5, False)  # --n still asks what it is told
+    assert judge_plan("openai:gpt-4o-mini", None) == (3, True)
+    assert expected_judge_calls_for("openai:gpt-4o-mini") == 15
+    assert judge_plan(None, None) == (None, False)
+
+
+def expected_judge_calls_for(judge: str) -> int:
+    from tracescore.cli.demo import expected_judge_calls, judge_plan
+
+    n, canary = judge_plan(judge, None)
+    assert n is not None
+    return expected_judge_calls(n, canary)

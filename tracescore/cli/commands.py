@@ -95,6 +95,10 @@ def _output(path: Path) -> Iterator[TextIO]:
         tmp.unlink(missing_ok=True)
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def _quiet_stdout() -> None:
     # Python would report the broken pipe again when it flushes stdout at exit.
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -148,10 +152,19 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
     and stores everything in the database. Fully offline; takes a few seconds.
     """
     from ..reports.summary import build_report, format_report
-    from .demo import JUDGE_QUESTIONS, DemoSetupError, expected_judge_calls, run_demo
+    from .demo import DemoSetupError, expected_judge_calls, judge_plan, run_demo
 
     def progress(items: Iterator[Any], count: int) -> Any:
-        return click.progressbar(items, length=count, label=f"Asking {count} questions",
+        if judge is not None and n is None:  # said once tracescore (and the judge) started
+            _, canary = judge_plan(judge, n)
+            click.echo(f"A judge demo asks {_n(count, 'question')} (about "
+                       f"{expected_judge_calls(count, canary)} judge calls, each taking seconds "
+                       "with a small local model); --n N asks more.")
+            if not canary:
+                click.echo("The judge canary is skipped to keep this short: `tracescore "
+                           f"judge-check --judge {judge}` runs it (the bundled model fails it: "
+                           "its scores prove the offline path, not the answers' quality).")
+        return click.progressbar(items, length=count, label=f"Asking {_n(count, 'question')}",
                                  file=sys.stderr, show_pos=True)
 
     bars: list[Any] = []
@@ -165,10 +178,6 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
         bar.length = max(bar.length, expected)
         bar.update(calls - bar.pos)
 
-    if judge is not None and n is None:
-        click.echo(f"A judge demo asks {JUDGE_QUESTIONS} questions (about "
-                   f"{expected_judge_calls(JUDGE_QUESTIONS)} judge calls; a small local model "
-                   "takes seconds per call); --n N asks more.")
     db_existed = db.exists()
     try:
         result = run_demo(db, n, sample_rate, progress=progress, judge=judge,
@@ -180,7 +189,7 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
             bars[0].__exit__(None, None, None)
     where = Path(result.db).resolve()
     click.echo(
-        f"Ran {result.questions} questions in {result.run_seconds:.2f} s, scored them in "
+        f"Ran {_n(result.questions, 'question')} in {result.run_seconds:.2f} s, scored them in "
         f"{result.score_seconds:.2f} s; {'appended to' if db_existed else 'wrote'} {where}"
     )
     if not result.complete:

@@ -18,14 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_DB", "JUDGE_QUESTIONS", "DemoResult", "DemoSetupError", "expected_judge_calls",
-           "run_demo"]
+__all__ = ["DEFAULT_DB", "JUDGE_QUESTIONS", "LOCAL_JUDGE_QUESTIONS", "DemoResult",
+           "DemoSetupError", "expected_judge_calls", "judge_plan", "run_demo"]
 
 DEFAULT_DB = "tracescore-demo.db"
 FRAMEWORKS = ("langchain", "llama-index")
-#: Questions a judge demo asks unless told otherwise: the bundled local model takes seconds
-#: per judge call on a small CPU, and all 34 questions took a quarter of an hour.
+#: Questions a judge demo asks unless told otherwise (all 34 with the bundled local model
+#: took a quarter of an hour on 2 cores).
 JUDGE_QUESTIONS = 3
+#: With ``judge="local"``: the 135M model often rambles to its token limit (5-45 s a call on
+#: 2 cores), so one question, and no start-up canary (6 more calls; ``tracescore judge-check
+#: --judge local`` runs it, and the model fails it).
+LOCAL_JUDGE_QUESTIONS = 1
 
 Question = dict[str, Any]
 #: Wraps the questions about to be asked (and their count), e.g. in a progress bar.
@@ -34,13 +38,24 @@ Progress = Callable[[Iterator[Question], int], AbstractContextManager[Iterator[Q
 JudgeProgress = Callable[[int, int], None]
 
 
-def expected_judge_calls(records: int) -> int:
-    """Judge calls a judge demo of ``records`` records makes on a fresh database: the RAG set's
-    3 shared calls per record, plus the canary's two steps per case (cached steps cost none,
-    so a rerun on the same database makes fewer)."""
+def judge_plan(judge: Any, n: int | None) -> tuple[int | None, bool]:
+    """(questions, canary) of a demo with ``judge``: ``n`` or the judge demo's default, and
+    whether the start-up judge canary runs (not for the slow bundled ``local`` model)."""
+    if judge is None:
+        return n, False
+    local = judge == "local"
+    if n is None:
+        n = LOCAL_JUDGE_QUESTIONS if local else JUDGE_QUESTIONS
+    return n, not local
+
+
+def expected_judge_calls(records: int, canary: bool = True) -> int:
+    """Judge calls (steps) a judge demo of ``records`` records makes on a fresh database: the
+    RAG set's 3 shared calls per record, plus the canary's two steps per case (cached steps
+    cost none, so a rerun on the same database makes fewer)."""
     from tracescore.judge.canary import CASES
 
-    return 3 * records + 2 * len(CASES)
+    return 3 * records + (2 * len(CASES) if canary else 0)
 
 
 class DemoSetupError(Exception):
@@ -85,10 +100,8 @@ def run_demo(
     else:
         from tracescore.examples.llama_index_rag import load_questions
     questions = load_questions()
-    if n is None:
-        count = len(questions) if judge is None else min(JUDGE_QUESTIONS, len(questions))
-    else:
-        count = n
+    n, canary = judge_plan(judge, n)
+    count = len(questions) if n is None else n
     if count < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     metrics: list[Any] = list(DEFAULT_METRICS)
@@ -99,8 +112,16 @@ def run_demo(
         # the bundled local model takes ~5-10 s per call on 2 cores, 3 calls a record
         timeout = max(timeout, 120.0 + 40.0 * count)
     started = time.time()  # judge calls from here on are this run's (the canary's too)
+    init_kw: dict[str, Any] = {}
+    if isinstance(judge, str) and (judge == "local" or judge.startswith("llama-cpp:")):
+        # An in-process model runs one call at a time anyway; calls queued behind it would
+        # spend their timeout waiting, time out, and be asked again (minutes lost on 2 cores).
+        init_kw["concurrency"] = 1
+    if judge is not None and not canary:
+        init_kw["judge_canary"] = False
     try:
-        ts = tracescore.init(db=db, metrics=metrics, sample_rate=sample_rate, judge=judge)
+        ts = tracescore.init(db=db, metrics=metrics, sample_rate=sample_rate, judge=judge,
+                             **init_kw)
     except (ValueError, TypeError, RuntimeError, ImportError, sqlite3.Error) as exc:
         raise DemoSetupError(str(exc)) from exc
     trace_ids: list[str] = []
@@ -121,7 +142,8 @@ def run_demo(
                 trace_ids.append(trace_id)
         t1 = time.perf_counter()
         if judge is not None and judge_progress is not None:
-            complete = _flush_showing_judge_calls(ts, timeout, judge_progress, count, started)
+            complete = _flush_showing_judge_calls(ts, timeout, judge_progress,
+                                                  expected_judge_calls(count, canary), started)
         else:
             complete = ts.flush(timeout=timeout)
     finally:
@@ -134,11 +156,10 @@ def run_demo(
 
 
 def _flush_showing_judge_calls(ts: Any, timeout: float, judge_progress: JudgeProgress,
-                               records: int, started: float) -> bool:
+                               expected: int, started: float) -> bool:
     """``ts.flush(timeout)`` in short slices, telling ``judge_progress`` the judge calls
     logged so far (the ``judge_calls`` table, read on a second connection)."""
     deadline = time.monotonic() + timeout
-    expected = expected_judge_calls(records)
     conn = sqlite3.connect(f"file:{Path(ts.db_path).resolve()}?mode=ro", uri=True)
     try:
         while True:
