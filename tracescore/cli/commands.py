@@ -137,7 +137,8 @@ def main() -> None:
 @click.option("--judge", "judge", metavar="SPEC", default=None,
               help="Also score with the LLM-judge RAG metrics, using this judge: 'local' (the "
                    "tiny bundled model: proves the offline path, not the scores), "
-                   "'llama-cpp:/path/model.gguf' or 'openai:MODEL'.")
+                   "'llama-cpp:/path/model.gguf' or 'openai:MODEL'. Asks fewer questions "
+                   "unless --n is given (1 with 'local', 3 otherwise).")
 @click.option("--framework", type=click.Choice(["langchain", "llama-index"]),
               default="langchain", show_default=True,
               help="Which example app to run: the LangChain LCEL chain or the LlamaIndex query "
