@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import sqlite3
@@ -31,6 +32,8 @@ QUESTIONS = load_questions()
 N = 5
 # The score names the default metrics emit (rouge emits four).
 SCORE_NAMES = {"rouge1", "rouge2", "rouge_l", "rouge_lsum"} | (set(DEFAULT_METRICS) - {"rouge"})
+# The yes/no ones (Metric.binary): reported as a rate, not percentiles.
+BINARY = {"exact_match", "rgb_accuracy", "rgb_rejection"}
 
 
 def _json(*args: Any) -> dict[str, Any]:
@@ -91,7 +94,14 @@ def test_report_json_matches_the_database(demo_db: tuple[Path, str]) -> None:
         values = sorted(s["value"] for s in scored)
         assert m["count"] == len(values) == N
         assert m["mean"] == pytest.approx(statistics.fmean(values))
-        assert m["p50"] == pytest.approx(statistics.median(values))
+        assert m["binary"] is (name in BINARY)
+        if name in BINARY:  # no interpolated percentiles of 0s and 1s: a rate and a count
+            assert set(values) <= {0.0, 1.0}
+            assert (m["p10"], m["p50"], m["p90"]) == (None, None, None)
+            assert m["yes"] == values.count(1.0) and m["rate"] == pytest.approx(m["yes"] / N)
+        else:
+            assert m["p50"] == pytest.approx(statistics.median(values))
+            assert m["yes"] is None and m["rate"] is None
         labels = [s["label"] for s in scored]
         if all(lab is None for lab in labels):
             assert m["fail_rate"] is None  # rgb_rejection has no threshold
@@ -228,11 +238,14 @@ def test_report_human_table_fits_80_columns(demo_db: tuple[Path, str]) -> None:
     assert str(demo_db[0]) in lines[0]  # the one line allowed to be as long as the path
     assert max(len(line) for line in lines[1:]) <= 80
     header = next(line for line in lines if line.startswith("score "))
-    # Aligned: every metric row has its count right under the "n" column.
-    col = header.index(" n ") + 1
+    checks = next(line for line in lines if line.startswith("yes/no check "))
+    # Aligned: every metric row has its count right under the "n" column of its table.
     for name in SCORE_NAMES:
+        col = (checks if name in BINARY else header).index(" n ") + 1
         row = next(line for line in lines if line.startswith(name + " "))
         assert row[col] == str(N)[-1]
+        if name in BINARY:  # "yes/n" and a rate, never a p90 between 0 and 1
+            assert re.search(rf"\s\d+/{N}\s+\d+\.\d%", row), row
 
 
 def test_parse_since_and_percentile() -> None:
@@ -353,3 +366,189 @@ def test_demo_llama_index_framework(tmp_path: Path) -> None:
     assert [json.loads(r["ground_truths"]) for r in recs] == [[q["reference"]] for q in questions]
     n_scores = rows(db, "SELECT count(*) AS n FROM scores WHERE status='ok'")[0]["n"]
     assert n_scores == 3 * len(SCORE_NAMES)
+
+
+# -- the first hour: what --help suggests, as a new user types it ------------------------------
+def test_demo_then_report_in_the_same_folder(demo_db: tuple[Path, str], tmp_path: Path) -> None:
+    help_text = subprocess.run([*cli_script(), "--help"], capture_output=True, text=True,
+                               timeout=60).stdout
+    assert "Start with `tracescore demo`, then `tracescore report`" in help_text
+    cwd = demo_db[0].parent  # where `tracescore demo` ran: only tracescore-demo.db is there
+    assert not (cwd / "tracescore.db").exists()
+    env = {k: v for k, v in os.environ.items() if k != "TRACESCORE_DB"}
+    for args in (["report"], ["report", "--json"], ["export", "--format", "csv"]):
+        proc = subprocess.run([*cli_script(), *args], cwd=cwd, capture_output=True, text=True,
+                              timeout=60, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert "reading tracescore-demo.db" in proc.stderr  # said, on stderr
+    assert json.loads(subprocess.run(
+        [*cli_script(), "report", "--json"], cwd=cwd, capture_output=True, text=True,
+        timeout=60, env=env).stdout)["records"] == N
+    # An explicit --db or TRACESCORE_DB is never replaced by the demo's database.
+    for extra_env, args in (({}, ["report", "--db", "tracescore.db"]),
+                            ({"TRACESCORE_DB": "tracescore.db"}, ["report"])):
+        proc = subprocess.run([*cli_script(), *args], cwd=cwd, capture_output=True, text=True,
+                              timeout=60, env={**env, **extra_env})
+        assert proc.returncode == 2 and "database not found: tracescore.db" in proc.stderr
+    # Once the app's own tracescore.db exists, it is the default again.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    shutil.copy(demo_db[0], mine / "tracescore-demo.db")
+    Store(mine / "tracescore.db").close()
+    proc = subprocess.run([*cli_script(), "report", "--json"], cwd=mine, capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["records"] == 0
+    assert "tracescore-demo.db" not in proc.stderr
+
+
+def test_demo_and_report_list_the_same_worst_records(demo_db: tuple[Path, str]) -> None:
+    db, printed = demo_db
+    ctx = click.Context(main)
+    worst = {name: p.default for name in ("demo", "report")
+             for p in main.get_command(ctx, name).params  # type: ignore[union-attr]
+             if p.name == "worst"}
+    assert worst["demo"] == worst["report"] == 3  # one default
+    report = run_cli("report", "--db", db).stdout
+    assert "Worst 3 records per score" in printed
+    # The demo prints what `tracescore report` prints (bar the Next: hint after it).
+    assert report.split("\n", 1)[1] in printed
+
+
+class _Refused(Metric):
+    """A custom yes/no metric, declared binary: not registered in the reading process."""
+
+    name = "test_cli_refused"
+    requires = frozenset({"answer"})
+    higher_is_better = None
+    threshold = None
+    binary = True
+
+    def __call__(self, record: RagRecord) -> Score:
+        return self.result(float("sorry" in (record.answer or "")))
+
+
+class _HasDigit(Metric):
+    """Undeclared, but every value is 0 or 1: reported as a rate all the same."""
+
+    name = "test_cli_has_digit"
+    requires = frozenset({"answer"})
+
+    def __call__(self, record: RagRecord) -> Score:
+        return self.result(float(any(c.isdigit() for c in record.answer or "")))
+
+
+def test_binary_metrics_are_rates_from_their_declaration(tmp_path: Path) -> None:
+    import tracescore
+
+    db = tmp_path / "binary.db"
+    ts = tracescore.init(db=db, metrics=["exact_match", "token_f1", _Refused(), _HasDigit()])
+    answers = ["sorry, I cannot say", "30 days", "sorry", "It ships in 2 days", "no idea",
+               "30 days"]
+    for i, answer in enumerate(answers):
+        ts.log_record(query=f"q{i}", answer=answer, ground_truths=["30 days"])
+    assert ts.flush(timeout=20)
+    ts.shutdown()
+    declared = {r["metric"]: r["binary"] for r in rows(db, "SELECT metric, binary FROM metrics")}
+    assert declared == {"exact_match": 1, "token_f1": 0, "test_cli_refused": 1,
+                        "test_cli_has_digit": 0}
+
+    rep = _json("report", "--db", db)["metrics"]
+    refused = rep["test_cli_refused"]
+    assert refused["binary"] is True and (refused["yes"], refused["count"]) == (2, 6)
+    assert refused["rate"] == pytest.approx(2 / 6) and refused["p90"] is None
+    assert rep["exact_match"]["binary"] is True and rep["exact_match"]["yes"] == 2
+    # Declared not binary: percentiles, even though these values happen to be 0 and 1.
+    assert rep["test_cli_has_digit"]["binary"] is False
+    assert rep["test_cli_has_digit"]["p90"] is not None
+    assert rep["token_f1"]["binary"] is False and rep["token_f1"]["rate"] is None
+    human = run_cli("report", "--db", db).stdout
+    assert re.search(r"^test_cli_refused ·\s+6\s+2/6\s+33\.3%\s+-\s+0\s+0$", human, re.M), human
+    assert re.search(r"^exact_match\s+6\s+2/6\s+33\.3%\s+66\.7%", human, re.M), human
+
+    # A database written before metrics declared binarity: the values decide, for a metric
+    # this process does not know.
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.execute("UPDATE metrics SET binary = NULL")
+    conn.close()
+    rep = _json("report", "--db", db)["metrics"]
+    assert rep["test_cli_has_digit"]["binary"] is True  # all 0/1, not in the registry
+    assert rep["exact_match"]["binary"] is True  # the registry's declaration
+    assert rep["token_f1"]["binary"] is False
+
+
+def test_mostly_skipped_metrics_say_why(tmp_path: Path) -> None:
+    import tracescore
+
+    # An agent whose records have no answer: answer metrics skip nearly everything.
+    db = tmp_path / "agent.db"
+    ts = tracescore.init(db=db, metrics=["token_f1", "rgb_rejection"])
+    for i in range(5):
+        ts.log_record(query=f"q{i}", contexts=["some context"], ground_truths=["ref"],
+                      answer="the answer" if i == 0 else None)
+    assert ts.flush(timeout=20)
+    ts.shutdown()
+    rep = _json("report", "--db", db)["metrics"]
+    for name in ("token_f1", "rgb_rejection"):
+        assert rep[name]["skipped"] == 4 and rep[name]["mostly_skipped"] is True
+        assert rep[name]["skip_reasons"] == [{"reason": "record has no answer", "records": 4}]
+    human = run_cli("report", "--db", db).stdout
+    first_page = "\n".join(human.splitlines()[:24])
+    assert "Mostly skipped" in first_page
+    # One line for the metrics skipped alike.
+    assert ("rgb_rejection, token_f1: skipped 4 of 5 records: record has no answer (4)"
+            in first_page)
+    # A metric that skips a few records only is not called out.
+    db2 = tmp_path / "fine.db"
+    ts = tracescore.init(db=db2, metrics=["token_f1"])
+    for i in range(4):
+        ts.log_record(query=f"q{i}", answer="a", ground_truths=["a"] if i else [])
+    assert ts.flush(timeout=20)
+    ts.shutdown()
+    one = _json("report", "--db", db2)["metrics"]["token_f1"]
+    assert one["skipped"] == 1 and one["mostly_skipped"] is False
+    assert one["skip_reasons"] == [{"reason": "record has no ground_truths", "records": 1}]
+    assert "Mostly skipped" not in run_cli("report", "--db", db2).stdout
+
+
+def test_judge_demo_asks_few_questions_and_counts_judge_calls(tmp_path: Path,
+                                                              monkeypatch: Any) -> None:
+    from tracescore.cli.demo import JUDGE_QUESTIONS, expected_judge_calls
+    from tracescore.testing.judge import ScriptedJudgeServer, lexical_responder
+
+    db = tmp_path / "judged.db"
+    with ScriptedJudgeServer(lexical_responder) as srv:
+        monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+        result = run_cli("demo", "--db", db, "--judge", "openai:test-judge")
+    assert result.exit_code == 0, result.output
+    assert f"A judge demo asks {JUDGE_QUESTIONS} questions" in result.output
+    assert f"Ran {JUDGE_QUESTIONS} questions" in result.output
+    assert rows(db, "SELECT count(*) AS n FROM records")[0]["n"] == JUDGE_QUESTIONS
+    # 3 shared calls per record and the canary's 6: every call the bar counted reached the
+    # server, and the report shows the canary's verdict (the demo waited for it).
+    logged = rows(db, "SELECT count(*) AS n FROM judge_calls")[0]["n"]
+    assert srv.total_calls == logged == expected_judge_calls(JUDGE_QUESTIONS) == 15
+    assert "Judge calls" in result.output  # the progress bar (stderr, mixed in here)
+    assert "judge test-judge: agreed with" in result.output
+    assert rows(db, "SELECT count(*) AS n FROM scores WHERE name='faithfulness'")[0]["n"] == 3
+
+
+def test_local_judge_demo_plan_fits_in_two_minutes() -> None:
+    from tracescore.cli.demo import judge_plan
+
+    # The bundled 135M model takes 5-45 s a call on 2 cores: one question, no canary.
+    assert judge_plan("local", None) == (1, False)
+    assert expected_judge_calls_for("local") == 3
+    assert judge_plan("local", 5) == (5, False)  # --n still asks what it is told
+    assert judge_plan("openai:gpt-4o-mini", None) == (3, True)
+    assert expected_judge_calls_for("openai:gpt-4o-mini") == 15
+    assert judge_plan(None, None) == (None, False)
+
+
+def expected_judge_calls_for(judge: str) -> int:
+    from tracescore.cli.demo import expected_judge_calls, judge_plan
+
+    n, canary = judge_plan(judge, None)
+    assert n is not None
+    return expected_judge_calls(n, canary)

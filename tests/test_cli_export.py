@@ -79,6 +79,8 @@ def _expected(db: Path, metrics: set[str] | None = None, scored_only: bool = Fal
                                   "model", "error")}
         base["created_at"] = r["created_at"]
         base["sampled"] = bool(r["sampled"])
+        base["ground_truths"] = json.loads(r["ground_truths"])
+        base["contexts"] = json.loads(r["contexts"])
         for s in scores[r["record_id"]] or ([] if scored_only else [None]):
             row = dict(base)
             for k in ("name", "metric", "value", "label", "explanation", "status", "error",
@@ -101,6 +103,32 @@ def _compare(got: list[dict[str, Any]], expected: list[dict[str, Any]]) -> None:
 
 
 # -- export ----------------------------------------------------------------------------------
+def test_contexts_and_ground_truths_are_exported_unless_left_out(db: Path) -> None:
+    nasty = rows(db, "SELECT record_id, contexts FROM records WHERE query LIKE 'Which%'")[0]
+    stored = json.loads(nasty["contexts"])
+    assert len(stored) == 2 and "\n" in stored[1]["text"]
+    as_csv = run_cli("export", "--db", db, "--format", "csv")
+    reader = csv.DictReader(io.StringIO(as_csv.stdout_bytes.decode("utf-8"), newline=""))
+    got = [r for r in reader if r["record_id"] == nasty["record_id"]]
+    assert got and all(json.loads(r["contexts"]) == stored for r in got)
+    assert all(json.loads(r["ground_truths"]) == ["word word"] for r in got)
+    assert [c["text"] for c in json.loads(got[0]["contexts"])] == [
+        "Frames: <b>S</b>, M & L; see </details> for more", "Second context,\nwith a newline"]
+    full = len(as_csv.stdout_bytes)
+    for fmt in ("csv", "jsonl"):
+        slim = run_cli("export", "--db", db, "--format", fmt, "--no-contexts")
+        assert slim.exit_code == 0, slim.output
+        if fmt == "csv":
+            header = next(csv.reader(io.StringIO(slim.stdout)))
+            assert "contexts" not in header and "ground_truths" in header
+            assert "n_contexts" in header and len(header) == len(COLUMNS) - 1
+            assert len(slim.stdout_bytes) < full
+        else:
+            first = json.loads(slim.stdout.splitlines()[0])
+            assert "contexts" not in first and isinstance(first["ground_truths"], list)
+            assert list(first) == [c for c in COLUMNS if c != "contexts"]
+
+
 def test_jsonl_is_records_joined_with_scores(db: Path) -> None:
     result = run_cli("export", "--db", db, "--format", "jsonl")
     assert result.exit_code == 0, result.output
@@ -128,6 +156,8 @@ def test_csv_quotes_newlines_and_matches_jsonl(db: Path) -> None:
     assert len(got) == len(expected)
 
     def cell(v: Any) -> str:
+        if isinstance(v, list):  # ground truths, contexts: JSON text
+            return json.dumps(v, ensure_ascii=False)
         return "" if v is None else ("true" if v is True else "false" if v is False else str(v))
 
     for g, e in zip(got, expected):
@@ -436,3 +466,48 @@ def test_ui_on_a_missing_database_exits_2(tmp_path: Path,
     result = run_cli("ui", "--db", tmp_path / "nope.db", "--port", 0)
     assert result.exit_code == 2 and "database not found" in result.output
     assert not (tmp_path / "nope.db").exists()
+
+
+def test_worst_scores_today_defaults_to_a_metric_the_database_has(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracescore.reports import ui
+
+    runs = _runs()
+    for run in runs:  # like the demo's database: no faithfulness scores at all
+        run.scores.pop("faithfulness", None)
+    path = tmp_path / "nofaith.db"
+    build_db(path, runs)
+    conn = open_db(path)
+    try:
+        metric = ui.default_metric(conn)
+        counts = rows(path, "SELECT name, count(*) AS n FROM scores WHERE status = 'ok'"
+                            " GROUP BY name ORDER BY n DESC, name")
+        assert metric == counts[0]["name"] == "test_html_answer_length"  # the most scored
+        q = ui.canned_queries(metric=metric)["worst_scores_today"]
+        assert f"default {metric}" in q["description"]
+        got = [dict(r) for r in conn.execute(q["sql"], {"metric": "", "hours": "48"})]
+    finally:
+        conn.close()
+    assert got and {g["name"] for g in got} == {metric}
+    # With faithfulness scores, faithfulness stays the default.
+    with_faith = tmp_path / "faith.db"
+    build_db(with_faith, _runs())
+    conn = open_db(with_faith)
+    try:
+        assert ui.default_metric(conn) == "faithfulness"
+    finally:
+        conn.close()
+    # `tracescore ui` hands the database's default to Datasette's metadata.
+    seen: dict[str, Any] = {}
+
+    def serve(db: Path, **kw: Any) -> int:
+        seen.update(kw, meta=ui.metadata(db, metric=kw["metric"]))
+        return 0
+
+    monkeypatch.setattr(ui, "datasette_available", lambda: True)
+    monkeypatch.setattr(ui, "serve", serve)
+    result = run_cli("ui", "--db", path, "--no-open")
+    assert result.exit_code == 0, result.output
+    assert seen["metric"] == metric
+    [database] = seen["meta"]["databases"].values()
+    assert f"'{metric}'" in database["queries"]["worst_scores_today"]["sql"]

@@ -331,7 +331,11 @@ def test_mean_over_time_per_hour(db: Path) -> None:
 
 def test_pick_bucket_grows_with_the_span() -> None:
     t = 1_800_000_000.0
-    assert pick_bucket(t, t + 5) == (60, "minute")
+    # A short run (the demo scores in a second or two) still gets a line, not one dot.
+    assert pick_bucket(t, t + 1.5) == (0.05, "50 ms")
+    assert pick_bucket(t, t + 5) == (0.25, "250 ms")
+    assert pick_bucket(t, t + 30) == (1, "second")
+    assert pick_bucket(t, t + 40 * 60) == (60, "minute")
     assert pick_bucket(t, t + 3 * HOUR)[1] == "5 minutes"
     assert pick_bucket(t, t + 40 * HOUR) == (3600, "hour")
     assert pick_bucket(t, t + 20 * 86400) == (86400, "day")
@@ -467,10 +471,51 @@ def test_demo_database_end_to_end(tmp_path: Path) -> None:
     demo = tmp_path / "demo.db"
     result = CliRunner().invoke(main, ["demo", "--db", str(demo), "--n", "6", "--worst", "0"])
     assert result.exit_code == 0, result.output
-    _, page = _page(demo)
+    html, page = _page(demo)
     names = {r["name"] for r in rows(demo, "SELECT DISTINCT name FROM scores")}
     assert set(page.metrics) == names and len(names) >= 9
     assert all(sorted(c["charts"]) == ["hist", "timeline"] for c in page.metrics.values())
     assert all(sum(c["bins"]) == 6 for c in page.metrics.values())
     assert page.records  # worst records with their contexts
     assert all(r["contexts"] > 0 for r in page.records.values())
+    # Scored within a few seconds: the time bucket follows that span, so the chart has
+    # points to join (not one dot for "this minute").
+    ok = rows(demo, "SELECT min(created_at) AS a, max(created_at) AS b FROM scores")[0]
+    bucket_s, label = pick_bucket(ok["a"], ok["b"])
+    assert bucket_s < 60 and f"mean per {label}" in html
+    if ok["b"] - ok["a"] > 2 * bucket_s:
+        assert max(len(c["points"]) for c in page.metrics.values()) > 1
+    # Yes/no metrics: a rate and two bars (0 · no, 1 · yes), no percentiles, no threshold.
+    for name in ("exact_match", "rgb_accuracy", "rgb_rejection"):
+        card = page.metrics[name]
+        values = [r["value"] for r in rows(demo, "SELECT value FROM scores WHERE name=?", name)]
+        assert card["bins"] == [values.count(0.0), values.count(1.0)]
+        assert card["values"]["rate"] == pytest.approx(values.count(1.0) / 6)
+        assert card["stats"]["yes"] == f"{values.count(1.0)} / 6"
+        assert "p90" not in card["stats"] and "mean" not in card["stats"]
+        section = html.split(f'data-metric="{name}"', 1)[1].split("</section>", 1)[0]
+        assert 'class="thr"' not in section and "1 · yes" in section
+    assert "p90" in page.metrics["token_f1"]["stats"]
+    # Plain legends, nothing left dangling.
+    text = " ".join(" ".join(page.text).split())
+    assert "charts: distribution, " not in html and "among the worst of ·" not in text
+    assert f"then the mean per {label} over time (UTC)" in text
+
+
+def test_mostly_skipped_metrics_say_why_on_the_page(tmp_path: Path) -> None:
+    runs = standard_runs(10)
+    for run in runs[1:]:  # most records have no answer to score
+        run.scores.pop("test_html_answer_length", None)
+        run.skipped["test_html_answer_length"] = "record has no answer"
+    db = tmp_path / "skips.db"
+    build_db(db, runs)
+    html, page = _page(db)
+    n_skipped = len(runs) - 1
+    banner = html.split('class="card skipbanner"', 1)[1].split("</section>", 1)[0]
+    assert html.index('class="card skipbanner"') < html.index('class="grid"')  # above cards
+    assert 'data-skipped="test_html_answer_length"' in banner  # the only one mostly skipped
+    assert f"record has no answer ({n_skipped})" in banner
+    card = html.split('data-metric="test_html_answer_length"', 1)[1].split("</section>", 1)[0]
+    assert "data-skipnote" in card and "record has no answer" in card
+    assert "data-skipnote" not in html.split('data-metric="token_f1"', 1)[1].split(
+        "</section>", 1)[0]

@@ -9,6 +9,9 @@ from typing import Any
 
 import pytest
 from helpers import rows
+
+from tracescore.judge.openai_judge import OpenAIJudge
+from tracescore.metrics.judged import GEval
 from tracescore.testing.judge import (
     BROKEN_ENVELOPES,
     Fault,
@@ -16,9 +19,6 @@ from tracescore.testing.judge import (
     broken_envelope,
     lexical_responder,
 )
-
-from tracescore.judge.openai_judge import OpenAIJudge
-from tracescore.metrics.judged import GEval
 
 MODEL = "test-judge"
 Q = "What battery does the Cargo have?"

@@ -14,9 +14,9 @@ from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableLambda
-from tracescore.testing.judge import Fault, ScriptedJudgeServer, lexical_responder
 
 from tracescore.judge.openai_judge import OpenAIJudge
+from tracescore.testing.judge import Fault, ScriptedJudgeServer, lexical_responder
 
 SECRET = "Zanzibar-42-secret"  # the app's users' and documents' text
 EMAIL = "alice.secret@example.com"

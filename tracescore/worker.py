@@ -76,6 +76,9 @@ class ScoringWorker:
         #: The judge session of judge metrics (its SQLite connection lives on this loop).
         self.judge_session: JudgeSession | None = None
         self.judge_canary = False
+        #: set once the start-up canary has finished (or failed): for callers that want its
+        #: verdict before reporting, such as the demo
+        self.canary_done = threading.Event()
         self.judge_timeout_s = 600.0
         #: how long a job may wait for the judge (breaker open, budget) before it fails
         self.judge_max_wait_s = 6 * 3600.0
@@ -336,6 +339,8 @@ class ScoringWorker:
             pass
         except Exception as exc:  # a broken judge shows up in the scores; log it once here
             log.warning("tracescore judge canary could not run: %s", exc)
+        finally:
+            self.canary_done.set()
 
     def _flush_delivered(self, store: Store) -> None:
         with self._delivered_lock:

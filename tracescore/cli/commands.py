@@ -20,6 +20,7 @@ from typing import Any, TextIO, TypeVar
 import click
 
 from .. import __version__
+from ..reports.summary import DEFAULT_WORST
 from .demo import DEFAULT_DB as DEMO_DB
 
 DEFAULT_DB = "tracescore.db"
@@ -52,11 +53,27 @@ def _open(db: Path) -> Any:
         raise DatabaseProblem(f"{exc}{hint}") from None
 
 
-def _db_option(default: str, help_text: str,
-               envvar: str | None = "TRACESCORE_DB") -> Callable[[F], F]:
+def _demo_fallback(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+    """The read commands' default ``tracescore.db``, or the demo's database when only that
+    one exists here: `tracescore demo`, then `tracescore report` works as --help says.
+    Only when neither --db nor TRACESCORE_DB was given; said on stderr."""
+    source = ctx.get_parameter_source(param.name or "db")
+    if (source is click.core.ParameterSource.DEFAULT and not value.exists()
+            and Path(DEMO_DB).is_file()):
+        click.echo(f"({value} not found; reading {DEMO_DB}, written by `tracescore demo`)",
+                   err=True)
+        return Path(DEMO_DB)
+    return value
+
+
+def _db_option(default: str, help_text: str, envvar: str | None = "TRACESCORE_DB",
+               demo_fallback: bool = False) -> Callable[[F], F]:
+    if demo_fallback:
+        help_text += f" Without --db or TRACESCORE_DB: {DEMO_DB} when only that one exists."
     return click.option(
         "--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=default,
         envvar=envvar, show_default=True, show_envvar=envvar is not None, help=help_text,
+        callback=_demo_fallback if demo_fallback else None,
     )
 
 
@@ -76,6 +93,10 @@ def _output(path: Path) -> Iterator[TextIO]:
         raise OutputProblem(str(path), hint=exc.strerror or str(exc)) from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _quiet_stdout() -> None:
@@ -125,12 +146,14 @@ def main() -> None:
                    "larger).")
 @click.option("--sample-rate", type=click.FloatRange(0.0, 1.0), default=1.0, show_default=True,
               help="Share of runs to score (deterministic per trace id).")
-@click.option("--worst", type=click.IntRange(min=0), default=1, show_default=True,
-              help="Worst records to list per score in the report printed at the end.")
+@click.option("--worst", type=click.IntRange(min=0), default=DEFAULT_WORST, show_default=True,
+              help="Worst records to list per score in the report printed at the end (as "
+                   "`tracescore report`).")
 @click.option("--judge", "judge", metavar="SPEC", default=None,
               help="Also score with the LLM-judge RAG metrics, using this judge: 'local' (the "
                    "tiny bundled model: proves the offline path, not the scores), "
-                   "'llama-cpp:/path/model.gguf' or 'openai:MODEL'.")
+                   "'llama-cpp:/path/model.gguf' or 'openai:MODEL'. Asks fewer questions "
+                   "unless --n is given (1 with 'local', 3 otherwise).")
 @click.option("--framework", type=click.Choice(["langchain", "llama-index"]),
               default="langchain", show_default=True,
               help="Which example app to run: the LangChain LCEL chain or the LlamaIndex query "
@@ -145,21 +168,44 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
     and stores everything in the database. Fully offline; takes a few seconds.
     """
     from ..reports.summary import build_report, format_report
-    from .demo import DemoSetupError, run_demo
+    from .demo import DemoSetupError, expected_judge_calls, judge_plan, run_demo
 
     def progress(items: Iterator[Any], count: int) -> Any:
-        return click.progressbar(items, length=count, label=f"Asking {count} questions",
+        if judge is not None and n is None:  # said once tracescore (and the judge) started
+            _, canary = judge_plan(judge, n)
+            click.echo(f"A judge demo asks {_n(count, 'question')} (about "
+                       f"{expected_judge_calls(count, canary)} judge calls, each taking seconds "
+                       "with a small local model); --n N asks more.")
+            if not canary:
+                click.echo("The judge canary is skipped to keep this short: `tracescore "
+                           f"judge-check --judge {judge}` runs it (the bundled model fails it: "
+                           "its scores prove the offline path, not the answers' quality).")
+        return click.progressbar(items, length=count, label=f"Asking {_n(count, 'question')}",
                                  file=sys.stderr, show_pos=True)
+
+    bars: list[Any] = []
+
+    def judged(calls: int, expected: int) -> None:
+        if not bars:
+            bars.append(click.progressbar(length=expected, label="Judge calls",
+                                          file=sys.stderr, show_pos=True))
+            bars[0].__enter__()
+        bar = bars[0]
+        bar.length = max(bar.length, expected)
+        bar.update(calls - bar.pos)
 
     db_existed = db.exists()
     try:
         result = run_demo(db, n, sample_rate, progress=progress, judge=judge,
-                          framework=framework)
+                          framework=framework, judge_progress=judged)
     except DemoSetupError as exc:
         raise DatabaseProblem(str(exc)) from None
+    finally:
+        if bars:
+            bars[0].__exit__(None, None, None)
     where = Path(result.db).resolve()
     click.echo(
-        f"Ran {result.questions} questions in {result.run_seconds:.2f} s, scored them in "
+        f"Ran {_n(result.questions, 'question')} in {result.run_seconds:.2f} s, scored them in "
         f"{result.score_seconds:.2f} s; {'appended to' if db_existed else 'wrote'} {where}"
     )
     if not result.complete:
@@ -220,12 +266,12 @@ def judge_check(judge: str, db: Path, as_json: bool) -> None:
 
 
 @main.command(short_help="Summarise the scores: per metric, worst records, totals.")
-@_db_option(DEFAULT_DB, "SQLite database to read.")
+@_db_option(DEFAULT_DB, "SQLite database to read.", demo_fallback=True)
 @click.option("--since", metavar="DURATION", default="all", show_default=True, callback=_since,
               help="Only records and scores from this recent window: 30m, 1h, 2d, 1w, or all.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object instead of the table.")
-@click.option("--worst", type=click.IntRange(min=0), default=3, show_default=True,
+@click.option("--worst", type=click.IntRange(min=0), default=DEFAULT_WORST, show_default=True,
               help="How many worst records to list per score (0: none).")
 @click.option("--html", "html_path", metavar="PATH",
               type=click.Path(dir_okay=False, writable=True, allow_dash=True, path_type=Path),
@@ -285,7 +331,7 @@ def report(db: Path, since: float | None, as_json: bool, worst: int,
 
 
 @main.command(short_help="Check judge metrics against user feedback: precision, recall, AUC.")
-@_db_option(DEFAULT_DB, "SQLite database to read.")
+@_db_option(DEFAULT_DB, "SQLite database to read.", demo_fallback=True)
 @click.option("--metric", "metrics", metavar="NAME", multiple=True,
               help="Only this score name (repeatable); default: every judge metric with a "
                    "pass/fail threshold.")
@@ -314,7 +360,7 @@ def calibrate(db: Path, metrics: tuple[str, ...], feedback: str, as_json: bool) 
 
 @main.command(short_help="Show one trace: query, contexts, answer and every score.")
 @click.argument("trace_id")
-@_db_option(DEFAULT_DB, "SQLite database to read.")
+@_db_option(DEFAULT_DB, "SQLite database to read.", demo_fallback=True)
 @click.option("--json", "as_json", is_flag=True,
               help="Print the record(s) as one JSON object.")
 @click.option("--chars", type=click.IntRange(min=0), default=300, show_default=True,
@@ -348,7 +394,7 @@ def show(trace_id: str, db: Path, as_json: bool, chars: int) -> None:
 
 
 @main.command(short_help="Export records joined with their scores as JSON Lines or CSV.")
-@_db_option(DEFAULT_DB, "SQLite database to read.")
+@_db_option(DEFAULT_DB, "SQLite database to read.", demo_fallback=True)
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), required=True,
               help="jsonl: one JSON object per line; csv: RFC 4180 with a header row.")
 @click.option("--since", metavar="DURATION", default="all", show_default=True, callback=_since,
@@ -359,28 +405,35 @@ def show(trace_id: str, db: Path, as_json: bool, chars: int) -> None:
 @click.option("--scored-only", is_flag=True,
               help="Leave out records that have no (matching) score, instead of one row "
                    "with empty score fields.")
+@click.option("--no-contexts", "no_contexts", is_flag=True,
+              help="Leave out the contexts column (every retrieved text, repeated on each "
+                   "score row of a record): a much smaller file.")
 @click.option("--output", "-o", "output", metavar="FILE", default="-", show_default=True,
               type=click.Path(dir_okay=False, writable=True, allow_dash=True, path_type=Path),
               help="File to write (replaced when complete); - for stdout.")
 def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
-           scored_only: bool, output: Path) -> None:
+           scored_only: bool, no_contexts: bool, output: Path) -> None:
     """Export records joined with their scores: one row per record and score name.
 
     Record fields (record_id, trace_id, span_id, created_at as ISO 8601 UTC, query,
-    answer, n_contexts, latency_ms, input_tokens, output_tokens, model, error, sampled),
+    answer, ground_truths, n_contexts, contexts (unless --no-contexts), latency_ms,
+    input_tokens, output_tokens, model, error, sampled),
     then score fields (score_name, score_value, score_label, score_explanation,
     score_status, score_error, ...). A record without a score gets one row with empty
     score fields unless --scored-only. Rows are streamed, oldest record first, so the
     database can be larger than memory.
     """
-    from ..reports.rows import iter_rows, write_csv, write_jsonl
+    from ..reports.rows import columns, iter_rows, write_csv, write_jsonl
 
     conn = _open(db)
     try:
-        rows = iter_rows(conn, since=since, metrics=metrics, scored_only=scored_only)
-        write = write_jsonl if fmt == "jsonl" else write_csv
+        rows = iter_rows(conn, since=since, metrics=metrics, scored_only=scored_only,
+                         contexts=not no_contexts)
         with _output(output) as out:
-            n = write(rows, out)
+            if fmt == "jsonl":
+                n = write_jsonl(rows, out)
+            else:
+                n = write_csv(rows, out, columns(contexts=not no_contexts))
     except BrokenPipeError:  # `tracescore export ... | head`: the reader has all it wants
         _quiet_stdout()
         return
@@ -391,7 +444,7 @@ def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
 
 
 @main.command(short_help="Browse the database in Datasette, with canned queries.")
-@_db_option(DEFAULT_DB, "SQLite database to serve (read-only).")
+@_db_option(DEFAULT_DB, "SQLite database to serve (read-only).", demo_fallback=True)
 @click.option("--port", metavar="PORT", type=click.IntRange(0, 65535), default=8001,
               show_default=True,
               help="Port on 127.0.0.1 to serve on; 0 picks a free one.")
@@ -399,11 +452,12 @@ def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
 def ui(db: Path, port: int, no_open: bool) -> None:
     """Open the database in Datasette on 127.0.0.1, read-only, with canned queries.
 
-    Queries: worst scores today (for a :metric, default faithfulness), failure rate by
-    metric per hour, records without scores, errors and skips by reason, daily summary.
+    Queries: worst scores today (for a :metric, default faithfulness, or the database's
+    most scored name when it has no faithfulness scores), failure rate by metric per hour,
+    records without scores, errors and skips by reason, daily summary.
     Needs the ui extra: pip install 'tracescore[ui]'. Stop with Ctrl-C.
     """
-    from ..reports.ui import INSTALL_HINT, datasette_available, serve
+    from ..reports.ui import INSTALL_HINT, datasette_available, default_metric, serve
 
     if not datasette_available():
         raise DatabaseProblem(f"Datasette is not installed; {INSTALL_HINT}")
@@ -412,6 +466,7 @@ def ui(db: Path, port: int, no_open: bool) -> None:
     conn = _open(db)  # a clear message for a missing or foreign file, before Datasette starts
     try:
         has_metrics = has_table(conn, "metrics")
+        metric = default_metric(conn)
     finally:
         conn.close()
 
@@ -420,7 +475,7 @@ def ui(db: Path, port: int, no_open: bool) -> None:
         if not no_open:
             click.launch(url)
 
-    code = serve(db, port=port, has_metrics_table=has_metrics, on_ready=ready)
+    code = serve(db, port=port, has_metrics_table=has_metrics, on_ready=ready, metric=metric)
     if code:
         raise SystemExit(code)
 

@@ -18,14 +18,44 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_DB", "DemoResult", "DemoSetupError", "run_demo"]
+__all__ = ["DEFAULT_DB", "JUDGE_QUESTIONS", "LOCAL_JUDGE_QUESTIONS", "DemoResult",
+           "DemoSetupError", "expected_judge_calls", "judge_plan", "run_demo"]
 
 DEFAULT_DB = "tracescore-demo.db"
 FRAMEWORKS = ("langchain", "llama-index")
+#: Questions a judge demo asks unless told otherwise (all 34 with the bundled local model
+#: took a quarter of an hour on 2 cores).
+JUDGE_QUESTIONS = 3
+#: With ``judge="local"``: the 135M model often rambles to its token limit (5-45 s a call on
+#: 2 cores), so one question, and no start-up canary (6 more calls; ``tracescore judge-check
+#: --judge local`` runs it, and the model fails it).
+LOCAL_JUDGE_QUESTIONS = 1
 
 Question = dict[str, Any]
 #: Wraps the questions about to be asked (and their count), e.g. in a progress bar.
 Progress = Callable[[Iterator[Question], int], AbstractContextManager[Iterator[Question]]]
+#: Told (judge calls made so far, judge calls expected) while the demo waits for scoring.
+JudgeProgress = Callable[[int, int], None]
+
+
+def judge_plan(judge: Any, n: int | None) -> tuple[int | None, bool]:
+    """(questions, canary) of a demo with ``judge``: ``n`` or the judge demo's default, and
+    whether the start-up judge canary runs (not for the slow bundled ``local`` model)."""
+    if judge is None:
+        return n, False
+    local = judge == "local"
+    if n is None:
+        n = LOCAL_JUDGE_QUESTIONS if local else JUDGE_QUESTIONS
+    return n, not local
+
+
+def expected_judge_calls(records: int, canary: bool = True) -> int:
+    """Judge calls (steps) a judge demo of ``records`` records makes on a fresh database: the
+    RAG set's 3 shared calls per record, plus the canary's two steps per case (cached steps
+    cost none, so a rerun on the same database makes fewer)."""
+    from tracescore.judge.canary import CASES
+
+    return 3 * records + (2 * len(CASES) if canary else 0)
 
 
 class DemoSetupError(Exception):
@@ -51,11 +81,14 @@ def run_demo(
     timeout: float = 60.0,
     judge: Any = None,
     framework: str = "langchain",
+    judge_progress: JudgeProgress | None = None,
 ) -> DemoResult:
-    """Ask ``n`` bundled questions (all by default, cycling when ``n`` is larger).
+    """Ask ``n`` bundled questions (all by default, cycling when ``n`` is larger; with a
+    ``judge``, :data:`JUDGE_QUESTIONS` by default).
 
     Appends to ``db`` if it exists. ``progress`` wraps the question iterator once tracescore
-    has started (so a progress bar never shows for a run that cannot start).
+    has started (so a progress bar never shows for a run that cannot start);
+    ``judge_progress`` is told the judge calls made while the demo waits for the scores.
     """
     import tracescore
     from tracescore.client import DEFAULT_METRICS
@@ -67,6 +100,7 @@ def run_demo(
     else:
         from tracescore.examples.llama_index_rag import load_questions
     questions = load_questions()
+    n, canary = judge_plan(judge, n)
     count = len(questions) if n is None else n
     if count < 1:
         raise ValueError(f"n must be at least 1, got {n}")
@@ -75,9 +109,19 @@ def run_demo(
         from tracescore.metrics.judged import RAG_SET
 
         metrics += list(RAG_SET)
-        timeout = max(timeout, 60.0 + 10.0 * count)  # a local model takes ~0.5 s per call
+        # the bundled local model takes ~5-10 s per call on 2 cores, 3 calls a record
+        timeout = max(timeout, 120.0 + 40.0 * count)
+    started = time.time()  # judge calls from here on are this run's (the canary's too)
+    init_kw: dict[str, Any] = {}
+    if isinstance(judge, str) and (judge == "local" or judge.startswith("llama-cpp:")):
+        # An in-process model runs one call at a time anyway; calls queued behind it would
+        # spend their timeout waiting, time out, and be asked again (minutes lost on 2 cores).
+        init_kw["concurrency"] = 1
+    if judge is not None and not canary:
+        init_kw["judge_canary"] = False
     try:
-        ts = tracescore.init(db=db, metrics=metrics, sample_rate=sample_rate, judge=judge)
+        ts = tracescore.init(db=db, metrics=metrics, sample_rate=sample_rate, judge=judge,
+                             **init_kw)
     except (ValueError, TypeError, RuntimeError, ImportError, sqlite3.Error) as exc:
         raise DemoSetupError(str(exc)) from exc
     trace_ids: list[str] = []
@@ -97,7 +141,11 @@ def run_demo(
                 ts.add_ground_truth(trace_id, [q["reference"]])
                 trace_ids.append(trace_id)
         t1 = time.perf_counter()
-        complete = ts.flush(timeout=timeout)
+        if judge is not None and judge_progress is not None:
+            complete = _flush_showing_judge_calls(ts, timeout, judge_progress,
+                                                  expected_judge_calls(count, canary), started)
+        else:
+            complete = ts.flush(timeout=timeout)
     finally:
         ts.shutdown(timeout=timeout)
     t2 = time.perf_counter()
@@ -105,6 +153,30 @@ def run_demo(
         db=ts.db_path, questions=count, trace_ids=tuple(trace_ids), run_seconds=t1 - t0,
         score_seconds=t2 - t1, complete=complete,
     )
+
+
+def _flush_showing_judge_calls(ts: Any, timeout: float, judge_progress: JudgeProgress,
+                               expected: int, started: float) -> bool:
+    """``ts.flush(timeout)`` in short slices, telling ``judge_progress`` the judge calls
+    logged so far (the ``judge_calls`` table, read on a second connection)."""
+    deadline = time.monotonic() + timeout
+    conn = sqlite3.connect(f"file:{Path(ts.db_path).resolve()}?mode=ro", uri=True)
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            done = ts.flush(timeout=min(1.0, max(left, 0.0)))
+            # and the canary's verdict, so the report can say whether to trust this judge
+            done = done and (not ts.worker.judge_canary or ts.worker.canary_done.is_set())
+            try:
+                calls = conn.execute("SELECT count(*) FROM judge_calls WHERE created_at >= ?",
+                                     (started,)).fetchone()[0]
+            except sqlite3.Error:
+                calls = 0
+            judge_progress(calls, max(expected, calls))
+            if done or left <= 0:
+                return done
+    finally:
+        conn.close()
 
 
 def _langchain_asker(ts: Any) -> Callable[[Question], None]:

@@ -37,6 +37,8 @@ class Metric:
       score_names: the names of the scores it emits (default: ``(name,)``).
       higher_is_better: direction used for pass/fail labels and "worst records" in reports;
         None for a metric with no better direction (e.g. "did the app refuse?").
+      binary: the metric only ever emits 0 or 1 (a yes/no check); reports show the share of
+        1s ("rate", "n yes / n") instead of percentiles. Instances may override it.
       description: one line for ``--help``, docs and the report.
     """
 
@@ -53,6 +55,8 @@ class Metric:
 
     #: pass/fail threshold; instances may override it through ``__init__``.
     threshold: float | None = 0.5
+    #: values are only 0 or 1 (see the class docstring); instances may override it.
+    binary: bool = False
 
     def names(self) -> tuple[str, ...]:
         return self.score_names or (self.name,)

@@ -265,6 +265,7 @@ class Coherence(JudgeMetric):
 class _Binary(JudgeMetric):
     check: ClassVar[str] = ""
     threshold = 1.0
+    binary = True
 
     async def evaluate(self, record: RagRecord, session: JudgeSession, usage: Usage) -> Score:
         res = (await S.binary_checks(session, record, usage))[self.check]

@@ -88,6 +88,7 @@ class ExactMatch(Metric):
     """
 
     name = "exact_match"
+    binary = True
     version = "1"
     requires = frozenset({ANSWER, GROUND_TRUTHS})
     kind = "local"

@@ -178,6 +178,7 @@ class RgbAccuracy(_Flexible):
     """
 
     name = "rgb_accuracy"
+    binary = True
     version = "1"
     requires = frozenset({ANSWER, GROUND_TRUTHS})
     kind = "local"
@@ -226,6 +227,7 @@ class RgbRejection(Metric):
     """
 
     name = "rgb_rejection"
+    binary = True
     higher_is_better = None  # whether refusing/flagging is right depends on the contexts
     version = "1"
     requires = frozenset({ANSWER})
@@ -259,6 +261,7 @@ class RgbErrorDetection(Metric):
     """
 
     name = "rgb_error_detection"
+    binary = True
     higher_is_better = None  # whether refusing/flagging is right depends on the contexts
     version = "1"
     requires = frozenset({ANSWER})
@@ -287,6 +290,7 @@ class RgbErrorCorrection(_Flexible):
     """
 
     name = "rgb_error_correction"
+    binary = True
     version = "1"
     requires = frozenset({ANSWER, GROUND_TRUTHS})
     kind = "local"

@@ -57,7 +57,8 @@ def render_html(conn: sqlite3.Connection, report: Report, *, bins: int = 10,
     usage = usage_summary(conn, since=since)
     cards = []
     for m in report.metrics:
-        hist = histogram(conn, m.name, since=since, bins=bins)
+        # A yes/no metric gets two bars (0 and 1), not ten bins with nothing between.
+        hist = histogram(conn, m.name, since=since, bins=2 if m.binary else bins)
         points = timeline(conn, m.name, since=since, bucket_s=bucket[0]) if bucket else []
         cards.append(_metric_card(m, hist, points, bucket, span, report.worst.get(m.name, [])))
     worst = _worst_records(conn, report, context_chars)
@@ -84,6 +85,7 @@ def render_html(conn: sqlite3.Connection, report: Report, *, bins: int = 10,
         f"generated {escape(_when(report.generated_at))}</p></div>",
         "</header>",
         f'<section class="tiles">{"".join(tiles)}</section>',
+        _skip_banner(report.metrics),
     ]
     if not report.metrics:
         empty = "No scores yet." if report.records else "No records yet."
@@ -91,18 +93,19 @@ def render_html(conn: sqlite3.Connection, report: Report, *, bins: int = 10,
                 else "Run an app with tracescore, or try <code>tracescore demo</code>.")
         body.append(f'<p class="empty">{empty} {hint}</p>')
     else:
-        every = f"mean per {bucket[1]} (UTC)" if bucket else ""
+        charts = (f" · each card charts how the values are spread, then the mean per "
+                  f"{escape(bucket[1])} over time (UTC)" if bucket else "")
         body += [
             '<div class="h2row"><h2>Scores</h2>',
             '<p class="legend"><span class="sw pass"></span>pass <span class="sw fail"></span>'
-            f'fail <span class="sw none"></span>no threshold · charts: distribution, {every}'
-            "</p></div>",
+            f'fail <span class="sw none"></span>no threshold{charts}</p></div>',
             f'<div class="grid">{"".join(cards)}</div>',
         ]
     if worst:
         body += [
             '<div class="h2row"><h2>Worst records</h2>',
-            '<p class="legend">each record once, with the scores it is among the worst of · '
+            '<p class="legend">the lowest-scoring records; a record low on several scores '
+            'is shown once, its chips name those scores · '
             '<button type="button" id="toggle">expand all</button></p></div>',
             "".join(worst),
         ]
@@ -132,6 +135,29 @@ def _tile(label: str, value: str, note: str, key: str, tone: str = "") -> str:
             f'<div class="tn">{escape(note)}</div></div>')
 
 
+def _skip_text(m: MetricSummary) -> str:
+    total = m.skipped + m.count + m.errors
+    why = "; ".join(f"{reason} ({n:,})" for reason, n in m.skip_reasons[:3]) or "no reason"
+    return f"skipped {m.skipped:,} of {total:,} records: {why}"
+
+
+def _skip_banner(metrics: Sequence[MetricSummary]) -> str:
+    """Near the top: metrics that could not run on most records, and why."""
+    alike: dict[str, list[str]] = {}  # metrics skipped alike share a line
+    for m in metrics:
+        if m.mostly_skipped:
+            names = alike.setdefault(_skip_text(m), [])
+            if m.metric not in names:
+                names.append(m.metric)
+    if not alike:
+        return ""
+    items = "".join(
+        f'<li data-skipped="{escape(" ".join(names))}"><b>{escape(", ".join(names))}</b>: '
+        f"{escape(text)}</li>" for text, names in alike.items())
+    return ('<section class="card skipbanner"><h3>Mostly skipped: these metrics could not '
+            f"run on most records</h3><ul>{items}</ul></section>")
+
+
 def _tone(value: float | None, m: MetricSummary) -> str:
     """``good``/``bad`` against the metric's threshold, else neutral."""
     if value is None or m.threshold is None or m.higher_is_better is None:
@@ -140,6 +166,11 @@ def _tone(value: float | None, m: MetricSummary) -> str:
 
 
 def _direction(m: MetricSummary) -> str:
+    if m.binary:
+        text = "yes/no check (1 = yes)"
+        if m.higher_is_better is not None and m.threshold is not None:
+            text += f" · pass = {'yes' if m.higher_is_better else 'no'}"
+        return text
     if m.higher_is_better is None:
         return "no better direction"
     text = "higher is better" if m.higher_is_better else "lower is better"
@@ -158,35 +189,50 @@ def _stat(label: str, key: str, shown: str, value: Any = None, tone: str = "") -
 
 
 def _metric_card(m: MetricSummary, hist: Histogram | None, points: Sequence[TimeBucket],
-                 bucket: tuple[int, str] | None, span: tuple[float, float] | None,
+                 bucket: tuple[float, str] | None, span: tuple[float, float] | None,
                  worst: Iterable[Any]) -> str:
     name = escape(m.name)
     origin = (f' <span class="from">from {escape(m.metric)}</span>'
               if m.metric != m.name else "")
     mean_attr = "" if m.mean is None else f' data-value="{m.mean!r}"'
+    rate_attr = "" if m.rate is None else f' data-value="{m.rate!r}"'
     passbar = ""
     if m.fail_rate is not None and m.count:
         fail_w = 100 * m.fail_rate
         passbar = (f'<div class="passbar" title="{escape(_pct(m.fail_rate))} fail">'
                    f'<span class="fail" style="width:{fail_w:.2f}%"></span>'
                    f'<span class="pass" style="width:{100 - fail_w:.2f}%"></span></div>')
-    stats = "".join([
+    common = [
         _stat("scores", "count", f"{m.count:,}", m.count),
         _stat("fail rate", "fail_rate", _pct(m.fail_rate), m.fail_rate,
               "bad" if m.fail_rate else ""),
         _stat("errors", "errors", f"{m.errors:,}", m.errors, "bad" if m.errors else ""),
         _stat("skipped", "skipped", f"{m.skipped:,}", m.skipped),
-        _stat("p10", "p10", _val(m.p10), m.p10),
-        _stat("p50", "p50", _val(m.p50), m.p50),
-        _stat("p90", "p90", _val(m.p90), m.p90),
-    ])
+    ]
+    if m.binary:  # a rate and a count, not percentiles of 0s and 1s
+        stats = "".join([*common, _stat("yes", "yes", f"{m.yes or 0:,} / {m.count:,}", m.yes)])
+        headline = (f'<div class="big" data-stat="rate"{rate_attr}>{_pct(m.rate)}</div>'
+                    '<div class="bl">said yes (rate)</div>')
+    else:
+        stats = "".join([
+            *common,
+            _stat("p10", "p10", _val(m.p10), m.p10),
+            _stat("p50", "p50", _val(m.p50), m.p50),
+            _stat("p90", "p90", _val(m.p90), m.p90),
+        ])
+        headline = (f'<div class="big" data-stat="mean"{mean_attr}>{_val(m.mean)}</div>'
+                    '<div class="bl">mean</div>')
     charts = '<p class="nodata">No ok scores in this window.</p>'
     if hist is not None and bucket is not None and span is not None:
+        what = "yes / no" if m.binary else "distribution"
+        over = "rate of yes" if m.binary else "mean"
         charts = (
-            f'<figure><figcaption>distribution</figcaption>{_histogram_svg(m, hist)}</figure>'
-            f"<figure><figcaption>mean per {escape(bucket[1])}</figcaption>"
+            f'<figure><figcaption>{what}</figcaption>{_histogram_svg(m, hist)}</figure>'
+            f"<figure><figcaption>{over} per {escape(bucket[1])}</figcaption>"
             f"{_timeline_svg(m, hist, points, bucket, span)}</figure>"
         )
+    skipnote = (f'<p class="skipnote" data-skipnote="{name}">{escape(_skip_text(m))}</p>'
+                if m.mostly_skipped else "")
     links = "".join(
         f'<li><a href="#{_rec_anchor(w.record_id)}"><span class="v {_tone(w.value, m)}">'
         f"{_val(w.value)}</span> {escape(_clip(w.query, 70))}</a></li>"
@@ -196,9 +242,8 @@ def _metric_card(m: MetricSummary, hist: Histogram | None, points: Sequence[Time
     return (
         f'<section class="card metric" id="metric-{name}" data-metric="{name}">'
         f'<header><h3>{name}{origin}</h3></header><p class="dir">{escape(_direction(m))}</p>'
-        f'<div class="headline"><div class="big" data-stat="mean"{mean_attr}>'
-        f'{_val(m.mean)}</div><div class="bl">mean</div></div>'
-        f"{passbar}<dl class=\"stats\">{stats}</dl>{charts}{worst_html}</section>"
+        f'<div class="headline">{headline}</div>'
+        f"{passbar}<dl class=\"stats\">{stats}</dl>{skipnote}{charts}{worst_html}</section>"
     )
 
 
@@ -258,6 +303,8 @@ def _histogram_svg(m: MetricSummary, h: Histogram) -> str:
         x = PAD_L + i * bw + 1
         lo = h.lo + i * width
         tip = f"{_fmt_axis(lo)}–{_fmt_axis(lo + width)}: {total} score{'s' * (total != 1)}"
+        if m.binary:
+            tip = f"{('no (0)', 'yes (1)')[i]}: {total} score{'s' * (total != 1)}"
         if f and (p or u):
             tip += f" ({f} fail)"
         out.append(f'<g class="bin" data-bin="{i}" data-count="{total}"><title>'
@@ -276,6 +323,12 @@ def _histogram_svg(m: MetricSummary, h: Histogram) -> str:
         out.append("</g>")
     base = PAD_T + ph
     out.append(f'<line class="axis" x1="{PAD_L}" x2="{W - PAD_R}" y1="{base}" y2="{base}"/>')
+    if m.binary:  # two bars, each named; pass/fail is their colour, no threshold line
+        for i, text in enumerate(("0 · no", "1 · yes")[:bins]):
+            out.append(f'<text class="ax" x="{PAD_L + (i + 0.5) * bw:.1f}" y="{base + 14}" '
+                       f'text-anchor="middle">{text}</text>')
+        out.append("</svg>")
+        return "".join(out)
     for v, anchor in ((h.lo, "start"), ((h.lo + h.hi) / 2, "middle"), (h.hi, "end")):
         x = PAD_L + pw * (v - h.lo) / (h.hi - h.lo)
         out.append(f'<text class="ax" x="{x:.1f}" y="{base + 14}" text-anchor="{anchor}">'
@@ -288,13 +341,17 @@ def _histogram_svg(m: MetricSummary, h: Histogram) -> str:
     return "".join(out)
 
 
-def _time_label(t: float, bucket_s: int) -> str:
+def _time_label(t: float, bucket_s: float) -> str:
     d = _dt.datetime.fromtimestamp(t, _dt.timezone.utc)
+    if bucket_s < 1:
+        return d.strftime("%H:%M:%S.") + f"{d.microsecond // 1000:03d}"
+    if bucket_s < 60:
+        return d.strftime("%H:%M:%S")
     return d.strftime("%b %d" if bucket_s >= 86400 else "%b %d %H:%M")
 
 
 def _timeline_svg(m: MetricSummary, h: Histogram, points: Sequence[TimeBucket],
-                  bucket: tuple[int, str], span: tuple[float, float]) -> str:
+                  bucket: tuple[float, str], span: tuple[float, float]) -> str:
     bucket_s = bucket[0]
     first = span[0] // bucket_s * bucket_s
     last = span[1] // bucket_s * bucket_s
@@ -311,16 +368,19 @@ def _timeline_svg(m: MetricSummary, h: Histogram, points: Sequence[TimeBucket],
            f'aria-label="mean of {escape(m.name)} per {escape(bucket[1])}" '
            f'data-points="{len(points)}">']
     for v in (lo, (lo + hi) / 2, hi):
+        tick = f"{100 * v:.0f}%" if m.binary else _fmt_axis(v)
         out.append(f'<line class="grid" x1="{PAD_L}" x2="{W - PAD_R}" y1="{y(v):.1f}" '
                    f'y2="{y(v):.1f}"/><text class="ax" x="{PAD_L - 4}" y="{y(v) + 3:.1f}" '
-                   f'text-anchor="end">{_fmt_axis(v)}</text>')
-    if m.threshold is not None and lo <= m.threshold <= hi:
+                   f'text-anchor="end">{tick}</text>')
+    # A yes/no metric's threshold (1) would sit on the top edge: its line says nothing.
+    if not m.binary and m.threshold is not None and lo <= m.threshold <= hi:
         out.append(f'<line class="thr" x1="{PAD_L}" x2="{W - PAD_R}" y1="{y(m.threshold):.1f}"'
                    f' y2="{y(m.threshold):.1f}"><title>threshold {m.threshold:g}</title></line>')
     # One path per run of consecutive buckets: a gap (no scores) breaks the line.
     runs: list[list[TimeBucket]] = []
     for p in points:
-        if runs and p.start - runs[-1][-1].start <= bucket_s:
+        # (1.5 buckets: sub-second bucket starts carry float rounding)
+        if runs and p.start - runs[-1][-1].start <= 1.5 * bucket_s:
             runs[-1].append(p)
         else:
             runs.append([p])
@@ -332,6 +392,9 @@ def _timeline_svg(m: MetricSummary, h: Histogram, points: Sequence[TimeBucket],
     dot = 2.2 if len(points) > 24 else 3
     for p in points:
         tip = f"{_time_label(p.start, bucket_s)} UTC: mean {p.mean:.3f}, {p.count} scores"
+        if m.binary:
+            tip = (f"{_time_label(p.start, bucket_s)} UTC: {100 * p.mean:.0f}% yes, "
+                   f"{p.count} scores")
         if p.labelled:
             tip += f", {p.failed} fail"
         out.append(f'<circle class="pt" cx="{x(p.start):.1f}" '
@@ -557,6 +620,11 @@ svg .line{fill:none;stroke:var(--accent);stroke-width:1.8;stroke-linejoin:round}
 svg .pt{fill:var(--accent);stroke:var(--card);stroke-width:1}
 svg .pt.good{fill:var(--good)}svg .pt.bad{fill:var(--bad)}
 .nodata{color:var(--muted);font-size:14px}
+.skipnote{margin:4px 0;padding:6px 10px;border-radius:6px;background:var(--bad-bg);
+color:var(--bad);font-size:13px}
+.skipbanner{margin-top:14px;border-color:var(--warn)}
+.skipbanner h3{color:var(--warn);font-size:15px}
+.skipbanner ul{margin:6px 0 0;padding-left:18px;font-size:14px}
 .worst{margin-top:12px;border-top:1px solid var(--line);padding-top:8px}
 .worst ol{list-style:none;margin:0;padding:0;font-size:13px}
 .worst li{white-space:nowrap;overflow:hidden;text-overflow:ellipsis}

@@ -4,6 +4,10 @@ One row per (record, score name). A record with no score (not sampled, still pen
 metric skipped, or none of the ``metrics`` asked for) gets one row with empty score fields,
 so every record of the window appears at least once; ``scored_only`` drops those rows.
 
+Each row carries the record's ground truths and retrieved contexts (as stored: a list of
+``{text, id, score, metadata, source}``), repeated on every score row of the record;
+``contexts=False`` leaves the contexts column out, which keeps a large export small.
+
 Rows come from one SQLite cursor and are written as they are read: memory stays flat however
 large the database. The read is one SELECT (so one consistent snapshot) on a read-only
 connection from :func:`tracescore.reports.summary.open_db`; writers carry on meanwhile (WAL mode).
@@ -20,12 +24,12 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
-__all__ = ["COLUMNS", "FORMATS", "iter_rows", "write_csv", "write_jsonl"]
+__all__ = ["COLUMNS", "FORMATS", "columns", "iter_rows", "write_csv", "write_jsonl"]
 
 #: Output columns, in order: the record's, then the score's (prefixed ``score_``).
 COLUMNS: tuple[str, ...] = (
-    "record_id", "trace_id", "span_id", "created_at", "query", "answer", "n_contexts",
-    "latency_ms", "input_tokens", "output_tokens", "model", "error", "sampled",
+    "record_id", "trace_id", "span_id", "created_at", "query", "answer", "ground_truths",
+    "n_contexts", "contexts", "latency_ms", "input_tokens", "output_tokens", "model", "error", "sampled",
     "score_name", "score_metric", "score_value", "score_label", "score_explanation",
     "score_status", "score_error", "score_metric_version", "score_duration_ms",
     "score_created_at",
@@ -33,9 +37,15 @@ COLUMNS: tuple[str, ...] = (
 
 FORMATS = ("jsonl", "csv")
 
+
+def columns(*, contexts: bool = True) -> tuple[str, ...]:
+    """The columns of an export, without ``contexts`` when ``contexts`` is False."""
+    return COLUMNS if contexts else tuple(c for c in COLUMNS if c != "contexts")
+
+
 _SELECT = (
     "SELECT r.record_id, r.trace_id, r.span_id, r.created_at, r.query, r.answer,"
-    " r.n_contexts, r.latency_ms, r.input_tokens, r.output_tokens, r.model, r.error,"
+    " r.ground_truths, r.n_contexts, {contexts}, r.latency_ms, r.input_tokens, r.output_tokens, r.model, r.error,"
     " r.sampled, s.name, s.metric, s.value, s.label, s.explanation, s.status, s.error,"
     " s.metric_version, s.duration_ms, s.created_at"
     " FROM records r {join} JOIN scores s ON s.record_id = r.record_id{metric_filter}"
@@ -52,13 +62,24 @@ def _iso(ts: float | None) -> str | None:
     return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
+def _decoded(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text  # keep what is there rather than fail the export
+
+
 def iter_rows(conn: sqlite3.Connection, *, since: float | None = None,
-              metrics: Sequence[str] = (), scored_only: bool = False
-              ) -> Iterator[dict[str, Any]]:
-    """Yield one dict per (record, score) with the keys of :data:`COLUMNS`, oldest first.
+              metrics: Sequence[str] = (), scored_only: bool = False,
+              contexts: bool = True) -> Iterator[dict[str, Any]]:
+    """Yield one dict per (record, score) with the keys of :func:`columns`, oldest first.
 
     ``since`` filters on ``records.created_at`` (unix seconds); ``metrics`` keeps only these
-    score names. Times are ISO 8601 UTC strings; ``sampled`` is a bool; missing values None.
+    score names; ``contexts=False`` leaves the contexts out (not even read). Times are ISO
+    8601 UTC strings; ``sampled`` is a bool; ``ground_truths`` and ``contexts`` are lists;
+    missing values None.
     """
     args: list[Any] = []
     metric_filter = ""
@@ -68,9 +89,15 @@ def iter_rows(conn: sqlite3.Connection, *, since: float | None = None,
         args += names
     args.append(since if since is not None else -math.inf)
     # CROSS JOIN is SQLite's way to keep records the outer loop (see _SELECT's ORDER BY).
-    sql = _SELECT.format(join="CROSS" if scored_only else "LEFT", metric_filter=metric_filter)
+    sql = _SELECT.format(join="CROSS" if scored_only else "LEFT", metric_filter=metric_filter,
+                         contexts="r.contexts" if contexts else "NULL")
     for row in conn.execute(sql, args):
         out = dict(zip(COLUMNS, row))
+        out["ground_truths"] = _decoded(out["ground_truths"])
+        if contexts:
+            out["contexts"] = _decoded(out["contexts"])
+        else:
+            del out["contexts"]
         out["created_at"] = _iso(out["created_at"])
         out["score_created_at"] = _iso(out["score_created_at"])
         out["sampled"] = None if out["sampled"] is None else bool(out["sampled"])
@@ -97,19 +124,24 @@ def _csv_value(v: Any) -> Any:
         return ""
     if isinstance(v, bool):
         return "true" if v else "false"
+    if isinstance(v, (list, dict)):  # ground truths, contexts: JSON text in one field
+        return json.dumps(v, ensure_ascii=False)
     return v
 
 
-def write_csv(rows: Iterator[dict[str, Any]], out: TextIO) -> int:
+def write_csv(rows: Iterator[dict[str, Any]], out: TextIO,
+              header: Sequence[str] = COLUMNS) -> int:
     """RFC 4180 CSV with a header row (fields with commas, quotes or newlines are quoted).
 
-    Missing values are empty fields; ``sampled`` is ``true``/``false``. Open ``out`` with
-    ``newline=""`` so the CRLF row endings stay as written. Returns the number of rows.
+    ``header``: the columns, as :func:`columns` gives them. Missing values are empty
+    fields; ``sampled`` is ``true``/``false``; lists (ground truths, contexts) are JSON
+    text. Open ``out`` with ``newline=""`` so the CRLF row endings stay as written.
+    Returns the number of rows.
     """
     writer = csv.writer(out)
-    writer.writerow(COLUMNS)
+    writer.writerow(header)
     n = 0
     for row in rows:
-        writer.writerow([_csv_value(row[c]) for c in COLUMNS])
+        writer.writerow([_csv_value(row[c]) for c in header])
         n += 1
     return n

@@ -30,6 +30,7 @@ __all__ = [
     "TimeBucket",
     "Usage",
     "WorstRecord",
+    "DEFAULT_WORST",
     "build_report",
     "find_records",
     "format_records",
@@ -42,11 +43,14 @@ __all__ = [
     "pick_bucket",
     "record_details",
     "score_time_span",
+    "skip_reasons",
     "timeline",
     "usage_summary",
 ]
 
 WIDTH = 80
+#: Worst records listed per score, by ``report`` and by the report ``demo`` prints.
+DEFAULT_WORST = 3
 
 
 class DatabaseError(Exception):
@@ -131,6 +135,23 @@ class MetricSummary:
     errors: int  # scores with status "error"
     skipped: int  # records the metric skipped (missing inputs, content capture off)
     threshold: float | None = None  # the pass/fail threshold the metric declares, if any
+    #: a yes/no metric (values 0/1): shown as a rate, not percentiles (p10/p50/p90 are None)
+    binary: bool = False
+    yes: int | None = None  # binary only: ok scores with value 1
+    rate: float | None = None  # binary only: yes / count
+    #: why records were skipped, most frequent first: (reason, records)
+    skip_reasons: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def mostly_skipped(self) -> bool:
+        """More than half of the metric's jobs in the window were skipped."""
+        return self.skipped * 2 > self.skipped + self.count + self.errors
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k not in ("name", "skip_reasons")}
+        out["skip_reasons"] = [{"reason": r, "records": n} for r, n in self.skip_reasons]
+        out["mostly_skipped"] = self.mostly_skipped
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,9 +194,7 @@ class Report:
             "scores": self.scores,
             "undelivered_scores": self.undelivered,
             "lost": dict(self.lost),
-            "metrics": {
-                m.name: {k: v for k, v in asdict(m).items() if k != "name"} for m in self.metrics
-            },
+            "metrics": {m.name: m.to_json() for m in self.metrics},
             "worst": {
                 name: [{k: v for k, v in asdict(w).items() if k != "name"} for w in rows]
                 for name, rows in self.worst.items()
@@ -202,6 +221,7 @@ class _MetricInfo:
         # What the writing process declared beats what this process's registry knows.
         self._declared: dict[str, tuple[bool | None, tuple[str, ...]]] = {}
         self._thresholds: dict[str, float | None] = {}
+        self._binary: dict[str, bool] = {}
         if conn is not None:
             try:
                 for metric, hib, names, threshold in conn.execute(
@@ -212,6 +232,13 @@ class _MetricInfo:
                     )
                     self._thresholds[metric] = threshold
             except sqlite3.Error:  # a database written before the metrics table existed
+                pass
+            try:
+                for metric, binary in conn.execute(
+                    "SELECT metric, binary FROM metrics WHERE binary IS NOT NULL"
+                ):
+                    self._binary[metric] = bool(binary)
+            except sqlite3.Error:  # written before metrics declared binarity
                 pass
 
     def _get(self, metric: str) -> Any:
@@ -240,6 +267,16 @@ class _MetricInfo:
         value = getattr(m, "threshold", None) if m is not None else None
         return float(value) if isinstance(value, (int, float)) else None
 
+    def binary(self, metric: str, values: Sequence[float]) -> bool:
+        """Yes/no metric: as declared by the writer, else by this registry, else when every
+        value is 0 or 1 (and there are a few values, so one 0 is not taken for a check)."""
+        if metric in self._binary:
+            return self._binary[metric]
+        m = self._get(metric)
+        if m is not None:
+            return bool(getattr(m, "binary", False))
+        return len(values) >= 5 and all(v in (0.0, 1.0) for v in values)
+
     def names(self, metric: str) -> tuple[str, ...]:
         if self._declared.get(metric, (None, ()))[1]:
             return self._declared[metric][1]
@@ -250,7 +287,8 @@ class _MetricInfo:
             return (metric,)
 
 
-def build_report(conn: sqlite3.Connection, *, since: float | None = None, worst: int = 3,
+def build_report(conn: sqlite3.Connection, *, since: float | None = None,
+                 worst: int = DEFAULT_WORST,
                  db: str = "") -> Report:
     """Summarise the database: per score name, and totals; ``since`` is a unix-seconds cutoff.
 
@@ -312,18 +350,26 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None, worst:
             labelled[r["name"]] = labelled.get(r["name"], 0) + 1
             fails[r["name"]] = fails.get(r["name"], 0) + (r["label"] == "fail")
 
+    reasons = skip_reasons(conn, since=since)
     summaries = []
     for name in sorted(name_metric, key=lambda n: (name_metric[n], n)):
         metric = name_metric[name]
         vals = values.get(name, [])
         n_lab = labelled.get(name, 0)
+        # A yes/no metric has no meaningful interpolated percentile (p90 = 0.7 of 0/1 values).
+        binary = info.binary(metric, vals)
+        yes = sum(v == 1.0 for v in vals) if binary else None
         summaries.append(MetricSummary(
             name=name, metric=metric, higher_is_better=info.higher_is_better(metric),
             count=len(vals), mean=math.fsum(vals) / len(vals) if vals else None,
-            p10=percentile(vals, 0.1), p50=percentile(vals, 0.5), p90=percentile(vals, 0.9),
+            p10=None if binary else percentile(vals, 0.1),
+            p50=None if binary else percentile(vals, 0.5),
+            p90=None if binary else percentile(vals, 0.9),
             fail_rate=fails.get(name, 0) / len(vals) if n_lab else None, labelled=n_lab,
             errors=errors.get(name, 0), skipped=skipped_by_metric.get(metric, 0),
-            threshold=info.threshold(metric),
+            threshold=info.threshold(metric), binary=binary, yes=yes,
+            rate=yes / len(vals) if yes is not None and vals else None,
+            skip_reasons=tuple(reasons.get(metric, ())),
         ))
 
     worst_rows: dict[str, list[WorstRecord]] = {}
@@ -352,6 +398,29 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None, worst:
         scores=n_scores, metrics=summaries, worst=worst_rows, judges=judge_health(conn),
         lost=lost,
     )
+
+
+def skip_reasons(conn: sqlite3.Connection, *, since: float | None = None
+                 ) -> dict[str, list[tuple[str, int]]]:
+    """Per metric, why records were skipped (``record has no answer``), most frequent first,
+    as (reason, records); filtered on ``records.created_at`` like the skipped counts."""
+    cutoff = since if since is not None else -math.inf
+    out: dict[str, list[tuple[str, int]]] = {}
+    for metric, reason, n in conn.execute(
+        "SELECT metric, reason, count(*) FROM ("
+        " SELECT metric, record_id, max(reason) AS reason FROM ("
+        "  SELECT j.metric AS metric, j.record_id AS record_id, j.reason AS reason FROM jobs j"
+        "  JOIN records r ON r.record_id = j.record_id"
+        "  WHERE j.status = 'skipped' AND r.created_at >= ?"
+        "  UNION ALL"
+        "  SELECT s.metric, s.record_id, s.error FROM scores s"
+        "  WHERE s.status = 'skipped' AND s.created_at >= ?"
+        " ) GROUP BY metric, record_id"
+        ") GROUP BY metric, reason ORDER BY metric, count(*) DESC, reason",
+        (cutoff, cutoff),
+    ):
+        out.setdefault(metric, []).append((reason or "no reason recorded", n))
+    return out
 
 
 def judge_health(conn: sqlite3.Connection) -> list[dict[str, Any]]:
@@ -425,15 +494,19 @@ class TimeBucket:
     labelled: int
 
 
-#: Bucket sizes for time series, smallest first: (seconds, name).
-BUCKETS: tuple[tuple[int, str], ...] = (
+#: Bucket sizes for time series, smallest first: (seconds, name). Sub-minute sizes let a
+#: short run (a demo scored in two seconds) show a line rather than one dot.
+BUCKETS: tuple[tuple[float, str], ...] = (
+    (0.05, "50 ms"), (0.1, "100 ms"), (0.25, "250 ms"), (0.5, "500 ms"), (1, "second"),
+    (5, "5 seconds"), (15, "15 seconds"),
     (60, "minute"), (300, "5 minutes"), (900, "15 minutes"), (3600, "hour"),
     (6 * 3600, "6 hours"), (86400, "day"), (7 * 86400, "week"),
 )
 
 
-def pick_bucket(first: float, last: float, max_buckets: int = 48) -> tuple[int, str]:
-    """The smallest bucket of :data:`BUCKETS` that covers ``[first, last]`` in few buckets."""
+def pick_bucket(first: float, last: float, max_buckets: int = 48) -> tuple[float, str]:
+    """The smallest bucket of :data:`BUCKETS` that covers ``[first, last]`` in at most
+    ``max_buckets`` buckets: the bucket follows the data's time span."""
     for seconds, label in BUCKETS:
         if int(last // seconds) - int(first // seconds) + 1 <= max_buckets:
             return seconds, label
@@ -451,7 +524,7 @@ def score_time_span(conn: sqlite3.Connection, *, since: float | None = None
     return None if first is None else (first, last)
 
 
-def timeline(conn: sqlite3.Connection, name: str, *, bucket_s: int,
+def timeline(conn: sqlite3.Connection, name: str, *, bucket_s: float,
              since: float | None = None) -> list[TimeBucket]:
     """Mean ok value of score ``name`` per ``bucket_s`` seconds of ``scores.created_at``."""
     cutoff = since if since is not None else -math.inf
@@ -607,13 +680,27 @@ def format_report(report: Report, width: int = WIDTH) -> str:
             out.append(f"{report.pending_jobs} scoring jobs are waiting for a running pipeline.")
         return "\n".join(out)
 
+    marks = {True: "", False: " ↓", None: " ·"}
     rows = [
-        [m.name + {True: "", False: " ↓", None: " ·"}[m.higher_is_better], str(m.count), _num(m.mean), _num(m.p10),
+        [m.name + marks[m.higher_is_better], str(m.count), _num(m.mean), _num(m.p10),
          _num(m.p50), _num(m.p90), _pct(m.fail_rate), str(m.errors), str(m.skipped)]
-        for m in report.metrics
+        for m in report.metrics if not m.binary
     ]
-    out += _table(["score", "n", "mean", "p10", "p50", "p90", "fail", "errors", "skipped"],
-                  rows, "<>>>>>>>>")
+    if rows:
+        out += _table(["score", "n", "mean", "p10", "p50", "p90", "fail", "errors", "skipped"],
+                      rows, "<>>>>>>>>")
+    # Yes/no metrics (values 0/1): how many said yes, not percentiles of 0s and 1s.
+    checks = [
+        [m.name + marks[m.higher_is_better], str(m.count),
+         "-" if m.yes is None else f"{m.yes}/{m.count}", _pct(m.rate), _pct(m.fail_rate),
+         str(m.errors), str(m.skipped)]
+        for m in report.metrics if m.binary
+    ]
+    if checks:
+        if rows:
+            out.append("")
+        out += _table(["yes/no check", "n", "yes", "rate", "fail", "errors", "skipped"],
+                      checks, "<>>>>>>")
     notes = []
     if any(m.higher_is_better is False for m in report.metrics):
         notes.append("↓ lower is better")
@@ -624,6 +711,7 @@ def format_report(report: Report, width: int = WIDTH) -> str:
         notes.append(f"no pass/fail threshold: {', '.join(unlabelled)}")
     if notes:
         out += textwrap.wrap("; ".join(notes), width=width)
+    out += _skip_notes(report.metrics, width)
 
     if report.worst:
         n = max(len(items) for items in report.worst.values())
@@ -639,6 +727,27 @@ def format_report(report: Report, width: int = WIDTH) -> str:
             r[3] = _clip(r[3], room)
         out += _table(["score", "value", "trace", "query"], wrows, "<><<")
     return "\n".join(out)
+
+
+def _skip_notes(metrics: Sequence[MetricSummary], width: int) -> list[str]:
+    """Why metrics skipped most of their records (once per metric, not per score name)."""
+    # Metrics skipped alike (an agent without answers skips every answer metric) share a line.
+    alike: dict[str, list[str]] = {}
+    for m in metrics:
+        if not m.mostly_skipped:
+            continue
+        total = m.skipped + m.count + m.errors
+        why = "; ".join(f"{reason} ({n})" for reason, n in m.skip_reasons[:3]) or "no reason"
+        names = alike.setdefault(f"skipped {m.skipped} of {total} records: {why}", [])
+        if m.metric not in names:
+            names.append(m.metric)
+    lines: list[str] = []
+    for text, names in alike.items():
+        lines += textwrap.wrap(f"{', '.join(names)}: {text}", width, initial_indent="  ",
+                               subsequent_indent="    ")
+    if lines:
+        lines = ["", "Mostly skipped (these metrics could not run on most records):", *lines]
+    return lines
 
 
 # -- show ------------------------------------------------------------------------------------

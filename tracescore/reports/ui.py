@@ -17,6 +17,7 @@ import json
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -57,12 +58,34 @@ def datasette_available() -> bool:
 _HOURS = "coalesce(nullif(:hours, ''), 24)"
 
 
-def canned_queries(*, has_metrics_table: bool = True) -> dict[str, dict[str, Any]]:
+#: ``worst_scores_today``'s metric when the database has its scores (else see
+#: :func:`default_metric`).
+PREFERRED_METRIC = "faithfulness"
+
+
+def default_metric(conn: sqlite3.Connection) -> str:
+    """The score name ``worst_scores_today`` shows by default: faithfulness when the
+    database has ok scores of it, else the score name with the most ok scores (the demo
+    computes no faithfulness), else faithfulness."""
+    rows = conn.execute(
+        "SELECT name, count(*) AS n FROM scores WHERE status = 'ok' AND value IS NOT NULL"
+        " GROUP BY name ORDER BY n DESC, name"
+    ).fetchall()
+    names = [r[0] for r in rows]
+    if PREFERRED_METRIC in names or not names:
+        return PREFERRED_METRIC
+    return str(names[0])
+
+
+def canned_queries(*, has_metrics_table: bool = True,
+                   metric: str = PREFERRED_METRIC) -> dict[str, dict[str, Any]]:
     """The canned queries: name → Datasette query metadata (``title``, ``sql``, ...).
 
     ``has_metrics_table``: databases written before the ``metrics`` table existed cannot
-    look up a metric's direction; "worst" then means lowest.
+    look up a metric's direction; "worst" then means lowest. ``metric``: the score name
+    ``worst_scores_today`` shows when its ``:metric`` is left empty.
     """
+    literal = "'" + metric.replace("'", "''") + "'"  # a SQL string literal
     # "Worst" follows the metric's declared direction: highest first when lower is better.
     order = ("CASE WHEN m.higher_is_better = 0 THEN -s.value ELSE s.value END"
              if has_metrics_table else "s.value")
@@ -73,7 +96,7 @@ def canned_queries(*, has_metrics_table: bool = True) -> dict[str, dict[str, Any
             "title": "Worst scores today",
             "description": (
                 "The lowest-scored records of the last :hours hours (default 24) for one "
-                "score name (:metric, default faithfulness; e.g. token_f1, rouge_l, bleu). "
+                f"score name (:metric, default {metric}; e.g. token_f1, rouge_l, bleu). "
                 "Highest first for metrics where lower is better."
             ),
             "sql": (
@@ -81,7 +104,7 @@ def canned_queries(*, has_metrics_table: bool = True) -> dict[str, dict[str, Any
                 " round(s.value, 4) AS value, s.label, r.query, r.answer, s.explanation,"
                 " r.trace_id, s.record_id"
                 f" FROM scores s JOIN records r ON r.record_id = s.record_id{direction_join}"
-                " WHERE s.name = coalesce(nullif(:metric, ''), 'faithfulness')"
+                f" WHERE s.name = coalesce(nullif(:metric, ''), {literal})"
                 " AND s.status = 'ok' AND s.value IS NOT NULL"
                 f" AND s.created_at >= strftime('%s', 'now') - 3600 * {_HOURS}"
                 f" ORDER BY {order}, s.created_at DESC LIMIT 100"
@@ -180,9 +203,10 @@ def database_name(db: Path) -> str:
     return db.stem
 
 
-def metadata(db: Path, *, has_metrics_table: bool = True) -> dict[str, Any]:
+def metadata(db: Path, *, has_metrics_table: bool = True,
+             metric: str = PREFERRED_METRIC) -> dict[str, Any]:
     """Datasette metadata: title, table descriptions and the canned queries of ``db``."""
-    queries = canned_queries(has_metrics_table=has_metrics_table)
+    queries = canned_queries(has_metrics_table=has_metrics_table, metric=metric)
     for q in queries.values():
         q["params"] = query_params(q["sql"])
     return {
@@ -239,7 +263,8 @@ def _wait_ready(proc: subprocess.Popen[bytes], port: int, timeout_s: float) -> b
 
 
 def serve(db: Path, *, port: int, has_metrics_table: bool = True,
-          on_ready: Callable[[str], None] | None = None, ready_timeout_s: float = 60.0) -> int:
+          on_ready: Callable[[str], None] | None = None, ready_timeout_s: float = 60.0,
+          metric: str = PREFERRED_METRIC) -> int:
     """Run Datasette on ``db`` at 127.0.0.1:``port`` until it exits or Ctrl-C; its exit code.
 
     ``port`` 0 picks a free port. ``on_ready(url)`` is called once Datasette answers HTTP.
@@ -250,8 +275,8 @@ def serve(db: Path, *, port: int, has_metrics_table: bool = True,
     port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="tracescore-ui-") as tmp:
         meta = Path(tmp) / "metadata.json"
-        meta.write_text(json.dumps(metadata(db, has_metrics_table=has_metrics_table),
-                                   indent=2), encoding="utf-8")
+        meta.write_text(json.dumps(metadata(db, has_metrics_table=has_metrics_table,
+                                            metric=metric), indent=2), encoding="utf-8")
         cmd = [sys.executable, "-m", "datasette", "serve", str(db), "--host", HOST,
                "--port", str(port), "--metadata", str(meta)]
         proc = subprocess.Popen(cmd)

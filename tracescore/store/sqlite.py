@@ -175,7 +175,7 @@ class Store:
             db.table("metrics").create(
                 {"metric": str, "version": str, "kind": str, "score_names": str,
                  "higher_is_better": int, "threshold": float, "description": str,
-                 "updated_at": float},
+                 "updated_at": float, "binary": int},
                 pk="metric",
             )
             self.conn.execute(
@@ -190,6 +190,9 @@ class Store:
             self.conn.execute("ALTER TABLE records ADD COLUMN prompt TEXT")
         if cols and "retrieval_queries" not in cols:
             self.conn.execute("ALTER TABLE records ADD COLUMN retrieval_queries TEXT")
+        metric_cols = {r[1] for r in self.conn.execute("PRAGMA table_info(metrics)")}
+        if metric_cols and "binary" not in metric_cols:
+            self.conn.execute("ALTER TABLE metrics ADD COLUMN binary INTEGER")
         # (executescript would commit the surrounding transaction: one statement at a time)
         for stmt in """
             CREATE TABLE IF NOT EXISTS judge_cache (
@@ -270,10 +273,12 @@ class Store:
         with self.transaction():
             self.conn.executemany(
                 "INSERT OR REPLACE INTO metrics(metric, version, kind, score_names, "
-                "higher_is_better, threshold, description, updated_at) VALUES (?,?,?,?,?,?,?,?)",
+                "higher_is_better, threshold, description, updated_at, binary) "
+                "VALUES (?,?,?,?,?,?,?,?,?)",
                 [(m.name, m.version, m.kind, dumps(list(m.names())),
                   None if m.higher_is_better is None else int(m.higher_is_better),
-                  m.threshold, m.description, now) for m in metrics],
+                  m.threshold, m.description, now, int(bool(getattr(m, "binary", False))))
+                 for m in metrics],
             )
 
     # -- writer side ------------------------------------------------------------------------
