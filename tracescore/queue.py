@@ -66,8 +66,11 @@ class RecordQueue:
         batch_size: int = 512,
         interval_s: float = 0.2,
         on_written: Callable[[], None] | None = None,
+        keep_full_text: bool = True,
     ) -> None:
         self.db_path = db_path
+        #: False: records no metric sampled are stored compact (no text), here on the writer.
+        self.keep_full_text = keep_full_text
         self.plan_jobs = plan_jobs
         self.on_ground_truth = on_ground_truth
         self.max_size = max_size
@@ -207,7 +210,8 @@ class RecordQueue:
             jobs.extend(self.plan_jobs(rec, decision))
         for attempt in range(3):
             try:
-                store.write_batch(records, jobs, counters)
+                store.write_batch(records, jobs, counters,
+                                  keep_full_text=self.keep_full_text)
                 self.written += len(records)
                 return
             except Exception as exc:
@@ -219,7 +223,8 @@ class RecordQueue:
         # record costs only itself, and count what could not be stored.
         for rec, decision in records:
             try:
-                store.write_batch([(rec, decision)], self.plan_jobs(rec, decision), None)
+                store.write_batch([(rec, decision)], self.plan_jobs(rec, decision), None,
+                                  keep_full_text=self.keep_full_text)
                 self.written += 1
             except Exception as exc:
                 self.failed += 1

@@ -75,6 +75,9 @@ class RagRecord:
     #: The prompt of the app's last LLM call ("role: content" blocks), for metrics that
     #: re-ask the app's own model (SelfCheckGPT).
     prompt: str | None = None
+    #: True when the record was loaded from a compact row (not sampled when it was written,
+    #: ``keep_full_text=False``): its query, contexts and answer text were not kept.
+    compact: bool = False
 
     @property
     def record_id(self) -> str:
