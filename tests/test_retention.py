@@ -13,8 +13,13 @@ import pytest
 from helpers import rows, run_cli
 
 from tracescore.record import Context, RagRecord
-from tracescore.reports.summary import build_report, find_records, format_records, open_db
-from tracescore.reports.summary import record_details
+from tracescore.reports.summary import (
+    build_report,
+    find_records,
+    format_records,
+    open_db,
+    record_details,
+)
 from tracescore.store import Store
 from tracescore.store.retention import Retention, prune
 from tracescore.testing import ScriptedMetric

@@ -441,7 +441,8 @@ def prune(db: Path, older_than: str, max_size: str | None, batch_size: int, vacu
     is kept. A running app with init(retention=...) does the same in the background.
     """
     from ..store import Store
-    from ..store.retention import Retention, parse_age, parse_size, prune as run_prune
+    from ..store.retention import Retention, parse_age, parse_size
+    from ..store.retention import prune as run_prune
 
     _open(db).close()  # a clear message for a missing or foreign file
     try:

@@ -323,10 +323,10 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None, worst:
         metric = name_metric[name]
         vals = values.get(name, [])
         n_lab = labelled.get(name, 0)
-        roll = rolled.get(name)
-        if roll is not None and roll.n_ok:
+        rolled_name = rolled.get(name)
+        if rolled_name is not None and rolled_name.n_ok:
             summaries.append(_merged_summary(name, metric, vals, n_lab, fails.get(name, 0),
-                                             roll, info, errors.get(name, 0),
+                                             rolled_name, info, errors.get(name, 0),
                                              skipped_by_metric.get(metric, 0)))
             continue
         summaries.append(MetricSummary(

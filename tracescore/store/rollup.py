@@ -141,8 +141,8 @@ def roll_up(conn: Connection, record_ids: Sequence[str]) -> dict[str, int]:
         skipped.add((metric, rid))
     skips: dict[tuple[int, str], int] = {}
     for metric, rid in skipped:
-        k = (hour_of_record.get(rid, 0), metric)
-        skips[k] = skips.get(k, 0) + 1
+        sk = (hour_of_record.get(rid, 0), metric)
+        skips[sk] = skips.get(sk, 0) + 1
 
     conn.executemany(
         "INSERT INTO rollup_records (hour, records, sampled, compact, errors, with_usage,"

@@ -2,7 +2,9 @@
 
 One :class:`Store` per thread (SQLite connections are not shared across threads). WAL mode lets
 the writer, the scoring worker and readers (CLI, reports) work at once. The database is the
-source of truth: the full context text lives here even when span attributes are truncated.
+source of truth: the full context text of sampled records lives here even when span attributes
+are truncated (unsampled records are compact: :mod:`.compact`; old ones are pruned:
+:mod:`.retention`).
 
 Every method does blocking I/O and must never be called on the app's request path.
 """
