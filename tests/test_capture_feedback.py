@@ -137,8 +137,10 @@ def test_run_id_forms_and_errors(make_ts: Any, db_path: Any) -> None:
 
 def test_quick_start_with_a_sample_rate(make_ts: Any, db_path: Any) -> None:
     """The README's quick start at sample_rate=0.1: every request is stored with its ground
-    truth; the reference metric scores the sampled ones; thumbs down forces the rest."""
-    ts, _ = make_ts(metrics=[ref_metric()], hold_seconds=30, sample_rate=0.1)
+    truth; the reference metric scores the sampled ones; thumbs down forces the rest (their
+    text is kept for the hour of ``keep_full_text``)."""
+    ts, _ = make_ts(metrics=[ref_metric()], hold_seconds=30, sample_rate=0.1,
+                    keep_full_text="1h")
     chain = build_chain()
     handler = ts.langchain_handler()
     trace_ids = []

@@ -261,7 +261,9 @@ def test_metric_returning_several_scores(make_ts, db_path):
 
 def test_feedback_is_stored_and_negative_feedback_forces_scoring(make_ts, db_path):
     m = ScriptedMetric(lambda r: 0.5, name="m")
-    ts, _ = make_ts(metrics=[m], sample_rate=0.0)
+    # unsampled records keep their text for a while, so negative feedback can still score
+    # them (by default they are stored compact: tests/test_retention.py)
+    ts, _ = make_ts(metrics=[m], sample_rate=0.0, keep_full_text="1h")
     up = ts.log_record(query="q1", answer="a")
     down = ts.log_record(query="q2", answer="a")
     assert ts.flush(10)

@@ -29,8 +29,10 @@ __version__ = "0.1.0"
 from .metrics.base import Metric  # noqa: E402
 from .record import Context, RagRecord, TokenUsage  # noqa: E402
 from .score import Score  # noqa: E402
+from .store.retention import Retention  # noqa: E402
 
-__all__ = ["Context", "Metric", "RagRecord", "Score", "TokenUsage", "Tracescore", "init",
+__all__ = ["Context", "Metric", "RagRecord", "Retention", "Score", "TokenUsage", "Tracescore",
+           "init",
            "available_metrics", "instrument", "__version__"]
 
 

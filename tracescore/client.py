@@ -48,6 +48,8 @@ from .runs import RunIds, RunScope, enter_scope, exit_scope
 from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
 from .settings import Settings
 from .store import PENDING, SKIPPED, NewJob, Store
+from .store.compact import skip_reason
+from .store.retention import Retention, RetentionThread
 from .worker import ScoringWorker
 
 log = logging.getLogger("tracescore")
@@ -110,6 +112,8 @@ class Tracescore:
         judge_canary: bool = True,
         judge_max_wait_s: float = 6 * 3600.0,
         embedder: Any = None,
+        retention: Retention | str | None = "30d",
+        keep_full_text: bool | str | float = False,
     ) -> None:
         args = dict(locals())
         del args["self"]
@@ -196,7 +200,13 @@ class Tracescore:
         self.queue = RecordQueue(
             self.db_path, self._plan_jobs, self._apply_ground_truth,
             max_size=s.max_queue, on_written=self.worker.wake, losses=self.losses,
+            keep_full_text=s.keep_full_text is not False,
         )
+        # retention: prune old records in small background batches (own thread, own store)
+        self.retention: RetentionThread | None = None
+        if s.retention is not None or s.compact_after_s is not None:
+            self.retention = RetentionThread(self.db_path, s.retention, s.compact_after_s)
+            self.retention.start()
         self.export_metrics.bind(self._snapshot)
         self.worker.start()
         self._langchain_handler: Any = None
@@ -576,6 +586,12 @@ class Tracescore:
         jobs = []
         for name in decision.metrics:
             metric = self._metric_by_name[name]
+            if record.compact and metric.requires & TEXT_INPUTS:
+                # forced later (negative feedback, a late reference) but stored text-less
+                jobs.append(NewJob(record.record_id, name, metric.version, SKIPPED,
+                                   skip_reason(self.settings.sample_rate,
+                                               self.settings.compact_after_s)))
+                continue
             if not record.content_captured and metric.requires & TEXT_INPUTS:
                 jobs.append(NewJob(record.record_id, name, metric.version, SKIPPED,
                                    "content capture is off"))
@@ -690,6 +706,8 @@ class Tracescore:
         if self._langchain_handler is not None:
             self.uninstrument_langchain()
         self.uninstrument_llama_index()
+        if self.retention is not None:
+            self.retention.stop(left())
         # (what the writer could not store by then is counted as lost when it stops)
         ok = self.queue.shutdown(left()) and ok
         self.worker.stop(left())

@@ -70,8 +70,11 @@ class RecordQueue:
         interval_s: float = 0.2,
         on_written: Callable[[], None] | None = None,
         losses: Losses | None = None,
+        keep_full_text: bool = True,
     ) -> None:
         self.db_path = db_path
+        #: False: records no metric sampled are stored compact (no text), here on the writer.
+        self.keep_full_text = keep_full_text
         self.plan_jobs = plan_jobs
         self.on_ground_truth = on_ground_truth
         self.max_size = max_size
@@ -261,7 +264,7 @@ class RecordQueue:
             jobs: list[NewJob] = []
             for rec, decision in records:
                 jobs.extend(self.plan_jobs(rec, decision))
-            store.write_batch(records, jobs, counters)
+            store.write_batch(records, jobs, counters, keep_full_text=self.keep_full_text)
             self.written += len(records)
             return
         except sqlite3.OperationalError as exc:
@@ -274,7 +277,8 @@ class RecordQueue:
         # bad record costs only itself, and count what could not be stored, by reason.
         for rec, decision in records:
             try:
-                store.write_batch([(rec, decision)], self.plan_jobs(rec, decision), None)
+                store.write_batch([(rec, decision)], self.plan_jobs(rec, decision), None,
+                                  keep_full_text=self.keep_full_text)
                 self.written += 1
             except sqlite3.OperationalError as exc:
                 if _unavailable(exc):

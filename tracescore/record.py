@@ -78,6 +78,9 @@ class RagRecord:
     #: The queries the app's retrievers and retrieval tools were given (an agent's or a query
     #: rewriter's own wording), in order, without repeats. ``query`` stays the user's message.
     retrieval_queries: tuple[str, ...] = ()
+    #: True when the record was loaded from a compact row (not sampled when it was written,
+    #: ``keep_full_text=False``): its query, contexts and answer text were not kept.
+    compact: bool = False
 
     @property
     def record_id(self) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 from .metrics import registry
 from .metrics.base import Metric
 from .sampling import Rule
+from .store.retention import Retention
 
 __all__ = ["Settings"]
 
@@ -80,6 +81,12 @@ class Settings:
     judge_canary: bool
     judge_max_wait_s: float
     embedder: Any
+    #: None: never prune; else a validated :class:`Retention` (default: 30 days).
+    retention: Retention | None = None
+    #: False: unsampled records are stored compact; True: every record keeps its text; a
+    #: duration such as "2h": unsampled records keep their text that long (so negative
+    #: feedback or a late reference can still score them), then the pruner compacts them.
+    keep_full_text: bool | float = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are written once, here
@@ -99,6 +106,14 @@ class Settings:
         set_(self, "lease_seconds", _positive("lease_seconds", self.lease_seconds))
         set_(self, "metric_timeout_s", _positive("metric_timeout_s", self.metric_timeout_s))
         self._check_judge()
+        set_(self, "retention", Retention.resolve(self.retention))
+        set_(self, "keep_full_text", _keep_full_text(self.keep_full_text))
+
+    @property
+    def compact_after_s(self) -> float | None:
+        """Seconds after which unsampled records lose their text (deferred compaction)."""
+        k = self.keep_full_text
+        return None if isinstance(k, bool) else float(k)
 
     @property
     def metric_names(self) -> tuple[str, ...]:
@@ -171,6 +186,23 @@ class Settings:
             set_(self, "judge_daily_budget_usd",
                  _positive("judge_daily_budget_usd", self.judge_daily_budget_usd))
         set_(self, "judge_max_wait_s", _positive("judge_max_wait_s", self.judge_max_wait_s))
+
+
+def _keep_full_text(value: Any) -> bool | float:
+    from .store.retention import parse_duration
+
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        seconds = parse_duration(value)
+    elif _number(value):
+        seconds = float(value)
+    else:
+        raise TypeError("keep_full_text must be a bool or a duration such as '2h', "
+                        f"got {value!r}")
+    if seconds <= 0:
+        raise ValueError(f"keep_full_text duration must be > 0, got {value!r}")
+    return seconds
 
 
 def _check_db_path(db: str | os.PathLike[str]) -> str:

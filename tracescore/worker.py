@@ -39,6 +39,7 @@ from .processor import ScoreAttachingProcessor, ScoreRef
 from .record import RagRecord
 from .score import Score
 from .store import Job, Store
+from .store.compact import skip_reason
 
 log = logging.getLogger("tracescore")
 
@@ -532,6 +533,9 @@ class ScoringWorker:
         # Judge metrics bound their own calls (per-call timeout, bounded retries); the overall
         # cap only stops a runaway.
         timeout = self.metric_timeout_s if metric.kind != "judge" else self.judge_timeout_s
+        if record.compact and metric.requires:
+            return [Score.skipped(n, skip_reason(), metric=metric.name,
+                                  metric_version=metric.version) for n in metric.names()]
         missing = record.missing(metric.requires)
         if missing:
             return [Score.skipped(n, f"record has no {', '.join(missing)}", metric=metric.name,

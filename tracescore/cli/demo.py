@@ -132,14 +132,13 @@ def run_demo(
         wrapped = progress(todo, count) if progress else contextlib.nullcontext(todo)
         with wrapped as items:
             for q in items:
-                # The app runs inside a span of ours, as it would inside an app's request
-                # span: its root span joins that trace, so we know the record's trace id up
-                # front and can send the reference answer as feedback, as a real app would.
-                with ts.tracer.start_as_current_span("demo.question") as span:
+                # The reference answer is known up front here, so it goes in with the run
+                # (ts.run): the record is scored once, with it. An app whose reference
+                # arrives later passes run.trace_id to ts.add_ground_truth instead.
+                with ts.run(ground_truths=[q["reference"]]) as run:
                     ask(q)
-                trace_id = format(span.get_span_context().trace_id, "032x")
-                ts.add_ground_truth(trace_id, [q["reference"]])
-                trace_ids.append(trace_id)
+                if run.trace_id is not None:
+                    trace_ids.append(run.trace_id)
         t1 = time.perf_counter()
         if judge is not None and judge_progress is not None:
             complete = _flush_showing_judge_calls(ts, timeout, judge_progress,

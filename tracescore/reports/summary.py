@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..store import SCHEMA_VERSION
+from . import rollups as _rollups
 
 __all__ = [
     "DatabaseError",
@@ -294,6 +295,9 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
 
     Records (and the skipped jobs of records) are filtered on ``records.created_at``, scores on
     ``scores.created_at``. ``dropped`` and ``pending_jobs`` are the database's current totals.
+    Rows the retention pruner removed count through their hourly rollups (:mod:`.rollups`):
+    totals, counts and means stay exact; percentiles over pruned hours come from 0.01-wide
+    bins; the worst records are chosen among the rows still stored.
     """
     cutoff = since if since is not None else -math.inf
     one = conn.execute
@@ -307,6 +311,11 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
         "ORDER BY name").fetchall()}
     pending = one("SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')").fetchone()[0]
     n_scores = one("SELECT count(*) FROM scores WHERE created_at >= ?", (cutoff,)).fetchone()[0]
+    # pruned rows, from the hourly rollups
+    rolled_records, rolled_sampled = _rollups.record_totals(conn, since)
+    records, sampled = records + rolled_records, (sampled or 0) + rolled_sampled
+    rolled = _rollups.score_rollups(conn, since)
+    n_scores += sum(r.n_ok + r.n_error + r.n_skipped for r in rolled.values())
     undelivered = one("SELECT count(*) FROM scores WHERE delivery IS NULL AND created_at >= ?",
                       (cutoff,)).fetchone()[0]
 
@@ -314,7 +323,9 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
     name_metric: dict[str, str] = {}
     for r in one("SELECT DISTINCT name, metric FROM scores WHERE created_at >= ?", (cutoff,)):
         name_metric.setdefault(r["name"], r["metric"] or r["name"])
-    skipped_by_metric: dict[str, int] = {}
+    for name, roll in rolled.items():
+        name_metric.setdefault(name, roll.metric)
+    skipped_by_metric: dict[str, int] = dict(_rollups.skip_rollups(conn, since))
     for r in one(
         "SELECT metric, count(*) AS n FROM ("
         " SELECT j.metric AS metric, j.record_id AS record_id FROM jobs j"
@@ -326,7 +337,7 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
         ") GROUP BY metric",
         (cutoff, cutoff),
     ):
-        skipped_by_metric[r["metric"]] = r["n"]
+        skipped_by_metric[r["metric"]] = skipped_by_metric.get(r["metric"], 0) + r["n"]
     info = _MetricInfo(conn)
     for metric in skipped_by_metric:
         if metric not in name_metric.values():
@@ -337,6 +348,8 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
         "SELECT name, count(*) FROM scores WHERE status='error' AND created_at >= ? GROUP BY name",
         (cutoff,),
     ).fetchall())
+    for name, roll in rolled.items():
+        errors[name] = errors.get(name, 0) + roll.n_error
     values: dict[str, list[float]] = {}
     fails: dict[str, int] = {}
     labelled: dict[str, int] = {}
@@ -359,6 +372,13 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
         # A yes/no metric has no meaningful interpolated percentile (p90 = 0.7 of 0/1 values).
         binary = info.binary(metric, vals)
         yes = sum(v == 1.0 for v in vals) if binary else None
+        rolled_name = rolled.get(name)
+        if rolled_name is not None and rolled_name.n_ok:
+            summaries.append(_merged_summary(name, metric, vals, n_lab, fails.get(name, 0),
+                                             rolled_name, info, errors.get(name, 0),
+                                             skipped_by_metric.get(metric, 0),
+                                             binary, tuple(reasons.get(metric, ()))))
+            continue
         summaries.append(MetricSummary(
             name=name, metric=metric, higher_is_better=info.higher_is_better(metric),
             count=len(vals), mean=math.fsum(vals) / len(vals) if vals else None,
@@ -421,6 +441,35 @@ def skip_reasons(conn: sqlite3.Connection, *, since: float | None = None
     ):
         out.setdefault(metric, []).append((reason or "no reason recorded", n))
     return out
+
+
+def _merged_summary(name: str, metric: str, vals: list[float], n_lab: int, n_fail: int,
+                    roll: _rollups.ScoreRollup, info: _MetricInfo, errors: int,
+                    skipped: int, binary: bool = False,
+                    reasons: tuple[tuple[str, int], ...] = ()) -> MetricSummary:
+    """A score name's summary over raw values plus the rollups of pruned hours (a yes/no
+    metric's pruned values sit in the lowest or highest bin: its yes count stays exact)."""
+    bins: dict[float, int] = {}
+    for mid, _label, n in roll.bins:
+        bins[mid] = bins.get(mid, 0) + n
+    pairs = sorted(bins.items())
+    count = len(vals) + roll.n_ok
+    yes = (sum(v == 1.0 for v in vals) + sum(n for mid, n in pairs if mid >= 0.5)
+           if binary else None)
+    labelled = n_lab + roll.n_labelled
+
+    def q(p: float) -> float | None:
+        return _rollups.weighted_percentile(vals, pairs, p)
+
+    return MetricSummary(
+        name=name, metric=metric, higher_is_better=info.higher_is_better(metric), count=count,
+        mean=(math.fsum(vals) + roll.value_sum) / count if count else None,
+        p10=None if binary else q(0.1), p50=None if binary else q(0.5),
+        p90=None if binary else q(0.9),
+        fail_rate=(n_fail + roll.n_fail) / count if labelled else None, labelled=labelled,
+        errors=errors, skipped=skipped, threshold=info.threshold(metric), binary=binary,
+        yes=yes, rate=yes / count if yes is not None and count else None, skip_reasons=reasons,
+    )
 
 
 def judge_health(conn: sqlite3.Connection) -> list[dict[str, Any]]:
@@ -521,6 +570,13 @@ def score_time_span(conn: sqlite3.Connection, *, since: float | None = None
         "SELECT min(created_at), max(created_at) FROM scores WHERE status = 'ok'"
         " AND value IS NOT NULL AND created_at >= ?", (cutoff,),
     ).fetchone()
+    if _rollups.has_rollups(conn):  # pruned hours count too
+        r_first, r_last = conn.execute(
+            "SELECT min(hour), max(hour) FROM rollup_scores WHERE n_ok > 0 AND hour >= ?",
+            (cutoff,)).fetchone()
+        if r_first is not None:
+            first = r_first if first is None else min(first, float(r_first))
+            last = float(r_last) if last is None else max(last, float(r_last))
     return None if first is None else (first, last)
 
 
@@ -528,7 +584,7 @@ def timeline(conn: sqlite3.Connection, name: str, *, bucket_s: float,
              since: float | None = None) -> list[TimeBucket]:
     """Mean ok value of score ``name`` per ``bucket_s`` seconds of ``scores.created_at``."""
     cutoff = since if since is not None else -math.inf
-    return [
+    raw = [
         TimeBucket(float(t), n, mean, int(failed or 0), labelled)
         for t, n, mean, failed, labelled in conn.execute(
             "SELECT CAST(created_at / ? AS INTEGER) * ? AS t, count(*), avg(value),"
@@ -537,6 +593,15 @@ def timeline(conn: sqlite3.Connection, name: str, *, bucket_s: float,
             (bucket_s, bucket_s, name, cutoff),
         )
     ]
+    rolled = _rollups.timeline_rollups(conn, name, bucket_s, since)
+    if not rolled:
+        return raw
+    merged = {b.start: (b.count, b.mean * b.count, b.failed, b.labelled) for b in raw}
+    for t, (n, vsum, failed, labelled) in rolled.items():
+        a = merged.get(t, (0, 0.0, 0, 0))
+        merged[t] = (a[0] + n, a[1] + vsum, a[2] + failed, a[3] + labelled)
+    return [TimeBucket(t, n, vsum / n, failed, labelled)
+            for t, (n, vsum, failed, labelled) in sorted(merged.items()) if n]
 
 
 @dataclass(frozen=True, slots=True)
@@ -607,9 +672,12 @@ def usage_summary(conn: sqlite3.Connection, *, since: float | None = None) -> Us
                 (cutoff,),
             )
         ]
-    return Usage(records=records, with_usage=with_usage, input_tokens=int(tin),
-                 output_tokens=int(tout), models=models, judge_scores=judge_scores,
-                 judge=judge)
+    r_n, r_wu, r_tin, r_tout, r_models = _rollups.usage_rollups(conn, since)
+    for m, k in r_models.items():  # pruned hours (judge calls are not rolled up)
+        models[m] = models.get(m, 0) + k
+    return Usage(records=records + r_n, with_usage=with_usage + r_wu,
+                 input_tokens=int(tin) + r_tin, output_tokens=int(tout) + r_tout,
+                 models=models, judge_scores=judge_scores, judge=judge)
 
 
 # -- text formatting -------------------------------------------------------------------------
@@ -856,9 +924,22 @@ def format_records(recs: Sequence[dict[str, Any]], width: int = WIDTH,
             out += _field("metadata", json.dumps(rec["metadata"], ensure_ascii=False), width)
         if not rec["content_captured"]:
             out += _field("content", "not captured (content capture was off)", width)
+        compact = rec.get("text_kept") == 0
+        if compact:
+            note = ("stored compact: text not kept (the record was not sampled; "
+                    "keep_full_text=False or its window passed)")
+            if rec["jobs"] or rec["scores"]:
+                note += "; scoring was asked for later (feedback or a reference) and skipped"
+            out += _field("content", note, width)
         out += [""]
-        out += _field("query", rec.get("query"), width)
-        out += _field("answer", rec.get("answer"), width)
+        if compact:
+            for key in ("query", "answer"):
+                chars, digest = rec.get(f"{key}_chars"), rec.get(f"{key}_hash")
+                out += _field(key, "-" if chars is None else
+                              f"(not kept: {chars} chars, hash {digest})", width)
+        else:
+            out += _field("query", rec.get("query"), width)
+            out += _field("answer", rec.get("answer"), width)
         gts = rec["ground_truths"] if isinstance(rec["ground_truths"], list) else []
         if not gts:
             out += _field("ground truth", None, width)
@@ -876,6 +957,8 @@ def format_records(recs: Sequence[dict[str, Any]], width: int = WIDTH,
             if c.get("score") is not None:
                 head.append(f"score={c['score']:.4g}" if isinstance(c["score"], (int, float))
                             else f"score={c['score']}")
+            if compact:
+                head.append(f"(text not kept: {c.get('chars')} chars, hash {c.get('hash')})")
             out.append("  " + "  ".join(head))
             text = c.get("text") or ""
             if len(text) > context_chars:

@@ -2,7 +2,9 @@
 
 One :class:`Store` per thread (SQLite connections are not shared across threads). WAL mode lets
 the writer, the scoring worker and readers (CLI, reports) work at once. The database is the
-source of truth: the full context text lives here even when span attributes are truncated.
+source of truth: the full context text of sampled records lives here even when span attributes
+are truncated (unsampled records are compact: :mod:`.compact`; old ones are pruned:
+:mod:`.retention`).
 
 Every method does blocking I/O and must never be called on the app's request path.
 """
@@ -24,8 +26,11 @@ from .._internal.secrets import scrub
 from ..record import Context, RagRecord, TokenUsage
 from ..sampling import Decision
 from ..score import Score
+from . import rollup
+from .compact import COMPACT_COLUMNS, compact_contexts, should_compact, text_facts
 
-SCHEMA_VERSION = 1
+#: 1: the first schema; 2: compact rows and hourly rollups (:meth:`Store._upgrade_v2`).
+SCHEMA_VERSION = 2
 MAX_METADATA_CHARS = 65_536
 
 PENDING, LEASED, DONE, SKIPPED = "pending", "leased", "done", "skipped"
@@ -93,6 +98,9 @@ class Store:
         conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
         self.db = sqlite_utils.Database(conn)
         self.conn = conn
+        # Must come before the first table (and before WAL): on an existing database it is a
+        # no-op until a full VACUUM (`tracescore prune --vacuum`); pruned pages are reused.
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
@@ -129,6 +137,8 @@ class Store:
                         f"understands ({SCHEMA_VERSION}); upgrade tracescore"
                     )
                 self._ensure_judge_tables()
+                if int(row[0]) < 2:
+                    self._upgrade_v2()
                 return
             db.table("records").create(
                 {
@@ -178,10 +188,22 @@ class Store:
                  "updated_at": float, "binary": int},
                 pk="metric",
             )
-            self.conn.execute(
-                "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
+            self.conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', '1')")
             self._ensure_judge_tables()
+            self._upgrade_v2()
+
+    # -- schema version 2 (issue 13): compact rows, hourly rollups ------------------------------
+    def _upgrade_v2(self) -> None:
+        """Upgrade a version-1 schema (new or existing) to version 2, in the caller's
+        transaction: only ``ALTER TABLE … ADD COLUMN`` and ``CREATE``, no rewrite of existing
+        rows (their NULL ``text_kept`` means "full text", as they were written)."""
+        cols = {r[1] for r in self.conn.execute("PRAGMA table_info(records)")}
+        for name, sql_type in COMPACT_COLUMNS:
+            if name not in cols:
+                self.conn.execute(f"ALTER TABLE records ADD COLUMN {name} {sql_type}")
+        for stmt in rollup.DDL:
+            self.conn.execute(stmt)
+        self.conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
 
     def _ensure_judge_tables(self) -> None:
         """Tables and indexes added after the first schema: created if missing."""
@@ -261,6 +283,49 @@ class Store:
             (model, agreement, cases, int(degenerate), dumps(detail), time.time()),
         )
 
+    # -- retention (issue 13): the SQLite-specific part of pruning --------------------------
+    def used_bytes(self) -> tuple[int, int]:
+        """(bytes in use, file bytes): pages not on the freelist, and the whole file (plus WAL)."""
+        page = int(self.conn.execute("PRAGMA page_size").fetchone()[0])
+        pages = int(self.conn.execute("PRAGMA page_count").fetchone()[0])
+        free = int(self.conn.execute("PRAGMA freelist_count").fetchone()[0])
+        wal = Path(self.path + "-wal")
+        file_bytes = pages * page + (wal.stat().st_size if wal.exists() else 0)
+        return (pages - free) * page, file_bytes
+
+    def auto_vacuum_mode(self) -> str:
+        mode = int(self.conn.execute("PRAGMA auto_vacuum").fetchone()[0])
+        return {0: "none", 1: "full", 2: "incremental"}.get(mode, str(mode))
+
+    def give_back_space(self, pages_per_step: int = 2048, *, pause_s: float = 0.05,
+                        stop: Any = None) -> int:
+        """Return free pages to the file system, ``pages_per_step`` per write transaction
+        (incremental vacuum), then truncate the WAL. A database created before schema version 2
+        has no incremental vacuum: its free pages are reused by new rows instead (see
+        :meth:`vacuum_full`). Returns the pages given back."""
+        if self.auto_vacuum_mode() != "incremental":
+            return 0
+        done = 0
+        while not (stop is not None and stop.is_set()):
+            free = int(self.conn.execute("PRAGMA freelist_count").fetchone()[0])
+            if free == 0:
+                break
+            step = min(free, pages_per_step)
+            with self.transaction():
+                self.conn.execute(f"PRAGMA incremental_vacuum({int(step)})").fetchall()
+            done += step
+            time.sleep(pause_s)
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return done
+
+    def vacuum_full(self) -> None:
+        """Switch to incremental auto-vacuum and rewrite the whole file (``VACUUM``): needs
+        free disk space of the database's size and blocks every writer while it runs — only
+        from ``tracescore prune --vacuum``, never from a running app."""
+        self.conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        self.conn.execute("VACUUM")
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
     def transaction(self) -> _Tx:
         return _Tx(self.conn)
 
@@ -287,10 +352,15 @@ class Store:
         records: Sequence[tuple[RagRecord, Decision]],
         jobs: Sequence[NewJob],
         counters: Mapping[str, int] | None = None,
+        *,
+        keep_full_text: bool = True,
     ) -> None:
-        """Persist records and their jobs in one transaction (idempotent on replays)."""
+        """Persist records and their jobs in one transaction (idempotent on replays).
+
+        ``keep_full_text=False``: records that no metric sampled are stored compact (no text;
+        lengths and hashes instead, see :mod:`.compact`)."""
         now = time.time()
-        rows = [record_row(r, d, now) for r, d in records]
+        rows = [record_row(r, d, now, keep_full_text) for r, d in records]
         with self.transaction():
             self.conn.executemany(
                 "INSERT OR IGNORE INTO records(" + ",".join(_RECORD_COLS) + ") VALUES ("
@@ -562,6 +632,7 @@ _RECORD_COLS = (
     "n_contexts", "ground_truths", "metadata", "tags", "session_id", "user_id", "latency_ms",
     "input_tokens", "output_tokens", "model", "error", "content_captured", "sample_u",
     "sampled", "sampled_metrics", "forced", "prompt", "retrieval_queries",
+    *(name for name, _ in COMPACT_COLUMNS),
 )
 
 
@@ -569,27 +640,47 @@ def _opt(s: str | None) -> str | None:
     return None if s is None else clean_text(s)
 
 
-def record_row(r: RagRecord, d: Decision, now: float) -> tuple[Any, ...]:
+def _error(r: RagRecord) -> str | None:
+    """The run's error as stored: secrets scrubbed."""
+    return _opt(scrub(r.error) if r.error else None)
+
+
+def record_row(r: RagRecord, d: Decision, now: float,
+               keep_full_text: bool = True) -> tuple[Any, ...]:
+    created = r.end_time_ns / 1e9 if r.end_time_ns else now
+    usage = (r.usage.input_tokens if r.usage else None,
+             r.usage.output_tokens if r.usage else None)
+    if should_compact(r, d.sampled, keep_full_text):
+        q_chars, q_hash = text_facts(r.query)
+        a_chars, a_hash = text_facts(r.answer)
+        return (
+            r.record_id, r.trace_id, r.span_id, created, r.source, None, None,
+            dumps(compact_contexts(r)), len(r.contexts), "[]",
+            dumps(_json_safe(dict(r.metadata)), MAX_METADATA_CHARS), dumps(list(r.tags)),
+            r.session_id, r.user_id, r.latency_ms, *usage, r.model, _error(r),
+            int(r.content_captured), d.u, 0, "[]", d.forced, None, None,
+            0, q_chars, q_hash, a_chars, a_hash,
+        )
     contexts = [
         {"text": clean_text(c.text), "id": c.id, "score": c.score,
          "metadata": _json_safe(dict(c.metadata)), "source": c.source}
         for c in r.contexts
     ]
-    created = r.end_time_ns / 1e9 if r.end_time_ns else now
     return (
         r.record_id, r.trace_id, r.span_id, created, r.source, _opt(r.query), _opt(r.answer),
         dumps(contexts), len(r.contexts), dumps([clean_text(g) for g in r.ground_truths]),
         dumps(_json_safe(dict(r.metadata)), MAX_METADATA_CHARS), dumps(list(r.tags)),
-        r.session_id, r.user_id, r.latency_ms,
-        r.usage.input_tokens if r.usage else None, r.usage.output_tokens if r.usage else None,
-        r.model, _opt(scrub(r.error) if r.error else None), int(r.content_captured), d.u, int(d.sampled),
+        r.session_id, r.user_id, r.latency_ms, *usage,
+        r.model, _error(r), int(r.content_captured), d.u, int(d.sampled),
         dumps(list(d.metrics)), d.forced, _opt(r.prompt),
         dumps([clean_text(q) for q in r.retrieval_queries]) if r.retrieval_queries else None,
+        1, None, None, None, None,
     )
 
 
 def row_to_record(row: Mapping[str, Any]) -> RagRecord:
-    contexts = tuple(
+    compact = row.get("text_kept") == 0
+    contexts = () if compact else tuple(
         Context(text=c["text"], id=c.get("id"), score=c.get("score"),
                 metadata=c.get("metadata") or {}, source=c.get("source"))
         for c in json.loads(row["contexts"] or "[]")
@@ -606,4 +697,5 @@ def row_to_record(row: Mapping[str, Any]) -> RagRecord:
         error=row["error"], source=row["source"] or "manual",
         content_captured=bool(row["content_captured"]), prompt=row.get("prompt"),
         retrieval_queries=tuple(json.loads(row.get("retrieval_queries") or "[]")),
+        compact=compact,
     )

@@ -1,0 +1,355 @@
+"""Bounded storage (issue 13): compact rows, retention pruning, rollups that survive it."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import rows, run_cli
+
+from tracescore.record import Context, RagRecord
+from tracescore.reports.summary import (
+    build_report,
+    find_records,
+    format_records,
+    open_db,
+    record_details,
+)
+from tracescore.store import Store
+from tracescore.store.retention import Retention, prune
+from tracescore.testing import ScriptedMetric
+
+DAY = 86400.0
+CTX = "The Cargo has a 750 Wh battery and a range of 80 km. " * 40  # ~2 KB
+
+
+def rec(i: int, created: float, *, error: str | None = None) -> RagRecord:
+    t = int(created * 1e9)
+    return RagRecord(
+        trace_id=format(0xA000_0000 + i, "032x"), span_id=format(0xB000 + i, "016x"),
+        query=f"question {i}: what battery does the Cargo have?",
+        answer=f"A 750 Wh battery ({i}).",
+        contexts=tuple(Context(text=f"[{k}] {CTX}", id=f"doc-{k}", score=0.5, source="bm25")
+                       for k in range(4)),
+        start_time_ns=t - 500_000_000, end_time_ns=t, model="m", error=error,
+    )
+
+
+def value_of(r: RagRecord) -> float:
+    return (int(r.span_id, 16) % 10) / 10  # 0.0 … 0.9, deterministic per record
+
+
+# -- compact rows ------------------------------------------------------------------------------
+def test_unsampled_records_are_stored_compact_and_sampled_ones_in_full(make_ts, db_path):
+    m = ScriptedMetric(lambda r: 0.9, name="m")
+    ts, _ = make_ts(metrics=[m], sample_rate=0.5, retention=None)
+    now = time.time()
+    recs = [rec(i, now) for i in range(40)]
+    decisions = [ts.submit(r, hold_span=False) for r in recs]
+    assert ts.flush(20)
+    by_id = {r["record_id"]: r for r in rows(db_path, "SELECT * FROM records")}
+    n_compact = 0
+    for r, d in zip(recs, decisions):
+        row = by_id[r.record_id]
+        assert d is not None
+        if d.sampled:
+            assert row["text_kept"] == 1 and row["query"] == r.query
+            assert CTX in row["contexts"]
+        else:
+            n_compact += 1
+            assert row["text_kept"] == 0 and row["query"] is None and row["answer"] is None
+            assert row["query_chars"] == len(r.query or "") and len(row["query_hash"]) == 16
+            ctxs = json.loads(row["contexts"])
+            assert [c["chars"] for c in ctxs] == [len(c.text) for c in r.contexts]
+            assert [c["id"] for c in ctxs] == ["doc-0", "doc-1", "doc-2", "doc-3"]
+            assert "Cargo" not in row["contexts"] and row["n_contexts"] == 4
+            assert row["latency_ms"] == pytest.approx(500.0) and row["model"] == "m"
+    assert 5 < n_compact < 35
+    # a compact row is < 10 % of a full one
+    full = [len(by_id[r.record_id]["contexts"]) for r, d in zip(recs, decisions) if d.sampled]
+    compact = [len(by_id[r.record_id]["contexts"]) for r, d in zip(recs, decisions)
+               if not d.sampled]
+    assert max(compact) * 10 < min(full)
+
+
+def test_keep_full_text_keeps_every_record(make_ts, db_path):
+    ts, _ = make_ts(metrics=["token_f1"], sample_rate=0.0, keep_full_text=True, retention=None)
+    ts.submit(rec(1, time.time()), hold_span=False)
+    assert ts.flush(10)
+    [row] = rows(db_path, "SELECT * FROM records")
+    assert row["text_kept"] == 1 and CTX in row["contexts"]
+
+
+def test_negative_feedback_on_a_compact_record_skips_with_a_reason(make_ts, db_path):
+    m = ScriptedMetric(lambda r: 0.5, name="m")
+    ts, _ = make_ts(metrics=[m], sample_rate=0.0, retention=None)
+    r = rec(1, time.time())
+    ts.submit(r, hold_span=False)
+    assert ts.flush(10)
+    ts.add_feedback(r.trace_id, False)
+    ts.add_ground_truth(r.trace_id, ["750 Wh"])
+    assert ts.flush(10)
+    assert m.calls == 0
+    [job] = rows(db_path, "SELECT * FROM jobs")
+    assert job["status"] == "skipped"
+    assert job["reason"].startswith("record stored compact: text not kept (sample_rate 0")
+    assert rows(db_path, "SELECT count(*) AS n FROM scores")[0]["n"] == 0
+    conn = open_db(db_path)
+    try:
+        found, _ = find_records(conn, r.trace_id)
+        text = " ".join(format_records([record_details(conn, x) for x in found]).split())
+    finally:
+        conn.close()
+    assert "stored compact: text not kept" in text
+    assert "scoring was asked for later" in text
+    assert f"(not kept: {len(r.query or '')} chars" in text
+    assert "record stored compact" in text  # the skipped job's reason
+
+
+def test_keep_full_text_window_then_compacted_by_the_pruner(make_ts, db_path):
+    m = ScriptedMetric(lambda r: 0.5, name="m")
+    ts, _ = make_ts(metrics=[m], sample_rate=0.0, keep_full_text="1h", retention=None)
+    now = time.time()
+    a, b = rec(1, now), rec(2, now)
+    ts.submit(a, hold_span=False)
+    ts.submit(b, hold_span=False)
+    assert ts.flush(10)
+    ts.add_feedback(b.trace_id, False)  # within the window: scored from the full text
+    assert ts.flush(10)
+    assert m.calls == 1
+    store = Store(db_path)
+    try:
+        assert prune(store, None, compact_after_s=3600, now=now + 60).compacted == 0
+        res = prune(store, None, compact_after_s=3600, now=now + 7200)
+    finally:
+        store.close()
+    assert res.compacted == 1
+    kept = {r["record_id"]: r for r in rows(db_path, "SELECT * FROM records")}
+    assert kept[a.record_id]["text_kept"] == 0 and kept[a.record_id]["query"] is None
+    assert kept[b.record_id]["text_kept"] == 1 and kept[b.record_id]["query"] == b.query
+
+
+# -- retention ---------------------------------------------------------------------------------
+def fill_40_days(make_ts: Any, db_path: Path, now: float) -> list[RagRecord]:
+    """One record every 6 hours over 40 days, half sampled and scored; then scores are dated
+    at their record's time (as if scored then)."""
+    ts, _ = make_ts(metrics=[ScriptedMetric(value_of, name="m")], sample_rate=0.5,
+                    retention=None)
+    recs = [rec(i, now - 40 * DAY + i * 6 * 3600 + 1) for i in range(160)]
+    for r in recs:
+        ts.submit(r, hold_span=False)
+    assert ts.flush(30)
+    ts.shutdown(10)
+    conn = sqlite3.connect(db_path)
+    conn.execute("UPDATE scores SET created_at = (SELECT r.created_at + 60 FROM records r"
+                 " WHERE r.record_id = scores.record_id)")
+    conn.commit()
+    conn.close()
+    return recs
+
+
+def report_of(db_path: Path, since: str = "90d") -> Any:
+    from tracescore.reports.summary import parse_since
+
+    conn = open_db(db_path)
+    try:
+        return build_report(conn, since=parse_since(since), worst=0)
+    finally:
+        conn.close()
+
+
+def test_40_days_with_30_day_retention(make_ts, db_path):
+    now = time.time()
+    recs = fill_40_days(make_ts, db_path, now)
+    sampled_ids = {r["record_id"] for r in rows(db_path, "SELECT record_id FROM records"
+                                                        " WHERE sampled = 1")}
+    old = [r for r in recs if r.end_time_ns and r.end_time_ns / 1e9 < now - 30 * DAY]
+    old_sampled = [r for r in old if r.record_id in sampled_ids]
+    assert len(old) == 40 and len(old_sampled) >= 5
+    # an old record with an open job and one with an undelivered score must stay
+    conn = sqlite3.connect(db_path)
+    conn.execute("INSERT INTO jobs(record_id, metric, metric_version, status, attempts,"
+                 " created_at, updated_at) VALUES (?, 'other', '1', 'pending', 0, 0, 0)",
+                 (old[0].record_id,))
+    conn.execute("UPDATE scores SET delivery = NULL WHERE record_id = ?",
+                 (old_sampled[-1].record_id,))
+    conn.execute("INSERT INTO judge_cache VALUES ('k-old', 's', 'm', '1', '1', 1, 1, ?)",
+                 (now - 35 * DAY,))
+    conn.execute("INSERT INTO judge_cache VALUES ('k-new', 's', 'm', '1', '1', 1, 1, ?)",
+                 (now - DAY,))
+    conn.commit()
+    conn.close()
+    before = report_of(db_path)
+    before_7d = report_of(db_path, "7d")
+
+    store = Store(db_path)
+    try:
+        res = prune(store, Retention(max_age_s=30 * DAY, batch_size=7, pause_s=0), now=now)
+    finally:
+        store.close()
+    assert res.records == 38 and res.held == 2 and res.batches >= 6
+    assert res.judge_cache == 1
+    left = {r["record_id"] for r in rows(db_path, "SELECT record_id FROM records")}
+    assert left == {r.record_id for r in recs if r not in old} | {
+        old[0].record_id, old_sampled[-1].record_id}
+    assert rows(db_path, "SELECT count(*) AS n FROM jobs WHERE status = 'pending'")[0]["n"] == 1
+    assert rows(db_path, "SELECT count(*) AS n FROM scores WHERE delivery IS NULL")[0]["n"] == 1
+    assert [r["key"] for r in rows(db_path, "SELECT key FROM judge_cache")] == ["k-new"]
+
+    after = report_of(db_path)
+    assert (after.records, after.sampled, after.scores) == (before.records, before.sampled,
+                                                            before.scores)
+    [mb], [ma] = before.metrics, after.metrics
+    assert (ma.count, ma.labelled, ma.errors, ma.skipped) == (mb.count, mb.labelled, mb.errors,
+                                                              mb.skipped)
+    assert ma.mean == pytest.approx(mb.mean)
+    assert ma.fail_rate == pytest.approx(mb.fail_rate)
+    for q in ("p10", "p50", "p90"):  # bins of 0.01 over pruned hours
+        assert getattr(ma, q) == pytest.approx(getattr(mb, q), abs=0.01)
+    # a window with no pruned hour is unchanged, exactly
+    assert report_of(db_path, "7d").metrics == before_7d.metrics
+    # pruning again changes nothing (nothing counted twice)
+    store = Store(db_path)
+    try:
+        assert prune(store, Retention(max_age_s=30 * DAY), now=now).records == 0
+    finally:
+        store.close()
+    again = report_of(db_path)
+    assert (again.records, again.scores, again.metrics) == (after.records, after.scores,
+                                                            after.metrics)
+
+
+def test_prune_by_size_deletes_the_oldest_first(make_ts, db_path):
+    now = time.time()
+    ts, _ = make_ts(metrics=[], sample_rate=0.0, keep_full_text=True, retention=None)
+    for i in range(300):
+        ts.submit(rec(i, now - 300 + i), hold_span=False)
+    assert ts.flush(20)
+    store = Store(db_path)
+    try:
+        used = store.used_bytes()[0]
+        res = prune(store, Retention(max_age_s=None, max_bytes=used // 2, batch_size=20,
+                                     pause_s=0), now=now)
+        assert store.used_bytes()[0] <= used // 2
+        assert store.auto_vacuum_mode() == "incremental"
+        assert res.file_bytes_after < res.file_bytes_before  # space given back
+    finally:
+        store.close()
+    left = [r["created_at"] for r in rows(db_path, "SELECT created_at FROM records")]
+    assert res.by_size == 300 - len(left) and 0 < len(left) < 200
+    assert min(left) > now - 300 + res.by_size - 1  # the oldest went
+
+
+def test_prune_while_the_app_writes_and_the_worker_scores(make_ts, db_path):
+    """Records arrive (old and new, half sampled), the worker scores them and a pruner runs
+    over and over with tiny batches: nothing that should stay is lost, and every record and
+    score is counted exactly once (raw or rolled up)."""
+    now = time.time()
+    m = ScriptedMetric(value_of, name="m")
+    ts, _ = make_ts(metrics=[m], sample_rate=0.5, retention=None)
+    policy = Retention(max_age_s=30 * DAY, batch_size=3, pause_s=0.001)
+    stop = threading.Event()
+    runs = []
+
+    def pruner() -> None:
+        store = Store(db_path)
+        try:
+            while not stop.is_set():
+                runs.append(prune(store, policy, now=now, vacuum=len(runs) % 5 == 0))
+        finally:
+            store.close()
+
+    t = threading.Thread(target=pruner)
+    t.start()
+    recs = []
+    try:
+        for i in range(400):
+            created = now - 40 * DAY + i * 60 if i % 2 else now - 100 + i * 0.1
+            r = rec(i, created)
+            recs.append(r)
+            ts.submit(r, hold_span=False)
+            if i % 50 == 0:
+                time.sleep(0.02)
+        assert ts.flush(60)
+    finally:
+        stop.set()
+        t.join(60)
+    store = Store(db_path)
+    try:
+        prune(store, policy, now=now)
+    finally:
+        store.close()
+    sampled = sum(1 for r in recs if ts.sampler.decide(r, ("m",)).sampled)
+    assert m.calls == sampled  # every sampled record scored exactly once
+    left = {r["record_id"] for r in rows(db_path, "SELECT record_id FROM records")}
+    fresh = {r.record_id for r in recs if (r.end_time_ns or 0) / 1e9 > now - DAY}
+    assert fresh <= left  # nothing new went
+    assert not any(r.record_id in left for r in recs if r.record_id not in fresh)
+    rolled = rows(db_path, "SELECT coalesce(sum(records), 0) AS n FROM rollup_records")[0]["n"]
+    assert rolled + len(left) == len(recs)
+    n_scores = rows(db_path, "SELECT count(*) AS n FROM scores")[0]["n"]
+    rolled_scores = rows(db_path, "SELECT coalesce(sum(n_ok + n_error + n_skipped), 0) AS n"
+                                  " FROM rollup_scores")[0]["n"]
+    assert n_scores + rolled_scores == sampled
+    assert sum(r.records for r in runs) > 0  # the pruner did work while the app ran
+
+
+def test_a_version_1_database_is_upgraded_in_place(db_path):
+    store = Store(db_path)
+    store.close()
+    conn = sqlite3.connect(db_path)  # turn it back into a version-1 database with a row
+    for col in ("text_kept", "query_chars", "query_hash", "answer_chars", "answer_hash"):
+        conn.execute(f"ALTER TABLE records DROP COLUMN {col}")
+    for table in ("rollup_records", "rollup_models", "rollup_scores", "rollup_score_bins",
+                  "rollup_skips"):
+        conn.execute(f"DROP TABLE {table}")
+    conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    conn.execute("INSERT INTO records(record_id, trace_id, span_id, created_at, query, answer,"
+                 " contexts, sampled, content_captured) VALUES ('t-s', 't', 's', 1.0, 'q', 'a',"
+                 " '[]', 0, 1)")
+    conn.commit()
+    conn.execute("PRAGMA auto_vacuum=NONE")  # as databases were created before version 2
+    conn.execute("VACUUM")
+    conn.close()
+    store = Store(db_path)
+    try:
+        assert store.conn.execute("SELECT value FROM meta").fetchone()[0] == "2"
+        [r] = store.load_records(["t-s"]).values()
+        assert r.query == "q" and not r.compact  # old rows keep their text
+        assert store.auto_vacuum_mode() == "none"  # until `tracescore prune --vacuum`
+    finally:
+        store.close()
+    result = run_cli("prune", "--db", db_path, "--vacuum", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["auto_vacuum"] == "incremental"
+
+
+def test_cli_prune_and_report_after_it(make_ts, db_path):
+    fill_40_days(make_ts, db_path, time.time())
+    dry = run_cli("prune", "--db", db_path, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.output)["would_delete_records"] == 40
+    out = run_cli("prune", "--db", db_path, "--older-than", "30d")
+    assert out.exit_code == 0, out.output
+    assert "deleted 40 records" in out.output
+    rep = run_cli("report", "--db", db_path, "--since", "90d", "--json")
+    assert json.loads(rep.output)["records"] == 160
+    bad = run_cli("prune", "--db", db_path, "--older-than", "2h")
+    assert bad.exit_code == 2 and "shorter than one day" in bad.output
+
+
+def test_init_validates_retention_and_keep_full_text(db_path):
+    import tracescore
+
+    for bad, err in (({"retention": "3x"}, ValueError), ({"retention": 5}, TypeError),
+                     ({"retention": "2h"}, ValueError), ({"keep_full_text": "soon"}, ValueError),
+                     ({"keep_full_text": [1]}, TypeError)):
+        with pytest.raises(err):
+            tracescore.init(db=db_path, **bad)
+    assert Retention.resolve("2w") == Retention(max_age_s=14 * DAY)
+    assert Retention.resolve({"max_bytes": "1GB", "max_age_s": None}).max_bytes == 10**9

@@ -1,0 +1,403 @@
+"""Retention: prune old records in small background batches, keep hourly rollups (issue 13).
+
+:func:`prune` deletes records older than :attr:`Retention.max_age_s` (and, with
+:attr:`Retention.max_bytes`, the oldest records until the database's used space fits), with
+their scores, their finished jobs and their judge-call log rows; then judge-cache entries,
+judge calls and feedback older than the window that no remaining record references. Each batch
+is **one transaction**: fold the batch into the hourly rollups (:func:`.rollup.roll_up`), then
+delete it — so every row is counted exactly once, raw or rolled up.
+
+Never pruned: a record with an open job (pending or leased, including jobs waiting for the
+judge) or with a score not yet delivered to the span exporter; they go once that is done.
+
+The background :class:`RetentionThread` runs :func:`prune` every ``interval_s`` on its own
+connection, ``batch_size`` records per transaction with a pause between batches, so the writer
+thread and the scoring worker take the write lock between batches and are never held up for
+more than one small batch. Space goes back to the file system by SQLite's incremental vacuum
+in small steps (a database created before schema version 2 reuses the freed pages instead,
+until ``tracescore prune --vacuum`` converts it once, offline).
+
+SQL here is portable (PostgreSQL accepts it with ``%s`` placeholders); the engine-specific
+parts — used bytes and giving space back — are the two :class:`~.sqlite.Store` methods
+``used_bytes`` and ``give_back_space``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from .._internal.errors import record_internal_error
+from . import rollup
+from .compact import compact_stored_contexts, text_facts
+
+log = logging.getLogger("tracescore")
+
+DAY = 86400.0
+#: The daily judge budget counts today's judge calls: a shorter window would forget them.
+MIN_AGE_S = DAY
+
+_AGE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_AGE_UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY, "w": 7 * DAY}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)\s*$", re.I)
+_SIZE_UNIT = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+              "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}
+
+
+def parse_duration(text: str) -> float:
+    """``"90s"``, ``"15m"``, ``"2h"``, ``"30d"``, ``"2w"`` → seconds."""
+    m = _AGE_RE.match(text.lower()) if isinstance(text, str) else None
+    if not m:
+        raise ValueError(f"{text!r} is not a duration; use a number and a unit (s, m, h, d, "
+                         "w), e.g. 30d")
+    return float(m.group(1)) * _AGE_UNIT[m.group(2)]
+
+
+def parse_age(text: str) -> float:
+    """``"30d"``, ``"2w"``, ``"36h"`` → seconds (at least one day)."""
+    seconds = parse_duration(text)
+    if seconds < MIN_AGE_S:
+        raise ValueError(f"retention age {text!r} is shorter than one day (the daily judge "
+                         "budget counts today's judge calls)")
+    return seconds
+
+
+def parse_size(text: str | int) -> int:
+    """``"10GB"``, ``"500MiB"``, ``"2e9"``-free plain numbers of bytes → bytes (> 0)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        m = _SIZE_RE.match(text) if isinstance(text, str) else None
+        if not m:
+            raise ValueError(f"{text!r} is not a size; use e.g. 500MB, 10GB, 2GiB")
+        unit = m.group(2).lower().rstrip("b")
+        value = int(float(m.group(1)) * _SIZE_UNIT[unit])
+    if value <= 0:
+        raise ValueError(f"size must be > 0, got {text!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long records stay, and how the pruner works through them.
+
+    ``tracescore.init(retention=...)`` takes a :class:`Retention`, an age string (``"30d"``,
+    ``"2w"``), or ``None`` (never prune). The default keeps 30 days.
+    """
+
+    #: Records older than this (``records.created_at``) are pruned; None: no age limit.
+    max_age_s: float | None = 30 * DAY
+    #: Prune the oldest records while the database uses more than this many bytes.
+    max_bytes: int | None = None
+    #: Records per transaction (the write lock is held for one batch at a time).
+    batch_size: int = 500
+    #: Seconds between background runs (the first run starts ``first_run_s`` after init).
+    interval_s: float = 600.0
+    first_run_s: float = 30.0
+    #: Pause between batches, so the writer and the scoring worker get the lock.
+    pause_s: float = 0.05
+    #: Pages given back per incremental-vacuum step (4 KiB pages: 8 MiB).
+    vacuum_pages: int = 2048
+
+    def __post_init__(self) -> None:
+        if self.max_age_s is not None and (not _num(self.max_age_s)
+                                           or self.max_age_s < MIN_AGE_S):
+            raise ValueError(f"retention max_age_s must be >= {MIN_AGE_S:g} (one day) or None, "
+                             f"got {self.max_age_s!r}")
+        if self.max_bytes is not None:
+            object.__setattr__(self, "max_bytes", parse_size(self.max_bytes))
+        if self.max_age_s is None and self.max_bytes is None:
+            raise ValueError("retention needs max_age_s or max_bytes (or pass retention=None)")
+        for name in ("batch_size", "vacuum_pages"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"retention {name} must be an int >= 1, got {v!r}")
+        for name in ("interval_s", "first_run_s", "pause_s"):
+            v = getattr(self, name)
+            if not _num(v) or v < 0:
+                raise ValueError(f"retention {name} must be a number >= 0, got {v!r}")
+
+    @classmethod
+    def resolve(cls, value: Any) -> Retention | None:
+        """``init(retention=...)``: a Retention, an age string, a mapping of fields, or None."""
+        if value is None or value is False:
+            return None
+        if isinstance(value, Retention):
+            return value
+        if isinstance(value, str):
+            return cls(max_age_s=parse_age(value))
+        if isinstance(value, dict):
+            known = {f.name for f in fields(cls)}
+            unknown = set(value) - known
+            if unknown:
+                raise ValueError(f"retention: unknown fields {sorted(unknown)}; "
+                                 f"expected some of {sorted(known)}")
+            return cls(**value)
+        raise TypeError("retention must be a tracescore.Retention, an age such as '30d', "
+                        f"or None, got {type(value).__name__}")
+
+    def describe(self) -> str:
+        parts = []
+        if self.max_age_s is not None:
+            parts.append(f"{self.max_age_s / DAY:g} days")
+        if self.max_bytes is not None:
+            parts.append(f"{self.max_bytes / 1e6:,.0f} MB")
+        return " and ".join(parts)
+
+
+def _num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
+
+
+@dataclass
+class PruneResult:
+    """What one :func:`prune` run did (counts of deleted rows)."""
+
+    records: int = 0
+    scores: int = 0
+    jobs: int = 0
+    judge_calls: int = 0
+    judge_cache: int = 0
+    feedback: int = 0
+    batches: int = 0
+    #: records pruned because of ``max_bytes`` (beyond those past ``max_age_s``)
+    by_size: int = 0
+    #: records past the age limit kept because a job is open or a score is undelivered
+    held: int = 0
+    #: unsampled records whose text was dropped after the ``keep_full_text`` window
+    compacted: int = 0
+    used_bytes_before: int = 0
+    used_bytes_after: int = 0
+    file_bytes_before: int = 0
+    file_bytes_after: int = 0
+    seconds: float = 0.0
+    stopped: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# -- the batch -------------------------------------------------------------------------------
+#: Records that may go: older than the cutoff, no open job, no undelivered score.
+_ELIGIBLE = (
+    "SELECT r.record_id FROM records r WHERE r.created_at < ?"
+    " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.record_id = r.record_id"
+    " AND j.status IN ('pending', 'leased'))"
+    " AND NOT EXISTS (SELECT 1 FROM scores s WHERE s.record_id = r.record_id"
+    " AND s.delivery IS NULL)"
+    " ORDER BY r.created_at LIMIT ?"
+)
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+def prune_batch(store: Any, cutoff: float, limit: int, result: PruneResult) -> int:
+    """Roll up and delete up to ``limit`` eligible records older than ``cutoff``, in one
+    transaction. Returns how many records went."""
+    with store.transaction() as conn:
+        ids = [r[0] for r in conn.execute(_ELIGIBLE, (cutoff, limit)).fetchall()]
+        if not ids:
+            return 0
+        m = _marks(len(ids))
+        rolled = rollup.roll_up(conn, ids)
+        result.scores += conn.execute(f"DELETE FROM scores WHERE record_id IN ({m})",
+                                      ids).rowcount
+        result.jobs += conn.execute(f"DELETE FROM jobs WHERE record_id IN ({m})", ids).rowcount
+        result.judge_calls += conn.execute(
+            f"DELETE FROM judge_calls WHERE record_id IN ({m})", ids).rowcount
+        n = int(conn.execute(f"DELETE FROM records WHERE record_id IN ({m})", ids).rowcount)
+        assert n == rolled["records"], "rolled up and deleted counts differ"
+    result.records += n
+    result.batches += 1
+    return n
+
+
+_COMPACTABLE = (
+    "SELECT r.record_id, r.query, r.answer, r.contexts FROM records r"
+    " WHERE r.created_at < ? AND r.text_kept = 1 AND r.sampled = 0 AND r.content_captured = 1"
+    " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.record_id = r.record_id)"
+    " ORDER BY r.created_at LIMIT ?"
+)
+
+
+def compact_batch(store: Any, before: float, limit: int, result: PruneResult) -> int:
+    """Deferred compaction (``keep_full_text="2h"``): drop the text of up to ``limit``
+    unsampled records older than ``before`` that nothing asked to score (no job at all: a
+    record forced by feedback or a late reference keeps its text). One transaction."""
+    with store.transaction() as conn:
+        rows = conn.execute(_COMPACTABLE, (before, limit)).fetchall()
+        updates = []
+        for record_id, query, answer, contexts in rows:
+            try:
+                items = json.loads(contexts or "[]")
+            except ValueError:
+                items = []
+            q_chars, q_hash = text_facts(query)
+            a_chars, a_hash = text_facts(answer)
+            updates.append((json.dumps(compact_stored_contexts(items), ensure_ascii=False),
+                            q_chars, q_hash, a_chars, a_hash, record_id))
+        conn.executemany(
+            "UPDATE records SET query = NULL, answer = NULL, prompt = NULL, contexts = ?,"
+            " text_kept = 0, query_chars = ?, query_hash = ?, answer_chars = ?,"
+            " answer_hash = ? WHERE record_id = ? AND text_kept = 1", updates)
+    result.compacted += len(updates)
+    return len(updates)
+
+
+def _prune_unreferenced(store: Any, cutoff: float, limit: int, result: PruneResult,
+                        stop: threading.Event | None, pause_s: float) -> None:
+    """Judge calls, judge-cache entries and feedback older than ``cutoff`` that no remaining
+    record references (judge calls of pruned records went with their batch)."""
+    steps = (
+        ("judge_calls", "DELETE FROM judge_calls WHERE call_id IN (SELECT call_id FROM "
+         "judge_calls c WHERE c.created_at < ? AND (c.record_id IS NULL OR NOT EXISTS "
+         "(SELECT 1 FROM records r WHERE r.record_id = c.record_id)) LIMIT ?)"),
+        ("judge_cache", "DELETE FROM judge_cache WHERE key IN (SELECT key FROM judge_cache "
+         "WHERE created_at < ? LIMIT ?)"),
+        ("feedback", "DELETE FROM feedback WHERE feedback_id IN (SELECT feedback_id FROM "
+         "feedback f WHERE f.created_at < ? AND NOT EXISTS (SELECT 1 FROM records r "
+         "WHERE r.trace_id = f.trace_id) LIMIT ?)"),
+    )
+    for attr, sql in steps:
+        while not (stop is not None and stop.is_set()):
+            with store.transaction() as conn:
+                n = int(conn.execute(sql, (cutoff, limit)).rowcount)
+            setattr(result, attr, getattr(result, attr) + n)
+            if n < limit:
+                break
+            time.sleep(pause_s)
+
+
+def prune(store: Any, policy: Retention | None, *, now: float | None = None,
+          stop: threading.Event | None = None, vacuum: bool = True,
+          max_batches: int | None = None, compact_after_s: float | None = None) -> PruneResult:
+    """Apply ``policy`` once: by age, then by size, then unreferenced rows, then give space
+    back. Blocks (SQLite I/O, pauses between batches); never call it on the app's thread.
+
+    ``now``: the clock (tests pass simulated time). ``stop``: set it to end early, between
+    batches. ``max_batches``: bound the work of one run (the next run continues).
+    ``compact_after_s``: first drop the text of unsampled records older than this
+    (``keep_full_text="2h"``). ``policy=None``: only that.
+    """
+    t0 = time.perf_counter()
+    now = time.time() if now is None else now
+    res = PruneResult()
+    res.used_bytes_before, res.file_bytes_before = store.used_bytes()
+    batch = policy.batch_size if policy is not None else Retention().batch_size
+    pause = policy.pause_s if policy is not None else Retention().pause_s
+    if compact_after_s is not None:
+        while (not (stop is not None and stop.is_set())
+               and compact_batch(store, now - compact_after_s, batch, res) == batch):
+            time.sleep(pause)
+    if policy is None:
+        res.used_bytes_after, res.file_bytes_after = store.used_bytes()
+        res.seconds = time.perf_counter() - t0
+        return res
+
+    def more() -> bool:
+        if stop is not None and stop.is_set():
+            res.stopped = True
+            return False
+        return max_batches is None or res.batches < max_batches
+
+    if policy.max_age_s is not None:
+        cutoff = now - policy.max_age_s
+        while more() and prune_batch(store, cutoff, policy.batch_size, res) == policy.batch_size:
+            time.sleep(policy.pause_s)
+    if policy.max_bytes is not None:
+        before = res.records
+        while more() and store.used_bytes()[0] > policy.max_bytes:
+            if prune_batch(store, now, policy.batch_size, res) == 0:
+                res.notes.append("the size limit cannot be met: every remaining record has an "
+                                 "open job or an undelivered score, or is newer than now")
+                break
+            time.sleep(policy.pause_s)
+        res.by_size = res.records - before
+    if policy.max_age_s is not None and more():
+        _prune_unreferenced(store, now - policy.max_age_s, policy.batch_size * 4, res, stop,
+                            policy.pause_s)
+    if policy.max_age_s is not None:
+        res.held = int(store.conn.execute(
+            "SELECT count(*) FROM records WHERE created_at < ?", (now - policy.max_age_s,)
+        ).fetchone()[0])
+    if vacuum and res.records and not res.stopped:
+        store.give_back_space(policy.vacuum_pages, pause_s=policy.pause_s, stop=stop)
+    res.used_bytes_after, res.file_bytes_after = store.used_bytes()
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+# -- the background thread -------------------------------------------------------------------
+class RetentionThread:
+    """Runs :func:`prune` every ``policy.interval_s`` on a daemon thread with its own store.
+
+    :meth:`start` and :meth:`stop` may be called from any thread; nothing here touches the
+    app's request path. A failing run is logged (and re-raised under pytest) and retried at
+    the next interval.
+    """
+
+    def __init__(self, db_path: str, policy: Retention | None,
+                 compact_after_s: float | None = None) -> None:
+        self.db_path = db_path
+        self.policy = policy
+        self.compact_after_s = compact_after_s
+        self.runs = 0
+        self.last: PruneResult | None = None
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="tracescore-retention",
+                                        daemon=True)
+        self._thread.start()
+
+    def run_now(self) -> None:
+        """Wake the thread for a run now (tests, and after a large import)."""
+        self._wake.set()
+
+    def stop(self, timeout: float | None = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        from .sqlite import Store
+
+        policy = self.policy or Retention()
+        delay = policy.first_run_s
+        if self.compact_after_s is not None:  # compact well within the window's length
+            delay = min(delay, self.compact_after_s / 4)
+        while not self._stop.is_set():
+            self._wake.wait(delay)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            delay = policy.interval_s
+            if self.compact_after_s is not None:
+                delay = min(delay, max(1.0, self.compact_after_s / 4))
+            try:
+                store = Store(self.db_path)
+                try:
+                    self.last = prune(store, self.policy, stop=self._stop,
+                                      compact_after_s=self.compact_after_s)
+                finally:
+                    store.close()
+                self.runs += 1
+                if self.last.records and self.policy is not None:
+                    log.info("tracescore pruned %d records (%d scores) older than %s",
+                             self.last.records, self.last.scores, self.policy.describe())
+            except Exception as exc:
+                record_internal_error("retention.prune", exc)
