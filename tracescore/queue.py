@@ -21,7 +21,7 @@ from typing import Any
 from ._internal.errors import record_internal_error
 from .record import RagRecord
 from .sampling import Decision
-from .store import NewJob, Store
+from .store import NewJob, StoreAPI, open_store
 
 log = logging.getLogger("tracescore")
 
@@ -52,7 +52,7 @@ class _Marker:
 
 
 Planner = Callable[[RagRecord, Decision], Sequence[NewJob]]
-GroundTruthHandler = Callable[[Store, "GroundTruthUpdate | FeedbackUpdate"], None]
+GroundTruthHandler = Callable[[StoreAPI, "GroundTruthUpdate | FeedbackUpdate"], None]
 
 
 class RecordQueue:
@@ -152,13 +152,13 @@ class RecordQueue:
 
     # -- writer thread -------------------------------------------------------------------------
     def _run(self) -> None:
-        store: Store | None = None
+        store: StoreAPI | None = None
         while True:
             self._event.wait(self.interval_s)
             self._event.clear()
             try:
                 if store is None:
-                    store = Store(self.db_path)
+                    store = open_store(self.db_path)
                 self._drain(store)
             except Exception as exc:  # the db is unusable now; try again on the next wake
                 record_internal_error("queue.writer", exc)
@@ -168,7 +168,7 @@ class RecordQueue:
         if store is not None:
             store.close()
 
-    def _drain(self, store: Store) -> None:
+    def _drain(self, store: StoreAPI) -> None:
         while self._buf:
             records: list[tuple[RagRecord, Decision]] = []
             markers: list[_Marker] = []
@@ -199,7 +199,7 @@ class RecordQueue:
             if self.on_written is not None:
                 self.on_written()
 
-    def _write(self, store: Store, records: list[tuple[RagRecord, Decision]]) -> None:
+    def _write(self, store: StoreAPI, records: list[tuple[RagRecord, Decision]]) -> None:
         drops, self._unsaved_drops = self._unsaved_drops, 0
         counters = {"records_dropped": drops, "records_seen": len(records) + drops}
         jobs: list[NewJob] = []
@@ -226,7 +226,7 @@ class RecordQueue:
                 record_internal_error("queue.write_record", exc)
         store.bump_counters(counters)
 
-    def _apply_ground_truth(self, store: Store, upd: GroundTruthUpdate | FeedbackUpdate) -> None:
+    def _apply_ground_truth(self, store: StoreAPI, upd: GroundTruthUpdate | FeedbackUpdate) -> None:
         try:
             self.on_ground_truth(store, upd)
         except Exception as exc:

@@ -36,7 +36,7 @@ from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor, ScoreRef
 from .record import RagRecord
 from .score import Score
-from .store import Job, Store
+from .store import Job, StoreAPI, open_store
 
 log = logging.getLogger("tracescore")
 
@@ -162,7 +162,7 @@ class ScoringWorker:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tracescore-m")
-        store = Store(self.db_path)
+        store = open_store(self.db_path)
         self._started.set()
         inflight: set[asyncio.Task[None]] = set()
         wake_task: asyncio.Task[Any] | None = None
@@ -254,7 +254,7 @@ class ScoringWorker:
         except Exception as exc:  # a broken judge shows up in the scores; log it once here
             log.warning("tracescore judge canary could not run: %s", exc)
 
-    def _flush_delivered(self, store: Store) -> None:
+    def _flush_delivered(self, store: StoreAPI) -> None:
         with self._delivered_lock:
             pending, self._delivered = self._delivered, []
             noted = self._delivered_noted
@@ -265,7 +265,7 @@ class ScoringWorker:
                 record_internal_error("worker.mark_delivered", exc)
         self._delivered_written = noted
 
-    def _redeliver(self, store: Store, *, at_start: bool = False) -> None:
+    def _redeliver(self, store: StoreAPI, *, at_start: bool = False) -> None:
         """Stored scores that never reached the backend go out on carrier spans: at start, all
         that a dead process left; later, those still undelivered ``redeliver_after_s`` after
         they were stored (their span's export failed, or the batch processor dropped it).
@@ -291,14 +291,14 @@ class ScoringWorker:
         except Exception as exc:
             record_internal_error("worker.redeliver", exc)
 
-    async def _job(self, store: Store, job: Job, record: RagRecord | None) -> None:
+    async def _job(self, store: StoreAPI, job: Job, record: RagRecord | None) -> None:
         self._running_jobs += 1
         try:
             await self._job_body(store, job, record)
         finally:
             self._running_jobs -= 1
 
-    async def _job_body(self, store: Store, job: Job, record: RagRecord | None) -> None:
+    async def _job_body(self, store: StoreAPI, job: Job, record: RagRecord | None) -> None:
         try:
             metric = self.metrics[job.metric]
             if record is None:
@@ -342,7 +342,7 @@ class ScoringWorker:
             except Exception as exc2:
                 record_internal_error("worker.release", exc2)
 
-    async def _complete(self, store: Store, job: Job,
+    async def _complete(self, store: StoreAPI, job: Job,
                         scores: list[Score]) -> list[ScoreRef] | None:
         """Store a job's scores: the jobs that finish in the same loop tick share one
         transaction (one commit instead of one per job); each keeps its own lease check. A job
@@ -357,7 +357,7 @@ class ScoringWorker:
             self._loop.call_soon(self._commit_completions, store)
         return await fut
 
-    def _commit_completions(self, store: Store) -> None:
+    def _commit_completions(self, store: StoreAPI) -> None:
         batch, self._completions = self._completions, []
         delivery = None if self.attacher is not None else "none"
         results: list[Any]

@@ -23,8 +23,9 @@ import sqlite_utils
 from ..record import Context, RagRecord, TokenUsage
 from ..sampling import Decision
 from ..score import Score
+from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = SQLITE_MIGRATIONS[-1].version
 MAX_METADATA_CHARS = 65_536
 
 PENDING, LEASED, DONE, SKIPPED = "pending", "leased", "done", "skipped"
@@ -87,6 +88,12 @@ def _json_safe(value: Any) -> Any:
 
 
 class Store:
+    """The SQLite backend of :class:`~.base.StoreAPI`."""
+
+    dialect = "sqlite"
+    #: one host: a process that starts may redeliver every score a dead one left
+    shared = False
+
     def __init__(self, path: str | Path, *, timeout_s: float = 30.0) -> None:
         self.path = str(path)
         conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
@@ -99,70 +106,8 @@ class Store:
 
     # -- schema -------------------------------------------------------------------------------
     def _ensure_schema(self) -> None:
-        db = self.db
-        with self.transaction():
-            if "meta" not in db.table_names():
-                db.table("meta").create({"key": str, "value": str}, pk="key")
-            row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row is not None:
-                if int(row[0]) > SCHEMA_VERSION:
-                    raise RuntimeError(
-                        f"{self.path} has schema version {row[0]}, newer than this tracescore "
-                        f"understands ({SCHEMA_VERSION}); upgrade tracescore"
-                    )
-                self._ensure_judge_tables()
-                return
-            db.table("records").create(
-                {
-                    "record_id": str, "trace_id": str, "span_id": str, "created_at": float,
-                    "source": str, "query": str, "answer": str, "contexts": str,
-                    "n_contexts": int, "ground_truths": str, "metadata": str, "tags": str,
-                    "session_id": str, "user_id": str, "latency_ms": float,
-                    "input_tokens": int, "output_tokens": int, "model": str, "error": str,
-                    "content_captured": int, "sample_u": float, "sampled": int,
-                    "sampled_metrics": str, "forced": str, "prompt": str,
-                },
-                pk="record_id",
-            )
-            db.table("records").create_index(["created_at"])
-            db.table("records").create_index(["trace_id"])
-            db.table("jobs").create(
-                {
-                    "job_id": int, "record_id": str, "metric": str, "metric_version": str,
-                    "status": str, "attempts": int, "lease_owner": str, "lease_until": float,
-                    "reason": str, "created_at": float, "updated_at": float,
-                },
-                pk="job_id",
-                not_null={"record_id", "metric", "metric_version", "status"},
-                defaults={"attempts": 0},
-            )
-            db.table("jobs").create_index(["record_id", "metric", "metric_version"], unique=True)
-            db.table("jobs").create_index(["status", "lease_until"])
-            db.table("scores").create(
-                {
-                    "score_id": int, "job_id": int, "record_id": str, "trace_id": str,
-                    "name": str, "metric": str, "metric_version": str, "value": float,
-                    "label": str, "explanation": str, "status": str, "error": str,
-                    "duration_ms": float, "details": str, "created_at": float, "delivery": str,
-                },
-                pk="score_id",
-            )
-            db.table("scores").create_index(["record_id", "name"], unique=True)
-            db.table("scores").create_index(["name", "created_at"])
-            db.table("scores").create_index(["delivery"])
-            db.table("counters").create({"name": str, "value": int}, pk="name")
-            # What each configured metric declares, so readers in other processes (the CLI)
-            # know a custom metric's direction and threshold.
-            db.table("metrics").create(
-                {"metric": str, "version": str, "kind": str, "score_names": str,
-                 "higher_is_better": int, "threshold": float, "description": str,
-                 "updated_at": float},
-                pk="metric",
-            )
-            self.conn.execute(
-                "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
-            self._ensure_judge_tables()
+        # The ordered, versioned steps live in .migrations (one list per backend).
+        migrate_sqlite(self)
 
     def _ensure_judge_tables(self) -> None:
         """Tables and indexes added after the first schema: created if missing."""
