@@ -95,6 +95,8 @@ class ScoringWorker:
         self._idle = threading.Event()
         self._started = threading.Event()
         self._executor: ThreadPoolExecutor | None = None
+        #: stopping: in-flight jobs get this long to finish, the rest are given back
+        self.stop_grace_s = 5.0
 
     # -- control (any thread) ----------------------------------------------------------------
     def start(self) -> None:
@@ -228,9 +230,16 @@ class ScoringWorker:
                     [*inflight, wake_task], timeout=self.poll_seconds,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
-            # Stopping: let in-flight jobs finish for a moment, then give the rest back.
+            # Stopping: let in-flight jobs finish for a moment, then give the rest back (at
+            # once, so another worker of the fleet takes them without waiting for the lease).
             if inflight:
-                await asyncio.wait(inflight, timeout=5.0)
+                await asyncio.wait(inflight, timeout=self.stop_grace_s)
+            for job_id, task in list(inflight_jobs.items()):
+                task.cancel()
+                try:  # a done job's lease owner is already cleared: this cannot reopen it
+                    store.release_job(Job(job_id, "", "", "", 0), self.owner, "worker stopped")
+                except Exception as exc:
+                    record_internal_error("worker.release", exc)
             if wake_task is not None:
                 wake_task.cancel()
             if canary is not None and not canary.done():
@@ -275,6 +284,10 @@ class ScoringWorker:
         try:
             busy: set[int] = set()
             older_than = None
+            if store.shared:
+                # Other workers of the fleet may be exporting the scores they just stored:
+                # only scores older than redeliver_after_s count as left behind.
+                older_than = time.time() - self.redeliver_after_s
             if not at_start:
                 busy = self.attacher.in_flight(older_than_s=self.export_confirm_timeout_s)
                 self._flush_delivered(store)  # deliveries confirmed until now are in the db
@@ -283,7 +296,11 @@ class ScoringWorker:
                 trace_hex, _, span_hex = record_id.partition("-")
                 if int(span_hex, 16) in busy:
                     continue
-                rows = store.scores_for(record_id, undelivered_only=True)
+                if store.shared:  # claimed atomically: one sweeping worker sends them
+                    rows = store.claim_redelivery(  # type: ignore[attr-defined]
+                        record_id, self.owner, older_than or time.time())
+                else:
+                    rows = store.scores_for(record_id, undelivered_only=True)
                 refs = [(r["score_id"], _row_score(r)) for r in rows]
                 if refs:
                     self.redelivered += len(refs)

@@ -39,23 +39,40 @@ class OutputProblem(click.FileError):
     exit_code = 2
 
 
-def _open(db: Path) -> Any:
+def _open(db: Path | str) -> Any:
     from ..reports.summary import DatabaseError, open_db
 
     try:
         return open_db(db)
     except DatabaseError as exc:
         hint = ""
-        if not db.exists():
+        if isinstance(db, Path) and not db.exists():
             hint = (f"\nPass --db PATH (or set TRACESCORE_DB); `tracescore demo` writes "
                     f"{DEMO_DB}.")
         raise DatabaseProblem(f"{exc}{hint}") from None
 
 
+class DbParam(click.ParamType):
+    """A SQLite file (a :class:`Path`) or a ``postgresql://`` URL (kept as a str)."""
+
+    name = "PATH|URL"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Path | str:
+        if isinstance(value, Path):
+            return value
+        text = str(value)
+        if text.startswith(("postgresql://", "postgres://")):
+            return text
+        if Path(text).is_dir():
+            self.fail(f"{text} is a directory, not a database file", param, ctx)
+        return Path(text)
+
+
 def _db_option(default: str, help_text: str,
                envvar: str | None = "TRACESCORE_DB") -> Callable[[F], F]:
     return click.option(
-        "--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=default,
+        "--db", "db", type=DbParam(), default=default,
         envvar=envvar, show_default=True, show_envvar=envvar is not None, help=help_text,
     )
 
@@ -76,6 +93,13 @@ def _output(path: Path) -> Iterator[TextIO]:
         raise OutputProblem(str(path), hint=exc.strerror or str(exc)) from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _name(db: Any) -> str:
+    """``db`` for output: a URL's password hidden."""
+    from ..store import redact_url
+
+    return redact_url(str(db))
 
 
 def _quiet_stdout() -> None:
@@ -104,7 +128,8 @@ def main() -> None:
 
 
 @main.command(short_help="Run the offline example RAG app through tracescore.")
-@_db_option(DEMO_DB, "SQLite database to write (appended to if it exists).", envvar=None)
+@_db_option(DEMO_DB, "Database to write (appended to if it exists): a SQLite file or a "
+           "postgresql:// URL.", envvar=None)
 @click.option("--n", "n", type=click.IntRange(min=1), default=None,
               help="Number of questions to ask (default: all bundled questions; cycles when "
                    "larger).")
@@ -136,13 +161,13 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
         return click.progressbar(items, length=count, label=f"Asking {count} questions",
                                  file=sys.stderr, show_pos=True)
 
-    db_existed = db.exists()
+    db_existed = db.exists() if isinstance(db, Path) else True
     try:
         result = run_demo(db, n, sample_rate, progress=progress, judge=judge,
                           framework=framework)
     except DemoSetupError as exc:
         raise DatabaseProblem(str(exc)) from None
-    where = Path(result.db).resolve()
+    where = Path(result.db).resolve() if isinstance(db, Path) else _name(db)
     click.echo(
         f"Ran {result.questions} questions in {result.run_seconds:.2f} s, scored them in "
         f"{result.score_seconds:.2f} s; {'appended to' if db_existed else 'wrote'} {where}"
@@ -150,9 +175,9 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
     if not result.complete:
         click.echo("Warning: scoring did not finish in time; the report shows what is done.",
                    err=True)
-    conn = _open(Path(result.db))
+    conn = _open(Path(result.db) if isinstance(db, Path) else db)
     try:
-        report = build_report(conn, worst=worst, db=str(result.db))
+        report = build_report(conn, worst=worst, db=_name(result.db))
     finally:
         conn.close()
     click.echo("")
@@ -165,8 +190,8 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
 @click.option("--judge", "judge", metavar="SPEC", required=True,
               help="The judge to check: 'openai:MODEL' (OPENAI_API_KEY / OPENAI_BASE_URL), "
                    "'llama-cpp:/path/model.gguf' or 'local'.")
-@_db_option("tracescore.db", "SQLite database where the verdicts are cached and the result "
-            "is stored (shown by `tracescore report`).")
+@_db_option("tracescore.db", "Database (SQLite file or postgresql:// URL) where the verdicts "
+            "are cached and the result is stored (shown by `tracescore report`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def judge_check(judge: str, db: Path, as_json: bool) -> None:
     """Run the judge canary: claims supported by, contradicted by or unrelated to a context,
@@ -205,7 +230,7 @@ def judge_check(judge: str, db: Path, as_json: bool) -> None:
 
 
 @main.command(short_help="Summarise the scores: per metric, worst records, totals.")
-@_db_option(DEFAULT_DB, "SQLite database to read.")
+@_db_option(DEFAULT_DB, "Database to read: a SQLite file or a postgresql:// URL.")
 @click.option("--since", metavar="DURATION", default="all", show_default=True, callback=_since,
               help="Only records and scores from this recent window: 30m, 1h, 2d, 1w, or all.")
 @click.option("--json", "as_json", is_flag=True,
@@ -240,7 +265,7 @@ def report(db: Path, since: float | None, as_json: bool, worst: int,
 
         conn = _open(db)
         try:
-            live = rgb_live(conn, since=since, db=str(db))
+            live = rgb_live(conn, since=since, db=_name(db))
         finally:
             conn.close()
         click.echo(json.dumps(live.to_json(), ensure_ascii=False) if as_json
@@ -248,7 +273,7 @@ def report(db: Path, since: float | None, as_json: bool, worst: int,
         return
     conn = _open(db)
     try:
-        rep = build_report(conn, since=since, worst=worst, db=str(db))
+        rep = build_report(conn, since=since, worst=worst, db=_name(db))
         if html_path is not None:
             from ..reports.html import render_html
 
@@ -270,7 +295,7 @@ def report(db: Path, since: float | None, as_json: bool, worst: int,
 
 
 @main.command(short_help="Check judge metrics against user feedback: precision, recall, AUC.")
-@_db_option(DEFAULT_DB, "SQLite database to read.")
+@_db_option(DEFAULT_DB, "Database to read: a SQLite file or a postgresql:// URL.")
 @click.option("--metric", "metrics", metavar="NAME", multiple=True,
               help="Only this score name (repeatable); default: every judge metric with a "
                    "pass/fail threshold.")
@@ -290,7 +315,7 @@ def calibrate(db: Path, metrics: tuple[str, ...], feedback: str, as_json: bool) 
 
     conn = _open(db)
     try:
-        cal = calibration.calibrate(conn, metrics=metrics, feedback=feedback, db=str(db))
+        cal = calibration.calibrate(conn, metrics=metrics, feedback=feedback, db=_name(db))
     finally:
         conn.close()
     click.echo(json.dumps(cal.to_json(), ensure_ascii=False) if as_json
@@ -299,7 +324,7 @@ def calibrate(db: Path, metrics: tuple[str, ...], feedback: str, as_json: bool) 
 
 @main.command(short_help="Show one trace: query, contexts, answer and every score.")
 @click.argument("trace_id")
-@_db_option(DEFAULT_DB, "SQLite database to read.")
+@_db_option(DEFAULT_DB, "Database to read: a SQLite file or a postgresql:// URL.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the record(s) as one JSON object.")
 @click.option("--chars", type=click.IntRange(min=0), default=300, show_default=True,
@@ -333,7 +358,7 @@ def show(trace_id: str, db: Path, as_json: bool, chars: int) -> None:
 
 
 @main.command(short_help="Export records joined with their scores as JSON Lines or CSV.")
-@_db_option(DEFAULT_DB, "SQLite database to read.")
+@_db_option(DEFAULT_DB, "Database to read: a SQLite file or a postgresql:// URL.")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), required=True,
               help="jsonl: one JSON object per line; csv: RFC 4180 with a header row.")
 @click.option("--since", metavar="DURATION", default="all", show_default=True, callback=_since,
@@ -390,6 +415,11 @@ def ui(db: Path, port: int, no_open: bool) -> None:
     """
     from ..reports.ui import INSTALL_HINT, datasette_available, serve
 
+    if not isinstance(db, Path):
+        raise DatabaseProblem(
+            f"tracescore ui serves a SQLite file only (Datasette reads SQLite), not "
+            f"{_name(db)}. For a PostgreSQL database use `tracescore report --html` or "
+            f"`tracescore export`, or any PostgreSQL client.")
     if not datasette_available():
         raise DatabaseProblem(f"Datasette is not installed; {INSTALL_HINT}")
     from ..reports.summary import has_table
