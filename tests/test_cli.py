@@ -158,11 +158,11 @@ class _AnswerLength(Metric):
         return self.result(len(record.answer or ""))
 
 
-def test_report_counts_errors_skips_and_honours_direction(tmp_path: Path) -> None:
+def test_report_counts_errors_skips_and_honours_direction(db: str) -> None:
+    """On SQLite and PostgreSQL (``db``): report, report --json and show."""
     import tracescore
 
     # Not registered in this process: the report learns its direction from the database.
-    db = tmp_path / "mixed.db"
     ts = tracescore.init(db=db, metrics=["token_f1", _AnswerLength()])
     answers = ["a", "a much longer answer here", "medium answer"]
     for i, answer in enumerate(answers):

@@ -34,6 +34,7 @@ from test_html_report import Run, build_db, standard_runs
 from tracescore.reports.rows import COLUMNS, iter_rows, write_csv
 from tracescore.reports.summary import open_db
 from tracescore.reports.ui import canned_queries, metadata, query_params
+from tracescore import store as tracescore_store
 from tracescore.store import Store
 
 UNICODE_ANSWER = "Café ✓ — 500 Wh, \"quoted\"\r\nand a second line"
@@ -51,11 +52,17 @@ def _runs() -> list[Run]:
     return runs
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    path = tmp_path / "export.db"
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """On SQLite and PostgreSQL; Datasette's (``ui``) tests take only the SQLite one."""
+    path: Path | str = tmp_path / "export.db"
+    if request.param == "postgres":
+        path = request.getfixturevalue("pg_url")
     build_db(path, _runs())
     return path
+
+
+SQLITE_ONLY = pytest.mark.parametrize("db", ["sqlite"], indirect=True)
 
 
 def _iso_ts(text: str) -> float:
@@ -257,6 +264,7 @@ def _canned(db: Path, name: str, **params: str) -> list[dict[str, Any]]:
         conn.close()
 
 
+@SQLITE_ONLY
 def test_worst_scores_today(db: Path) -> None:
     day_ago = time.time() - 24 * 3600
     ok = rows(db, "SELECT s.record_id, s.value, s.created_at, r.query FROM scores s JOIN"
@@ -277,6 +285,7 @@ def test_worst_scores_today(db: Path) -> None:
     assert lengths == sorted(lengths, reverse=True) and len(set(lengths)) > 1
 
 
+@SQLITE_ONLY
 def test_failure_rate_by_hour(db: Path) -> None:
     expected: dict[tuple[str, str], dict[str, Any]] = {}
     for s in rows(db, "SELECT * FROM scores"):
@@ -302,6 +311,7 @@ def test_failure_rate_by_hour(db: Path) -> None:
     assert {g["name"] for g in only} == {"token_f1"}
 
 
+@SQLITE_ONLY
 def test_records_without_scores_and_errors_by_reason(db: Path) -> None:
     got = {g["query"]: g for g in _canned(db, "records_without_scores")}
     assert set(got) == {"question 7?", "only errors", "only skipped"}
@@ -321,6 +331,7 @@ def test_records_without_scores_and_errors_by_reason(db: Path) -> None:
     assert sum(d["ok_scores"] for d in daily) == ok
 
 
+@SQLITE_ONLY
 def test_metadata_and_databases_without_a_metrics_table(db: Path, tmp_path: Path) -> None:
     meta = metadata(Path("/data/my-app.db"))
     queries = meta["databases"]["my-app"]["queries"]
@@ -364,6 +375,7 @@ def _digest(path: Path) -> str:
 
 
 @pytest.mark.integration
+@SQLITE_ONLY
 def test_ui_serves_canned_queries_read_only(db: Path) -> None:
     pytest.importorskip("datasette")
     before = _digest(db)
@@ -399,6 +411,7 @@ def test_ui_serves_canned_queries_read_only(db: Path) -> None:
 
 
 @pytest.mark.integration
+@SQLITE_ONLY
 def test_ui_opens_the_browser_unless_told_not_to(db: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("datasette")
@@ -419,6 +432,7 @@ def test_ui_opens_the_browser_unless_told_not_to(db: Path,
     assert _refused(url.rsplit("/", 1)[0] + "/-/versions.json")
 
 
+@SQLITE_ONLY
 def test_ui_without_datasette_says_how_to_install(db: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "datasette", None)  # import datasette -> ImportError
@@ -436,3 +450,10 @@ def test_ui_on_a_missing_database_exits_2(tmp_path: Path,
     result = run_cli("ui", "--db", tmp_path / "nope.db", "--port", 0)
     assert result.exit_code == 2 and "database not found" in result.output
     assert not (tmp_path / "nope.db").exists()
+
+
+def test_ui_on_a_postgres_url_says_it_serves_sqlite_only(pg_url: str) -> None:
+    tracescore_store.open_store(pg_url).close()
+    result = run_cli("ui", "--db", pg_url, "--no-open")
+    assert result.exit_code == 2
+    assert "serves a SQLite file only" in result.output and "report --html" in result.output
