@@ -211,6 +211,14 @@ class RecordQueue:
                 self.written += len(records)
                 return
             except Exception as exc:
+                unavailable = getattr(store, "unavailable", None)
+                if unavailable is not None and unavailable(exc):
+                    # The database server is unreachable (a fleet's PostgreSQL restarting):
+                    # the batch goes back to the front of the bounded buffer and waits; new
+                    # records beyond the bound are dropped and counted by put().
+                    self._buf.extendleft(reversed(records))
+                    self._unsaved_drops += drops
+                    raise
                 if attempt == 2:
                     break
                 record_internal_error("queue.write_batch", exc)

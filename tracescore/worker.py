@@ -97,6 +97,10 @@ class ScoringWorker:
         self._executor: ThreadPoolExecutor | None = None
         #: stopping: in-flight jobs get this long to finish, the rest are given back
         self.stop_grace_s = 5.0
+        #: time.time() of the loop's last turn, and of its last successful lease query
+        #: (liveness and readiness of a `tracescore worker`)
+        self.heartbeat = 0.0
+        self.db_ok_at = 0.0
 
     # -- control (any thread) ----------------------------------------------------------------
     def start(self) -> None:
@@ -121,6 +125,16 @@ class ScoringWorker:
         self.wake()
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def write_delivered(self) -> None:
+        """After :meth:`stop`: write the deliveries noted since (spans flushed at the end)."""
+        if self._thread is not None and self._thread.is_alive():
+            return  # the loop writes them itself
+        store = open_store(self.db_path)
+        try:
+            self._flush_delivered(store)
+        finally:
+            store.close()
 
     def note_delivered(self, score_ids: list[int], how: str) -> None:
         """Called by the attacher (any thread); written to the db by the worker thread."""
@@ -184,6 +198,7 @@ class ScoringWorker:
                 canary = asyncio.create_task(self._canary())
             last_redelivery = time.monotonic()
             while True:
+                self.heartbeat = time.time()
                 self._flush_delivered(store)
                 if self._stopping:
                     break
@@ -197,6 +212,7 @@ class ScoringWorker:
                         try:
                             leased += [(j, tasks) for j in store.lease_jobs(
                                 self.owner, free, self.lease_seconds, names)]
+                            self.db_ok_at = time.time()
                         except Exception as exc:
                             record_internal_error("worker.lease", exc)
                 now = time.monotonic()

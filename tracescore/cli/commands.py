@@ -439,3 +439,83 @@ def ui(db: Path, port: int, no_open: bool) -> None:
     if code:
         raise SystemExit(code)
 
+
+
+@main.command(short_help="Score the jobs of a shared database: a fleet's scoring process.")
+@_db_option(DEFAULT_DB, "Database whose jobs to score: a postgresql:// URL shared by the fleet "
+            "(or a SQLite file on this host).")
+@click.option("--metric", "metrics", metavar="NAME", multiple=True,
+              help="A metric to score (repeatable); default: the --metrics-module's METRICS, "
+                   "else the default metrics. Must match the app's metrics.")
+@click.option("--metrics-module", metavar="MODULE",
+              help="Dotted path of a module to import first (from the current folder or the "
+                   "environment): it registers custom metrics or lists them in METRICS.")
+@click.option("--judge", metavar="SPEC", default=None,
+              help="LLM judge for judge metrics: 'openai:MODEL', 'llama-cpp:/path.gguf', "
+                   "'local'.")
+@click.option("--embedder", metavar="SPEC", default=None,
+              help="Embedding model for embedding metrics: 'local' or 'openai:MODEL'.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Jobs scored at once by this process.")
+@click.option("--lease-seconds", type=click.FloatRange(min=1.0), default=120.0,
+              show_default=True,
+              help="Lease of a job; a dead worker's jobs return after this long.")
+@click.option("--exporter", type=click.Choice(["otlp", "none"]), default=None,
+              help="Send scores (carrier spans, evaluation log records) and pipeline metrics "
+                   "over OTLP (OTEL_* variables). Default: otlp when "
+                   "OTEL_EXPORTER_OTLP_ENDPOINT is set, else none.")
+@click.option("--stop-timeout", type=click.FloatRange(min=0.0), default=30.0,
+              show_default=True,
+              help="On SIGTERM: seconds for jobs in flight to finish before the rest are given "
+                   "back.")
+@click.option("--health-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve GET /livez and /readyz on this port (0.0.0.0).")
+@click.option("--health-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Touch this file every 2 s while live and ready (for exec probes).")
+@click.option("--judge-calls-per-minute", type=click.FloatRange(min=0.0, min_open=True),
+              default=None,
+              help="Judge calls per minute for the whole fleet (held in the database).")
+@click.option("--judge-price", metavar="IN,OUT", default=None,
+              help="USD per million input,output tokens (counts spend).")
+@click.option("--judge-daily-budget-usd", type=click.FloatRange(min=0.0, min_open=True),
+              default=None, help="Judge spend per UTC day for the whole fleet.")
+@click.option("--no-judge-canary", is_flag=True, help="Skip the judge's start-up canary.")
+def worker(db: Path | str, metrics: tuple[str, ...], metrics_module: str | None,
+           judge: str | None, embedder: str | None, concurrency: int, lease_seconds: float,
+           exporter: str | None, stop_timeout: float, health_port: int | None,
+           health_file: Path | None, judge_calls_per_minute: float | None,
+           judge_price: str | None, judge_daily_budget_usd: float | None,
+           no_judge_canary: bool) -> None:
+    """Run a scoring worker until SIGTERM: lease jobs from the database, score them, store
+    the scores and export them on carrier spans and evaluation log records. Run as many
+    copies as the queue needs (docs/fleet.md); app processes then use init(score=False).
+    """
+    from .worker import load_metrics, run_worker
+
+    price = None
+    if judge_price:
+        try:
+            a, b = (float(x) for x in judge_price.split(","))
+            price = (a, b)
+        except ValueError:
+            raise click.BadParameter("use IN,OUT in USD per million tokens, e.g. 0.15,0.6",
+                                     param_hint="--judge-price") from None
+    if exporter is None:
+        exporter = "otlp" if (os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+                              or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) \
+            else "none"
+    try:
+        chosen = load_metrics(metrics, metrics_module)
+    except ImportError as exc:
+        raise click.UsageError(f"--metrics-module: {exc}") from None
+    try:
+        code = run_worker(
+            db=str(db), metrics=chosen, judge=judge, embedder=embedder,
+            concurrency=concurrency, lease_seconds=lease_seconds,
+            exporter=None if exporter == "none" else exporter, stop_timeout=stop_timeout,
+            health_port=health_port, health_file=health_file,
+            judge_calls_per_minute=judge_calls_per_minute, judge_price=price,
+            judge_daily_budget_usd=judge_daily_budget_usd, judge_canary=not no_judge_canary)
+    except (ValueError, TypeError) as exc:
+        raise click.UsageError(str(exc)) from None
+    raise SystemExit(code)

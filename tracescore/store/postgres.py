@@ -117,6 +117,12 @@ class PostgresStore:
         with conn.transaction():
             yield conn
 
+    def unavailable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` means the server cannot be reached (not a bad statement): the
+        writer then keeps its batch and retries instead of dropping it."""
+        return isinstance(exc, psycopg.OperationalError) and (
+            self._conn is None or self._conn.closed or self._conn.broken)
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
