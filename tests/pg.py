@@ -37,9 +37,30 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Cluster:
+    """A throwaway cluster that a test may stop and start again (same port, same data)."""
+
+    def __init__(self) -> None:
+        self.url, self._destroy, self._ctl = _start()
+
+    def stop_server(self) -> None:
+        self._ctl("stop", "-m", "fast")
+
+    def start_server(self) -> None:
+        self._ctl("start")
+
+    def destroy(self) -> None:
+        self._destroy()
+
+
 def start_cluster() -> tuple[str, Callable[[], None]]:
     """Start a cluster; returns (superuser URL, stop). Raises FileNotFoundError without the
     binaries."""
+    url, stop, _ = _start()
+    return url, stop
+
+
+def _start() -> tuple[str, Callable[[], None], Callable[..., None]]:
     initdb, pg_ctl = find_bin("initdb"), find_bin("pg_ctl")
     if initdb is None or pg_ctl is None:
         raise FileNotFoundError("PostgreSQL binaries (initdb, pg_ctl) not found: "
@@ -58,15 +79,20 @@ def start_cluster() -> tuple[str, Callable[[], None]]:
                     "-E", "UTF8", "--no-sync"], **quiet)  # type: ignore[call-overload]
     opts = (f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
-    subprocess.run([*prefix, pg_ctl, "-D", str(data), "-o", opts, "-l", str(base / "log"),
-                    "-w", "start"], **quiet)  # type: ignore[call-overload]
+
+    def ctl(action: str, *args: str) -> None:
+        extra = ["-o", opts, "-l", str(base / "log")] if action == "start" else []
+        subprocess.run([*prefix, pg_ctl, "-D", str(data), *extra, "-w", action, *args],
+                       **quiet)  # type: ignore[call-overload]
+
+    ctl("start")
 
     def stop() -> None:
         subprocess.run([*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "stop"],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         shutil.rmtree(base, ignore_errors=True)
 
-    return f"postgresql://postgres@127.0.0.1:{port}/postgres", stop
+    return f"postgresql://postgres@127.0.0.1:{port}/postgres", stop, ctl
 
 
 def with_db(url: str, name: str) -> str:

@@ -164,3 +164,62 @@ def test_three_workers_share_one_judge_budget(pg_url: str, tmp_path: Path) -> No
     done = rows(pg_url, "SELECT count(*) AS n FROM scores")[0]["n"]
     # one call per record (a call in flight at SIGTERM may end without its score stored)
     assert done <= len(stamps) <= done + 12
+
+
+@pytest.mark.allow_internal_errors
+def test_postgres_down_for_30_seconds_never_blocks_the_app(pg_server: str) -> None:
+    """The app logs a record every 5 ms while its PostgreSQL is stopped for 30 s: no call
+    waits on the database, what the bounded buffer cannot hold is dropped and counted, and
+    capture, writing and scoring resume by themselves when the server is back."""
+    from pg import Cluster, create_database
+
+    cluster = Cluster()  # its own server: stopping it must not touch the other tests
+    try:
+        url, _drop = create_database(cluster.url)
+        ts = tracescore.init(db=url, metrics=[ScriptedMetric(lambda r: 0.5, name="m")],
+                             max_queue=2000)
+        latencies: list[float] = []
+        stop = threading.Event()
+
+        def app() -> None:
+            i = 0
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                ts.log_record(query=f"q{i}", answer="a")
+                latencies.append(time.perf_counter() - t0)
+                i += 1
+                time.sleep(0.005)
+
+        thread = threading.Thread(target=app)
+        thread.start()
+        try:
+            time.sleep(3)
+            cluster.stop_server()
+            down_at = len(latencies)
+            time.sleep(30)
+            during = latencies[down_at:]
+            cluster.start_server()
+            time.sleep(5)
+        finally:
+            stop.set()
+            thread.join()
+        assert ts.flush(30)  # no lease left to expire: the worker gave back what failed
+        submitted = len(latencies)
+        stored = rows(url, "SELECT count(*) AS n FROM records")[0]["n"]
+        counters = {r["name"]: r["value"] for r in rows(url, "SELECT * FROM counters")}
+        stats = ts.stats()
+        ts.shutdown(timeout=30)
+        # app latency unaffected while the database was down
+        during.sort()
+        assert during[len(during) // 2] < 0.002 and during[int(len(during) * 0.99)] < 0.02
+        assert max(during) < 0.25
+        # losses counted: the buffer (2,000) held part of the outage, the rest was dropped
+        assert ts.queue.dropped > 0 and ts.queue.failed == 0
+        assert stored + ts.queue.dropped == submitted
+        assert counters["records_dropped"] == ts.queue.dropped
+        assert counters["records_seen"] == submitted
+        # recovery without operator action: everything stored was scored, exactly once
+        assert stats["open_jobs"] == 0
+        assert rows(url, "SELECT count(*) AS n FROM scores")[0]["n"] == stored
+    finally:
+        cluster.destroy()

@@ -101,6 +101,9 @@ class ScoringWorker:
         #: (liveness and readiness of a `tracescore worker`)
         self.heartbeat = 0.0
         self.db_ok_at = 0.0
+        #: jobs whose release failed (database unreachable): released once it answers again,
+        #: instead of waiting for their lease to expire
+        self._unreleased: list[Job] = []
 
     # -- control (any thread) ----------------------------------------------------------------
     def start(self) -> None:
@@ -199,6 +202,8 @@ class ScoringWorker:
             last_redelivery = time.monotonic()
             while True:
                 self.heartbeat = time.time()
+                if self._unreleased:
+                    self._retry_releases(store)
                 self._flush_delivered(store)
                 if self._stopping:
                     break
@@ -278,6 +283,15 @@ class ScoringWorker:
             pass
         except Exception as exc:  # a broken judge shows up in the scores; log it once here
             log.warning("tracescore judge canary could not run: %s", exc)
+
+    def _retry_releases(self, store: StoreAPI) -> None:
+        pending, self._unreleased = self._unreleased, []
+        for i, job in enumerate(pending):
+            try:
+                store.release_job(job, self.owner, "released after a database error")
+            except Exception:
+                self._unreleased.extend(pending[i:])  # still down: next turn
+                return
 
     def _flush_delivered(self, store: StoreAPI) -> None:
         with self._delivered_lock:
@@ -374,6 +388,7 @@ class ScoringWorker:
                 store.release_job(job, self.owner, f"{type(exc).__name__}: {exc}"[:500])
             except Exception as exc2:
                 record_internal_error("worker.release", exc2)
+                self._unreleased.append(job)
 
     async def _complete(self, store: StoreAPI, job: Job,
                         scores: list[Score]) -> list[ScoreRef] | None:

@@ -289,43 +289,48 @@ class PostgresStore:
 
     def complete_jobs(self, owner: str, done: Sequence[tuple[Job, Sequence[Score]]],
                       delivery: str | None = None) -> list[list[tuple[int, Score]] | None]:
-        with self.transaction():
-            return [self.complete_job(job, owner, scores, delivery) for job, scores in done]
+        with self.transaction():  # one transaction, no savepoint per job
+            return [self._complete(job, owner, scores, delivery) for job, scores in done]
 
     def complete_job(self, job: Job, owner: str, scores: Sequence[Score],
                      delivery: str | None = None) -> list[tuple[int, Score]] | None:
         """Store a job's scores and mark it done, atomically, only if ``owner`` still holds
         the lease; None (nothing stored) when another worker took it over."""
-        now = time.time()
         with self.transaction():
-            cur = self._x(
-                "UPDATE jobs SET status='done', lease_owner=NULL, lease_until=NULL, "
-                "updated_at=%s, reason=NULL WHERE job_id=%s AND status='leased' "
-                "AND lease_owner=%s", (now, job.job_id, owner))
-            if cur.rowcount != 1:
-                return None
-            trace_id = job.record_id.split("-", 1)[0]
-            ids: dict[str, int] = {}
-            for s in scores:
-                row = self._x(
-                    "INSERT INTO scores(job_id, record_id, trace_id, name, metric, "
-                    "metric_version, value, label, explanation, status, error, duration_ms, "
-                    "details, created_at, delivery) VALUES "
-                    "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
-                    "ON CONFLICT (record_id, name) DO UPDATE SET job_id=excluded.job_id, "
-                    "metric_version=excluded.metric_version, value=excluded.value, "
-                    "label=excluded.label, explanation=excluded.explanation, "
-                    "status=excluded.status, error=excluded.error, "
-                    "duration_ms=excluded.duration_ms, details=excluded.details, "
-                    "created_at=excluded.created_at, delivery=excluded.delivery "
-                    "RETURNING score_id",
-                    (job.job_id, job.record_id, trace_id, s.name, s.metric or job.metric,
-                     s.metric_version, s.value, s.label,
-                     _nul_free(clean_text(s.explanation)) if s.explanation else None, s.status,
-                     _nul_free(clean_text(s.error)) if s.error else None, s.duration_ms,
-                     _nul_free(dumps(_json_safe(dict(s.details)))), now, delivery),
-                ).fetchone()
-                ids[s.name] = int(row[0])
+            return self._complete(job, owner, scores, delivery)
+
+    def _complete(self, job: Job, owner: str, scores: Sequence[Score],
+                  delivery: str | None) -> list[tuple[int, Score]] | None:
+        now = time.time()
+        # (inside the caller's transaction)
+        cur = self._x(
+            "UPDATE jobs SET status='done', lease_owner=NULL, lease_until=NULL, "
+            "updated_at=%s, reason=NULL WHERE job_id=%s AND status='leased' "
+            "AND lease_owner=%s", (now, job.job_id, owner))
+        if cur.rowcount != 1:
+            return None
+        trace_id = job.record_id.split("-", 1)[0]
+        ids: dict[str, int] = {}
+        for s in scores:
+            row = self._x(
+                "INSERT INTO scores(job_id, record_id, trace_id, name, metric, "
+                "metric_version, value, label, explanation, status, error, duration_ms, "
+                "details, created_at, delivery) VALUES "
+                "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
+                "ON CONFLICT (record_id, name) DO UPDATE SET job_id=excluded.job_id, "
+                "metric_version=excluded.metric_version, value=excluded.value, "
+                "label=excluded.label, explanation=excluded.explanation, "
+                "status=excluded.status, error=excluded.error, "
+                "duration_ms=excluded.duration_ms, details=excluded.details, "
+                "created_at=excluded.created_at, delivery=excluded.delivery "
+                "RETURNING score_id",
+                (job.job_id, job.record_id, trace_id, s.name, s.metric or job.metric,
+                 s.metric_version, s.value, s.label,
+                 _nul_free(clean_text(s.explanation)) if s.explanation else None, s.status,
+                 _nul_free(clean_text(s.error)) if s.error else None, s.duration_ms,
+                 _nul_free(dumps(_json_safe(dict(s.details)))), now, delivery),
+            ).fetchone()
+            ids[s.name] = int(row[0])
         return [(ids[s.name], s) for s in scores]
 
     def renew_leases(self, owner: str, job_ids: Sequence[int], lease_s: float) -> None:
