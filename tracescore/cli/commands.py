@@ -519,3 +519,36 @@ def worker(db: Path | str, metrics: tuple[str, ...], metrics_module: str | None,
     except (ValueError, TypeError) as exc:
         raise click.UsageError(str(exc)) from None
     raise SystemExit(code)
+
+
+@main.command("copy-to-postgres",
+              short_help="Copy a SQLite database's history into PostgreSQL (moving up).")
+@_db_option(DEFAULT_DB, "The SQLite file to copy (read only).", envvar=None)
+@click.option("--to", "to", metavar="URL", required=True, envvar="TRACESCORE_DB",
+              help="The PostgreSQL database (postgresql://...; created tables if needed).")
+@click.option("--force", is_flag=True,
+              help="Copy a file that was already copied into this database again.")
+def copy_to_postgres(db: Path | str, to: str, force: bool) -> None:
+    """Copy records, jobs, scores, feedback, counters, declared metrics and the judge and
+    embedding caches from a SQLite file into PostgreSQL, in one transaction, so a team that
+    starts on one host keeps its history when it moves to a fleet. Open jobs arrive pending
+    (the fleet's workers score them). Rows already in the target are kept.
+    """
+    from ..store.copy import AlreadyCopied, copy_sqlite_to_postgres
+
+    if not isinstance(db, Path):
+        raise click.BadParameter("--db is the SQLite file to copy from", param_hint="--db")
+    if not db.exists():
+        raise DatabaseProblem(f"database not found: {db}")
+    if not to.startswith(("postgresql://", "postgres://")):
+        raise click.BadParameter("a postgresql:// URL", param_hint="--to")
+    try:
+        counts = copy_sqlite_to_postgres(db, to, force=force)
+    except AlreadyCopied as exc:
+        raise DatabaseProblem(str(exc)) from None
+    except (ImportError, RuntimeError) as exc:
+        raise DatabaseProblem(str(exc)) from None
+    except Exception as exc:  # psycopg.Error, sqlite3.Error: name the cause, no traceback
+        raise DatabaseProblem(f"copy failed, nothing was written: {exc}") from None
+    summary = ", ".join(f"{n:,} {t}" for t, n in counts.items() if n)
+    click.echo(f"Copied {db} into {_name(to)}: {summary or 'nothing to copy'}")
