@@ -31,10 +31,10 @@ import pytest
 from helpers import cli_script, rows, run_cli
 from test_html_report import Run, build_db, standard_runs
 
+from tracescore import store as tracescore_store
 from tracescore.reports.rows import COLUMNS, iter_rows, write_csv
 from tracescore.reports.summary import open_db
 from tracescore.reports.ui import canned_queries, metadata, query_params
-from tracescore import store as tracescore_store
 from tracescore.store import Store
 
 UNICODE_ANSWER = "Café ✓ — 500 Wh, \"quoted\"\r\nand a second line"

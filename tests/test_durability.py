@@ -16,6 +16,7 @@ from helpers import is_pg, records, rows
 
 from tracescore.testing import ScriptedMetric, production_errors
 
+
 @pytest.fixture
 def db_path(db: str) -> str:
     """This module's database: a SQLite path, then a PostgreSQL URL (conftest ``db``)."""

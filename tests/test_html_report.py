@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sqlite3
 import statistics
 import time
 from collections import Counter, defaultdict

@@ -52,27 +52,22 @@ def _open(db: Path | str) -> Any:
         raise DatabaseProblem(f"{exc}{hint}") from None
 
 
-class DbParam(click.ParamType):
-    """A SQLite file (a :class:`Path`) or a ``postgresql://`` URL (kept as a str)."""
-
-    name = "PATH|URL"
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Path | str:
-        if isinstance(value, Path):
-            return value
-        text = str(value)
-        if text.startswith(("postgresql://", "postgres://")):
-            return text
-        if Path(text).is_dir():
-            self.fail(f"{text} is a directory, not a database file", param, ctx)
-        return Path(text)
+def _db_value(ctx: click.Context, param: click.Parameter, value: Any) -> Path | str:
+    """``--db``: a SQLite file (a :class:`Path`) or a ``postgresql://`` URL (kept as a str:
+    a Path would fold its ``//``)."""
+    text = str(value)
+    if text.startswith(("postgresql://", "postgres://")):
+        return text
+    if Path(text).is_dir():
+        raise click.BadParameter(f"{text} is a directory, not a database file", ctx=ctx,
+                                 param=param)
+    return Path(text)
 
 
 def _db_option(default: str, help_text: str,
                envvar: str | None = "TRACESCORE_DB") -> Callable[[F], F]:
     return click.option(
-        "--db", "db", type=DbParam(), default=default,
+        "--db", "db", metavar="PATH|URL", callback=_db_value, default=default,
         envvar=envvar, show_default=True, show_envvar=envvar is not None, help=help_text,
     )
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, ContextManager, Protocol
+from typing import Any, Protocol
 
 from ..record import RagRecord
 from ..sampling import Decision
@@ -54,7 +55,7 @@ class StoreAPI(Protocol):
     #: whether several hosts may share the database (redelivery must not race other workers)
     shared: bool
 
-    def transaction(self) -> ContextManager[Any]: ...
+    def transaction(self) -> AbstractContextManager[Any]: ...
     def close(self) -> None: ...
     def register_metrics(self, metrics: Sequence[Any]) -> None: ...
     def add_feedback(self, trace_id: str, name: str, value: float | None, label: str | None,

@@ -113,11 +113,11 @@ class PgConnection:
         self.conn.row_factory = _row_factory
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
-        return PgCursor(self.conn.execute(translate(sql), tuple(params)))  # type: ignore[arg-type]
+        return PgCursor(self.conn.execute(translate(sql), tuple(params)))
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> PgCursor:
         cur = self.conn.cursor()
-        cur.executemany(translate(sql), rows)  # type: ignore[arg-type]
+        cur.executemany(translate(sql), rows)
         return PgCursor(cur)
 
     def table_names(self) -> set[str]:

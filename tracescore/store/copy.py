@@ -63,7 +63,7 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
             rows: Sequence[Sequence[Any]]) -> None:
         marks = ",".join(["%s"] * len(cols))
         with dst.conn.cursor() as cur:
-            cur.executemany(  # type: ignore[call-overload]
+            cur.executemany(
                 f"INSERT INTO {table}({','.join(cols)}) VALUES ({marks}) {sql_tail}",
                 [tuple(_nul_free(v) for v in r) for r in rows])
         counts[table] = counts.get(table, 0) + len(rows)
@@ -104,7 +104,7 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
                 # the job id in the target, by the job's natural key
                 marks = ",".join(["%s"] * len(scols))
                 with dst.conn.cursor() as cur:
-                    cur.executemany(  # type: ignore[call-overload]
+                    cur.executemany(
                         f"INSERT INTO scores({','.join(scols)}, job_id) VALUES ({marks}, "
                         "(SELECT job_id FROM jobs WHERE record_id=%s AND metric=%s AND "
                         "metric_version=%s)) ON CONFLICT (record_id, name) DO NOTHING",

@@ -103,13 +103,19 @@ class PostgresStore:
         return c
 
     def _x(self, sql: str, args: Sequence[Any] | Mapping[str, Any] = ()) -> psycopg.Cursor[Any]:
-        return self.conn.execute(sql, args)  # type: ignore[arg-type]
+        return self.conn.execute(sql, args)
+
+    def _row(self, sql: str, args: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
+        """The one row an aggregate or RETURNING statement gives."""
+        row = self._x(sql, args).fetchone()
+        assert row is not None, sql
+        return row
 
     def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         rows = list(rows)
         if rows:
             with self.conn.cursor() as cur:
-                cur.executemany(sql, rows)  # type: ignore[arg-type]
+                cur.executemany(sql, rows)
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:
@@ -188,8 +194,8 @@ class PostgresStore:
 
     def judge_cost_today(self) -> float:
         day = time.time() - time.time() % 86400
-        row = self._x("SELECT coalesce(sum(cost_usd), 0) FROM judge_calls WHERE created_at >= %s",
-                      (day,)).fetchone()
+        row = self._row("SELECT coalesce(sum(cost_usd), 0) FROM judge_calls "
+                        "WHERE created_at >= %s", (day,))
         return float(row[0])
 
     def set_judge_health(self, model: str, agreement: float, cases: int, degenerate: bool,
@@ -312,7 +318,7 @@ class PostgresStore:
         trace_id = job.record_id.split("-", 1)[0]
         ids: dict[str, int] = {}
         for s in scores:
-            row = self._x(
+            row = self._row(
                 "INSERT INTO scores(job_id, record_id, trace_id, name, metric, "
                 "metric_version, value, label, explanation, status, error, duration_ms, "
                 "details, created_at, delivery) VALUES "
@@ -329,7 +335,7 @@ class PostgresStore:
                  _nul_free(clean_text(s.explanation)) if s.explanation else None, s.status,
                  _nul_free(clean_text(s.error)) if s.error else None, s.duration_ms,
                  _nul_free(dumps(_json_safe(dict(s.details)))), now, delivery),
-            ).fetchone()
+            )
             ids[s.name] = int(row[0])
         return [(ids[s.name], s) for s in scores]
 
@@ -361,12 +367,12 @@ class PostgresStore:
     def open_job_count(self, metrics: Sequence[str] | None = None) -> int:
         sql = "SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')"
         if metrics is None:
-            return int(self._x(sql).fetchone()[0])
-        return int(self._x(sql + " AND metric = ANY(%s)", (list(metrics),)).fetchone()[0])
+            return int(self._row(sql)[0])
+        return int(self._row(sql + " AND metric = ANY(%s)", (list(metrics),))[0])
 
     def open_jobs_for(self, record_id: str) -> int:
-        return int(self._x("SELECT count(*) FROM jobs WHERE record_id=%s "
-                           "AND status IN ('pending','leased')", (record_id,)).fetchone()[0])
+        return int(self._row("SELECT count(*) FROM jobs WHERE record_id=%s "
+                             "AND status IN ('pending','leased')", (record_id,))[0])
 
     def load_records(self, record_ids: Iterable[str]) -> dict[str, RagRecord]:
         ids = list(dict.fromkeys(record_ids))
