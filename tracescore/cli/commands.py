@@ -1,5 +1,5 @@
 """The ``tracescore`` command line: ``demo``, ``report``, ``calibrate``, ``show``, ``export``,
-``ui``, ``judge-check``.
+``ui``, ``judge-check``, ``worker``, ``copy-to-postgres``.
 
 Exit codes: 0 ok; 1 nothing found (``show``); 2 bad usage, a database that is missing or
 not a tracescore database, an output file that cannot be written, or a missing optional
