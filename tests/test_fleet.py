@@ -223,3 +223,64 @@ def test_postgres_down_for_30_seconds_never_blocks_the_app(pg_server: str) -> No
         assert rows(url, "SELECT count(*) AS n FROM scores")[0]["n"] == stored
     finally:
         cluster.destroy()
+
+
+def test_worker_exports_scores_on_carriers_logs_and_metrics_with_health(
+        pg_url: str, tmp_path: Path) -> None:
+    """A remote worker's scores reach the OTLP backend on a carrier span linked to the app's
+    span and as evaluation log records; its pipeline metrics (open jobs) go out too; /livez
+    and /readyz answer; SIGTERM exits 0 with the deliveries written down."""
+    import socket
+    import urllib.error
+    import urllib.request
+
+    from tracescore import attributes as A
+    from tracescore.testing import OtlpReceiver
+
+    ts = tracescore.init(db=pg_url, metrics=["token_f1"], score=False)
+    recs = [ts.log_record(query=f"q{i}", answer="the answer", ground_truths=["the answer"])
+            for i in range(3)]
+    assert ts.queue.flush(20)
+    ts.shutdown()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with OtlpReceiver() as rx:
+        env = _env(tmp_path, **rx.env(), OTEL_METRIC_EXPORT_INTERVAL="500",
+                   OTEL_SERVICE_NAME="scorer")
+        w = _worker(pg_url, tmp_path, "--metric", "token_f1", "--health-port", str(port),
+                    env=env)
+        try:
+            def probe(path: str) -> int:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}",
+                                                timeout=2) as r:
+                        return int(r.status)
+                except urllib.error.HTTPError as exc:
+                    return int(exc.code)
+                except OSError:
+                    return 0
+            assert rx.wait_for(lambda: probe("/readyz") == 200, timeout=30)
+            assert probe("/livez") == 200 and probe("/nope") == 404
+
+            def carriers_in() -> list[Any]:
+                return [sp for sp in rx.spans()
+                        if A.score_attribute("token_f1") in sp.attributes]
+            assert rx.wait_for(lambda: len(carriers_in()) >= 3, timeout=30)
+            carriers = carriers_in()
+            assert len(carriers) == 3  # once each
+            assert {(c.trace_id, c.attributes[A.SCORED_SPAN_ID]) for c in carriers} == {
+                (r.trace_id, r.span_id) for r in recs}
+            assert all(c.links == [(c.trace_id, c.attributes[A.SCORED_SPAN_ID])]
+                       for c in carriers)
+            logs = rx.wait_for(lambda: [lr for lr in rx.log_records()
+                                        if lr.event_name == A.GEN_AI_EVALUATION_RESULT] or None,
+                               timeout=30)
+            assert {lr.trace_id for lr in logs} == {r.trace_id for r in recs}
+            # its own pipeline metrics: the queue depth a worker Deployment scales on
+            assert rx.wait_for(lambda: rx.metric_points(A.METRIC_JOBS_OPEN), timeout=30)
+            assert carriers[0].resource.get("service.name") == "scorer"
+        finally:
+            w.send_signal(signal.SIGTERM)
+            assert w.wait(30) == 0, w.stderr.read() if w.stderr else ""
+    assert {r["delivery"] for r in rows(pg_url, "SELECT delivery FROM scores")} == {"carrier"}
