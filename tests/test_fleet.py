@@ -284,3 +284,38 @@ def test_worker_exports_scores_on_carriers_logs_and_metrics_with_health(
             w.send_signal(signal.SIGTERM)
             assert w.wait(30) == 0, w.stderr.read() if w.stderr else ""
     assert {r["delivery"] for r in rows(pg_url, "SELECT delivery FROM scores")} == {"carrier"}
+
+
+def test_capture_only_needs_no_judge_and_starts_no_scoring(pg_url: str) -> None:
+    ts = tracescore.init(db=pg_url, metrics=["faithfulness", "token_f1"], score=False,
+                         judge="openai:never-called")
+    try:
+        assert ts.judge_session is None and ts.worker._thread is None
+        rec = ts.log_record(query="q", contexts=["c"], answer="a", ground_truths=["a"])
+        assert ts.flush(10)  # capture only: flush waits for the write, not for scores
+        jobs = rows(pg_url, "SELECT metric, status FROM jobs WHERE record_id=? ORDER BY metric",
+                    rec.record_id)
+        assert jobs == [{"metric": "faithfulness", "status": "pending"},
+                        {"metric": "token_f1", "status": "pending"}]
+    finally:
+        ts.shutdown()
+
+
+def test_judge_and_embedding_caches_are_shared_by_the_fleet(pg_url: str) -> None:
+    from tracescore.store.postgres import PostgresEmbeddingCache
+
+    a, b = tracescore.store.open_store(pg_url), tracescore.store.open_store(pg_url)
+    try:
+        a.judge_cache_put("k", "extract", "model", "1", {"texts": {"a": 1}}, 3, 4)
+        assert b.judge_cache_get("k") == {"texts": {"a": 1}}
+    finally:
+        a.close()
+        b.close()
+    one, other = PostgresEmbeddingCache(pg_url), PostgresEmbeddingCache(pg_url)
+    try:
+        one.put_many("m", [("h1", [0.5, 0.25])])
+        assert other.get_many("m", ["h1", "h2"]) == {"h1": [0.5, 0.25]}
+        assert other.count("m") == 1 and other.count() == 1
+    finally:
+        one.close()
+        other.close()
