@@ -99,7 +99,7 @@ def _open_pg(url: str) -> sqlite3.Connection:
     from ..store.migrations import POSTGRES_MIGRATIONS
 
     try:
-        conn = PgConnection(url)
+        conn = PgConnection(url, read_only=True)  # a report never writes, as on SQLite
         tables = conn.table_names()
     except ImportError as exc:
         raise DatabaseError(str(exc)) from None

@@ -105,11 +105,11 @@ class PgConnection:
 
     dialect = "postgres"
 
-    def __init__(self, url: str, *, timeout_s: float = 10.0) -> None:
+    def __init__(self, url: str, *, timeout_s: float = 10.0, read_only: bool = False) -> None:
         from .postgres import connect
 
         self.url = url
-        self.conn = connect(url, timeout_s=timeout_s)
+        self.conn = connect(url, timeout_s=timeout_s, read_only=read_only)
         self.conn.row_factory = _row_factory
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:

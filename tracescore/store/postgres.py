@@ -49,10 +49,13 @@ __all__ = ["PostgresEmbeddingCache", "PostgresStore", "connect", "open_jobs"]
 NOW = "extract(epoch FROM clock_timestamp())::float8"
 
 
-def connect(url: str, *, timeout_s: float = 5.0) -> psycopg.Connection[Any]:
-    """An autocommit connection; ``timeout_s`` bounds the connect (the server may be down)."""
+def connect(url: str, *, timeout_s: float = 5.0,
+            read_only: bool = False) -> psycopg.Connection[Any]:
+    """An autocommit connection; ``timeout_s`` bounds the connect (the server may be down);
+    ``read_only``: every statement runs in a read-only transaction (reports)."""
+    extra = {"options": "-c default_transaction_read_only=on"} if read_only else {}
     return psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout_s)),
-                           application_name="tracescore")
+                           application_name="tracescore", **extra)
 
 
 def open_jobs(url: str, metrics: Sequence[str] | None) -> tuple[int, float]:
@@ -102,8 +105,21 @@ class PostgresStore:
             c = self._conn = connect(self.url, timeout_s=self.timeout_s)
         return c
 
+    def _drop_connection(self) -> None:
+        # After an OperationalError the connection may be half-dead (e.g. a server shutdown
+        # caught mid-pipeline, not yet flagged broken): the next call opens a fresh one.
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+
     def _x(self, sql: str, args: Sequence[Any] | Mapping[str, Any] = ()) -> psycopg.Cursor[Any]:
-        return self.conn.execute(sql, args)
+        try:
+            return self.conn.execute(sql, args)
+        except psycopg.OperationalError:
+            self._drop_connection()
+            raise
 
     def _row(self, sql: str, args: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
         """The one row an aggregate or RETURNING statement gives."""
@@ -114,8 +130,12 @@ class PostgresStore:
     def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         rows = list(rows)
         if rows:
-            with self.conn.cursor() as cur:
-                cur.executemany(sql, rows)
+            try:
+                with self.conn.cursor() as cur:
+                    cur.executemany(sql, rows)
+            except psycopg.OperationalError:
+                self._drop_connection()
+                raise
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:
@@ -124,10 +144,11 @@ class PostgresStore:
             yield conn
 
     def unavailable(self, exc: BaseException) -> bool:
-        """Whether ``exc`` means the server cannot be reached (not a bad statement): the
-        writer then keeps its batch and retries instead of dropping it."""
-        return isinstance(exc, psycopg.OperationalError) and (
-            self._conn is None or self._conn.closed or self._conn.broken)
+        """Whether ``exc`` means the server cannot be reached or cannot take the write right
+        now (connection lost, shutting down, disk full, lock timeout: psycopg's
+        ``OperationalError``), not a bad statement: the writer then keeps its batch and
+        retries instead of dropping it."""
+        return isinstance(exc, psycopg.OperationalError)
 
     def close(self) -> None:
         if self._conn is not None:
