@@ -53,9 +53,12 @@ def connect(url: str, *, timeout_s: float = 5.0,
             read_only: bool = False) -> psycopg.Connection[Any]:
     """An autocommit connection; ``timeout_s`` bounds the connect (the server may be down);
     ``read_only``: every statement runs in a read-only transaction (reports)."""
-    extra = {"options": "-c default_transaction_read_only=on"} if read_only else {}
+    if read_only:
+        return psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout_s)),
+                               application_name="tracescore",
+                               options="-c default_transaction_read_only=on")
     return psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout_s)),
-                           application_name="tracescore", **extra)
+                           application_name="tracescore")
 
 
 def open_jobs(url: str, metrics: Sequence[str] | None) -> tuple[int, float]:
