@@ -48,3 +48,46 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "allow_internal_errors: the test provokes tracescore internal errors"
     )
+
+
+# -- PostgreSQL ------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """A superuser URL of a PostgreSQL server for the whole run (see tests/pg.py)."""
+    import os
+
+    from pg import ENV_URL, start_cluster
+
+    url = os.environ.get(ENV_URL)
+    if url:
+        yield url
+        return
+    try:
+        url, stop = start_cluster()
+    except FileNotFoundError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL tests cannot run in CI: {exc}")
+        pytest.skip(str(exc))
+    try:
+        yield url
+    finally:
+        stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test."""
+    from pg import create_database
+
+    url, drop = create_database(pg_server)
+    yield url
+    drop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The database of a test that runs on both backends: a SQLite path or a
+    ``postgresql://`` URL (a fresh database)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "ts.db")
+    return str(request.getfixturevalue("pg_url"))

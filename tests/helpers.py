@@ -4,17 +4,24 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
 
 
+def is_pg(db: Path | str) -> bool:
+    return str(db).startswith(("postgresql://", "postgres://"))
+
+
 def rows(db: Path | str, sql: str, *args: Any) -> list[dict[str, Any]]:
-    conn = sqlite3.connect(str(db))
-    conn.row_factory = sqlite3.Row
+    """Rows of ``sql`` (``?`` placeholders) on a SQLite file or a PostgreSQL URL."""
+    from tracescore.store.compat import connect_reader
+
+    conn = connect_reader(str(db))
     try:
-        return [dict(r) for r in conn.execute(sql, args).fetchall()]
+        out = [dict(r) for r in conn.execute(sql, args).fetchall()]
+        conn.commit()  # an UPDATE … RETURNING in a test
+        return out
     finally:
         conn.close()
 
@@ -52,7 +59,8 @@ def assert_no_content_kept(db: Path, exporter: Any, query: str, answer: str) -> 
 
 
 def records(db: Path | str) -> list[dict[str, Any]]:
-    out = rows(db, "SELECT * FROM records ORDER BY created_at, rowid")
+    out = rows(db, "SELECT * FROM records ORDER BY created_at, "
+               + ("record_id" if is_pg(db) else "rowid"))
     for r in out:
         r["contexts"] = json.loads(r["contexts"])
         r["ground_truths"] = json.loads(r["ground_truths"])

@@ -151,6 +151,12 @@ def judge(step: str, data: Any, request: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture
+def db_path(db: str) -> str:
+    """The feedback database: SQLite, then PostgreSQL (conftest ``db``)."""
+    return db
+
+
+@pytest.fixture
 def feedback_db(make_ts: Any, db_path: Path) -> Path:
     with ScriptedJudgeServer(judge) as srv:
         ts, _ = make_ts(metrics=["saga_correctness", "context_relevance", "hallucination"],

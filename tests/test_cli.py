@@ -168,11 +168,11 @@ class _AnswerLength(Metric):
         return self.result(len(record.answer or ""))
 
 
-def test_report_counts_errors_skips_and_honours_direction(tmp_path: Path) -> None:
+def test_report_counts_errors_skips_and_honours_direction(db: str) -> None:
+    """On SQLite and PostgreSQL (``db``): report, report --json and show."""
     import tracescore
 
     # Not registered in this process: the report learns its direction from the database.
-    db = tmp_path / "mixed.db"
     ts = tracescore.init(db=db, metrics=["token_f1", _AnswerLength()])
     answers = ["a", "a much longer answer here", "medium answer"]
     for i, answer in enumerate(answers):
@@ -448,7 +448,8 @@ def test_binary_metrics_are_rates_from_their_declaration(tmp_path: Path) -> None
         ts.log_record(query=f"q{i}", answer=answer, ground_truths=["30 days"])
     assert ts.flush(timeout=20)
     ts.shutdown()
-    declared = {r["metric"]: r["binary"] for r in rows(db, "SELECT metric, binary FROM metrics")}
+    declared = {r["metric"]: r["is_binary"]
+                for r in rows(db, "SELECT metric, is_binary FROM metrics")}
     assert declared == {"exact_match": 1, "token_f1": 0, "test_cli_refused": 1,
                         "test_cli_has_digit": 0}
 
@@ -469,7 +470,7 @@ def test_binary_metrics_are_rates_from_their_declaration(tmp_path: Path) -> None
     # this process does not know.
     conn = sqlite3.connect(db)
     with conn:
-        conn.execute("UPDATE metrics SET binary = NULL")
+        conn.execute("UPDATE metrics SET is_binary = NULL")
     conn.close()
     rep = _json("report", "--db", db)["metrics"]
     assert rep["test_cli_has_digit"]["binary"] is True  # all 0/1, not in the registry

@@ -31,6 +31,7 @@ import pytest
 from helpers import cli_script, rows, run_cli
 from test_html_report import Run, build_db, standard_runs
 
+from tracescore import store as tracescore_store
 from tracescore.reports.rows import COLUMNS, iter_rows, write_csv
 from tracescore.reports.summary import open_db
 from tracescore.reports.ui import canned_queries, metadata, query_params
@@ -51,11 +52,17 @@ def _runs() -> list[Run]:
     return runs
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    path = tmp_path / "export.db"
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """On SQLite and PostgreSQL; Datasette's (``ui``) tests take only the SQLite one."""
+    path: Path | str = tmp_path / "export.db"
+    if request.param == "postgres":
+        path = request.getfixturevalue("pg_url")
     build_db(path, _runs())
     return path
+
+
+SQLITE_ONLY = pytest.mark.parametrize("db", ["sqlite"], indirect=True)
 
 
 def _iso_ts(text: str) -> float:
@@ -287,6 +294,7 @@ def _canned(db: Path, name: str, **params: str) -> list[dict[str, Any]]:
         conn.close()
 
 
+@SQLITE_ONLY
 def test_worst_scores_today(db: Path) -> None:
     day_ago = time.time() - 24 * 3600
     ok = rows(db, "SELECT s.record_id, s.value, s.created_at, r.query FROM scores s JOIN"
@@ -307,6 +315,7 @@ def test_worst_scores_today(db: Path) -> None:
     assert lengths == sorted(lengths, reverse=True) and len(set(lengths)) > 1
 
 
+@SQLITE_ONLY
 def test_failure_rate_by_hour(db: Path) -> None:
     expected: dict[tuple[str, str], dict[str, Any]] = {}
     for s in rows(db, "SELECT * FROM scores"):
@@ -332,6 +341,7 @@ def test_failure_rate_by_hour(db: Path) -> None:
     assert {g["name"] for g in only} == {"token_f1"}
 
 
+@SQLITE_ONLY
 def test_records_without_scores_and_errors_by_reason(db: Path) -> None:
     got = {g["query"]: g for g in _canned(db, "records_without_scores")}
     assert set(got) == {"question 7?", "only errors", "only skipped"}
@@ -351,6 +361,7 @@ def test_records_without_scores_and_errors_by_reason(db: Path) -> None:
     assert sum(d["ok_scores"] for d in daily) == ok
 
 
+@SQLITE_ONLY
 def test_metadata_and_databases_without_a_metrics_table(db: Path, tmp_path: Path) -> None:
     meta = metadata(Path("/data/my-app.db"))
     queries = meta["databases"]["my-app"]["queries"]
@@ -394,6 +405,7 @@ def _digest(path: Path) -> str:
 
 
 @pytest.mark.integration
+@SQLITE_ONLY
 def test_ui_serves_canned_queries_read_only(db: Path) -> None:
     pytest.importorskip("datasette")
     before = _digest(db)
@@ -429,6 +441,7 @@ def test_ui_serves_canned_queries_read_only(db: Path) -> None:
 
 
 @pytest.mark.integration
+@SQLITE_ONLY
 def test_ui_opens_the_browser_unless_told_not_to(db: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("datasette")
@@ -449,6 +462,7 @@ def test_ui_opens_the_browser_unless_told_not_to(db: Path,
     assert _refused(url.rsplit("/", 1)[0] + "/-/versions.json")
 
 
+@SQLITE_ONLY
 def test_ui_without_datasette_says_how_to_install(db: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "datasette", None)  # import datasette -> ImportError
@@ -511,3 +525,10 @@ def test_worst_scores_today_defaults_to_a_metric_the_database_has(
     assert seen["metric"] == metric
     [database] = seen["meta"]["databases"].values()
     assert f"'{metric}'" in database["queries"]["worst_scores_today"]["sql"]
+
+
+def test_ui_on_a_postgres_url_says_it_serves_sqlite_only(pg_url: str) -> None:
+    tracescore_store.open_store(pg_url).close()
+    result = run_cli("ui", "--db", pg_url, "--no-open")
+    assert result.exit_code == 2
+    assert "serves a SQLite file only" in result.output and "report --html" in result.output

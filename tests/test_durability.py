@@ -12,9 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import records, rows
+from helpers import is_pg, records, rows
 
 from tracescore.testing import ScriptedMetric, production_errors
+
+
+@pytest.fixture
+def db_path(db: str) -> str:
+    """This module's database: a SQLite path, then a PostgreSQL URL (conftest ``db``)."""
+    return db
+
 
 WORKER_SCRIPT = textwrap.dedent("""
     import sys, time
@@ -43,8 +50,9 @@ WORKER_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_sigkill_mid_scoring_then_restart_scores_every_job_exactly_once(tmp_path: Path):
-    db, log, script = tmp_path / "crash.db", tmp_path / "calls.log", tmp_path / "w.py"
+def test_sigkill_mid_scoring_then_restart_scores_every_job_exactly_once(tmp_path: Path,
+                                                                       db: str):
+    log, script = tmp_path / "calls.log", tmp_path / "w.py"
     script.write_text(WORKER_SCRIPT)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, str(script), str(db), "produce", str(log)],
@@ -91,14 +99,14 @@ def test_sigkill_mid_scoring_then_restart_scores_every_job_exactly_once(tmp_path
     ("record", "tracescore.integrations.langchain.TracescoreCallbackHandler", "_emit_record"),
     ("sample", "tracescore.sampling.Sampler", "decide"),
     ("queue", "tracescore.queue.RecordQueue", "put"),
-    ("store", "tracescore.store.Store", "write_batch"),
+    ("store", "STORE", "write_batch"),
     ("score", "tracescore.worker.ScoringWorker", "score"),
-    ("store scores", "tracescore.store.Store", "complete_job"),
+    ("store scores", "STORE", "complete_job"),
     ("attach", "tracescore.processor.ScoreAttachingProcessor", "job_done"),
     ("export", "tracescore.processor.ScoreAttachingProcessor", "_release"),
 ])
 def test_an_exception_in_any_stage_never_reaches_the_app(
-    make_ts: Any, db_path: Path, monkeypatch: pytest.MonkeyPatch, stage: str, target: str,
+    make_ts: Any, db_path: str, monkeypatch: pytest.MonkeyPatch, stage: str, target: str,
     attr: str,
 ) -> None:
     import importlib
@@ -108,6 +116,9 @@ def test_an_exception_in_any_stage_never_reaches_the_app(
     ts, exporter = make_ts(metrics=[ScriptedMetric(lambda r: 0.5, name="m")], hold_seconds=0.2)
     chain = build_chain()
     expected = chain.invoke("How heavy is the Trail?")
+    if target == "STORE":  # the backend's store class
+        target = ("tracescore.store.postgres.PostgresStore" if is_pg(db_path)
+                  else "tracescore.store.sqlite.Store")
     mod_name, cls_name = target.rsplit(".", 1)
     cls = getattr(importlib.import_module(mod_name), cls_name)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sqlite3
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -30,7 +29,8 @@ from tracescore.record import Context, TokenUsage
 from tracescore.reports.summary import histogram, open_db, pick_bucket
 from tracescore.sampling import Decision
 from tracescore.score import label_for
-from tracescore.store import SKIPPED, NewJob, Store
+from tracescore.store import SKIPPED, NewJob, Store, open_store
+from tracescore.store.compat import connect_reader
 
 HOUR = 3600.0
 NASTY_QUERY = 'Which "bike", <script>alert("x")</script> & co\nsecond line?'
@@ -94,7 +94,7 @@ def build_db(path: Path, runs: list[Run], *, now: float | None = None,
              judge_calls: list[dict[str, Any]] = ()) -> dict[str, str]:
     """Write ``runs`` through the Store; returns query -> record_id."""
     now = time.time() if now is None else now
-    store = Store(path)
+    store = open_store(path)
     by_metric = {m.name: m for m in METRICS}
     try:
         store.register_metrics(METRICS)
@@ -133,7 +133,7 @@ def build_db(path: Path, runs: list[Run], *, now: float | None = None,
             store.judge_call_log(**call)
     finally:
         store.close()
-    conn = sqlite3.connect(path)
+    conn = connect_reader(str(path))
     with conn:  # scores computed 2 s after their record, judge calls at the record's time
         conn.execute("UPDATE scores SET created_at = (SELECT r.created_at + 2 FROM records r"
                      " WHERE r.record_id = scores.record_id)")
@@ -225,8 +225,13 @@ class Page(HTMLParser):
             card["text"].append(data)
 
 
-def _page(db: Path, *args: Any) -> tuple[str, Page]:
-    out = db.with_suffix(".html")
+def _page(db: Path | str, *args: Any) -> tuple[str, Page]:
+    if isinstance(db, str):  # a PostgreSQL URL: the page goes to a temporary folder
+        import tempfile
+
+        out = Path(tempfile.mkdtemp()) / "report.html"
+    else:
+        out = db.with_suffix(".html")
     result = CliRunner().invoke(main, ["report", "--db", str(db), "--html", str(out),
                                        *map(str, args)])
     assert result.exit_code == 0, result.output
@@ -242,9 +247,12 @@ def _report_json(db: Path, *args: Any) -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    path = tmp_path / "scores.db"
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """The standard runs, on SQLite and on PostgreSQL (the same tests read both)."""
+    path: Path | str = tmp_path / "scores.db"
+    if request.param == "postgres":
+        path = request.getfixturevalue("pg_url")
     build_db(path, standard_runs())
     return path
 

@@ -1,4 +1,5 @@
-"""Queue → store → score → attach, on a real TracerProvider and a real SQLite file."""
+"""Queue → store → score → attach, on a real TracerProvider and a real database: every test
+that takes ``db_path`` runs on SQLite and on PostgreSQL (the ``db`` fixture)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from helpers import jobs, records, rows, scores
+from helpers import is_pg, jobs, records, rows, scores
 
 import tracescore
 from tracescore import attributes as A
@@ -22,6 +23,12 @@ from tracescore.score import Score
 from tracescore.testing import ScriptedMetric, carriers, rag_roots
 
 Q = "What battery capacity does the Cargo have?"
+
+
+@pytest.fixture
+def db_path(db: str) -> str:
+    """This module's database: a SQLite path, then a PostgreSQL URL (conftest ``db``)."""
+    return db
 
 
 def score_names_on_spans(exporter: Any) -> Counter[str]:
@@ -158,8 +165,14 @@ def test_sampling_decision_is_stored(make_ts, db_path):
 
 def test_queue_overflow_drops_and_counts_never_blocks(make_ts, db_path):
     ts, _ = make_ts(metrics=[ScriptedMetric(name="m")], max_queue=20)
-    blocker = sqlite3.connect(db_path, timeout=30)
-    blocker.execute("BEGIN IMMEDIATE")  # the writer now waits on the db lock
+    if is_pg(db_path):
+        import psycopg
+
+        blocker: Any = psycopg.connect(db_path)
+        blocker.execute("LOCK TABLE records IN ACCESS EXCLUSIVE MODE")  # the writer waits
+    else:
+        blocker = sqlite3.connect(db_path, timeout=30)
+        blocker.execute("BEGIN IMMEDIATE")  # the writer now waits on the db lock
     try:
         worst = 0.0
         for i in range(500):
@@ -283,7 +296,9 @@ def test_feedback_is_stored_and_negative_feedback_forces_scoring(make_ts, db_pat
 
 
 def test_scores_whose_export_failed_go_out_at_the_next_start(db_path):
-    """tracescore's own exporter fails every batch: the score is stored but not delivered (the
+    """The score is dated back past ``redeliver_after_s``: on PostgreSQL a starting process
+    redelivers only scores that old (other workers of the fleet may still be exporting theirs).
+tracescore's own exporter fails every batch: the score is stored but not delivered (the
     exporter's result, not the hand-off, decides). The next process on the same database
     sends it on a carrier span linked to the scored span, and marks it delivered."""
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -304,6 +319,7 @@ def test_scores_whose_export_failed_go_out_at_the_next_start(db_path):
     text = CliRunner().invoke(main, ["report", "--db", str(db_path)]).output
     assert "1 score not yet exported" in " ".join(text.split())  # (the summary is wrapped)
 
+    rows(db_path, "UPDATE scores SET created_at = created_at - 1000 RETURNING score_id")
     exporter = InMemorySpanExporter()
     ts2 = tracescore.init(db=db_path, metrics=[ScriptedMetric(lambda r: 0.25, name="m")],
                           span_exporter=exporter)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -47,7 +46,7 @@ from .record import ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
 from .runs import RunIds, RunScope, enter_scope, exit_scope
 from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
 from .settings import Settings
-from .store import PENDING, SKIPPED, NewJob, Store
+from .store import PENDING, SKIPPED, NewJob, StoreAPI, is_postgres, open_store, redact_url
 from .store.compact import skip_reason
 from .store.retention import Retention, RetentionThread
 from .worker import ScoringWorker
@@ -77,12 +76,18 @@ class Tracescore:
     their scores. Its logger and meter providers are its own and never set as globals.
     ``max_attribute_chars`` bounds long span attribute values
     (the database keeps the full text).
+
+    ``db``: a SQLite file (default ``$TRACESCORE_DB``, else ``tracescore.db``) or a
+    ``postgresql://`` URL shared by a fleet (docs/fleet.md). ``score=False``: capture only —
+    records and their scoring jobs are written, no scoring thread or judge client runs here;
+    ``tracescore worker`` processes score them.
     """
 
     def __init__(
         self,
         *,
-        db: str | os.PathLike[str] = "tracescore.db",
+        db: str | os.PathLike[str] | None = None,
+        score: bool = True,
         metrics: Iterable[str | Metric] = DEFAULT_METRICS,
         sample_rate: float = 1.0,
         sample_rates: Mapping[str, float] | None = None,
@@ -117,6 +122,8 @@ class Tracescore:
     ) -> None:
         args = dict(locals())
         del args["self"]
+        if args["db"] is None:
+            args["db"] = os.environ.get("TRACESCORE_DB") or "tracescore.db"
         #: The validated arguments (frozen); everything below only wires stages together.
         self.settings = s = Settings(**args)
         self.metrics = list(s.metrics)
@@ -131,15 +138,25 @@ class Tracescore:
         # record → sample
         self.sampler = Sampler(s.sample_rate, s.sample_rates, s.force_rules)
         # store: create the schema now, so a bad file fails at init
+        self.scoring = s.score
         try:
-            store = Store(self.db_path)
+            store = open_store(self.db_path)
             try:
                 store.register_metrics(self.metrics)
             finally:
                 store.close()
-        except sqlite3.Error as exc:
-            raise ValueError(f"cannot open the tracescore database {self.db_path!r}: {exc}") \
-                from exc
+        except Exception as exc:
+            if is_postgres(self.db_path) and _unreachable(exc):
+                # A fleet's database may be down while a replica starts: the app starts anyway
+                # (records wait in the bounded buffer; the writer creates the schema later).
+                log.warning("tracescore cannot reach %s (%s); capturing anyway, records wait "
+                            "in the buffer (app fine, telemetry degraded)",
+                            redact_url(self.db_path), exc)
+            elif isinstance(exc, (ImportError, RuntimeError)):
+                raise
+            else:
+                raise ValueError(f"cannot open the tracescore database "
+                                 f"{redact_url(self.db_path)!r}: {exc}") from exc
 
         #: accepted and then lost, by reason (stats()["lost"])
         self.losses = Losses()
@@ -173,7 +190,7 @@ class Tracescore:
             on_scores=self.telemetry.scores_stored if self.telemetry.enabled else None,
         )
         self.embedder = None
-        if s.embedder is not None:
+        if s.embedder is not None and s.score:
             from .embeddings import resolve_embedder
 
             self.embedder = resolve_embedder(s.embedder, db_path=self.db_path)
@@ -182,7 +199,7 @@ class Tracescore:
                 if bind is not None:
                     bind(self.embedder)
         self.judge_session = None
-        if s.judge is not None:
+        if s.judge is not None and s.score:
             self.judge_session = self._setup_judge(s)
             self.worker.judge_session = self.judge_session
             self.worker.judge_canary = s.judge_canary
@@ -204,11 +221,14 @@ class Tracescore:
         )
         # retention: prune old records in small background batches (own thread, own store)
         self.retention: RetentionThread | None = None
-        if s.retention is not None or s.compact_after_s is not None:
+        # (SQLite only for now: on a PostgreSQL fleet, run `tracescore prune` on a schedule)
+        if (s.retention is not None or s.compact_after_s is not None) \
+                and not is_postgres(self.db_path):
             self.retention = RetentionThread(self.db_path, s.retention, s.compact_after_s)
             self.retention.start()
         self.export_metrics.bind(self._snapshot)
-        self.worker.start()
+        if s.score:
+            self.worker.start()
         self._langchain_handler: Any = None
         self._llama_index: Any = None
         #: app run id (``config={"run_id": ...}``) → trace id, for feedback by run id
@@ -344,7 +364,8 @@ class Tracescore:
             if decision.sampled:
                 self.records_sampled += 1
             held = 0
-            if self.attacher is not None and decision.sampled and hold_span:
+            # capture only: the scores come from remote workers, on carrier spans
+            if self.attacher is not None and decision.sampled and hold_span and self.scoring:
                 n = self._jobs_to_run(record, decision.metrics)
                 if n:
                     held = int(record.span_id, 16)
@@ -604,7 +625,7 @@ class Tracescore:
                 jobs.append(NewJob(record.record_id, name, metric.version))
         return jobs
 
-    def _apply_ground_truth(self, store: Store, upd: GroundTruthUpdate | FeedbackUpdate) -> None:
+    def _apply_ground_truth(self, store: StoreAPI, upd: GroundTruthUpdate | FeedbackUpdate) -> None:
         if isinstance(upd, FeedbackUpdate):
             store.add_feedback(upd.trace_id, upd.name, upd.value, upd.label, upd.comment,
                                upd.created_at)
@@ -656,22 +677,25 @@ class Tracescore:
         deadline = time.monotonic() + timeout
         if not self.queue.flush(timeout):
             return False
-        self.worker.wake()
-        try:  # bounded by the deadline, also when another process holds the database
-            store = Store(self.db_path, timeout_s=max(0.05, deadline - time.monotonic()))
-        except sqlite3.Error:
-            return False
-        try:
-            pause = 0.005
-            while (self._metric_names and _has_open_jobs(store, self._metric_names)) \
-                    or not self.worker.idle:
-                if time.monotonic() > deadline:
-                    return False
-                self.worker.wake()
-                time.sleep(pause)
-                pause = min(pause * 2, 0.1)  # do not keep a core busy polling a big backlog
-        finally:
-            store.close()
+        # Capture only (score=False): stored is this process's part; workers elsewhere score.
+        if self.scoring:
+            self.worker.wake()
+            try:  # bounded by the deadline, also when another process holds the database
+                store = open_store(self.db_path,
+                                   timeout_s=max(0.05, deadline - time.monotonic()))
+            except Exception:
+                return False
+            try:
+                pause = 0.005
+                while (self._metric_names and _has_open_jobs(store, self._metric_names)) \
+                        or not self.worker.idle:
+                    if time.monotonic() > deadline:
+                        return False
+                    self.worker.wake()
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.1)  # do not keep a core busy polling a backlog
+            finally:
+                store.close()
         ok = True
         # On helper threads: the SDK's batch processors ignore the flush timeout, and with the
         # backend down the exporters retry for their own timeout per batch.
@@ -798,6 +822,16 @@ class Tracescore:
         self.shutdown()
 
 
+def _unreachable(exc: BaseException) -> bool:
+    """A connection failure (server down, network), as opposed to a bad URL or permissions."""
+    try:
+        import psycopg
+    except ImportError:
+        return False
+    return isinstance(exc, psycopg.OperationalError) and "password" not in str(exc) \
+        and "does not exist" not in str(exc)
+
+
 def _installed(module: str) -> bool:
     import importlib.util
 
@@ -856,10 +890,10 @@ def _redact_tree(value: Any, redact: Callable[[str], str] | None, depth: int) ->
     return _redact_tree(repr(value)[:200], redact, depth)
 
 
-def _has_open_jobs(store: Store, metrics: Sequence[str]) -> bool:
+def _has_open_jobs(store: StoreAPI, metrics: Sequence[str]) -> bool:
     try:
         return store.has_open_jobs(metrics)
-    except sqlite3.OperationalError:  # locked for longer than the wait: still open
+    except Exception:  # locked for longer than the wait, or the server away: still open
         return True
 
 

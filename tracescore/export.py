@@ -291,6 +291,10 @@ def open_jobs(db_path: str, metrics: Sequence[str]) -> tuple[int, float]:
     """
     if not metrics:
         return 0, 0.0
+    if db_path.startswith(("postgresql://", "postgres://")):
+        from .store.postgres import open_jobs as pg_open_jobs
+
+        return pg_open_jobs(db_path, metrics)
     conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=1.0)
     try:
         marks = ",".join("?" * len(metrics))

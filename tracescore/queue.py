@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sqlite3
 import threading
 import time
 from collections import deque
@@ -24,7 +23,7 @@ from ._internal.losses import Losses
 from ._internal.validate import InvalidRecord, sanitize_record
 from .record import RagRecord
 from .sampling import Decision
-from .store import NewJob, Store
+from .store import NewJob, StoreAPI, open_store
 
 log = logging.getLogger("tracescore")
 
@@ -55,7 +54,7 @@ class _Marker:
 
 
 Planner = Callable[[RagRecord, Decision], Sequence[NewJob]]
-GroundTruthHandler = Callable[[Store, "GroundTruthUpdate | FeedbackUpdate"], None]
+GroundTruthHandler = Callable[[StoreAPI, "GroundTruthUpdate | FeedbackUpdate"], None]
 
 
 class RecordQueue:
@@ -165,14 +164,14 @@ class RecordQueue:
 
     # -- writer thread -------------------------------------------------------------------------
     def _run(self) -> None:
-        store: Store | None = None
+        store: StoreAPI | None = None
         backoff = 0.0
         while True:
             self._event.wait(max(self.interval_s, backoff))
             self._event.clear()
             try:
                 if store is None:
-                    store = Store(self.db_path, timeout_s=self.busy_timeout_s)
+                    store = open_store(self.db_path, timeout_s=self.busy_timeout_s)
                 self._drain(store)
                 backoff = 0.0
                 self.db_unavailable = None
@@ -196,7 +195,7 @@ class RecordQueue:
         if store is not None:
             store.close()
 
-    def _drain(self, store: Store) -> None:
+    def _drain(self, store: StoreAPI) -> None:
         while self._buf:
             records: list[tuple[RagRecord, Decision]] = []
             markers: list[_Marker] = []
@@ -239,7 +238,7 @@ class RecordQueue:
             if self.on_written is not None:
                 self.on_written()
 
-    def _write(self, store: Store, records: list[tuple[RagRecord, Decision]]) -> None:
+    def _write(self, store: StoreAPI, records: list[tuple[RagRecord, Decision]]) -> None:
         good: list[tuple[RagRecord, Decision]] = []
         for rec, decision in records:
             try:
@@ -258,7 +257,7 @@ class RecordQueue:
             raise
         self._unsaved_drops -= drops
 
-    def _write_good(self, store: Store, records: list[tuple[RagRecord, Decision]],
+    def _write_good(self, store: StoreAPI, records: list[tuple[RagRecord, Decision]],
                     counters: dict[str, int]) -> None:
         try:
             jobs: list[NewJob] = []
@@ -267,11 +266,9 @@ class RecordQueue:
             store.write_batch(records, jobs, counters, keep_full_text=self.keep_full_text)
             self.written += len(records)
             return
-        except sqlite3.OperationalError as exc:
-            if _unavailable(exc):
-                raise _DbUnavailable(str(exc)) from exc
-            record_internal_error("queue.write_batch", exc)
         except Exception as exc:
+            if store.unavailable(exc):
+                raise _DbUnavailable(str(exc)) from exc
             record_internal_error("queue.write_batch", exc)
         # The batch as a whole failed on its content: write one record at a time so a single
         # bad record costs only itself, and count what could not be stored, by reason.
@@ -280,11 +277,9 @@ class RecordQueue:
                 store.write_batch([(rec, decision)], self.plan_jobs(rec, decision), None,
                                   keep_full_text=self.keep_full_text)
                 self.written += 1
-            except sqlite3.OperationalError as exc:
-                if _unavailable(exc):
-                    raise _DbUnavailable(str(exc)) from exc
-                self._lose(exc)
             except Exception as exc:
+                if store.unavailable(exc):
+                    raise _DbUnavailable(str(exc)) from exc
                 self._lose(exc)
         store.bump_counters({**counters, **{f"lost.{k}": v for k, v in
                                             self.losses.take_unsaved().items()}})
@@ -299,15 +294,12 @@ class RecordQueue:
         self.losses.add("unwritten_at_shutdown", n, self.db_unavailable)
         return n
 
-    def _apply_ground_truth(self, store: Store, upd: GroundTruthUpdate | FeedbackUpdate) -> None:
+    def _apply_ground_truth(self, store: StoreAPI, upd: GroundTruthUpdate | FeedbackUpdate) -> None:
         try:
             self.on_ground_truth(store, upd)
-        except sqlite3.OperationalError as exc:
-            if _unavailable(exc):
-                raise _DbUnavailable(str(exc)) from exc
-            self.losses.add(f"update_failed:{type(exc).__name__}", 1, str(exc))
-            record_internal_error("queue.ground_truth", exc)
         except Exception as exc:
+            if store.unavailable(exc):
+                raise _DbUnavailable(str(exc)) from exc
             self.losses.add(f"update_failed:{type(exc).__name__}", 1, str(exc))
             record_internal_error("queue.ground_truth", exc)
 
@@ -315,8 +307,3 @@ class RecordQueue:
 class _DbUnavailable(Exception):
     """The database refused a write for a reason that passes (locked, busy, full, I/O)."""
 
-
-def _unavailable(exc: sqlite3.OperationalError) -> bool:
-    msg = str(exc).lower()
-    return any(w in msg for w in ("locked", "busy", "full", "disk i/o", "readonly",
-                                  "unable to open"))

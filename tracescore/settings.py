@@ -52,6 +52,7 @@ class Settings:
     """
 
     db: str
+    score: bool
     metrics: tuple[Metric, ...]
     sample_rate: float
     sample_rates: Mapping[str, float]
@@ -92,7 +93,9 @@ class Settings:
         set_ = object.__setattr__  # frozen: normalised values are written once, here
         metrics = tuple(registry.resolve(self.metrics))
         set_(self, "metrics", metrics)
-        self._check_models(metrics)
+        set_(self, "score", bool(self.score))
+        if self.score:  # capture only: the workers bring the judge and the embedder
+            self._check_models(metrics)
         set_(self, "sample_rates", self._rates(metrics))
         set_(self, "force_rules", tuple(self.force_rules))
         set_(self, "db", _check_db_path(self.db))
@@ -208,6 +211,13 @@ def _keep_full_text(value: Any) -> bool | float:
 def _check_db_path(db: str | os.PathLike[str]) -> str:
     if not isinstance(db, (str, os.PathLike)):
         raise TypeError(f"db must be a path, got {type(db).__name__}")
+    if isinstance(db, str) and db.startswith(("postgresql://", "postgres://")):
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            raise ValueError("a postgresql:// database needs psycopg: "
+                             "pip install 'tracescore[postgres]'") from None
+        return db
     path = Path(db)
     if str(db) == ":memory:":
         raise ValueError("db=':memory:' cannot be shared by the writer and scoring threads; "

@@ -38,7 +38,7 @@ from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor, ScoreRef
 from .record import RagRecord
 from .score import Score
-from .store import Job, Store
+from .store import Job, StoreAPI, open_store
 from .store.compact import skip_reason
 
 log = logging.getLogger("tracescore")
@@ -118,10 +118,14 @@ class ScoringWorker:
         self._wake: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._stop_grace = 5.0
+        self.stop_grace_s = 5.0
         self._idle = threading.Event()
         self._started = threading.Event()
         self._executor: ThreadPoolExecutor | None = None
+        #: time.time() of the loop's last turn, and of its last successful lease query
+        #: (liveness and readiness of a `tracescore worker`)
+        self.heartbeat = 0.0
+        self.db_ok_at = 0.0
         os.register_at_fork(after_in_child=self._after_fork)
 
     def _after_fork(self) -> None:
@@ -168,11 +172,21 @@ class ScoringWorker:
 
     def stop(self, timeout: float = 10.0) -> None:
         # in-flight jobs get part of the timeout to finish; the rest are given back
-        self._stop_grace = max(0.0, min(5.0, timeout * 0.5))
+        self.stop_grace_s = max(0.0, min(5.0, timeout * 0.5))
         self._stopping = True
         self.wake()
         if self._thread is not None:
             self._thread.join(timeout)
+
+    def write_delivered(self) -> None:
+        """After :meth:`stop`: write the deliveries noted since (spans flushed at the end)."""
+        if self._thread is not None and self._thread.is_alive():
+            return  # the loop writes them itself
+        store = open_store(self.db_path)
+        try:
+            self._flush_delivered(store)
+        finally:
+            store.close()
 
     def note_delivered(self, score_ids: list[int], how: str) -> None:
         """Called by the attacher (any thread); written to the db by the worker thread."""
@@ -216,7 +230,7 @@ class ScoringWorker:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tracescore-m")
-        store = Store(self.db_path, timeout_s=self.busy_timeout_s)
+        store = open_store(self.db_path, timeout_s=self.busy_timeout_s)
         self._started.set()
         inflight: set[asyncio.Task[None]] = set()
         wake_task: asyncio.Task[Any] | None = None
@@ -237,6 +251,7 @@ class ScoringWorker:
             last_redelivery = time.monotonic()
             last_snapshot = 0.0
             while True:
+                self.heartbeat = time.time()
                 self._flush_delivered(store)
                 if self._unreleased:
                     self._retry_releases(store)
@@ -257,6 +272,7 @@ class ScoringWorker:
                         try:
                             leased += [(j, tasks) for j in store.lease_jobs(
                                 self.owner, free, self.lease_seconds, names)]
+                            self.db_ok_at = time.time()
                         except Exception as exc:
                             record_internal_error("worker.lease", exc)
                 now = time.monotonic()
@@ -290,9 +306,16 @@ class ScoringWorker:
                     [*inflight, wake_task], timeout=self.poll_seconds,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
-            # Stopping: let in-flight jobs finish for a moment, then give the rest back.
+            # Stopping: let in-flight jobs finish for a moment, then give the rest back (at
+            # once, so another worker of the fleet takes them without waiting for the lease).
             if inflight:
-                await asyncio.wait(inflight, timeout=self._stop_grace)
+                await asyncio.wait(inflight, timeout=self.stop_grace_s)
+            for job_id, task in list(inflight_jobs.items()):
+                task.cancel()
+                try:  # a done job's lease owner is already cleared: this cannot reopen it
+                    store.release_job(Job(job_id, "", "", "", 0), self.owner, "worker stopped")
+                except Exception as exc:
+                    record_internal_error("worker.release", exc)
             if wake_task is not None:
                 wake_task.cancel()
             if canary is not None and not canary.done():
@@ -305,7 +328,7 @@ class ScoringWorker:
                 self.judge_session.close()
             store.close()
 
-    def _read_snapshot(self, store: Store) -> None:
+    def _read_snapshot(self, store: StoreAPI) -> None:
         try:
             self.db_snapshot = {"open_jobs": store.open_job_count(list(self.metrics)),
                                 "counters": store.counters(), "checked_at": time.time()}
@@ -313,7 +336,7 @@ class ScoringWorker:
         except Exception as exc:  # locked or broken: stats() shows the last good read
             self.db_unavailable = f"{type(exc).__name__}: {exc}"
 
-    def _release(self, store: Store, job: Job, delay_s: float | None, reason: str) -> None:
+    def _release(self, store: StoreAPI, job: Job, delay_s: float | None, reason: str) -> None:
         """Give a job back (``delay_s`` None: release; else defer). A refusal (database
         locked) is kept and retried each loop, so the job does not wait out its lease."""
         try:
@@ -325,7 +348,7 @@ class ScoringWorker:
             self.db_unavailable = f"{type(exc).__name__}: {exc}"
             self._unreleased.append((job, delay_s, reason))
 
-    def _retry_releases(self, store: Store) -> None:
+    def _retry_releases(self, store: StoreAPI) -> None:
         pending, self._unreleased = self._unreleased, []
         for job, delay_s, reason in pending:
             self._release(store, job, delay_s, reason)
@@ -343,7 +366,7 @@ class ScoringWorker:
         finally:
             self.canary_done.set()
 
-    def _flush_delivered(self, store: Store) -> None:
+    def _flush_delivered(self, store: StoreAPI) -> None:
         with self._delivered_lock:
             pending, self._delivered = self._delivered, []
             noted = self._delivered_noted
@@ -376,7 +399,7 @@ class ScoringWorker:
             return True
         return False
 
-    def _redeliver(self, store: Store, *, at_start: bool = False,
+    def _redeliver(self, store: StoreAPI, *, at_start: bool = False,
                    older_than_s: float | None = None) -> None:
         """Stored scores that never reached the backend go out on carrier spans: at start, all
         that a dead process left; later, those still undelivered ``redeliver_after_s`` after
@@ -387,6 +410,10 @@ class ScoringWorker:
         try:
             busy: set[int] = set()
             older_than = None
+            if store.shared:
+                # Other workers of the fleet may be exporting the scores they just stored:
+                # only scores older than redeliver_after_s count as left behind.
+                older_than = time.time() - self.redeliver_after_s
             if not at_start:
                 busy = self.attacher.in_flight(older_than_s=self.export_confirm_timeout_s)
                 self._flush_delivered(store)  # deliveries confirmed until now are in the db
@@ -395,13 +422,14 @@ class ScoringWorker:
             for record_id in store.undelivered_record_ids(older_than=older_than):
                 # One record at a time: a malformed stored id must not stop the others.
                 try:
-                    self._redeliver_one(store, record_id, busy)
+                    self._redeliver_one(store, record_id, busy, older_than)
                 except Exception as exc:
                     record_internal_error("worker.redeliver_record", exc)
         except Exception as exc:
             record_internal_error("worker.redeliver", exc)
 
-    def _redeliver_one(self, store: Store, record_id: str, busy: set[int]) -> None:
+    def _redeliver_one(self, store: StoreAPI, record_id: str, busy: set[int],
+                       older_than: float | None) -> None:
         assert self.attacher is not None
         trace_hex, _, span_hex = record_id.partition("-")
         rows = store.scores_for(record_id, undelivered_only=True)
@@ -414,19 +442,22 @@ class ScoringWorker:
             return
         if int(span_hex, 16) in busy:
             return
+        if store.shared:  # claimed atomically: one sweeping worker of the fleet sends them
+            rows = store.claim_redelivery(  # type: ignore[attr-defined]
+                record_id, self.owner, older_than or time.time())
         refs = [(r["score_id"], _row_score(r)) for r in rows]
         if refs:
             self.redelivered += len(refs)
             self.attacher.emit_carrier(int(trace_hex, 16), int(span_hex, 16), refs)
 
-    async def _job(self, store: Store, job: Job, record: RagRecord | None) -> None:
+    async def _job(self, store: StoreAPI, job: Job, record: RagRecord | None) -> None:
         self._running_jobs += 1
         try:
             await self._job_body(store, job, record)
         finally:
             self._running_jobs -= 1
 
-    async def _job_body(self, store: Store, job: Job, record: RagRecord | None) -> None:
+    async def _job_body(self, store: StoreAPI, job: Job, record: RagRecord | None) -> None:
         try:
             metric = self.metrics[job.metric]
             if record is None:
@@ -480,7 +511,7 @@ class ScoringWorker:
             return s
         return _with(s, error=error, explanation=explanation)
 
-    async def _complete(self, store: Store, job: Job,
+    async def _complete(self, store: StoreAPI, job: Job,
                         scores: list[Score]) -> list[ScoreRef] | None:
         """Store a job's scores: the jobs that finish in the same loop tick share one
         transaction (one commit instead of one per job); each keeps its own lease check. A job
@@ -495,7 +526,7 @@ class ScoringWorker:
             self._loop.call_soon(self._commit_completions, store)
         return await fut
 
-    def _commit_completions(self, store: Store) -> None:
+    def _commit_completions(self, store: StoreAPI) -> None:
         batch, self._completions = self._completions, []
         delivery = None if self.attacher is not None else "none"
         results: list[Any]

@@ -1,5 +1,5 @@
 """The ``tracescore`` command line: ``demo``, ``report``, ``calibrate``, ``show``, ``export``,
-``ui``, ``judge-check``, ``prune``.
+``ui``, ``judge-check``, ``prune``, ``worker``, ``copy-to-postgres``.
 
 Exit codes: 0 ok; 1 nothing found (``show``); 2 bad usage, a database that is missing or
 not a tracescore database, an output file that cannot be written, or a missing optional
@@ -40,30 +40,43 @@ class OutputProblem(click.FileError):
     exit_code = 2
 
 
-def _open(db: Path) -> Any:
+def _open(db: Path | str) -> Any:
     from ..reports.summary import DatabaseError, open_db
 
     try:
         return open_db(db)
     except DatabaseError as exc:
         hint = ""
-        if not db.exists():
+        if isinstance(db, Path) and not db.exists():
             hint = (f"\nPass --db PATH (or set TRACESCORE_DB); `tracescore demo` writes "
                     f"{DEMO_DB}.")
         raise DatabaseProblem(f"{exc}{hint}") from None
 
 
-def _demo_fallback(ctx: click.Context, param: click.Parameter, value: Path) -> Path:
+def _db_value(ctx: click.Context, param: click.Parameter, value: Any) -> Path | str:
+    """``--db``: a SQLite file (a :class:`Path`) or a ``postgresql://`` URL (kept as a str:
+    a Path would fold its ``//``)."""
+    text = str(value)
+    if text.startswith(("postgresql://", "postgres://")):
+        return text
+    if Path(text).is_dir():
+        raise click.BadParameter(f"{text} is a directory, not a database file", ctx=ctx,
+                                 param=param)
+    return Path(text)
+
+
+def _demo_fallback(ctx: click.Context, param: click.Parameter, value: Any) -> Path | str:
     """The read commands' default ``tracescore.db``, or the demo's database when only that
     one exists here: `tracescore demo`, then `tracescore report` works as --help says.
     Only when neither --db nor TRACESCORE_DB was given; said on stderr."""
+    db = _db_value(ctx, param, value)
     source = ctx.get_parameter_source(param.name or "db")
-    if (source is click.core.ParameterSource.DEFAULT and not value.exists()
-            and Path(DEMO_DB).is_file()):
-        click.echo(f"({value} not found; reading {DEMO_DB}, written by `tracescore demo`)",
+    if (source is click.core.ParameterSource.DEFAULT and isinstance(db, Path)
+            and not db.exists() and Path(DEMO_DB).is_file()):
+        click.echo(f"({db} not found; reading {DEMO_DB}, written by `tracescore demo`)",
                    err=True)
         return Path(DEMO_DB)
-    return value
+    return db
 
 
 def _db_option(default: str, help_text: str, envvar: str | None = "TRACESCORE_DB",
@@ -71,9 +84,9 @@ def _db_option(default: str, help_text: str, envvar: str | None = "TRACESCORE_DB
     if demo_fallback:
         help_text += f" Without --db or TRACESCORE_DB: {DEMO_DB} when only that one exists."
     return click.option(
-        "--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=default,
+        "--db", "db", metavar="PATH|URL", default=default,
         envvar=envvar, show_default=True, show_envvar=envvar is not None, help=help_text,
-        callback=_demo_fallback if demo_fallback else None,
+        callback=_demo_fallback if demo_fallback else _db_value,
     )
 
 
@@ -97,6 +110,13 @@ def _output(path: Path) -> Iterator[TextIO]:
 
 def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _name(db: Any) -> str:
+    """``db`` for output: a URL's password hidden."""
+    from ..store import redact_url
+
+    return redact_url(str(db))
 
 
 def _quiet_stdout() -> None:
@@ -140,7 +160,8 @@ def main() -> None:
 
 
 @main.command(short_help="Run the offline example RAG app through tracescore.")
-@_db_option(DEMO_DB, "SQLite database to write (appended to if it exists).", envvar=None)
+@_db_option(DEMO_DB, "Database to write (appended to if it exists): a SQLite file or a "
+           "postgresql:// URL.", envvar=None)
 @click.option("--n", "n", type=click.IntRange(min=1), default=None,
               help="Number of questions to ask (default: all bundled questions; cycles when "
                    "larger).")
@@ -194,7 +215,7 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
         bar.length = max(bar.length, expected)
         bar.update(calls - bar.pos)
 
-    db_existed = db.exists()
+    db_existed = db.exists() if isinstance(db, Path) else True
     try:
         result = run_demo(db, n, sample_rate, progress=progress, judge=judge,
                           framework=framework, judge_progress=judged)
@@ -203,7 +224,7 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
     finally:
         if bars:
             bars[0].__exit__(None, None, None)
-    where = Path(result.db).resolve()
+    where = Path(result.db).resolve() if isinstance(db, Path) else _name(db)
     click.echo(
         f"Ran {_n(result.questions, 'question')} in {result.run_seconds:.2f} s, scored them in "
         f"{result.score_seconds:.2f} s; {'appended to' if db_existed else 'wrote'} {where}"
@@ -211,9 +232,9 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
     if not result.complete:
         click.echo("Warning: scoring did not finish in time; the report shows what is done.",
                    err=True)
-    conn = _open(Path(result.db))
+    conn = _open(Path(result.db) if isinstance(db, Path) else db)
     try:
-        report = build_report(conn, worst=worst, db=str(result.db))
+        report = build_report(conn, worst=worst, db=_name(result.db))
     finally:
         conn.close()
     click.echo("")
@@ -226,8 +247,8 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
 @click.option("--judge", "judge", metavar="SPEC", required=True,
               help="The judge to check: 'openai:MODEL' (OPENAI_API_KEY / OPENAI_BASE_URL), "
                    "'llama-cpp:/path/model.gguf' or 'local'.")
-@_db_option("tracescore.db", "SQLite database where the verdicts are cached and the result "
-            "is stored (shown by `tracescore report`).")
+@_db_option("tracescore.db", "Database (SQLite file or postgresql:// URL) where the verdicts "
+            "are cached and the result is stored (shown by `tracescore report`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def judge_check(judge: str, db: Path, as_json: bool) -> None:
     """Run the judge canary: claims supported by, contradicted by or unrelated to a context,
@@ -266,7 +287,8 @@ def judge_check(judge: str, db: Path, as_json: bool) -> None:
 
 
 @main.command(short_help="Summarise the scores: per metric, worst records, totals.")
-@_db_option(DEFAULT_DB, "SQLite database to read.", demo_fallback=True)
+@_db_option(DEFAULT_DB, "Database to read: a SQLite file or a postgresql:// URL.",
+            demo_fallback=True)
 @click.option("--since", metavar="DURATION", default="all", show_default=True, callback=_since,
               help="Only records and scores from this recent window: 30m, 1h, 2d, 1w, or all.")
 @click.option("--json", "as_json", is_flag=True,
@@ -301,7 +323,7 @@ def report(db: Path, since: float | None, as_json: bool, worst: int,
 
         conn = _open(db)
         try:
-            live = rgb_live(conn, since=since, db=str(db))
+            live = rgb_live(conn, since=since, db=_name(db))
         finally:
             conn.close()
         click.echo(json.dumps(live.to_json(), ensure_ascii=False) if as_json
@@ -309,7 +331,7 @@ def report(db: Path, since: float | None, as_json: bool, worst: int,
         return
     conn = _open(db)
     try:
-        rep = build_report(conn, since=since, worst=worst, db=str(db))
+        rep = build_report(conn, since=since, worst=worst, db=_name(db))
         if html_path is not None:
             from ..reports.html import render_html
 
@@ -331,7 +353,8 @@ def report(db: Path, since: float | None, as_json: bool, worst: int,
 
 
 @main.command(short_help="Check judge metrics against user feedback: precision, recall, AUC.")
-@_db_option(DEFAULT_DB, "SQLite database to read.", demo_fallback=True)
+@_db_option(DEFAULT_DB, "Database to read: a SQLite file or a postgresql:// URL.",
+            demo_fallback=True)
 @click.option("--metric", "metrics", metavar="NAME", multiple=True,
               help="Only this score name (repeatable); default: every judge metric with a "
                    "pass/fail threshold.")
@@ -351,7 +374,7 @@ def calibrate(db: Path, metrics: tuple[str, ...], feedback: str, as_json: bool) 
 
     conn = _open(db)
     try:
-        cal = calibration.calibrate(conn, metrics=metrics, feedback=feedback, db=str(db))
+        cal = calibration.calibrate(conn, metrics=metrics, feedback=feedback, db=_name(db))
     finally:
         conn.close()
     click.echo(json.dumps(cal.to_json(), ensure_ascii=False) if as_json
@@ -360,7 +383,8 @@ def calibrate(db: Path, metrics: tuple[str, ...], feedback: str, as_json: bool) 
 
 @main.command(short_help="Show one trace: query, contexts, answer and every score.")
 @click.argument("trace_id")
-@_db_option(DEFAULT_DB, "SQLite database to read.", demo_fallback=True)
+@_db_option(DEFAULT_DB, "Database to read: a SQLite file or a postgresql:// URL.",
+            demo_fallback=True)
 @click.option("--json", "as_json", is_flag=True,
               help="Print the record(s) as one JSON object.")
 @click.option("--chars", type=click.IntRange(min=0), default=300, show_default=True,
@@ -394,7 +418,8 @@ def show(trace_id: str, db: Path, as_json: bool, chars: int) -> None:
 
 
 @main.command(short_help="Export records joined with their scores as JSON Lines or CSV.")
-@_db_option(DEFAULT_DB, "SQLite database to read.", demo_fallback=True)
+@_db_option(DEFAULT_DB, "Database to read: a SQLite file or a postgresql:// URL.",
+            demo_fallback=True)
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), required=True,
               help="jsonl: one JSON object per line; csv: RFC 4180 with a header row.")
 @click.option("--since", metavar="DURATION", default="all", show_default=True, callback=_since,
@@ -459,6 +484,11 @@ def ui(db: Path, port: int, no_open: bool) -> None:
     """
     from ..reports.ui import INSTALL_HINT, datasette_available, default_metric, serve
 
+    if not isinstance(db, Path):
+        raise DatabaseProblem(
+            f"tracescore ui serves a SQLite file only (Datasette reads SQLite), not "
+            f"{_name(db)}. For a PostgreSQL database use `tracescore report --html` or "
+            f"`tracescore export`, or any PostgreSQL client.")
     if not datasette_available():
         raise DatabaseProblem(f"Datasette is not installed; {INSTALL_HINT}")
     from ..reports.summary import has_table
@@ -565,3 +595,116 @@ def prune(db: Path, older_than: str, max_size: str | None, batch_size: int, vacu
         click.echo("note: this database predates incremental vacuum: freed pages are reused "
                    "for new rows but the file does not shrink; run once with --vacuum while "
                    "the app is stopped", err=True)
+
+
+@main.command(short_help="Score the jobs of a shared database: a fleet's scoring process.")
+@_db_option(DEFAULT_DB, "Database whose jobs to score: a postgresql:// URL shared by the fleet "
+            "(or a SQLite file on this host).")
+@click.option("--metric", "metrics", metavar="NAME", multiple=True,
+              help="A metric to score (repeatable); default: the --metrics-module's METRICS, "
+                   "else the default metrics. Must match the app's metrics.")
+@click.option("--metrics-module", metavar="MODULE",
+              help="Dotted path of a module to import first (from the current folder or the "
+                   "environment): it registers custom metrics or lists them in METRICS.")
+@click.option("--judge", metavar="SPEC", default=None,
+              help="LLM judge for judge metrics: 'openai:MODEL', 'llama-cpp:/path.gguf', "
+                   "'local'.")
+@click.option("--embedder", metavar="SPEC", default=None,
+              help="Embedding model for embedding metrics: 'local' or 'openai:MODEL'.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Jobs scored at once by this process.")
+@click.option("--lease-seconds", type=click.FloatRange(min=1.0), default=120.0,
+              show_default=True,
+              help="Lease of a job; a dead worker's jobs return after this long.")
+@click.option("--exporter", type=click.Choice(["otlp", "none"]), default=None,
+              help="Send scores (carrier spans, evaluation log records) and pipeline metrics "
+                   "over OTLP (OTEL_* variables). Default: otlp when "
+                   "OTEL_EXPORTER_OTLP_ENDPOINT is set, else none.")
+@click.option("--stop-timeout", type=click.FloatRange(min=0.0), default=30.0,
+              show_default=True,
+              help="On SIGTERM: seconds for jobs in flight to finish before the rest are given "
+                   "back.")
+@click.option("--health-port", type=click.IntRange(0, 65535), default=None,
+              help="Serve GET /livez and /readyz on this port (0.0.0.0).")
+@click.option("--health-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Touch this file every 2 s while live and ready (for exec probes).")
+@click.option("--judge-calls-per-minute", type=click.FloatRange(min=0.0, min_open=True),
+              default=None,
+              help="Judge calls per minute for the whole fleet (held in the database).")
+@click.option("--judge-price", metavar="IN,OUT", default=None,
+              help="USD per million input,output tokens (counts spend).")
+@click.option("--judge-daily-budget-usd", type=click.FloatRange(min=0.0, min_open=True),
+              default=None, help="Judge spend per UTC day for the whole fleet.")
+@click.option("--no-judge-canary", is_flag=True, help="Skip the judge's start-up canary.")
+def worker(db: Path | str, metrics: tuple[str, ...], metrics_module: str | None,
+           judge: str | None, embedder: str | None, concurrency: int, lease_seconds: float,
+           exporter: str | None, stop_timeout: float, health_port: int | None,
+           health_file: Path | None, judge_calls_per_minute: float | None,
+           judge_price: str | None, judge_daily_budget_usd: float | None,
+           no_judge_canary: bool) -> None:
+    """Run a scoring worker until SIGTERM: lease jobs from the database, score them, store
+    the scores and export them on carrier spans and evaluation log records. Run as many
+    copies as the queue needs (docs/fleet.md); app processes then use init(score=False).
+    """
+    from .worker import load_metrics, run_worker
+
+    price = None
+    if judge_price:
+        try:
+            a, b = (float(x) for x in judge_price.split(","))
+            price = (a, b)
+        except ValueError:
+            raise click.BadParameter("use IN,OUT in USD per million tokens, e.g. 0.15,0.6",
+                                     param_hint="--judge-price") from None
+    if exporter is None:
+        exporter = "otlp" if (os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+                              or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) \
+            else "none"
+    try:
+        chosen = load_metrics(metrics, metrics_module)
+    except ImportError as exc:
+        raise click.UsageError(f"--metrics-module: {exc}") from None
+    try:
+        code = run_worker(
+            db=str(db), metrics=chosen, judge=judge, embedder=embedder,
+            concurrency=concurrency, lease_seconds=lease_seconds,
+            exporter=None if exporter == "none" else exporter, stop_timeout=stop_timeout,
+            health_port=health_port, health_file=health_file,
+            judge_calls_per_minute=judge_calls_per_minute, judge_price=price,
+            judge_daily_budget_usd=judge_daily_budget_usd, judge_canary=not no_judge_canary)
+    except (ValueError, TypeError) as exc:
+        raise click.UsageError(str(exc)) from None
+    raise SystemExit(code)
+
+
+@main.command("copy-to-postgres",
+              short_help="Copy a SQLite database's history into PostgreSQL (moving up).")
+@_db_option(DEFAULT_DB, "The SQLite file to copy (read only).", envvar=None)
+@click.option("--to", "to", metavar="URL", required=True, envvar="TRACESCORE_DB",
+              help="The PostgreSQL database (postgresql://...; created tables if needed).")
+@click.option("--force", is_flag=True,
+              help="Copy a file that was already copied into this database again.")
+def copy_to_postgres(db: Path | str, to: str, force: bool) -> None:
+    """Copy records, jobs, scores, feedback, counters, declared metrics and the judge and
+    embedding caches from a SQLite file into PostgreSQL, in one transaction, so a team that
+    starts on one host keeps its history when it moves to a fleet. Open jobs arrive pending
+    (the fleet's workers score them). Rows already in the target are kept.
+    """
+    from ..store.copy import AlreadyCopied, copy_sqlite_to_postgres
+
+    if not isinstance(db, Path):
+        raise click.BadParameter("--db is the SQLite file to copy from", param_hint="--db")
+    if not db.exists():
+        raise DatabaseProblem(f"database not found: {db}")
+    if not to.startswith(("postgresql://", "postgres://")):
+        raise click.BadParameter("a postgresql:// URL", param_hint="--to")
+    try:
+        counts = copy_sqlite_to_postgres(db, to, force=force)
+    except AlreadyCopied as exc:
+        raise DatabaseProblem(str(exc)) from None
+    except (ImportError, RuntimeError) as exc:
+        raise DatabaseProblem(str(exc)) from None
+    except Exception as exc:  # psycopg.Error, sqlite3.Error: name the cause, no traceback
+        raise DatabaseProblem(f"copy failed, nothing was written: {exc}") from None
+    summary = ", ".join(f"{n:,} {t}" for t, n in counts.items() if n)
+    click.echo(f"Copied {db} into {_name(to)}: {summary or 'nothing to copy'}")

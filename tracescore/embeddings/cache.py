@@ -135,7 +135,11 @@ class CachedEmbedder:
     def __init__(self, inner: Embedder, db_path: str) -> None:
         self.inner = inner
         self.model = inner.model
-        self.cache = EmbeddingCache(db_path)
+        self.cache: Any = EmbeddingCache(db_path)
+        if str(db_path).startswith(("postgresql://", "postgres://")):
+            from ..store.postgres import PostgresEmbeddingCache
+
+            self.cache = PostgresEmbeddingCache(str(db_path))
         self.hits = 0
         self.computed = 0
         self._inflight: dict[str, asyncio.Future[Vector]] = {}

@@ -1,7 +1,7 @@
 """A judge session: the resilient judge, the shared-step cache, budgets and accounting.
 
-Steps are cached by ``(step, model, prompt version, content hash)`` in SQLite (table
-``judge_cache``), so rescoring a record or adding a metric later does not repeat a call. Within
+Steps are cached by ``(step, model, prompt version, content hash)`` in the database (table
+``judge_cache``; on PostgreSQL shared by every worker of the fleet), so rescoring a record or adding a metric later does not repeat a call. Within
 one process, concurrent requests for the same step share one in-flight call. Every call (and
 cache hit) is accounted in ``judge_calls`` with tokens, latency and cost.
 
@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..sampling import TokenBucket
-from ..store import Store
+from ..store import StoreAPI, is_postgres, open_store
 from .base import InvalidJudgeOutput, JudgeReply, Message, RetryLater
 from .resilience import ResilientJudge, Validator
 
@@ -108,10 +108,13 @@ class JudgeSession:
         self.db_path = db_path
         self.price = price
         self.bucket = TokenBucket(calls_per_minute) if calls_per_minute else None
+        #: on a shared database (PostgreSQL) the bucket lives in the database: the calls
+        #: per minute hold for the whole fleet of workers, not per process
+        self.fleet_bucket = bool(calls_per_minute) and is_postgres(db_path)
         judge.admit = self._admit
         self.daily_budget_usd = daily_budget_usd
         self.on_call = on_call
-        self._store: Store | None = None
+        self._store: StoreAPI | None = None
         self._inflight: dict[str, asyncio.Future[StepResult]] = {}
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = \
             weakref.WeakValueDictionary()
@@ -122,9 +125,9 @@ class JudgeSession:
     def model(self) -> str:
         return self.judge.model
 
-    def store(self) -> Store:
+    def store(self) -> StoreAPI:
         if self._store is None:
-            self._store = Store(self.db_path)
+            self._store = open_store(self.db_path)
         return self._store
 
     def lock(self, key: str) -> asyncio.Lock:
@@ -152,7 +155,19 @@ class JudgeSession:
     # -- budgets ------------------------------------------------------------------------------
     def _admit(self) -> None:
         """Per request (retries and repairs count against the provider's rate limit too)."""
-        if self.bucket is not None and not self.bucket.try_acquire():
+        if self.bucket is None:
+            return
+        if self.fleet_bucket:
+            try:
+                wait = self.store().take_rate_token(  # type: ignore[attr-defined]
+                    f"judge:{self.model}", self.bucket.rate * 60.0, self.bucket.capacity)
+            except Exception as exc:  # database unreachable: no call without the fleet's token
+                raise RetryLater(f"fleet rate limit unavailable ({type(exc).__name__})",
+                                 5.0) from exc
+            if wait > 0:
+                raise RetryLater("fleet judge calls-per-minute budget reached", wait)
+            return
+        if not self.bucket.try_acquire():
             raise RetryLater("judge calls-per-minute budget reached", self.bucket.wait_time())
 
     def _check_budget(self) -> None:

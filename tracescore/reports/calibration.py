@@ -259,8 +259,9 @@ def feedback_verdict(value: float | None, label: str | None) -> bool | None:
 
 
 def _has_table(conn: sqlite3.Connection, name: str) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
-                        (name,)).fetchone() is not None
+    from ..store.compat import has_table
+
+    return has_table(conn, name)
 
 
 def _declared(conn: sqlite3.Connection) -> dict[str, tuple[str | None, bool | None,

@@ -33,9 +33,9 @@ class ScoreRollup:
 
 
 def has_rollups(conn: sqlite3.Connection) -> bool:
-    return conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'rollup_records'"
-    ).fetchone() is not None
+    from ..store.compat import has_table
+
+    return has_table(conn, "rollup_records")
 
 
 def _cut(since: float | None) -> float:

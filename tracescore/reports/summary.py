@@ -60,7 +60,14 @@ class DatabaseError(Exception):
 
 # -- opening ---------------------------------------------------------------------------------
 def open_db(path: str | Path) -> sqlite3.Connection:
-    """Open a tracescore database read-only; :class:`DatabaseError` with a clear reason if not."""
+    """Open a tracescore database read-only; :class:`DatabaseError` with a clear reason if not.
+
+    ``path`` may be a ``postgresql://`` URL: the connection is then a
+    :class:`~tracescore.store.compat.PgConnection`, which runs the same SQL (typed as
+    ``sqlite3.Connection`` for the readers: it has the methods they use).
+    """
+    if isinstance(path, str) and path.startswith(("postgresql://", "postgres://")):
+        return _open_pg(path)
     p = Path(path)
     if not p.exists():
         raise DatabaseError(f"database not found: {p}")
@@ -92,11 +99,37 @@ def open_db(path: str | Path) -> sqlite3.Connection:
     return conn
 
 
+def _open_pg(url: str) -> sqlite3.Connection:
+    from ..store import redact_url
+    from ..store.compat import PgConnection
+    from ..store.migrations import POSTGRES_MIGRATIONS
+
+    try:
+        conn = PgConnection(url, read_only=True)  # a report never writes, as on SQLite
+        tables = conn.table_names()
+    except ImportError as exc:
+        raise DatabaseError(str(exc)) from None
+    except Exception as exc:  # psycopg.Error: server down, no such database, auth
+        raise DatabaseError(f"cannot read {redact_url(url)}: {exc}".strip()) from None
+    missing = {"records", "jobs", "scores", "counters", "meta"} - tables
+    if missing:
+        conn.close()
+        raise DatabaseError(f"{redact_url(url)} is not a tracescore database "
+                            f"(no {', '.join(sorted(missing))} table)")
+    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    latest = POSTGRES_MIGRATIONS[-1].version
+    if row is not None and int(row[0]) > latest:
+        conn.close()
+        raise DatabaseError(f"{redact_url(url)} has schema version {row[0]}, newer than this "
+                            f"tracescore understands ({latest}); upgrade tracescore")
+    return conn  # type: ignore[return-value]
+
+
 def has_table(conn: sqlite3.Connection, name: str) -> bool:
     """Whether the database has table ``name`` (older databases lack newer tables)."""
-    return conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
-    ).fetchone() is not None
+    from ..store.compat import has_table as has
+
+    return has(conn, name)
 
 
 # -- --since ---------------------------------------------------------------------------------
@@ -236,7 +269,7 @@ class _MetricInfo:
                 pass
             try:
                 for metric, binary in conn.execute(
-                    "SELECT metric, binary FROM metrics WHERE binary IS NOT NULL"
+                    "SELECT metric, is_binary FROM metrics WHERE is_binary IS NOT NULL"
                 ):
                     self._binary[metric] = bool(binary)
             except sqlite3.Error:  # written before metrics declared binarity
@@ -334,7 +367,7 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
         " UNION"
         " SELECT s.metric, s.record_id FROM scores s"
         " WHERE s.status = 'skipped' AND s.created_at >= ?"
-        ") GROUP BY metric",
+        ") AS skipped GROUP BY metric",
         (cutoff, cutoff),
     ):
         skipped_by_metric[r["metric"]] = skipped_by_metric.get(r["metric"], 0) + r["n"]
@@ -435,8 +468,8 @@ def skip_reasons(conn: sqlite3.Connection, *, since: float | None = None
         "  UNION ALL"
         "  SELECT s.metric, s.record_id, s.error FROM scores s"
         "  WHERE s.status = 'skipped' AND s.created_at >= ?"
-        " ) GROUP BY metric, record_id"
-        ") GROUP BY metric, reason ORDER BY metric, count(*) DESC, reason",
+        " ) AS skips GROUP BY metric, record_id"
+        ") AS per_record GROUP BY metric, reason ORDER BY metric, count(*) DESC, reason",
         (cutoff, cutoff),
     ):
         out.setdefault(metric, []).append((reason or "no reason recorded", n))
@@ -525,12 +558,12 @@ def histogram(conn: sqlite3.Connection, name: str, *, since: float | None = None
     passed, failed, unlabelled = [0] * bins, [0] * bins, [0] * bins
     # (value - lo) * bins / width rather than / (width / bins): 0.3 lands in bin 3, not 2.
     for b, label, count in conn.execute(
-        "SELECT min(max(CAST((value - ?) * ? / ? AS INTEGER), 0), ?) AS b, label, count(*)"
+        "SELECT CAST((value - ?) * ? / ? AS INTEGER) AS b, label, count(*)"
         f" FROM scores WHERE {where} GROUP BY b, label",
-        (lo, bins, hi - lo, bins - 1, name, cutoff),
+        (lo, bins, hi - lo, name, cutoff),
     ):
         target = {"pass": passed, "fail": failed}.get(label, unlabelled)
-        target[b] += count
+        target[min(max(b, 0), bins - 1)] += count  # (clamped here: portable SQL)
     return Histogram(lo, hi, passed, failed, unlabelled)
 
 
@@ -588,7 +621,7 @@ def timeline(conn: sqlite3.Connection, name: str, *, bucket_s: float,
         TimeBucket(float(t), n, mean, int(failed or 0), labelled)
         for t, n, mean, failed, labelled in conn.execute(
             "SELECT CAST(created_at / ? AS INTEGER) * ? AS t, count(*), avg(value),"
-            " sum(label = 'fail'), count(label) FROM scores WHERE name = ? AND status = 'ok'"
+            " sum(CASE WHEN label = 'fail' THEN 1 ELSE 0 END), count(label) FROM scores WHERE name = ? AND status = 'ok'"
             " AND value IS NOT NULL AND created_at >= ? GROUP BY t ORDER BY t",
             (bucket_s, bucket_s, name, cutoff),
         )
@@ -644,7 +677,8 @@ def usage_summary(conn: sqlite3.Connection, *, since: float | None = None) -> Us
     cutoff = since if since is not None else -math.inf
     records, with_usage, tin, tout = conn.execute(
         "SELECT count(*),"
-        " coalesce(sum(input_tokens IS NOT NULL OR output_tokens IS NOT NULL), 0),"
+        " coalesce(sum(CASE WHEN input_tokens IS NOT NULL OR output_tokens IS NOT NULL"
+        " THEN 1 ELSE 0 END), 0),"
         " coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0)"
         " FROM records WHERE created_at >= ?", (cutoff,),
     ).fetchone()
@@ -664,7 +698,8 @@ def usage_summary(conn: sqlite3.Connection, *, since: float | None = None) -> Us
             JudgeUsage(model or "unknown", step or "-", calls, int(errors),
                        int(tin_j), int(tout_j), cost)
             for model, step, calls, errors, tin_j, tout_j, cost in conn.execute(
-                "SELECT model, step, count(*), coalesce(sum(error IS NOT NULL), 0),"
+                "SELECT model, step, count(*),"
+                " coalesce(sum(CASE WHEN error IS NOT NULL THEN 1 ELSE 0 END), 0),"
                 " coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),"
                 " sum(cost_usd) FROM judge_calls WHERE created_at >= ?"
                 " GROUP BY model, step ORDER BY coalesce(sum(cost_usd), 0) DESC,"

@@ -8,11 +8,15 @@ app's request path (the writer thread, the scoring worker and the CLI call it).
   :class:`Store` per thread; also the backend-neutral row types (:class:`Job`,
   :class:`NewJob`, job states) and the JSON helpers used to store them.
 
-A second backend (PostgreSQL, for fleets) sits beside it behind the same method set.
+- :mod:`.postgres` — PostgreSQL through psycopg 3, for fleets (``db="postgresql://..."``).
+- :mod:`.base` — :class:`StoreAPI` (the method set both implement) and :func:`open_store`,
+  which picks the backend from ``db``.
+- :mod:`.migrations` — the ordered, versioned schema steps of each backend.
 """
 
 from __future__ import annotations
 
+from .base import StoreAPI, is_postgres, open_store, redact_url
 from .sqlite import (
     DONE,
     LEASED,
@@ -30,4 +34,5 @@ from .sqlite import (
 )
 
 __all__ = ["DONE", "LEASED", "MAX_METADATA_CHARS", "PENDING", "SCHEMA_VERSION", "SKIPPED", "Job",
-           "NewJob", "Store", "clean_text", "dumps", "record_row", "row_to_record"]
+           "NewJob", "Store", "StoreAPI", "clean_text", "dumps", "is_postgres", "open_store",
+           "record_row", "redact_url", "row_to_record"]

@@ -26,11 +26,12 @@ from .._internal.secrets import scrub
 from ..record import Context, RagRecord, TokenUsage
 from ..sampling import Decision
 from ..score import Score
-from . import rollup
+from . import migrations as _migrations
 from .compact import COMPACT_COLUMNS, compact_contexts, should_compact, text_facts
+from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
 
-#: 1: the first schema; 2: compact rows and hourly rollups (:meth:`Store._upgrade_v2`).
-SCHEMA_VERSION = 2
+#: 1: the first schema; 2: compact rows and hourly rollups (see .migrations).
+SCHEMA_VERSION = SQLITE_MIGRATIONS[-1].version
 MAX_METADATA_CHARS = 65_536
 
 PENDING, LEASED, DONE, SKIPPED = "pending", "leased", "done", "skipped"
@@ -93,6 +94,12 @@ def _json_safe(value: Any) -> Any:
 
 
 class Store:
+    """The SQLite backend of :class:`~.base.StoreAPI`."""
+
+    dialect = "sqlite"
+    #: one host: a process that starts may redeliver every score a dead one left
+    shared = False
+
     def __init__(self, path: str | Path, *, timeout_s: float = 30.0) -> None:
         self.path = str(path)
         conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
@@ -115,95 +122,19 @@ class Store:
             row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         except sqlite3.OperationalError:
             return False
-        if row is None or str(row[0]) != str(SCHEMA_VERSION):
+        if row is None or str(row[0]) != str(_migrations.SQLITE_MIGRATIONS[-1].version):
             return False
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         cols = {r[1] for r in conn.execute("PRAGMA table_info(records)")}
-        return "prompt" in cols and {"judge_cache", "judge_calls", "feedback", "judge_health",
+        metric_cols = {r[1] for r in conn.execute("PRAGMA table_info(metrics)")}
+        return {"prompt", "retrieval_queries"} <= cols and "is_binary" in metric_cols and {"judge_cache", "judge_calls", "feedback", "judge_health",
                                      "idx_jobs_status_job_id", "idx_feedback_trace"} <= names
 
     def _ensure_schema(self) -> None:
-        db = self.db
         if self._schema_ready():
             return
-        with self.transaction():
-            if "meta" not in db.table_names():
-                db.table("meta").create({"key": str, "value": str}, pk="key")
-            row = self.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-            if row is not None:
-                if int(row[0]) > SCHEMA_VERSION:
-                    raise RuntimeError(
-                        f"{self.path} has schema version {row[0]}, newer than this tracescore "
-                        f"understands ({SCHEMA_VERSION}); upgrade tracescore"
-                    )
-                self._ensure_judge_tables()
-                if int(row[0]) < 2:
-                    self._upgrade_v2()
-                return
-            db.table("records").create(
-                {
-                    "record_id": str, "trace_id": str, "span_id": str, "created_at": float,
-                    "source": str, "query": str, "answer": str, "contexts": str,
-                    "n_contexts": int, "ground_truths": str, "metadata": str, "tags": str,
-                    "session_id": str, "user_id": str, "latency_ms": float,
-                    "input_tokens": int, "output_tokens": int, "model": str, "error": str,
-                    "content_captured": int, "sample_u": float, "sampled": int,
-                    "sampled_metrics": str, "forced": str, "prompt": str,
-                    "retrieval_queries": str,
-                },
-                pk="record_id",
-            )
-            db.table("records").create_index(["created_at"])
-            db.table("records").create_index(["trace_id"])
-            db.table("jobs").create(
-                {
-                    "job_id": int, "record_id": str, "metric": str, "metric_version": str,
-                    "status": str, "attempts": int, "lease_owner": str, "lease_until": float,
-                    "reason": str, "created_at": float, "updated_at": float,
-                },
-                pk="job_id",
-                not_null={"record_id", "metric", "metric_version", "status"},
-                defaults={"attempts": 0},
-            )
-            db.table("jobs").create_index(["record_id", "metric", "metric_version"], unique=True)
-            db.table("jobs").create_index(["status", "lease_until"])
-            db.table("scores").create(
-                {
-                    "score_id": int, "job_id": int, "record_id": str, "trace_id": str,
-                    "name": str, "metric": str, "metric_version": str, "value": float,
-                    "label": str, "explanation": str, "status": str, "error": str,
-                    "duration_ms": float, "details": str, "created_at": float, "delivery": str,
-                },
-                pk="score_id",
-            )
-            db.table("scores").create_index(["record_id", "name"], unique=True)
-            db.table("scores").create_index(["name", "created_at"])
-            db.table("scores").create_index(["delivery"])
-            db.table("counters").create({"name": str, "value": int}, pk="name")
-            # What each configured metric declares, so readers in other processes (the CLI)
-            # know a custom metric's direction and threshold.
-            db.table("metrics").create(
-                {"metric": str, "version": str, "kind": str, "score_names": str,
-                 "higher_is_better": int, "threshold": float, "description": str,
-                 "updated_at": float, "binary": int},
-                pk="metric",
-            )
-            self.conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', '1')")
-            self._ensure_judge_tables()
-            self._upgrade_v2()
-
-    # -- schema version 2 (issue 13): compact rows, hourly rollups ------------------------------
-    def _upgrade_v2(self) -> None:
-        """Upgrade a version-1 schema (new or existing) to version 2, in the caller's
-        transaction: only ``ALTER TABLE … ADD COLUMN`` and ``CREATE``, no rewrite of existing
-        rows (their NULL ``text_kept`` means "full text", as they were written)."""
-        cols = {r[1] for r in self.conn.execute("PRAGMA table_info(records)")}
-        for name, sql_type in COMPACT_COLUMNS:
-            if name not in cols:
-                self.conn.execute(f"ALTER TABLE records ADD COLUMN {name} {sql_type}")
-        for stmt in rollup.DDL:
-            self.conn.execute(stmt)
-        self.conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        # The ordered, versioned steps live in .migrations (one list per backend).
+        migrate_sqlite(self)
 
     def _ensure_judge_tables(self) -> None:
         """Tables and indexes added after the first schema: created if missing."""
@@ -213,8 +144,8 @@ class Store:
         if cols and "retrieval_queries" not in cols:
             self.conn.execute("ALTER TABLE records ADD COLUMN retrieval_queries TEXT")
         metric_cols = {r[1] for r in self.conn.execute("PRAGMA table_info(metrics)")}
-        if metric_cols and "binary" not in metric_cols:
-            self.conn.execute("ALTER TABLE metrics ADD COLUMN binary INTEGER")
+        if metric_cols and "is_binary" not in metric_cols:
+            self.conn.execute("ALTER TABLE metrics ADD COLUMN is_binary INTEGER")
         # (executescript would commit the surrounding transaction: one statement at a time)
         for stmt in """
             CREATE TABLE IF NOT EXISTS judge_cache (
@@ -329,6 +260,15 @@ class Store:
     def transaction(self) -> _Tx:
         return _Tx(self.conn)
 
+    def unavailable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a fault that passes (another process's lock, a full disk, an I/O
+        error), not a bad statement: the writer then keeps its batch in memory and retries."""
+        if not isinstance(exc, sqlite3.OperationalError):
+            return False
+        msg = str(exc).lower()
+        return any(w in msg for w in ("locked", "busy", "full", "disk i/o", "readonly",
+                                      "unable to open"))
+
     def close(self) -> None:
         self.conn.close()
 
@@ -338,7 +278,7 @@ class Store:
         with self.transaction():
             self.conn.executemany(
                 "INSERT OR REPLACE INTO metrics(metric, version, kind, score_names, "
-                "higher_is_better, threshold, description, updated_at, binary) "
+                "higher_is_better, threshold, description, updated_at, is_binary) "
                 "VALUES (?,?,?,?,?,?,?,?,?)",
                 [(m.name, m.version, m.kind, dumps(list(m.names())),
                   None if m.higher_is_better is None else int(m.higher_is_better),

@@ -1,0 +1,117 @@
+"""The store interface both backends implement, and the choice between them.
+
+``db`` is a file path (SQLite, the embedded default) or a ``postgresql://`` /
+``postgres://`` URL (PostgreSQL, for fleets). :func:`open_store` returns the matching backend;
+every caller (writer thread, scoring worker, judge session, CLI) goes through it, so the rest
+of tracescore never asks which backend it has.
+
+Threading: a store object belongs to the thread that opened it (one connection each, as
+SQLite requires). Every method does blocking I/O and must never run on the app's request path.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..record import RagRecord
+from ..sampling import Decision
+from ..score import Score
+from .sqlite import Job, NewJob
+
+__all__ = ["PG_SCHEMES", "StoreAPI", "is_postgres", "open_store", "redact_url"]
+
+PG_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres(db: str | os.PathLike[str]) -> bool:
+    """Whether ``db`` names a PostgreSQL database (a URL) rather than a SQLite file."""
+    return isinstance(db, str) and db.startswith(PG_SCHEMES)
+
+
+def redact_url(db: str | os.PathLike[str]) -> str:
+    """``db`` for messages and logs: a URL's password is replaced by ``***``."""
+    text = str(db)
+    if not is_postgres(text):
+        return text
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(text)
+    if parts.password is None:
+        return text
+    host = parts.hostname or ""
+    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class StoreAPI(Protocol):
+    """What the pipeline needs from a store (both backends implement it)."""
+
+    #: "sqlite" or "postgres"
+    dialect: str
+    #: whether several hosts may share the database (redelivery must not race other workers)
+    shared: bool
+
+    def transaction(self) -> AbstractContextManager[Any]: ...
+    def close(self) -> None: ...
+    def unavailable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a fault that passes (locked, busy, full, server away), not a bad
+        statement: the writer then keeps its batch in memory and retries."""
+    def register_metrics(self, metrics: Sequence[Any]) -> None: ...
+    def add_feedback(self, trace_id: str, name: str, value: float | None, label: str | None,
+                     comment: str | None, created_at: float) -> None: ...
+    def judge_cache_get(self, key: str) -> Any: ...
+    def judge_cache_put(self, key: str, step: str, model: str, version: str, value: Any,
+                        input_tokens: int, output_tokens: int) -> None: ...
+    def judge_call_log(self, *, record_id: str | None, step: str, model: str,
+                       input_tokens: int, output_tokens: int, latency_ms: float,
+                       cost_usd: float | None, error: str | None) -> None: ...
+    def judge_cost_today(self) -> float: ...
+    def set_judge_health(self, model: str, agreement: float, cases: int, degenerate: bool,
+                         detail: Any) -> None: ...
+    def write_batch(self, records: Sequence[tuple[RagRecord, Decision]], jobs: Sequence[NewJob],
+                    counters: Mapping[str, int] | None = None, *,
+                    keep_full_text: bool = True) -> None: ...
+    def bump_counters(self, counters: Mapping[str, int]) -> None: ...
+    def counters(self) -> dict[str, int]: ...
+    def set_ground_truths(self, trace_id: str,
+                          ground_truths: Sequence[str]) -> list[RagRecord]: ...
+    def insert_jobs_if_missing(self, jobs: Sequence[NewJob]) -> int: ...
+    def upsert_jobs(self, jobs: Sequence[NewJob]) -> int: ...
+    def lease_jobs(self, owner: str, limit: int, lease_s: float,
+                   metrics: Sequence[str]) -> list[Job]: ...
+    def complete_jobs(self, owner: str, done: Sequence[tuple[Job, Sequence[Score]]],
+                      delivery: str | None = None
+                      ) -> list[list[tuple[int, Score]] | None]: ...
+    def complete_job(self, job: Job, owner: str, scores: Sequence[Score],
+                     delivery: str | None = None) -> list[tuple[int, Score]] | None: ...
+    def renew_leases(self, owner: str, job_ids: Sequence[int], lease_s: float) -> None: ...
+    def release_job(self, job: Job, owner: str, reason: str | None = None) -> None: ...
+    def defer_job(self, job: Job, owner: str, delay_s: float, reason: str) -> None: ...
+    def has_open_jobs(self, metrics: Sequence[str]) -> bool: ...
+    def open_job_count(self, metrics: Sequence[str] | None = None) -> int: ...
+    def open_jobs_for(self, record_id: str) -> int: ...
+    def load_records(self, record_ids: Iterable[str]) -> dict[str, RagRecord]: ...
+    def records_for_trace(self, trace_id: str) -> list[RagRecord]: ...
+    def scores_for(self, record_id: str,
+                   undelivered_only: bool = False) -> list[dict[str, Any]]: ...
+    def mark_delivered(self, score_ids: Sequence[int], how: str) -> None: ...
+    def mark_delivered_many(self, batches: Sequence[tuple[Sequence[int], str]]) -> None: ...
+    def undelivered_record_ids(self, limit: int = 1000,
+                               older_than: float | None = None) -> list[str]: ...
+
+
+def open_store(db: str | os.PathLike[str], **kwargs: Any) -> StoreAPI:
+    """The store for ``db``: :class:`~.postgres.PostgresStore` for a ``postgresql://`` URL
+    (needs ``pip install 'tracescore[postgres]'``), else the SQLite :class:`~.sqlite.Store`.
+    Creates or upgrades the schema. Blocking."""
+    if is_postgres(db):
+        from .postgres import PostgresStore
+
+        return PostgresStore(str(db), **kwargs)
+    from .sqlite import Store
+
+    return Store(Path(db), **kwargs)

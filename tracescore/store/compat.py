@@ -1,0 +1,156 @@
+"""A DB-API connection to either backend for the reading side (reports, CLI, tests).
+
+The readers write their SQL once, in the dialect both engines agree on, with ``?``
+placeholders, and read rows by index or by name (``sqlite3.Row``). On SQLite that is a plain
+``sqlite3`` connection. On PostgreSQL, :class:`PgConnection` wraps a psycopg connection and
+:func:`translate` applies the few dialect differences the readers hit — every one of them is
+listed here, nowhere else:
+
+- placeholders: ``?`` → ``%s`` (and a literal ``%`` → ``%%``);
+- ``CAST(x AS INTEGER)`` truncates on SQLite but rounds on PostgreSQL → ``CAST(trunc(x) …)``;
+- ``CROSS JOIN … ON`` (SQLite's hint to keep the join order) → ``JOIN … ON``;
+- catalogue questions (``has_table``/``table_names``) go through methods, not
+  ``sqlite_master``.
+
+Portable SQL the readers use instead of SQLite-only forms: ``sum(CASE WHEN … THEN 1 ELSE 0
+END)`` rather than ``sum(<boolean>)``, an alias on every subquery in ``FROM``, ``CASE`` or
+Python rather than two-argument ``min``/``max``.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+__all__ = ["PgConnection", "PgRow", "connect_reader", "has_table", "translate"]
+
+_TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"])*\"|\?|%")
+_CAST_INT = re.compile(r"CAST\((.+?) AS INTEGER\)", re.IGNORECASE)
+_CROSS = re.compile(r"\bCROSS JOIN\b", re.IGNORECASE)
+
+
+def translate(sql: str) -> str:
+    """SQLite-flavoured reader SQL → PostgreSQL (see the module docstring)."""
+    def repl(m: re.Match[str]) -> str:
+        tok = m.group(0)
+        if tok == "?":
+            return "%s"
+        if tok == "%":
+            return "%%"
+        return tok.replace("%", "%%") if tok[0] == "'" else tok
+    sql = _CAST_INT.sub(lambda m: f"CAST(trunc({m.group(1)}) AS INTEGER)", sql)
+    sql = _CROSS.sub("JOIN", sql)
+    return _TOKEN.sub(repl, sql)
+
+
+class PgRow(tuple):  # type: ignore[type-arg]
+    """A row readable by index and by column name, like ``sqlite3.Row``."""
+
+    _names: tuple[str, ...] = ()
+
+    def keys(self) -> list[str]:
+        return list(self._names)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            try:
+                return tuple.__getitem__(self, self._names.index(key))
+            except ValueError:
+                raise IndexError(f"no such column: {key}") from None
+        return tuple.__getitem__(self, key)
+
+
+def _row_factory(cursor: Any) -> Any:
+    names = tuple(c.name for c in cursor.description or ())
+    cls = type("Row", (PgRow,), {"_names": names, "__slots__": ()})
+
+    def make(values: Sequence[Any]) -> PgRow:
+        return cls(values)  # type: ignore[no-any-return]
+    return make
+
+
+class PgCursor:
+    def __init__(self, cur: Any) -> None:
+        self._cur = cur
+
+    @property
+    def description(self) -> Any:
+        return [(c.name, None, None, None, None, None, None) for c in self._cur.description or ()]
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._cur.rowcount)
+
+    def fetchone(self) -> Any:
+        return self._cur.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return list(self._cur.fetchall())
+
+    def fetchmany(self, size: int = 1) -> list[Any]:
+        return list(self._cur.fetchmany(size))
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._cur)
+
+    def close(self) -> None:
+        self._cur.close()
+
+
+class PgConnection:
+    """A psycopg connection that speaks the readers' SQL (autocommit; ``?`` placeholders;
+    rows like ``sqlite3.Row``). One per thread, like a ``sqlite3`` connection."""
+
+    dialect = "postgres"
+
+    def __init__(self, url: str, *, timeout_s: float = 10.0, read_only: bool = False) -> None:
+        from .postgres import connect
+
+        self.url = url
+        self.conn = connect(url, timeout_s=timeout_s, read_only=read_only)
+        self.conn.row_factory = _row_factory
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> PgCursor:
+        return PgCursor(self.conn.execute(translate(sql), tuple(params)))
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> PgCursor:
+        cur = self.conn.cursor()
+        cur.executemany(translate(sql), rows)
+        return PgCursor(cur)
+
+    def table_names(self) -> set[str]:
+        return {r[0] for r in self.conn.execute(
+            "SELECT table_name FROM information_schema.tables "
+            "WHERE table_schema = current_schema()")}
+
+    def commit(self) -> None:  # autocommit
+        pass
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> PgConnection:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def has_table(conn: Any, name: str) -> bool:
+    """Whether the database behind ``conn`` (sqlite3 or :class:`PgConnection`) has ``name``."""
+    if isinstance(conn, PgConnection):
+        return name in conn.table_names()
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                        (name,)).fetchone() is not None
+
+
+def connect_reader(db: str) -> Any:
+    """A reading connection to ``db``: :class:`PgConnection` for a URL, else ``sqlite3`` with
+    ``sqlite3.Row`` rows (read-write; reports open SQLite read-only themselves)."""
+    if db.startswith(("postgresql://", "postgres://")):
+        return PgConnection(db)
+    conn = sqlite3.connect(db, timeout=30.0)
+    conn.row_factory = sqlite3.Row
+    return conn

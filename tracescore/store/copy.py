@@ -1,0 +1,129 @@
+"""Moving up: copy a SQLite tracescore database into PostgreSQL (``tracescore
+copy-to-postgres``).
+
+Everything a team's history holds goes across — records, jobs, scores, feedback, counters,
+declared metrics, judge cache, judge calls and health, embedding cache — in one PostgreSQL
+transaction (all or nothing). Ids are re-issued by PostgreSQL (the target may already hold a
+fleet's data); a score keeps pointing at its job through the job's natural key (record,
+metric, version). Rows whose natural key exists in the target are left as they are. Jobs
+still open in the file (pending, or leased by a process of the old host) arrive pending, so
+the fleet's workers score them. A source copied once is remembered in ``meta`` and refused a
+second time (counters would double). Blocking; for the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["AlreadyCopied", "copy_sqlite_to_postgres"]
+
+CHUNK = 1000
+
+
+class AlreadyCopied(RuntimeError):
+    """The target already holds a copy of this source."""
+
+
+def _chunks(conn: sqlite3.Connection, sql: str) -> Iterator[list[tuple[Any, ...]]]:
+    cur = conn.execute(sql)
+    while True:
+        rows = cur.fetchmany(CHUNK)
+        if not rows:
+            return
+        yield [tuple(r) for r in rows]
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+
+
+def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
+                            force: bool = False,
+                            progress: Callable[[str, int], None] | None = None
+                            ) -> dict[str, int]:
+    """Copy ``source`` (a SQLite file) into the PostgreSQL database at ``url`` (created or
+    upgraded first). Returns rows copied per table."""
+    from .postgres import PostgresStore, _nul_free
+    from .sqlite import Store
+
+    src_path = Path(source).resolve()
+    Store(src_path).close()  # brings an older file up to the current schema first
+    src = sqlite3.connect(f"file:{src_path}?mode=ro", uri=True)
+    dst = PostgresStore(url)
+    counts: dict[str, int] = {}
+    key = f"copied_from:{src_path}"
+    tables = {r[0] for r in src.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+    def put(table: str, cols: Sequence[str], sql_tail: str,
+            rows: Sequence[Sequence[Any]]) -> None:
+        marks = ",".join(["%s"] * len(cols))
+        with dst.conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO {table}({','.join(cols)}) VALUES ({marks}) {sql_tail}",
+                [tuple(_nul_free(v) for v in r) for r in rows])
+        counts[table] = counts.get(table, 0) + len(rows)
+        if progress is not None:
+            progress(table, counts[table])
+
+    try:
+        with dst.transaction():
+            done = dst.conn.execute("SELECT value FROM meta WHERE key=%s", (key,)).fetchone()
+            if done is not None and not force:
+                raise AlreadyCopied(f"{src_path} was already copied into {dst.name} "
+                                    f"(at {done[0]}); --force copies it again (counters add up)")
+            natural = {
+                "records": ("record_id", "ON CONFLICT (record_id) DO NOTHING"),
+                "metrics": ("metric", "ON CONFLICT (metric) DO NOTHING"),
+                "judge_cache": ("key", "ON CONFLICT (key) DO NOTHING"),
+                "judge_health": ("model", "ON CONFLICT (model) DO NOTHING"),
+                "embedding_cache": ("model", "ON CONFLICT (model, text_sha256) DO NOTHING"),
+            }
+            for table, (_, tail) in natural.items():
+                if table not in tables:
+                    continue
+                cols = _columns(src, table)
+                for rows in _chunks(src, f"SELECT {','.join(cols)} FROM {table}"):
+                    put(table, cols, tail, rows)
+            # jobs: new ids; open jobs arrive pending (their old leases mean nothing here)
+            jcols = ["record_id", "metric", "metric_version", "status", "attempts", "reason",
+                     "created_at", "updated_at"]
+            for rows in _chunks(src, "SELECT record_id, metric, metric_version, CASE WHEN "
+                                     "status = 'leased' THEN 'pending' ELSE status END, "
+                                     "attempts, reason, created_at, updated_at FROM jobs"):
+                put("jobs", jcols, "ON CONFLICT (record_id, metric, metric_version) "
+                                   "DO NOTHING", rows)
+            scols = [c for c in _columns(src, "scores") if c not in ("score_id", "job_id")]
+            sel = ", ".join(f"s.{c}" for c in scols)
+            for rows in _chunks(src, f"SELECT {sel}, j.metric, j.metric_version FROM scores s "
+                                     "LEFT JOIN jobs j ON j.job_id = s.job_id"):
+                # the job id in the target, by the job's natural key
+                marks = ",".join(["%s"] * len(scols))
+                with dst.conn.cursor() as cur:
+                    cur.executemany(
+                        f"INSERT INTO scores({','.join(scols)}, job_id) VALUES ({marks}, "
+                        "(SELECT job_id FROM jobs WHERE record_id=%s AND metric=%s AND "
+                        "metric_version=%s)) ON CONFLICT (record_id, name) DO NOTHING",
+                        [tuple(_nul_free(v) for v in r[:-2])
+                         + (r[scols.index("record_id")], r[-2], r[-1]) for r in rows])
+                counts["scores"] = counts.get("scores", 0) + len(rows)
+            for table, skip in (("feedback", "feedback_id"), ("judge_calls", "call_id")):
+                if table in tables:
+                    cols = [c for c in _columns(src, table) if c != skip]
+                    for rows in _chunks(src, f"SELECT {','.join(cols)} FROM {table}"):
+                        put(table, cols, "", rows)
+            counters = dict(src.execute("SELECT name, value FROM counters").fetchall())
+            dst.bump_counters(counters)
+            counts["counters"] = len(counters)
+            dst.conn.execute(
+                "INSERT INTO meta(key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE "
+                "SET value = excluded.value",
+                (key, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+    finally:
+        src.close()
+        dst.close()
+    return counts

@@ -1,0 +1,247 @@
+"""Versioned schema migrations: one ordered list per backend.
+
+Each step has a version (1, 2, ...) and a function that applies it inside the migrating
+transaction; ``meta.schema_version`` records the last step applied. Opening a store applies
+the steps above the database's version, in order, so a database written by any earlier
+release is upgraded in place. A database newer than the code is refused (upgrade tracescore).
+A new step is appended to *both* lists when it changes what both backends store (and to one
+when only one backend needs it); versions never change once released.
+
+On PostgreSQL the migration holds a transaction-scoped advisory lock, so app replicas and
+workers that start together migrate once. This module imports no backend module (they import
+it), and runs only off the request path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["POSTGRES_MIGRATIONS", "SQLITE_MIGRATIONS", "Migration", "SchemaTooNew",
+           "migrate_postgres", "migrate_sqlite"]
+
+
+class SchemaTooNew(RuntimeError):
+    """The database was written by a newer tracescore."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    apply: Callable[[Any], None]  # gets the backend's store, inside the transaction
+
+
+# -- SQLite ------------------------------------------------------------------------------------
+def _sqlite_v1(store: Any) -> None:
+    """The first released schema (tracescore 0.x, schema_version 1)."""
+    db = store.db
+    db.table("records").create(
+        {
+            "record_id": str, "trace_id": str, "span_id": str, "created_at": float,
+            "source": str, "query": str, "answer": str, "contexts": str,
+            "n_contexts": int, "ground_truths": str, "metadata": str, "tags": str,
+            "session_id": str, "user_id": str, "latency_ms": float,
+            "input_tokens": int, "output_tokens": int, "model": str, "error": str,
+            "content_captured": int, "sample_u": float, "sampled": int,
+            "sampled_metrics": str, "forced": str, "prompt": str,
+        },
+        pk="record_id",
+    )
+    db.table("records").create_index(["created_at"])
+    db.table("records").create_index(["trace_id"])
+    db.table("jobs").create(
+        {
+            "job_id": int, "record_id": str, "metric": str, "metric_version": str,
+            "status": str, "attempts": int, "lease_owner": str, "lease_until": float,
+            "reason": str, "created_at": float, "updated_at": float,
+        },
+        pk="job_id",
+        not_null={"record_id", "metric", "metric_version", "status"},
+        defaults={"attempts": 0},
+    )
+    db.table("jobs").create_index(["record_id", "metric", "metric_version"], unique=True)
+    db.table("jobs").create_index(["status", "lease_until"])
+    db.table("scores").create(
+        {
+            "score_id": int, "job_id": int, "record_id": str, "trace_id": str,
+            "name": str, "metric": str, "metric_version": str, "value": float,
+            "label": str, "explanation": str, "status": str, "error": str,
+            "duration_ms": float, "details": str, "created_at": float, "delivery": str,
+        },
+        pk="score_id",
+    )
+    db.table("scores").create_index(["record_id", "name"], unique=True)
+    db.table("scores").create_index(["name", "created_at"])
+    db.table("scores").create_index(["delivery"])
+    db.table("counters").create({"name": str, "value": int}, pk="name")
+    # What each configured metric declares, so readers in other processes (the CLI)
+    # know a custom metric's direction and threshold.
+    db.table("metrics").create(
+        {"metric": str, "version": str, "kind": str, "score_names": str,
+         "higher_is_better": int, "threshold": float, "description": str,
+         "updated_at": float},
+        pk="metric",
+    )
+
+
+def _sqlite_v2(store: Any) -> None:
+    """Compact rows and hourly rollups (bounded storage): only ``ALTER TABLE … ADD COLUMN``
+    and ``CREATE``, no rewrite of existing rows (their NULL ``text_kept`` means "full text",
+    as they were written)."""
+    from .compact import COMPACT_COLUMNS
+    from .rollup import DDL
+
+    cols = {r[1] for r in store.conn.execute("PRAGMA table_info(records)")}
+    for name, sql_type in COMPACT_COLUMNS:
+        if name not in cols:
+            store.conn.execute(f"ALTER TABLE records ADD COLUMN {name} {sql_type}")
+    for stmt in DDL:
+        store.conn.execute(stmt)
+
+
+SQLITE_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "records, jobs, scores, counters, metrics (+ judge tables, feedback)",
+              _sqlite_v1),
+    Migration(2, "compact rows for unsampled records, hourly rollups", _sqlite_v2),
+)
+
+
+def migrate_sqlite(store: Any) -> None:
+    """Bring the SQLite database of ``store`` (a :class:`~.sqlite.Store`) up to date."""
+    conn = store.conn
+    with store.transaction():
+        if "meta" not in store.db.table_names():
+            store.db.table("meta").create({"key": str, "value": str}, pk="key")
+        row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        current = 0 if row is None else int(row[0])
+        latest = SQLITE_MIGRATIONS[-1].version
+        if current > latest:
+            raise SchemaTooNew(
+                f"{store.path} has schema version {current}, newer than this tracescore "
+                f"understands ({latest}); upgrade tracescore")
+        for step in SQLITE_MIGRATIONS:
+            if step.version > current:
+                step.apply(store)
+        if current != latest:
+            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
+                         (str(latest),))
+        # Version 1 databases from before the judge tables: add what they lack (idempotent).
+        store._ensure_judge_tables()
+
+
+# -- PostgreSQL --------------------------------------------------------------------------------
+# Types: REAL → double precision; counters and ids bigint; token counts integer (so sum() is a
+# bigint, not numeric). Unix-seconds timestamps as on SQLite, so readers share their SQL.
+_PG_V1 = """
+CREATE TABLE IF NOT EXISTS records (
+    record_id text PRIMARY KEY, trace_id text, span_id text, created_at double precision,
+    source text, query text, answer text, contexts text, n_contexts integer,
+    ground_truths text, metadata text, tags text, session_id text, user_id text,
+    latency_ms double precision, input_tokens integer, output_tokens integer, model text,
+    error text, content_captured integer, sample_u double precision, sampled integer,
+    sampled_metrics text, forced text, prompt text);
+CREATE INDEX IF NOT EXISTS idx_records_created_at ON records(created_at);
+CREATE INDEX IF NOT EXISTS idx_records_trace_id ON records(trace_id);
+CREATE TABLE IF NOT EXISTS jobs (
+    job_id bigserial PRIMARY KEY, record_id text NOT NULL, metric text NOT NULL,
+    metric_version text NOT NULL, status text NOT NULL, attempts integer NOT NULL DEFAULT 0,
+    lease_owner text, lease_until double precision, reason text,
+    created_at double precision, updated_at double precision);
+CREATE UNIQUE INDEX IF NOT EXISTS idx_jobs_record_metric
+    ON jobs(record_id, metric, metric_version);
+CREATE INDEX IF NOT EXISTS idx_jobs_status_lease_until ON jobs(status, lease_until);
+CREATE INDEX IF NOT EXISTS idx_jobs_status_job_id ON jobs(status, job_id);
+CREATE TABLE IF NOT EXISTS scores (
+    score_id bigserial PRIMARY KEY, job_id bigint, record_id text, trace_id text, name text,
+    metric text, metric_version text, value double precision, label text, explanation text,
+    status text, error text, duration_ms double precision, details text,
+    created_at double precision, delivery text);
+CREATE UNIQUE INDEX IF NOT EXISTS idx_scores_record_name ON scores(record_id, name);
+CREATE INDEX IF NOT EXISTS idx_scores_name_created_at ON scores(name, created_at);
+CREATE INDEX IF NOT EXISTS idx_scores_delivery ON scores(delivery);
+CREATE TABLE IF NOT EXISTS counters (name text PRIMARY KEY, value bigint);
+CREATE TABLE IF NOT EXISTS metrics (
+    metric text PRIMARY KEY, version text, kind text, score_names text,
+    higher_is_better integer, threshold double precision, description text,
+    updated_at double precision);
+CREATE TABLE IF NOT EXISTS judge_cache (
+    key text PRIMARY KEY, step text, model text, prompt_version text, value text,
+    input_tokens integer, output_tokens integer, created_at double precision);
+CREATE TABLE IF NOT EXISTS judge_calls (
+    call_id bigserial PRIMARY KEY, record_id text, step text, model text,
+    input_tokens integer, output_tokens integer, latency_ms double precision,
+    cost_usd double precision, error text, created_at double precision);
+CREATE INDEX IF NOT EXISTS idx_judge_calls_created_at ON judge_calls(created_at);
+CREATE TABLE IF NOT EXISTS feedback (
+    feedback_id bigserial PRIMARY KEY, trace_id text, name text, value double precision,
+    label text, comment text, created_at double precision);
+CREATE INDEX IF NOT EXISTS idx_feedback_trace ON feedback(trace_id);
+CREATE TABLE IF NOT EXISTS judge_health (
+    model text PRIMARY KEY, agreement double precision, cases integer, degenerate integer,
+    detail text, checked_at double precision);
+CREATE TABLE IF NOT EXISTS embedding_cache (
+    model text NOT NULL, text_sha256 text NOT NULL, dim integer, vector bytea,
+    created_at double precision, PRIMARY KEY (model, text_sha256));
+CREATE TABLE IF NOT EXISTS rate_limits (
+    name text PRIMARY KEY, tokens double precision NOT NULL,
+    updated_at double precision NOT NULL)
+"""
+
+
+def _pg_statements(script: str) -> Callable[[Any], None]:
+    def apply(store: Any) -> None:
+        for stmt in script.split(";"):
+            if stmt.strip():
+                store.conn.execute(stmt)
+    return apply
+
+
+def _pg_v2(store: Any) -> None:
+    """As SQLite's version 2 (compact rows, hourly rollups), plus the columns SQLite adds
+    beside its migrations (``records.retrieval_queries``, ``metrics.is_binary``)."""
+    from .compact import COMPACT_COLUMNS
+    from .rollup import DDL
+
+    pg_type = {"INTEGER": "integer", "TEXT": "text", "REAL": "double precision"}
+    columns = [("records", "retrieval_queries", "text"), ("metrics", "is_binary", "integer"),
+               *(("records", name, pg_type.get(t.upper(), t)) for name, t in COMPACT_COLUMNS)]
+    for table, name, sql_type in columns:
+        store.conn.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {sql_type}")
+    for stmt in DDL:
+        store.conn.execute(stmt)
+
+
+POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "the SQLite version-1 tables, plus embedding_cache and rate_limits "
+                 "(fleet-wide judge calls per minute)", _pg_statements(_PG_V1)),
+    Migration(2, "compact rows, hourly rollups, retrieval queries, yes/no metric declarations",
+              _pg_v2),
+)
+
+#: pg_advisory_xact_lock key: "tracescore" as an int
+_LOCK_KEY = 0x7472616365
+
+
+def migrate_postgres(store: Any) -> None:
+    """Bring the PostgreSQL database of ``store`` (a :class:`~.postgres.PostgresStore`) up
+    to date; one process at a time (advisory lock), each run in one transaction."""
+    conn = store.conn
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        conn.execute("CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text)")
+        row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        current = 0 if row is None else int(row[0])
+        latest = POSTGRES_MIGRATIONS[-1].version
+        if current > latest:
+            raise SchemaTooNew(
+                f"{store.name} has schema version {current}, newer than this tracescore "
+                f"understands ({latest}); upgrade tracescore")
+        for step in POSTGRES_MIGRATIONS:
+            if step.version > current:
+                step.apply(store)
+        if current != latest:
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('schema_version', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(latest),))

@@ -1,0 +1,526 @@
+"""The PostgreSQL backend (psycopg 3): one database shared by a fleet of app replicas and
+scoring workers.
+
+Same method set and semantics as the SQLite :class:`~.sqlite.Store` (see
+:class:`~.base.StoreAPI`); every SQL statement of this backend is in this module. Jobs are a
+distributed queue: :meth:`PostgresStore.lease_jobs` is one ``UPDATE … WHERE job_id IN
+(SELECT … FOR UPDATE SKIP LOCKED) RETURNING …`` statement, so any number of workers on any
+number of hosts lease disjoint jobs without waiting on each other; completion is guarded by the
+lease owner exactly as on SQLite, so each persisted job is scored once.
+
+One store per thread (one connection, autocommit; :meth:`transaction` opens a real
+transaction, nested ones are savepoints). A broken connection (the server restarted, a
+network cut) is replaced on the next call: the caller sees one error, never a dead store.
+Every method blocks and must never run on the app's request path.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from ..record import RagRecord
+from ..sampling import Decision
+from ..score import Score
+from .migrations import migrate_postgres
+from .sqlite import (
+    _RECORD_COLS,
+    Job,
+    NewJob,
+    _json_safe,
+    clean_text,
+    dumps,
+    record_row,
+    row_to_record,
+)
+
+try:
+    import psycopg
+except ImportError as exc:  # pragma: no cover - exercised only without the extra
+    raise ImportError("a postgresql:// database needs psycopg: "
+                      "pip install 'tracescore[postgres]'") from exc
+
+__all__ = ["PostgresEmbeddingCache", "PostgresStore", "connect", "open_jobs"]
+
+#: the database's clock (every host of a fleet agrees on it)
+NOW = "extract(epoch FROM clock_timestamp())::float8"
+
+
+def connect(url: str, *, timeout_s: float = 5.0,
+            read_only: bool = False) -> psycopg.Connection[Any]:
+    """An autocommit connection; ``timeout_s`` bounds the connect (the server may be down);
+    ``read_only``: every statement runs in a read-only transaction (reports)."""
+    if read_only:
+        return psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout_s)),
+                               application_name="tracescore",
+                               options="-c default_transaction_read_only=on")
+    return psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout_s)),
+                           application_name="tracescore")
+
+
+def open_jobs(url: str, metrics: Sequence[str] | None) -> tuple[int, float]:
+    """(open jobs, seconds since the oldest open job was created/re-opened/leased) on a short
+    connection: the queue depth a worker Deployment is scaled on (metric reader thread)."""
+    sql = ("SELECT count(*), min(coalesce(updated_at, created_at)) FROM jobs "
+           "WHERE status IN ('pending', 'leased')")
+    args: tuple[Any, ...] = ()
+    if metrics is not None:
+        sql += " AND metric = ANY(%s)"
+        args = (list(metrics),)
+    with connect(url, timeout_s=2.0) as conn:
+        n, oldest = conn.execute(sql, args).fetchone()  # type: ignore[misc]
+    return int(n), (max(0.0, time.time() - float(oldest)) if oldest is not None else 0.0)
+
+
+def _nul_free(value: Any) -> Any:
+    # PostgreSQL text cannot hold NUL (SQLite can): keep it visible instead of failing the batch.
+    if isinstance(value, str) and "\x00" in value:
+        return value.replace("\x00", "\\u0000")
+    return value
+
+
+class PostgresStore:
+    """The PostgreSQL backend of :class:`~.base.StoreAPI`."""
+
+    dialect = "postgres"
+    #: many hosts: redelivery must leave the scores of live workers alone
+    shared = True
+
+    def __init__(self, url: str, *, timeout_s: float = 5.0) -> None:
+        from .base import redact_url
+
+        self.url = url
+        self.name = redact_url(url)
+        self.path = self.name  # messages name the database as on SQLite
+        self.timeout_s = timeout_s
+        self._conn: psycopg.Connection[Any] | None = None
+        migrate_postgres(self)
+
+    @property
+    def conn(self) -> psycopg.Connection[Any]:
+        c = self._conn
+        if c is None or c.closed or c.broken:
+            if c is not None:
+                c.close()
+            c = self._conn = connect(self.url, timeout_s=self.timeout_s)
+        return c
+
+    def _drop_connection(self) -> None:
+        # After an OperationalError the connection may be half-dead (e.g. a server shutdown
+        # caught mid-pipeline, not yet flagged broken): the next call opens a fresh one.
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+
+    def _x(self, sql: str, args: Sequence[Any] | Mapping[str, Any] = ()) -> psycopg.Cursor[Any]:
+        try:
+            return self.conn.execute(sql, args)
+        except psycopg.OperationalError:
+            self._drop_connection()
+            raise
+
+    def _row(self, sql: str, args: Sequence[Any] | Mapping[str, Any] = ()) -> Any:
+        """The one row an aggregate or RETURNING statement gives."""
+        row = self._x(sql, args).fetchone()
+        assert row is not None, sql
+        return row
+
+    def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
+        """``executemany``; returns the rows affected, summed over the statements."""
+        rows = list(rows)
+        if not rows:
+            return 0
+        try:
+            with self.conn.cursor() as cur:
+                cur.executemany(sql, rows)
+                return max(cur.rowcount, 0)
+        except psycopg.OperationalError:
+            self._drop_connection()
+            raise
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        conn = self.conn
+        with conn.transaction():
+            yield conn
+
+    def unavailable(self, exc: BaseException) -> bool:
+        """Whether ``exc`` means the server cannot be reached or cannot take the write right
+        now (connection lost, shutting down, disk full, lock timeout: psycopg's
+        ``OperationalError``), not a bad statement: the writer then keeps its batch and
+        retries instead of dropping it."""
+        return isinstance(exc, psycopg.OperationalError)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # -- feedback, metrics, counters ---------------------------------------------------------
+    def add_feedback(self, trace_id: str, name: str, value: float | None, label: str | None,
+                     comment: str | None, created_at: float) -> None:
+        self._x("INSERT INTO feedback(trace_id, name, value, label, comment, created_at) "
+                "VALUES (%s,%s,%s,%s,%s,%s)",
+                (trace_id, name, value, label,
+                 _nul_free(clean_text(comment)) if comment else None, created_at))
+
+    def register_metrics(self, metrics: Sequence[Any]) -> None:
+        now = time.time()
+        with self.transaction():
+            self._many(
+                "INSERT INTO metrics(metric, version, kind, score_names, higher_is_better, "
+                "threshold, description, updated_at, is_binary) "
+                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s) "
+                "ON CONFLICT (metric) DO UPDATE SET version=excluded.version, "
+                "kind=excluded.kind, score_names=excluded.score_names, "
+                "higher_is_better=excluded.higher_is_better, threshold=excluded.threshold, "
+                "description=excluded.description, updated_at=excluded.updated_at, "
+                "is_binary=excluded.is_binary",
+                [(m.name, m.version, m.kind, dumps(list(m.names())),
+                  None if m.higher_is_better is None else int(m.higher_is_better),
+                  m.threshold, m.description, now, int(bool(getattr(m, "binary", False))))
+                 for m in metrics],
+            )
+
+    def bump_counters(self, counters: Mapping[str, int]) -> None:
+        self._many(
+            "INSERT INTO counters(name, value) VALUES (%s, %s) ON CONFLICT (name) "
+            "DO UPDATE SET value = counters.value + excluded.value",
+            [(k, v) for k, v in sorted(counters.items()) if v],
+        )
+
+    def counters(self) -> dict[str, int]:
+        return {k: int(v) for k, v in self._x("SELECT name, value FROM counters")}
+
+    # -- judge ---------------------------------------------------------------------------------
+    def judge_cache_get(self, key: str) -> Any:
+        row = self._x("SELECT value FROM judge_cache WHERE key=%s", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def judge_cache_put(self, key: str, step: str, model: str, version: str, value: Any,
+                        input_tokens: int, output_tokens: int) -> None:
+        self._x(
+            "INSERT INTO judge_cache VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (key) DO "
+            "UPDATE SET value=excluded.value, input_tokens=excluded.input_tokens, "
+            "output_tokens=excluded.output_tokens, created_at=excluded.created_at",
+            (key, step, model, version, _nul_free(dumps(value)), input_tokens, output_tokens,
+             time.time()),
+        )
+
+    def judge_call_log(self, *, record_id: str | None, step: str, model: str,
+                       input_tokens: int, output_tokens: int, latency_ms: float,
+                       cost_usd: float | None, error: str | None) -> None:
+        self._x(
+            "INSERT INTO judge_calls(record_id, step, model, input_tokens, output_tokens, "
+            "latency_ms, cost_usd, error, created_at) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            (record_id, step, model, input_tokens, output_tokens, latency_ms, cost_usd,
+             _nul_free(error), time.time()),
+        )
+
+    def judge_cost_today(self) -> float:
+        day = time.time() - time.time() % 86400
+        row = self._row("SELECT coalesce(sum(cost_usd), 0) FROM judge_calls "
+                        "WHERE created_at >= %s", (day,))
+        return float(row[0])
+
+    def set_judge_health(self, model: str, agreement: float, cases: int, degenerate: bool,
+                         detail: Any) -> None:
+        self._x(
+            "INSERT INTO judge_health VALUES (%s,%s,%s,%s,%s,%s) ON CONFLICT (model) DO UPDATE "
+            "SET agreement=excluded.agreement, cases=excluded.cases, "
+            "degenerate=excluded.degenerate, detail=excluded.detail, "
+            "checked_at=excluded.checked_at",
+            (model, agreement, cases, int(degenerate), _nul_free(dumps(detail)), time.time()),
+        )
+
+    def take_rate_token(self, name: str, per_minute: float, burst: float) -> float:
+        """A fleet-wide token bucket held in ``rate_limits`` (the database's clock): 0.0 when
+        a token was taken, else the seconds until one is due. One row lock per call, so
+        workers on every host draw from the same bucket."""
+        rate = per_minute / 60.0
+        refill = (f"LEAST(%(cap)s, rate_limits.tokens + ({NOW} - rate_limits.updated_at)"
+                  " * %(rate)s)")
+        args = {"name": name, "cap": burst, "rate": rate}
+        row = self._x(
+            f"INSERT INTO rate_limits(name, tokens, updated_at) VALUES (%(name)s, "
+            f"%(cap)s - 1, {NOW}) ON CONFLICT (name) DO UPDATE SET tokens = {refill} - 1, "
+            f"updated_at = {NOW} WHERE {refill} >= 1 RETURNING tokens", args,
+        ).fetchone()
+        if row is not None:
+            return 0.0
+        row = self._x(f"SELECT (1 - {refill}) / %(rate)s FROM rate_limits WHERE name=%(name)s",
+                      args).fetchone()
+        return max(0.01, float(row[0])) if row is not None else 0.01
+
+    # -- writer side ---------------------------------------------------------------------------
+    def write_batch(self, records: Sequence[tuple[RagRecord, Decision]], jobs: Sequence[NewJob],
+                    counters: Mapping[str, int] | None = None, *,
+                    keep_full_text: bool = True) -> None:
+        """Persist records and their jobs in one transaction (idempotent on replays);
+        ``keep_full_text=False``: unsampled records are stored compact (as on SQLite)."""
+        now = time.time()
+        rows = [tuple(_nul_free(v) for v in record_row(r, d, now, keep_full_text))
+                for r, d in records]
+        with self.transaction():
+            self._many(
+                "INSERT INTO records(" + ",".join(_RECORD_COLS) + ") VALUES ("
+                + ",".join(["%s"] * len(_RECORD_COLS)) + ") ON CONFLICT DO NOTHING", rows)
+            self._insert_jobs(jobs, now)
+            if counters:
+                self.bump_counters(counters)
+
+    def _insert_jobs(self, jobs: Sequence[NewJob], now: float) -> int:
+        return self._many(
+            "INSERT INTO jobs(record_id, metric, metric_version, status, attempts, reason, "
+            "created_at, updated_at) VALUES (%s,%s,%s,%s,0,%s,%s,%s) ON CONFLICT DO NOTHING",
+            [(j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now)
+             for j in jobs])
+
+    def set_ground_truths(self, trace_id: str, ground_truths: Sequence[str]) -> list[RagRecord]:
+        self._x("UPDATE records SET ground_truths = %s WHERE trace_id = %s",
+                (_nul_free(dumps([clean_text(g) for g in ground_truths])), trace_id))
+        return self.records_for_trace(trace_id)
+
+    def insert_jobs_if_missing(self, jobs: Sequence[NewJob]) -> int:
+        """Create the jobs that do not exist yet; returns how many were created."""
+        with self.transaction():
+            return self._insert_jobs(jobs, time.time())
+
+    def upsert_jobs(self, jobs: Sequence[NewJob]) -> int:
+        """Create jobs, or re-open skipped/done ones (new inputs arrived). Returns how many."""
+        now = time.time()
+        n = 0
+        with self.transaction():
+            for j in jobs:
+                n += self._x(
+                    "INSERT INTO jobs(record_id, metric, metric_version, status, attempts, "
+                    "reason, created_at, updated_at) VALUES (%s,%s,%s,%s,0,%s,%s,%s) "
+                    "ON CONFLICT (record_id, metric, metric_version) DO UPDATE SET "
+                    "status = excluded.status, reason = excluded.reason, attempts = 0, "
+                    "lease_owner = NULL, lease_until = NULL, updated_at = excluded.updated_at "
+                    "WHERE jobs.status IN ('skipped', 'done')",
+                    (j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now),
+                ).rowcount
+        return n
+
+    # -- worker side ---------------------------------------------------------------------------
+    def lease_jobs(self, owner: str, limit: int, lease_s: float,
+                   metrics: Sequence[str]) -> list[Job]:
+        """Atomically take up to ``limit`` pending or expired-lease jobs of ``metrics``; rows
+        another worker is leasing right now are skipped, not waited for."""
+        now = time.time()
+        rows = self._x(
+            "UPDATE jobs SET status='leased', lease_owner=%(owner)s, lease_until=%(until)s, "
+            "attempts = attempts + 1, updated_at=%(now)s WHERE job_id IN ("
+            " SELECT job_id FROM jobs WHERE metric = ANY(%(metrics)s) AND ("
+            "  (status='pending' AND (lease_until IS NULL OR lease_until <= %(now)s))"
+            "  OR (status='leased' AND lease_until < %(now)s))"
+            " ORDER BY job_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) "
+            "RETURNING job_id, record_id, metric, metric_version, attempts, created_at",
+            {"owner": owner, "until": now + lease_s, "now": now, "metrics": list(metrics),
+             "limit": limit},
+        ).fetchall()
+        return sorted((Job(*r) for r in rows), key=lambda j: j.job_id)
+
+    def complete_jobs(self, owner: str, done: Sequence[tuple[Job, Sequence[Score]]],
+                      delivery: str | None = None) -> list[list[tuple[int, Score]] | None]:
+        with self.transaction():  # one transaction, no savepoint per job
+            return [self._complete(job, owner, scores, delivery) for job, scores in done]
+
+    def complete_job(self, job: Job, owner: str, scores: Sequence[Score],
+                     delivery: str | None = None) -> list[tuple[int, Score]] | None:
+        """Store a job's scores and mark it done, atomically, only if ``owner`` still holds
+        the lease; None (nothing stored) when another worker took it over."""
+        with self.transaction():
+            return self._complete(job, owner, scores, delivery)
+
+    def _complete(self, job: Job, owner: str, scores: Sequence[Score],
+                  delivery: str | None) -> list[tuple[int, Score]] | None:
+        now = time.time()
+        # (inside the caller's transaction)
+        cur = self._x(
+            "UPDATE jobs SET status='done', lease_owner=NULL, lease_until=NULL, "
+            "updated_at=%s, reason=NULL WHERE job_id=%s AND status='leased' "
+            "AND lease_owner=%s", (now, job.job_id, owner))
+        if cur.rowcount != 1:
+            return None
+        trace_id = job.record_id.split("-", 1)[0]
+        ids: dict[str, int] = {}
+        for s in scores:
+            row = self._row(
+                "INSERT INTO scores(job_id, record_id, trace_id, name, metric, "
+                "metric_version, value, label, explanation, status, error, duration_ms, "
+                "details, created_at, delivery) VALUES "
+                "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
+                "ON CONFLICT (record_id, name) DO UPDATE SET job_id=excluded.job_id, "
+                "metric_version=excluded.metric_version, value=excluded.value, "
+                "label=excluded.label, explanation=excluded.explanation, "
+                "status=excluded.status, error=excluded.error, "
+                "duration_ms=excluded.duration_ms, details=excluded.details, "
+                "created_at=excluded.created_at, delivery=excluded.delivery "
+                "RETURNING score_id",
+                (job.job_id, job.record_id, trace_id, s.name, s.metric or job.metric,
+                 s.metric_version, s.value, s.label,
+                 _nul_free(clean_text(s.explanation)) if s.explanation else None, s.status,
+                 _nul_free(clean_text(s.error)) if s.error else None, s.duration_ms,
+                 _nul_free(dumps(_json_safe(dict(s.details)))), now, delivery),
+            )
+            ids[s.name] = int(row[0])
+        return [(ids[s.name], s) for s in scores]
+
+    def renew_leases(self, owner: str, job_ids: Sequence[int], lease_s: float) -> None:
+        self._x("UPDATE jobs SET lease_until=%s WHERE job_id = ANY(%s) AND lease_owner=%s "
+                "AND status='leased'", (time.time() + lease_s, list(job_ids), owner))
+
+    def release_job(self, job: Job, owner: str, reason: str | None = None) -> None:
+        self._x("UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=NULL, "
+                "reason=%s WHERE job_id=%s AND lease_owner=%s",
+                (_nul_free(reason), job.job_id, owner))
+
+    def release_leases(self, owner: str) -> int:
+        """Give back every job ``owner`` still holds (a worker stopping); the attempts stay
+        counted. Returns how many."""
+        return self._x("UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=NULL "
+                       "WHERE lease_owner=%s AND status='leased'", (owner,)).rowcount
+
+    def defer_job(self, job: Job, owner: str, delay_s: float, reason: str) -> None:
+        self._x("UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=%s, "
+                "attempts = GREATEST(attempts - 1, 0), reason=%s WHERE job_id=%s "
+                "AND lease_owner=%s",
+                (time.time() + max(0.0, delay_s), _nul_free(reason[:500]), job.job_id, owner))
+
+    def has_open_jobs(self, metrics: Sequence[str]) -> bool:
+        return self._x("SELECT 1 FROM jobs WHERE status IN ('pending', 'leased') "
+                       "AND metric = ANY(%s) LIMIT 1", (list(metrics),)).fetchone() is not None
+
+    def open_job_count(self, metrics: Sequence[str] | None = None) -> int:
+        sql = "SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')"
+        if metrics is None:
+            return int(self._row(sql)[0])
+        return int(self._row(sql + " AND metric = ANY(%s)", (list(metrics),))[0])
+
+    def open_jobs_for(self, record_id: str) -> int:
+        return int(self._row("SELECT count(*) FROM jobs WHERE record_id=%s "
+                             "AND status IN ('pending','leased')", (record_id,))[0])
+
+    def load_records(self, record_ids: Iterable[str]) -> dict[str, RagRecord]:
+        ids = list(dict.fromkeys(record_ids))
+        out: dict[str, RagRecord] = {}
+        for i in range(0, len(ids), 500):
+            cur = self._x("SELECT * FROM records WHERE record_id = ANY(%s)", (ids[i:i + 500],))
+            cols = [c.name for c in cur.description or ()]
+            for row in cur:
+                rec = row_to_record(dict(zip(cols, row)))
+                out[rec.record_id] = rec
+        return out
+
+    def records_for_trace(self, trace_id: str) -> list[RagRecord]:
+        cur = self._x("SELECT * FROM records WHERE trace_id=%s", (trace_id,))
+        cols = [c.name for c in cur.description or ()]
+        return [row_to_record(dict(zip(cols, row))) for row in cur]
+
+    def scores_for(self, record_id: str, undelivered_only: bool = False) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM scores WHERE record_id=%s"
+        if undelivered_only:
+            sql += " AND delivery IS NULL"
+        cur = self._x(sql + " ORDER BY score_id", (record_id,))
+        cols = [c.name for c in cur.description or ()]
+        return [dict(zip(cols, row)) for row in cur]
+
+    def mark_delivered(self, score_ids: Sequence[int], how: str) -> None:
+        self.mark_delivered_many([(score_ids, how)])
+
+    def mark_delivered_many(self, batches: Sequence[tuple[Sequence[int], str]]) -> None:
+        with self.transaction():
+            for ids, how in batches:
+                self._x("UPDATE scores SET delivery=%s WHERE score_id = ANY(%s) AND "
+                        "(delivery IS NULL OR starts_with(delivery, 'redelivering:'))",
+                        (how, list(ids)))
+
+    def undelivered_record_ids(self, limit: int = 1000,
+                               older_than: float | None = None) -> list[str]:
+        rows = self._x(
+            "SELECT DISTINCT s.record_id FROM scores s WHERE s.delivery IS NULL "
+            "AND s.created_at <= %s AND NOT EXISTS (SELECT 1 FROM jobs j WHERE "
+            "j.record_id = s.record_id AND j.status IN ('pending','leased')) LIMIT %s",
+            (float("inf") if older_than is None else older_than, limit),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def claim_redelivery(self, record_id: str, owner: str,
+                         older_than: float) -> list[dict[str, Any]]:
+        """Take the undelivered scores of ``record_id`` for a carrier span, so that of several
+        workers sweeping at once only one sends them: they are marked ``redelivering:<owner>``
+        (the carrier's export then marks them delivered)."""
+        cur = self._x(
+            "UPDATE scores SET delivery=%s WHERE record_id=%s AND delivery IS NULL "
+            "AND created_at <= %s RETURNING *", (f"redelivering:{owner}", record_id, older_than))
+        cols = [c.name for c in cur.description or ()]
+        return sorted((dict(zip(cols, row)) for row in cur), key=lambda r: r["score_id"])
+
+
+class PostgresEmbeddingCache:
+    """The ``embedding_cache`` table on PostgreSQL (same methods as the SQLite
+    :class:`~tracescore.embeddings.cache.EmbeddingCache`), shared by the fleet. Thread-safe
+    (one connection behind a lock, reopened after a fork or a broken connection)."""
+
+    def __init__(self, url: str) -> None:
+        import os
+        import threading
+
+        self.url = url
+        self._conn: psycopg.Connection[Any] | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+        self._getpid = os.getpid
+
+    def _db(self) -> psycopg.Connection[Any]:
+        c = self._conn
+        if c is None or c.closed or c.broken or self._pid != self._getpid():
+            c = self._conn = connect(self.url)
+            self._pid = self._getpid()
+        return c
+
+    def get_many(self, model: str, keys: Iterable[str]) -> dict[str, list[float]]:
+        from ..embeddings.cache import _unpack
+
+        with self._lock:
+            rows = self._db().execute(
+                "SELECT text_sha256, vector FROM embedding_cache WHERE model=%s "
+                "AND text_sha256 = ANY(%s)", (model, list(dict.fromkeys(keys)))).fetchall()
+        return {k: _unpack(bytes(blob)) for k, blob in rows}
+
+    def put_many(self, model: str, items: Iterable[tuple[str, Sequence[float]]]) -> None:
+        from ..embeddings.cache import _pack
+
+        now = time.time()
+        rows = [(model, key, len(vec), _pack(vec), now) for key, vec in items]
+        if not rows:
+            return
+        with self._lock:
+            conn = self._db()
+            with conn.transaction(), conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO embedding_cache VALUES (%s,%s,%s,%s,%s) ON CONFLICT "
+                    "(model, text_sha256) DO UPDATE SET dim=excluded.dim, "
+                    "vector=excluded.vector, created_at=excluded.created_at", rows)
+
+    def count(self, model: str | None = None) -> int:
+        with self._lock:
+            if model:
+                row = self._db().execute("SELECT count(*) FROM embedding_cache WHERE model=%s",
+                                         (model,)).fetchone()
+            else:
+                row = self._db().execute("SELECT count(*) FROM embedding_cache").fetchone()
+        return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._pid == self._getpid():
+                self._conn.close()
+            self._conn = None
