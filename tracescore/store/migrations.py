@@ -33,6 +33,19 @@ class Migration:
     apply: Callable[[Any], None]  # gets the backend's store, inside the transaction
 
 
+def _apply_steps(store: Any, steps: tuple[Migration, ...], current: int, where: str) -> int:
+    """Apply the steps above ``current``, in order (inside the caller's transaction); the
+    latest version. A database newer than the code is refused."""
+    latest = steps[-1].version
+    if current > latest:
+        raise SchemaTooNew(f"{where} has schema version {current}, newer than this tracescore "
+                           f"understands ({latest}); upgrade tracescore")
+    for step in steps:
+        if step.version > current:
+            step.apply(store)
+    return latest
+
+
 # -- SQLite ------------------------------------------------------------------------------------
 def _sqlite_v1(store: Any) -> None:
     """The first released schema (tracescore 0.x, schema_version 1)."""
@@ -116,14 +129,7 @@ def migrate_sqlite(store: Any) -> None:
             store.db.table("meta").create({"key": str, "value": str}, pk="key")
         row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         current = 0 if row is None else int(row[0])
-        latest = SQLITE_MIGRATIONS[-1].version
-        if current > latest:
-            raise SchemaTooNew(
-                f"{store.path} has schema version {current}, newer than this tracescore "
-                f"understands ({latest}); upgrade tracescore")
-        for step in SQLITE_MIGRATIONS:
-            if step.version > current:
-                step.apply(store)
+        latest = _apply_steps(store, SQLITE_MIGRATIONS, current, store.path)
         if current != latest:
             conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
                          (str(latest),))
@@ -233,14 +239,7 @@ def migrate_postgres(store: Any) -> None:
         conn.execute("CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text)")
         row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
         current = 0 if row is None else int(row[0])
-        latest = POSTGRES_MIGRATIONS[-1].version
-        if current > latest:
-            raise SchemaTooNew(
-                f"{store.name} has schema version {current}, newer than this tracescore "
-                f"understands ({latest}); upgrade tracescore")
-        for step in POSTGRES_MIGRATIONS:
-            if step.version > current:
-                step.apply(store)
+        latest = _apply_steps(store, POSTGRES_MIGRATIONS, current, store.name)
         if current != latest:
             conn.execute(
                 "INSERT INTO meta(key, value) VALUES ('schema_version', %s) "
