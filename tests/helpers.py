@@ -138,6 +138,7 @@ def statements_reply() -> dict[str, Any]:
 
 # -- two tiny metrics the capture tests use to see what a record carried --------------------
 from tracescore import Metric  # noqa: E402
+from tracescore.testing import ScriptedMetric  # noqa: E402
 
 
 class ContextCount(Metric):
@@ -160,3 +161,20 @@ class AnswerLength(Metric):
 
 def capture_metrics() -> list[Metric]:
     return [ContextCount(), AnswerLength()]
+
+
+# -- agent capture tests (LangChain/LangGraph and LlamaIndex share the questions) -------------
+AGENT_Q1 = "What battery capacity does the Cargo have?"
+AGENT_Q2 = "How long does charging take?"
+#: what the scripted model asks its tool, per user question (an agent's own wording)
+TOOL_QUERY = {AGENT_Q1: "cargo battery capacity", AGENT_Q2: "charging time"}
+AGENT_ANSWER = {AGENT_Q1: "The Cargo has a 750 Wh battery.",
+                AGENT_Q2: "A full charge takes about four hours."}
+
+
+def _full(r: Any) -> float:
+    return 1.0
+
+
+#: scored only when the record has all three: a score on the root span proves they were there
+FULL = ScriptedMetric(_full, name="full", requires=frozenset({"query", "contexts", "answer"}))

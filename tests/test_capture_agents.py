@@ -17,7 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypedDict
 
 import pytest
-from helpers import records
+from helpers import AGENT_ANSWER as ANSWER
+from helpers import AGENT_Q1 as Q1
+from helpers import AGENT_Q2 as Q2
+from helpers import FULL, TOOL_QUERY, records
 from langchain.agents import AgentState, create_agent
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, dynamic_prompt
 from langchain_core.chat_history import InMemoryChatMessageHistory
@@ -36,17 +39,7 @@ from langgraph.prebuilt import create_react_agent
 from tracescore.examples.langchain_rag import KeywordRetriever, load_corpus
 
 from tracescore import attributes as A
-from tracescore.testing import ScriptedMetric, rag_roots
-
-Q1 = "What battery capacity does the Cargo have?"
-Q2 = "How long does charging take?"
-#: what the scripted model asks its tool, per user question (an agent's own wording)
-TOOL_QUERY = {Q1: "cargo battery capacity", Q2: "charging time"}
-ANSWER = {Q1: "The Cargo has a 750 Wh battery.", Q2: "A full charge takes about four hours."}
-
-#: scored only when the record has all three: a score on the root span proves they were there
-FULL = ScriptedMetric(lambda r: 1.0, name="full",
-                      requires=frozenset({"query", "contexts", "answer"}))
+from tracescore.testing import rag_roots
 
 
 class ToolCallingModel(GenericFakeChatModel):

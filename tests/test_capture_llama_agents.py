@@ -13,7 +13,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers import records
+from helpers import AGENT_ANSWER as ANSWER
+from helpers import AGENT_Q1 as Q1
+from helpers import AGENT_Q2 as Q2
+from helpers import FULL, TOOL_QUERY, records
 from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ReActAgent
 from llama_index.core.base.llms.types import ToolCallBlock
 from llama_index.core.llms import ChatMessage, MessageRole
@@ -27,14 +30,8 @@ from tracescore.examples.llama_index_rag import ExtractiveLLM, build_index, buil
 from tracescore.integrations import llama_index as li
 
 from tracescore import attributes as A
-from tracescore.testing import ScriptedMetric, rag_roots
+from tracescore.testing import rag_roots
 
-Q1 = "What battery capacity does the Cargo have?"
-Q2 = "How long does charging take?"
-TOOL_QUERY = {Q1: "cargo battery capacity", Q2: "charging time"}
-ANSWER = {Q1: "The Cargo has a 750 Wh battery.", Q2: "A full charge takes about four hours."}
-FULL = ScriptedMetric(lambda r: 1.0, name="full",
-                      requires=frozenset({"query", "contexts", "answer"}))
 RETRIEVER = "VectorIndexRetriever"
 
 INDEX = build_index()
