@@ -10,4 +10,5 @@ the database read-only and may run while an app is writing to it.
 - :mod:`.calibration` — ``tracescore calibrate``: judge metrics against users' feedback.
 - :mod:`.rgb` — ``report --rgb``: RGB's four abilities aggregated from live records.
 - :mod:`.ui` — ``tracescore ui``: the database in Datasette, with canned queries.
+- :mod:`.rollups` — the hourly aggregates of pruned records, added to the raw rows' numbers.
 """

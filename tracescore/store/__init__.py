@@ -7,11 +7,14 @@ app's request path (the writer thread, the scoring worker and the CLI call it).
 - :mod:`.sqlite` — the embedded backend: one SQLite file in WAL mode through sqlite-utils, one
   :class:`Store` per thread; also the backend-neutral row types (:class:`Job`,
   :class:`NewJob`, job states) and the JSON helpers used to store them.
-
 - :mod:`.postgres` — PostgreSQL through psycopg 3, for fleets (``db="postgresql://..."``).
 - :mod:`.base` — :class:`StoreAPI` (the method set both implement) and :func:`open_store`,
   which picks the backend from ``db``.
 - :mod:`.migrations` — the ordered, versioned schema steps of each backend.
+- :mod:`.compat` — the reading side's SQL on a PostgreSQL connection (dialect differences).
+- :mod:`.copy` — ``tracescore copy-to-postgres``: a SQLite history into PostgreSQL.
+- bounded storage: :mod:`.compact` (text-less rows for unsampled records), :mod:`.retention`
+  (the pruner and its background thread), :mod:`.rollup` (hourly aggregates that outlive it).
 """
 
 from __future__ import annotations
