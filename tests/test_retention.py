@@ -20,7 +20,8 @@ from tracescore.reports.summary import (
     open_db,
     record_details,
 )
-from tracescore.store import Store
+from tracescore.store import Store, open_store
+from tracescore.store.compat import connect_reader
 from tracescore.store.retention import Retention, prune
 from tracescore.testing import ScriptedMetric
 
@@ -135,25 +136,33 @@ def test_keep_full_text_window_then_compacted_by_the_pruner(make_ts, db_path):
 
 
 # -- retention ---------------------------------------------------------------------------------
-def fill_40_days(make_ts: Any, db_path: Path, now: float) -> list[RagRecord]:
+def sql(db: Path | str, *statements: tuple[str, tuple[Any, ...]]) -> None:
+    """Run write statements (``?`` placeholders) on a SQLite file or a PostgreSQL URL."""
+    conn = connect_reader(str(db))
+    try:
+        for stmt, args in statements:
+            conn.execute(stmt, args)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def fill_40_days(make_ts: Any, db_path: Path | str, now: float) -> list[RagRecord]:
     """One record every 6 hours over 40 days, half sampled and scored; then scores are dated
     at their record's time (as if scored then)."""
     ts, _ = make_ts(metrics=[ScriptedMetric(value_of, name="m")], sample_rate=0.5,
-                    retention=None)
+                    retention=None, db=db_path)
     recs = [rec(i, now - 40 * DAY + i * 6 * 3600 + 1) for i in range(160)]
     for r in recs:
         ts.submit(r, hold_span=False)
     assert ts.flush(30)
     ts.shutdown(10)
-    conn = sqlite3.connect(db_path)
-    conn.execute("UPDATE scores SET created_at = (SELECT r.created_at + 60 FROM records r"
-                 " WHERE r.record_id = scores.record_id)")
-    conn.commit()
-    conn.close()
+    sql(db_path, ("UPDATE scores SET created_at = (SELECT r.created_at + 60 FROM records r"
+                  " WHERE r.record_id = scores.record_id)", ()))
     return recs
 
 
-def report_of(db_path: Path, since: str = "90d") -> Any:
+def report_of(db_path: Path | str, since: str = "90d") -> Any:
     from tracescore.reports.summary import parse_since
 
     conn = open_db(db_path)
@@ -163,7 +172,8 @@ def report_of(db_path: Path, since: str = "90d") -> Any:
         conn.close()
 
 
-def test_40_days_with_30_day_retention(make_ts, db_path):
+def test_40_days_with_30_day_retention(db, make_ts):
+    db_path = db  # SQLite, then PostgreSQL
     now = time.time()
     recs = fill_40_days(make_ts, db_path, now)
     sampled_ids = {r["record_id"] for r in rows(db_path, "SELECT record_id FROM records"
@@ -172,22 +182,19 @@ def test_40_days_with_30_day_retention(make_ts, db_path):
     old_sampled = [r for r in old if r.record_id in sampled_ids]
     assert len(old) == 40 and len(old_sampled) >= 5
     # an old record with an open job and one with an undelivered score must stay
-    conn = sqlite3.connect(db_path)
-    conn.execute("INSERT INTO jobs(record_id, metric, metric_version, status, attempts,"
-                 " created_at, updated_at) VALUES (?, 'other', '1', 'pending', 0, 0, 0)",
-                 (old[0].record_id,))
-    conn.execute("UPDATE scores SET delivery = NULL WHERE record_id = ?",
-                 (old_sampled[-1].record_id,))
-    conn.execute("INSERT INTO judge_cache VALUES ('k-old', 's', 'm', '1', '1', 1, 1, ?)",
-                 (now - 35 * DAY,))
-    conn.execute("INSERT INTO judge_cache VALUES ('k-new', 's', 'm', '1', '1', 1, 1, ?)",
-                 (now - DAY,))
-    conn.commit()
-    conn.close()
+    sql(db_path,
+        ("INSERT INTO jobs(record_id, metric, metric_version, status, attempts,"
+         " created_at, updated_at) VALUES (?, 'other', '1', 'pending', 0, 0, 0)",
+         (old[0].record_id,)),
+        ("UPDATE scores SET delivery = NULL WHERE record_id = ?", (old_sampled[-1].record_id,)),
+        ("INSERT INTO judge_cache VALUES ('k-old', 's', 'm', '1', '1', 1, 1, ?)",
+         (now - 35 * DAY,)),
+        ("INSERT INTO judge_cache VALUES ('k-new', 's', 'm', '1', '1', 1, 1, ?)",
+         (now - DAY,)))
     before = report_of(db_path)
     before_7d = report_of(db_path, "7d")
 
-    store = Store(db_path)
+    store = open_store(db_path)
     try:
         res = prune(store, Retention(max_age_s=30 * DAY, batch_size=7, pause_s=0), now=now)
     finally:
@@ -214,7 +221,7 @@ def test_40_days_with_30_day_retention(make_ts, db_path):
     # a window with no pruned hour is unchanged, exactly
     assert report_of(db_path, "7d").metrics == before_7d.metrics
     # pruning again changes nothing (nothing counted twice)
-    store = Store(db_path)
+    store = open_store(db_path)
     try:
         assert prune(store, Retention(max_age_s=30 * DAY), now=now).records == 0
     finally:
@@ -329,7 +336,8 @@ def test_a_version_1_database_is_upgraded_in_place(db_path):
     assert json.loads(result.output)["auto_vacuum"] == "incremental"
 
 
-def test_cli_prune_and_report_after_it(make_ts, db_path):
+def test_cli_prune_and_report_after_it(db, make_ts):
+    db_path = db  # SQLite, then PostgreSQL
     fill_40_days(make_ts, db_path, time.time())
     dry = run_cli("prune", "--db", db_path, "--dry-run", "--json")
     assert dry.exit_code == 0, dry.output
@@ -341,6 +349,58 @@ def test_cli_prune_and_report_after_it(make_ts, db_path):
     assert json.loads(rep.output)["records"] == 160
     bad = run_cli("prune", "--db", db_path, "--older-than", "2h")
     assert bad.exit_code == 2 and "shorter than one day" in bad.output
+    vac = run_cli("prune", "--db", db_path, "--vacuum", "--json")
+    assert vac.exit_code == 0, vac.output
+    assert json.loads(vac.output.splitlines()[-1])["records"] <= 1  # (the clock moved on)
+    if str(db_path).startswith("postgresql://"):
+        assert "not needed on PostgreSQL" in vac.output
+        size = run_cli("prune", "--db", db_path, "--max-size", "1GB")
+        assert size.exit_code == 2 and "not applied on PostgreSQL" in size.output
+
+
+def test_concurrent_pruners_on_postgres_count_every_record_once(pg_url, make_ts):
+    """A fleet: several workers prune the same database at once. Each batch locks its
+    records (SKIP LOCKED), so batches are disjoint: every record is counted exactly once,
+    raw or rolled up, and the 90-day report is unchanged."""
+    now = time.time()
+    recs = fill_40_days(make_ts, pg_url, now)
+    before = report_of(pg_url)
+    policy = Retention(max_age_s=30 * DAY, batch_size=2, pause_s=0)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def pruner() -> None:
+        store = open_store(pg_url)
+        try:
+            results.append(prune(store, policy, now=now))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=pruner) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert sum(r.records for r in results) == 40
+    left = rows(pg_url, "SELECT count(*) AS n FROM records")[0]["n"]
+    rolled = rows(pg_url, "SELECT coalesce(sum(records), 0) AS n FROM rollup_records")[0]["n"]
+    assert (left, rolled) == (len(recs) - 40, 40)
+    after = report_of(pg_url)
+    assert (after.records, after.sampled, after.scores) == (before.records, before.sampled,
+                                                            before.scores)
+    [mb], [ma] = before.metrics, after.metrics
+    assert (ma.count, ma.labelled, ma.errors) == (mb.count, mb.labelled, mb.errors)
+    assert ma.mean == pytest.approx(mb.mean)
+
+
+def test_retention_runs_where_scoring_runs_on_postgres(pg_url, make_ts):
+    app, _ = make_ts(db=pg_url, metrics=["token_f1"], score=False)
+    assert app.retention is None  # a capture-only replica leaves pruning to the workers
+    worker, _ = make_ts(db=pg_url, metrics=["token_f1"])
+    assert worker.retention is not None
 
 
 def test_init_validates_retention_and_keep_full_text(db_path):

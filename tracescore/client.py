@@ -48,7 +48,7 @@ from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
 from .settings import Settings
 from .store import PENDING, SKIPPED, NewJob, StoreAPI, is_postgres, open_store, redact_url
 from .store.compact import skip_reason
-from .store.retention import Retention, RetentionThread
+from .store.retention import PG_NO_MAX_BYTES, Retention, RetentionThread
 from .worker import ScoringWorker
 
 log = logging.getLogger("tracescore")
@@ -219,11 +219,16 @@ class Tracescore:
             max_size=s.max_queue, on_written=self.worker.wake, losses=self.losses,
             keep_full_text=s.keep_full_text is not False,
         )
-        # retention: prune old records in small background batches (own thread, own store)
+        # retention: prune old records in small background batches (own thread, own store).
+        # On PostgreSQL (a fleet) only where scoring runs — the `tracescore worker` processes
+        # (or a scoring app); capture-only replicas (score=False) leave it to them. Several
+        # pruners at once take disjoint batches (row locks, see store/retention.py).
         self.retention: RetentionThread | None = None
-        # (SQLite only for now: on a PostgreSQL fleet, run `tracescore prune` on a schedule)
+        pg = is_postgres(self.db_path)
         if (s.retention is not None or s.compact_after_s is not None) \
-                and not is_postgres(self.db_path):
+                and (self.scoring or not pg):
+            if pg and s.retention is not None and s.retention.max_bytes is not None:
+                log.warning("tracescore: %s", PG_NO_MAX_BYTES)
             self.retention = RetentionThread(self.db_path, s.retention, s.compact_after_s)
             self.retention.start()
         self.export_metrics.bind(self._snapshot)

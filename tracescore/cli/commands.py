@@ -512,24 +512,25 @@ def ui(db: Path, port: int, no_open: bool) -> None:
 
 
 @main.command(short_help="Delete old records (keeping hourly rollups) and give space back.")
-@_db_option(DEFAULT_DB, "SQLite database to prune (written to).")
+@_db_option(DEFAULT_DB, "Database to prune (written to): a SQLite file or a postgresql:// "
+                        "URL.")
 @click.option("--older-than", "older_than", metavar="AGE", default="30d", show_default=True,
               help="Delete records older than this (at least 1d): 30d, 2w, 36h; 'none' for no "
                    "age limit (with --max-size).")
 @click.option("--max-size", "max_size", metavar="SIZE", default=None,
               help="Also delete the oldest records while the database uses more than this: "
-                   "500MB, 10GB, 2GiB.")
+                   "500MB, 10GB, 2GiB (SQLite only).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=500, show_default=True,
               help="Records per transaction (the write lock is held for one batch).")
 @click.option("--vacuum", is_flag=True,
               help="Then rewrite the whole file once (VACUUM) and switch it to incremental "
                    "auto-vacuum: for databases created before tracescore stored compact rows. "
                    "Blocks writers while it runs and needs free disk of the database's size; "
-                   "stop the app first.")
+                   "stop the app first. Not needed on PostgreSQL (autovacuum).")
 @click.option("--dry-run", is_flag=True,
               help="Only count what would be deleted.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
-def prune(db: Path, older_than: str, max_size: str | None, batch_size: int, vacuum: bool,
+def prune(db: Path | str, older_than: str, max_size: str | None, batch_size: int, vacuum: bool,
           dry_run: bool, as_json: bool) -> None:
     """Apply a retention policy now: delete records older than AGE (and, with --max-size,
     the oldest records beyond the size), with their scores, finished jobs and judge-call log
@@ -539,30 +540,32 @@ def prune(db: Path, older_than: str, max_size: str | None, batch_size: int, vacu
     first adds the batch to hourly rollups (so `tracescore report --since 90d` still counts
     it) and then deletes it. A record with an open scoring job or a score not yet exported
     is kept. A running app with init(retention=...) does the same in the background.
+
+    On PostgreSQL several pruners (this command, every `tracescore worker`) may run at once:
+    each batch locks its records and the others skip them. --max-size is SQLite only (a
+    PostgreSQL database does not shrink when rows are deleted).
     """
-    from ..store import Store
-    from ..store.retention import Retention, parse_age, parse_size
+    from ..store import is_postgres, open_store
+    from ..store.retention import PG_NO_MAX_BYTES, Retention, count_eligible, parse_age, parse_size
     from ..store.retention import prune as run_prune
 
     _open(db).close()  # a clear message for a missing or foreign file
+    pg = is_postgres(db)
     try:
         age = None if older_than.strip().lower() == "none" else parse_age(older_than)
         size = None if max_size is None else parse_size(max_size)
+        if pg and size is not None:
+            raise ValueError(f"--max-size: {PG_NO_MAX_BYTES}")
         policy = Retention(max_age_s=age, max_bytes=size, batch_size=batch_size)
     except (ValueError, TypeError) as exc:
         raise click.UsageError(str(exc)) from None
-    store = Store(db)
+    store = open_store(db)
     try:
         if dry_run:
             import time
 
-            from ..store.retention import _ELIGIBLE
-
             cutoff = time.time() - (age if age is not None else 0.0)
-            eligible = len(store.conn.execute(_ELIGIBLE, (cutoff, 10**12)).fetchall()) \
-                if age is not None else 0
-            older = store.conn.execute("SELECT count(*) FROM records WHERE created_at < ?",
-                                       (cutoff,)).fetchone()[0] if age is not None else 0
+            eligible, older = count_eligible(store, cutoff) if age is not None else (0, 0)
             out = {"would_delete_records": eligible, "held": older - eligible,
                    "used_bytes": store.used_bytes()[0]}
             click.echo(json.dumps(out) if as_json else
@@ -571,7 +574,10 @@ def prune(db: Path, older_than: str, max_size: str | None, batch_size: int, vacu
                        "scores)")
             return
         result = run_prune(store, policy)
-        if vacuum:
+        if vacuum and pg:
+            click.echo("note: --vacuum is not needed on PostgreSQL: autovacuum makes the space "
+                       "of deleted rows reusable (nothing done)", err=True)
+        elif vacuum:
             store.vacuum_full()
             result.used_bytes_after, result.file_bytes_after = store.used_bytes()
         mode = store.auto_vacuum_mode()
@@ -591,7 +597,7 @@ def prune(db: Path, older_than: str, max_size: str | None, batch_size: int, vacu
                f"{result.file_bytes_after / 1e6:,.1f} MB (auto_vacuum {mode})")
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
-    if mode != "incremental" and not vacuum:
+    if mode not in ("incremental", "autovacuum") and not vacuum:
         click.echo("note: this database predates incremental vacuum: freed pages are reused "
                    "for new rows but the file does not shrink; run once with --vacuum while "
                    "the app is stopped", err=True)

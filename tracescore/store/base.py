@@ -102,6 +102,15 @@ class StoreAPI(Protocol):
     def mark_delivered_many(self, batches: Sequence[tuple[Sequence[int], str]]) -> None: ...
     def undelivered_record_ids(self, limit: int = 1000,
                                older_than: float | None = None) -> list[str]: ...
+    # retention (:mod:`.retention`)
+    def used_bytes(self) -> tuple[int, int]:
+        """(bytes in use, bytes on disk)."""
+    def auto_vacuum_mode(self) -> str: ...
+    def give_back_space(self, pages_per_step: int = 2048, *, pause_s: float = 0.05,
+                        stop: Any = None) -> int:
+        """Return freed space to the file system where the engine needs it (SQLite)."""
+    def vacuum_full(self) -> None:
+        """Rewrite the database once, offline (SQLite; a no-op on PostgreSQL)."""
 
 
 def open_store(db: str | os.PathLike[str], **kwargs: Any) -> StoreAPI:

@@ -45,6 +45,12 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 __all__ = ["PostgresEmbeddingCache", "PostgresStore", "connect", "open_jobs"]
 
+#: tracescore's tables (sizes for :meth:`PostgresStore.used_bytes`)
+TABLES = ("records", "jobs", "scores", "counters", "metrics", "judge_cache", "judge_calls",
+          "feedback", "judge_health", "embedding_cache", "rate_limits", "meta",
+          "rollup_records", "rollup_models", "rollup_scores", "rollup_score_bins",
+          "rollup_skips")
+
 #: the database's clock (every host of a fleet agrees on it)
 NOW = "extract(epoch FROM clock_timestamp())::float8"
 
@@ -161,6 +167,31 @@ class PostgresStore:
             self._conn.close()
             self._conn = None
 
+    # -- retention (:mod:`.retention`): the PostgreSQL part of pruning ------------------------
+    def used_bytes(self) -> tuple[int, int]:
+        """(bytes of tracescore's tables with their indexes and TOAST, bytes of the whole
+        database). Deleted rows do not make either smaller: autovacuum keeps their space for
+        new rows (so the pruner applies no size limit on PostgreSQL)."""
+        row = self._row(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0), "
+            "pg_database_size(current_database()) FROM pg_class c "
+            "WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace "
+            "AND c.relname = ANY(%s)", (list(TABLES),))
+        return int(row[0]), int(row[1])
+
+    def auto_vacuum_mode(self) -> str:
+        return "autovacuum"
+
+    def give_back_space(self, pages_per_step: int = 2048, *, pause_s: float = 0.05,
+                        stop: Any = None) -> int:
+        """Nothing to do: autovacuum makes the space of deleted rows reusable."""
+        return 0
+
+    def vacuum_full(self) -> None:
+        """Nothing to do (``tracescore prune --vacuum`` says so): autovacuum reclaims the
+        space of deleted rows for new ones; a ``VACUUM FULL`` to shrink the files would lock
+        the tables against the fleet and is left to the database's operators."""
+
     # -- feedback, metrics, counters ---------------------------------------------------------
     def add_feedback(self, trace_id: str, name: str, value: float | None, label: str | None,
                      comment: str | None, created_at: float) -> None:
@@ -274,7 +305,18 @@ class PostgresStore:
             if counters:
                 self.bump_counters(counters)
 
+    def _hold_records(self, jobs: Sequence[NewJob]) -> None:
+        """``FOR KEY SHARE`` on the records of ``jobs`` (inside the caller's transaction): a
+        pruner locks the records it deletes ``FOR UPDATE SKIP LOCKED``, so it skips a record
+        that is getting a job, and a job waits for a record being pruned (then finds it gone)
+        — a record is never deleted under a job created for it."""
+        ids = sorted({j.record_id for j in jobs})
+        if ids:
+            self._x("SELECT 1 FROM records WHERE record_id = ANY(%s) ORDER BY record_id "
+                    "FOR KEY SHARE", (ids,))
+
     def _insert_jobs(self, jobs: Sequence[NewJob], now: float) -> int:
+        self._hold_records(jobs)
         return self._many(
             "INSERT INTO jobs(record_id, metric, metric_version, status, attempts, reason, "
             "created_at, updated_at) VALUES (%s,%s,%s,%s,0,%s,%s,%s) ON CONFLICT DO NOTHING",
@@ -296,6 +338,7 @@ class PostgresStore:
         now = time.time()
         n = 0
         with self.transaction():
+            self._hold_records(jobs)
             for j in jobs:
                 n += self._x(
                     "INSERT INTO jobs(record_id, metric, metric_version, status, attempts, "

@@ -17,9 +17,15 @@ more than one small batch. Space goes back to the file system by SQLite's increm
 in small steps (a database created before schema version 2 reuses the freed pages instead,
 until ``tracescore prune --vacuum`` converts it once, offline).
 
-SQL here is portable (PostgreSQL accepts it with ``%s`` placeholders); the engine-specific
-parts — used bytes and giving space back — are the two :class:`~.sqlite.Store` methods
-``used_bytes`` and ``give_back_space``.
+Both backends: the SQL here is written once, with ``?`` placeholders; every dialect
+difference is in :func:`_tx` / :class:`_PgSql` (``?`` → ``%s`` by :func:`.compat.translate`)
+and :data:`_LOCK` (PostgreSQL locks a batch's record rows ``FOR UPDATE OF r SKIP LOCKED``, so
+several pruners — one per worker of a fleet — take disjoint batches, never count a rollup twice,
+and never delete a record a writer is adding a job to: the PostgreSQL store takes ``FOR KEY
+SHARE`` on a record before it creates or re-opens its jobs). The engine-specific store methods
+are ``used_bytes`` and ``give_back_space`` (on PostgreSQL: table sizes, and a no-op —
+autovacuum makes freed space reusable). ``max_bytes`` applies on SQLite only: a PostgreSQL
+database does not shrink when rows are deleted, so a size limit there would delete everything.
 """
 
 from __future__ import annotations
@@ -29,12 +35,15 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .._internal.errors import record_internal_error
 from . import rollup
 from .compact import compact_stored_contexts, text_facts
+from .compat import translate
 
 log = logging.getLogger("tracescore")
 
@@ -183,6 +192,41 @@ class PruneResult:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+# -- the dialects ----------------------------------------------------------------------------
+class _PgSql:
+    """A psycopg connection inside a transaction that runs this module's ``?`` SQL."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._conn.execute(translate(sql), tuple(params))
+
+    def executemany(self, sql: str, rows: Any) -> Any:
+        cur = self._conn.cursor()
+        cur.executemany(translate(sql), list(rows))
+        return cur
+
+
+def _is_pg(store: Any) -> bool:
+    return getattr(store, "dialect", "sqlite") == "postgres"
+
+
+@contextmanager
+def _tx(store: Any) -> Iterator[Any]:
+    """One write transaction on ``store``, yielding a connection that takes ``?`` SQL."""
+    with store.transaction() as conn:
+        yield _PgSql(conn) if _is_pg(store) else conn
+
+
+#: Row locks of a batch's records: PostgreSQL only (SQLite's write transaction is exclusive).
+_LOCK = {"sqlite": "", "postgres": " FOR UPDATE OF r SKIP LOCKED"}
+
+
+def _lock(store: Any) -> str:
+    return _LOCK["postgres" if _is_pg(store) else "sqlite"]
+
+
 # -- the batch -------------------------------------------------------------------------------
 #: Records that may go: older than the cutoff, no open job, no undelivered score.
 _ELIGIBLE = (
@@ -195,6 +239,21 @@ _ELIGIBLE = (
 )
 
 
+def count_eligible(store: Any, cutoff: float) -> tuple[int, int]:
+    """(records older than ``cutoff`` that may go, all records older than it): a dry run."""
+    with _tx(store) as conn:
+        eligible = len(conn.execute(_ELIGIBLE, (cutoff, 10**12)).fetchall())
+        older = int(conn.execute("SELECT count(*) FROM records WHERE created_at < ?",
+                                 (cutoff,)).fetchone()[0])
+    return eligible, older
+
+
+#: Why ``max_bytes`` is not applied on PostgreSQL.
+PG_NO_MAX_BYTES = ("a size limit (max_bytes, --max-size) is not applied on PostgreSQL: the "
+                   "database does not shrink when rows are deleted (autovacuum keeps the space "
+                   "for new rows), so it would delete every record; use an age limit")
+
+
 def _marks(n: int) -> str:
     return ",".join("?" * n)
 
@@ -202,8 +261,9 @@ def _marks(n: int) -> str:
 def prune_batch(store: Any, cutoff: float, limit: int, result: PruneResult) -> int:
     """Roll up and delete up to ``limit`` eligible records older than ``cutoff``, in one
     transaction. Returns how many records went."""
-    with store.transaction() as conn:
-        ids = [r[0] for r in conn.execute(_ELIGIBLE, (cutoff, limit)).fetchall()]
+    with _tx(store) as conn:
+        ids = [r[0] for r in conn.execute(_ELIGIBLE + _lock(store),
+                                          (cutoff, limit)).fetchall()]
         if not ids:
             return 0
         m = _marks(len(ids))
@@ -232,8 +292,8 @@ def compact_batch(store: Any, before: float, limit: int, result: PruneResult) ->
     """Deferred compaction (``keep_full_text="2h"``): drop the text of up to ``limit``
     unsampled records older than ``before`` that nothing asked to score (no job at all: a
     record forced by feedback or a late reference keeps its text). One transaction."""
-    with store.transaction() as conn:
-        rows = conn.execute(_COMPACTABLE, (before, limit)).fetchall()
+    with _tx(store) as conn:
+        rows = conn.execute(_COMPACTABLE + _lock(store), (before, limit)).fetchall()
         updates = []
         for record_id, query, answer, contexts in rows:
             try:
@@ -268,7 +328,7 @@ def _prune_unreferenced(store: Any, cutoff: float, limit: int, result: PruneResu
     )
     for attr, sql in steps:
         while not (stop is not None and stop.is_set()):
-            with store.transaction() as conn:
+            with _tx(store) as conn:
                 n = int(conn.execute(sql, (cutoff, limit)).rowcount)
             setattr(result, attr, getattr(result, attr) + n)
             if n < limit:
@@ -312,7 +372,9 @@ def prune(store: Any, policy: Retention | None, *, now: float | None = None,
         cutoff = now - policy.max_age_s
         while more() and prune_batch(store, cutoff, policy.batch_size, res) == policy.batch_size:
             time.sleep(policy.pause_s)
-    if policy.max_bytes is not None:
+    if policy.max_bytes is not None and _is_pg(store):
+        res.notes.append(PG_NO_MAX_BYTES)
+    elif policy.max_bytes is not None:
         before = res.records
         while more() and store.used_bytes()[0] > policy.max_bytes:
             if prune_batch(store, now, policy.batch_size, res) == 0:
@@ -325,9 +387,9 @@ def prune(store: Any, policy: Retention | None, *, now: float | None = None,
         _prune_unreferenced(store, now - policy.max_age_s, policy.batch_size * 4, res, stop,
                             policy.pause_s)
     if policy.max_age_s is not None:
-        res.held = int(store.conn.execute(
-            "SELECT count(*) FROM records WHERE created_at < ?", (now - policy.max_age_s,)
-        ).fetchone()[0])
+        with _tx(store) as conn:
+            res.held = int(conn.execute("SELECT count(*) FROM records WHERE created_at < ?",
+                                        (now - policy.max_age_s,)).fetchone()[0])
     if vacuum and res.records and not res.stopped:
         store.give_back_space(policy.vacuum_pages, pause_s=policy.pause_s, stop=stop)
     res.used_bytes_after, res.file_bytes_after = store.used_bytes()
@@ -374,7 +436,7 @@ class RetentionThread:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        from .sqlite import Store
+        from .base import open_store
 
         policy = self.policy or Retention()
         delay = policy.first_run_s
@@ -389,7 +451,7 @@ class RetentionThread:
             if self.compact_after_s is not None:
                 delay = min(delay, max(1.0, self.compact_after_s / 4))
             try:
-                store = Store(self.db_path)
+                store = open_store(self.db_path)
                 try:
                     self.last = prune(store, self.policy, stop=self._stop,
                                       compact_after_s=self.compact_after_s)

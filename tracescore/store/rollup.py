@@ -14,6 +14,8 @@ pruned hours are exact to 0.01 for scores in [0, 1] and clamped for others.
 Everything here is portable SQL (PostgreSQL accepts it as is, with ``%s`` placeholders):
 ``INSERT … ON CONFLICT (…) DO UPDATE SET n = table.n + excluded.n``, plain aggregates;
 the binning is done in Python so no engine-specific ``floor``/``CAST`` semantics matter.
+Rows are upserted in key order, so concurrent pruners on PostgreSQL lock rollup rows in the
+same order (no deadlock).
 """
 
 from __future__ import annotations
@@ -156,12 +158,12 @@ def roll_up(conn: Connection, record_ids: Sequence[str]) -> dict[str, int]:
         " output_tokens = rollup_records.output_tokens + excluded.output_tokens,"
         " latency_n = rollup_records.latency_n + excluded.latency_n,"
         " latency_ms_sum = rollup_records.latency_ms_sum + excluded.latency_ms_sum",
-        [(h, *a) for h, a in recs.items()],
+        [(h, *a) for h, a in sorted(recs.items())],
     )
     conn.executemany(
         "INSERT INTO rollup_models (hour, model, n) VALUES (?,?,?) ON CONFLICT (hour, model)"
         " DO UPDATE SET n = rollup_models.n + excluded.n",
-        [(h, model, n) for (h, model), n in models.items()],
+        [(h, model, n) for (h, model), n in sorted(models.items())],
     )
     conn.executemany(
         "INSERT INTO rollup_scores (hour, name, metric, n_ok, value_sum, n_labelled, n_fail,"
@@ -172,16 +174,16 @@ def roll_up(conn: Connection, record_ids: Sequence[str]) -> dict[str, int]:
         " n_fail = rollup_scores.n_fail + excluded.n_fail,"
         " n_error = rollup_scores.n_error + excluded.n_error,"
         " n_skipped = rollup_scores.n_skipped + excluded.n_skipped",
-        [(h, name, *a) for (h, name), a in scores.items()],
+        [(h, name, *a) for (h, name), a in sorted(scores.items())],
     )
     conn.executemany(
         "INSERT INTO rollup_score_bins (hour, name, bin, label, n) VALUES (?,?,?,?,?)"
         " ON CONFLICT (hour, name, bin, label) DO UPDATE SET n = rollup_score_bins.n + excluded.n",
-        [(*k, n) for k, n in bins.items()],
+        [(*k, n) for k, n in sorted(bins.items())],
     )
     conn.executemany(
         "INSERT INTO rollup_skips (hour, metric, n) VALUES (?,?,?) ON CONFLICT (hour, metric)"
         " DO UPDATE SET n = rollup_skips.n + excluded.n",
-        [(*k, n) for k, n in skips.items()],
+        [(*k, n) for k, n in sorted(skips.items())],
     )
     return {"records": len(hour_of_record), "scores": n_scores}
