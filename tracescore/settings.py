@@ -14,17 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ._internal.validate import is_number
 from .metrics import registry
 from .metrics.base import Metric
 from .sampling import Rule
 from .store.retention import Retention
 
 __all__ = ["Settings"]
-
-
-def _number(x: Any) -> bool:
-    """A real number (not a bool, not NaN)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
 
 
 def _int_at_least(name: str, value: Any, low: int) -> int:
@@ -34,7 +30,7 @@ def _int_at_least(name: str, value: Any, low: int) -> int:
 
 
 def _positive(name: str, value: Any, *, allow_zero: bool = False) -> float:
-    if not _number(value) or value < 0 or (value == 0 and not allow_zero):
+    if not is_number(value) or value < 0 or (value == 0 and not allow_zero):
         raise ValueError(f"{name} must be a number {'>=' if allow_zero else '>'} 0, "
                          f"got {value!r}")
     return float(value)
@@ -149,7 +145,7 @@ class Settings:
         if unknown:
             raise ValueError(f"sample_rates names metrics that are not configured: "
                              f"{sorted(unknown)}")
-        rate = float(self.sample_rate) if _number(self.sample_rate) else 1.0
+        rate = float(self.sample_rate) if is_number(self.sample_rate) else 1.0
         rates = {m.name: min(rate, m.default_sample_rate) for m in metrics
                  if m.default_sample_rate is not None}
         rates.update(given)
@@ -161,14 +157,14 @@ class Settings:
         set_(self, "judge_timeout_s", _positive("judge_timeout_s", self.judge_timeout_s))
         backoff = self.judge_backoff_s
         if (not isinstance(backoff, (tuple, list)) or len(backoff) != 2
-                or not all(_number(x) and x >= 0 for x in backoff) or backoff[0] > backoff[1]):
+                or not all(is_number(x) and x >= 0 for x in backoff) or backoff[0] > backoff[1]):
             raise ValueError("judge_backoff_s must be (base_s, max_s) with 0 <= base_s <= max_s, "
                              f"got {backoff!r}")
         set_(self, "judge_backoff_s", (float(backoff[0]), float(backoff[1])))
         breaker = self.judge_breaker
         if (not isinstance(breaker, (tuple, list)) or len(breaker) != 2
                 or isinstance(breaker[0], bool) or not isinstance(breaker[0], int)
-                or breaker[0] < 1 or not _number(breaker[1]) or breaker[1] < 0):
+                or breaker[0] < 1 or not is_number(breaker[1]) or breaker[1] < 0):
             raise ValueError("judge_breaker must be (failure_threshold >= 1, cooldown_s >= 0), "
                              f"got {breaker!r}")
         set_(self, "judge_breaker", (breaker[0], float(breaker[1])))
@@ -178,7 +174,7 @@ class Settings:
         price = self.judge_price
         if price is not None:
             if (not isinstance(price, (tuple, list)) or len(price) != 2
-                    or not all(_number(x) and x >= 0 for x in price)):
+                    or not all(is_number(x) and x >= 0 for x in price)):
                 raise ValueError("judge_price must be (usd_per_mtok_in, usd_per_mtok_out), "
                                  f"got {price!r}")
             set_(self, "judge_price", (float(price[0]), float(price[1])))
@@ -198,7 +194,7 @@ def _keep_full_text(value: Any) -> bool | float:
         return value
     if isinstance(value, str):
         seconds = parse_duration(value)
-    elif _number(value):
+    elif is_number(value):
         seconds = float(value)
     else:
         raise TypeError("keep_full_text must be a bool or a duration such as '2h', "

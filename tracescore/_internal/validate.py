@@ -39,6 +39,11 @@ class InvalidRecord(ValueError):
         self.reason = reason
 
 
+def is_number(x: Any) -> bool:
+    """A real number: an int or float, not a bool, not NaN."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
+
+
 def check_id(value: Any, n: int, what: str) -> str:
     """A trace (n=32) or span (n=16) id as lower-case hex; raises TypeError/ValueError."""
     if not isinstance(value, str):

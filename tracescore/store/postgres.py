@@ -28,11 +28,13 @@ from ..score import Score
 from .migrations import migrate_postgres
 from .sqlite import (
     _RECORD_COLS,
+    METRIC_COLS,
     Job,
     NewJob,
     _json_safe,
     clean_text,
     dumps,
+    metric_row,
     record_row,
     row_to_record,
 )
@@ -204,18 +206,10 @@ class PostgresStore:
         now = time.time()
         with self.transaction():
             self._many(
-                "INSERT INTO metrics(metric, version, kind, score_names, higher_is_better, "
-                "threshold, description, updated_at, is_binary) "
-                "VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s) "
-                "ON CONFLICT (metric) DO UPDATE SET version=excluded.version, "
-                "kind=excluded.kind, score_names=excluded.score_names, "
-                "higher_is_better=excluded.higher_is_better, threshold=excluded.threshold, "
-                "description=excluded.description, updated_at=excluded.updated_at, "
-                "is_binary=excluded.is_binary",
-                [(m.name, m.version, m.kind, dumps(list(m.names())),
-                  None if m.higher_is_better is None else int(m.higher_is_better),
-                  m.threshold, m.description, now, int(bool(getattr(m, "binary", False))))
-                 for m in metrics],
+                "INSERT INTO metrics(" + ",".join(METRIC_COLS) + ") VALUES ("
+                + ",".join(["%s"] * len(METRIC_COLS)) + ") ON CONFLICT (metric) DO UPDATE SET "
+                + ", ".join(f"{c}=excluded.{c}" for c in METRIC_COLS[1:]),
+                [metric_row(m, now) for m in metrics],
             )
 
     def bump_counters(self, counters: Mapping[str, int]) -> None:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .._internal.errors import record_internal_error
+from .._internal.validate import is_number
 from . import rollup
 from .compact import compact_stored_contexts, text_facts
 from .compat import translate
@@ -114,7 +115,7 @@ class Retention:
     vacuum_pages: int = 2048
 
     def __post_init__(self) -> None:
-        if self.max_age_s is not None and (not _num(self.max_age_s)
+        if self.max_age_s is not None and (not is_number(self.max_age_s)
                                            or self.max_age_s < MIN_AGE_S):
             raise ValueError(f"retention max_age_s must be >= {MIN_AGE_S:g} (one day) or None, "
                              f"got {self.max_age_s!r}")
@@ -128,7 +129,7 @@ class Retention:
                 raise ValueError(f"retention {name} must be an int >= 1, got {v!r}")
         for name in ("interval_s", "first_run_s", "pause_s"):
             v = getattr(self, name)
-            if not _num(v) or v < 0:
+            if not is_number(v) or v < 0:
                 raise ValueError(f"retention {name} must be a number >= 0, got {v!r}")
 
     @classmethod
@@ -157,10 +158,6 @@ class Retention:
         if self.max_bytes is not None:
             parts.append(f"{self.max_bytes / 1e6:,.0f} MB")
         return " and ".join(parts)
-
-
-def _num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
 
 
 @dataclass

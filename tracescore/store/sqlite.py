@@ -277,13 +277,9 @@ class Store:
         now = time.time()
         with self.transaction():
             self.conn.executemany(
-                "INSERT OR REPLACE INTO metrics(metric, version, kind, score_names, "
-                "higher_is_better, threshold, description, updated_at, is_binary) "
-                "VALUES (?,?,?,?,?,?,?,?,?)",
-                [(m.name, m.version, m.kind, dumps(list(m.names())),
-                  None if m.higher_is_better is None else int(m.higher_is_better),
-                  m.threshold, m.description, now, int(bool(getattr(m, "binary", False))))
-                 for m in metrics],
+                "INSERT OR REPLACE INTO metrics(" + ",".join(METRIC_COLS) + ") VALUES ("
+                + ",".join("?" * len(METRIC_COLS)) + ")",
+                [metric_row(m, now) for m in metrics],
             )
 
     # -- writer side ------------------------------------------------------------------------
@@ -578,6 +574,18 @@ _RECORD_COLS = (
 
 def _opt(s: str | None) -> str | None:
     return None if s is None else clean_text(s)
+
+
+#: The columns of a metric's declaration (``metrics`` table), in :func:`metric_row`'s order.
+METRIC_COLS = ("metric", "version", "kind", "score_names", "higher_is_better", "threshold",
+               "description", "updated_at", "is_binary")
+
+
+def metric_row(m: Any, now: float) -> tuple[Any, ...]:
+    """What a configured metric declares, as a ``metrics`` row (both backends)."""
+    return (m.name, m.version, m.kind, dumps(list(m.names())),
+            None if m.higher_is_better is None else int(m.higher_is_better),
+            m.threshold, m.description, now, int(bool(getattr(m, "binary", False))))
 
 
 def _error(r: RagRecord) -> str | None:
