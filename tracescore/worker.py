@@ -432,12 +432,12 @@ class ScoringWorker:
                        older_than: float | None) -> None:
         assert self.attacher is not None
         trace_hex, _, span_hex = record_id.partition("-")
-        rows = store.scores_for(record_id, undelivered_only=True)
         if not valid_ids(trace_hex, span_hex):
             # No span can carry them: mark them so the sweep does not pick them again.
             self.bad_ids += 1
             log.warning("tracescore cannot export the scores of record %r: not a valid "
                         "trace/span id (marked delivery='invalid_id')", record_id[:80])
+            rows = store.scores_for(record_id, undelivered_only=True)
             store.mark_delivered([r["score_id"] for r in rows], "invalid_id")
             return
         if int(span_hex, 16) in busy:
@@ -445,6 +445,8 @@ class ScoringWorker:
         if store.shared:  # claimed atomically: one sweeping worker of the fleet sends them
             rows = store.claim_redelivery(  # type: ignore[attr-defined]
                 record_id, self.owner, older_than or time.time())
+        else:
+            rows = store.scores_for(record_id, undelivered_only=True)
         refs = [(r["score_id"], _row_score(r)) for r in rows]
         if refs:
             self.redelivered += len(refs)
