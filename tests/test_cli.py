@@ -24,7 +24,8 @@ from tracescore.examples.langchain_rag import load_questions
 from tracescore import Metric, RagRecord, Score
 from tracescore.cli import main
 from tracescore.client import DEFAULT_METRICS
-from tracescore.reports.summary import parse_since, percentile
+from tracescore.reports.db import parse_since
+from tracescore.reports.report import percentile
 from tracescore.store import Store
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"

@@ -33,7 +33,7 @@ from test_html_report import Run, build_db, standard_runs
 
 from tracescore import store as tracescore_store
 from tracescore.reports.rows import COLUMNS, iter_rows, write_csv
-from tracescore.reports.summary import open_db
+from tracescore.reports.db import open_db
 from tracescore.reports.ui import canned_queries, metadata, query_params
 from tracescore.store import Store
 

@@ -26,7 +26,8 @@ from tracescore import Metric, RagRecord, Score
 from tracescore.cli import main
 from tracescore.metrics import registry
 from tracescore.record import Context, TokenUsage
-from tracescore.reports.summary import histogram, open_db, pick_bucket
+from tracescore.reports.db import open_db
+from tracescore.reports.report import histogram, pick_bucket
 from tracescore.sampling import Decision
 from tracescore.score import label_for
 from tracescore.store import SKIPPED, NewJob, Store, open_store

@@ -13,13 +13,9 @@ import pytest
 from helpers import rows, run_cli
 
 from tracescore.record import Context, RagRecord
-from tracescore.reports.summary import (
-    build_report,
-    find_records,
-    format_records,
-    open_db,
-    record_details,
-)
+from tracescore.reports.db import open_db
+from tracescore.reports.report import build_report
+from tracescore.reports.show import find_records, format_records, record_details
 from tracescore.store import Store, open_store
 from tracescore.store.compat import connect_reader
 from tracescore.store.retention import Retention, prune
@@ -163,7 +159,7 @@ def fill_40_days(make_ts: Any, db_path: Path | str, now: float) -> list[RagRecor
 
 
 def report_of(db_path: Path | str, since: str = "90d") -> Any:
-    from tracescore.reports.summary import parse_since
+    from tracescore.reports.db import parse_since
 
     conn = open_db(db_path)
     try:
@@ -255,7 +251,8 @@ def test_prune_by_size_deletes_the_oldest_first(make_ts, db_path):
 def test_prune_while_the_app_writes_and_the_worker_scores(make_ts, db_path):
     """Records arrive (old and new, half sampled), the worker scores them and a pruner runs
     over and over with tiny batches: nothing that should stay is lost, and every record and
-    score is counted exactly once (raw or rolled up)."""
+    score is counted exactly once in the hourly rollups (kept on write; pruning only deletes
+    raw rows)."""
     now = time.time()
     m = ScriptedMetric(value_of, name="m")
     ts, _ = make_ts(metrics=[m], sample_rate=0.5, retention=None)
@@ -297,12 +294,12 @@ def test_prune_while_the_app_writes_and_the_worker_scores(make_ts, db_path):
     fresh = {r.record_id for r in recs if (r.end_time_ns or 0) / 1e9 > now - DAY}
     assert fresh <= left  # nothing new went
     assert not any(r.record_id in left for r in recs if r.record_id not in fresh)
-    rolled = rows(db_path, "SELECT coalesce(sum(records), 0) AS n FROM rollup_records")[0]["n"]
-    assert rolled + len(left) == len(recs)
+    rolled = rows(db_path, "SELECT coalesce(sum(records), 0) AS n FROM hourly_records")[0]["n"]
+    assert rolled == len(recs) and len(left) < len(recs)
     n_scores = rows(db_path, "SELECT count(*) AS n FROM scores")[0]["n"]
     rolled_scores = rows(db_path, "SELECT coalesce(sum(n_ok + n_error + n_skipped), 0) AS n"
-                                  " FROM rollup_scores")[0]["n"]
-    assert n_scores + rolled_scores == sampled
+                                  " FROM hourly_scores")[0]["n"]
+    assert rolled_scores == sampled and n_scores < sampled
     assert sum(r.records for r in runs) > 0  # the pruner did work while the app ran
 
 
@@ -310,10 +307,15 @@ def test_a_version_1_database_is_upgraded_in_place(db_path):
     store = Store(db_path)
     store.close()
     conn = sqlite3.connect(db_path)  # turn it back into a version-1 database with a row
-    for col in ("text_kept", "query_chars", "query_hash", "answer_chars", "answer_hash"):
+    conn.execute("DROP INDEX idx_records_seg_created")
+    for col in ("text_kept", "query_chars", "query_hash", "answer_chars", "answer_hash",
+                "release", "environment", "seg_id"):
         conn.execute(f"ALTER TABLE records DROP COLUMN {col}")
-    for table in ("rollup_records", "rollup_models", "rollup_scores", "rollup_score_bins",
-                  "rollup_skips"):
+    for col in ("seg_id", "judge_model"):
+        conn.execute(f"ALTER TABLE scores DROP COLUMN {col}")
+    for table in ("segments", "segment_values", "hourly_records", "hourly_scores",
+                  "hourly_bins", "hourly_skips", "monitor_state", "monitor_history",
+                  "monitor_lease", "monitor_outbox"):
         conn.execute(f"DROP TABLE {table}")
     conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     conn.execute("INSERT INTO records(record_id, trace_id, span_id, created_at, query, answer,"
@@ -325,9 +327,12 @@ def test_a_version_1_database_is_upgraded_in_place(db_path):
     conn.close()
     store = Store(db_path)
     try:
-        assert store.conn.execute("SELECT value FROM meta").fetchone()[0] == "2"
+        assert store.conn.execute("SELECT value FROM meta").fetchone()[0] == "3"
         [r] = store.load_records(["t-s"]).values()
         assert r.query == "q" and not r.compact  # old rows keep their text
+        # ... and are counted in the hourly rollups (under the segment "nothing known")
+        assert store.conn.execute("SELECT hour, seg_id, records, sampled FROM hourly_records"
+                                  ).fetchall() == [(0, 0, 1, 0)]
         assert store.auto_vacuum_mode() == "none"  # until `tracescore prune --vacuum`
     finally:
         store.close()
@@ -360,8 +365,8 @@ def test_cli_prune_and_report_after_it(db, make_ts):
 
 def test_concurrent_pruners_on_postgres_count_every_record_once(pg_url, make_ts):
     """A fleet: several workers prune the same database at once. Each batch locks its
-    records (SKIP LOCKED), so batches are disjoint: every record is counted exactly once,
-    raw or rolled up, and the 90-day report is unchanged."""
+    records (SKIP LOCKED), so batches are disjoint: every record is deleted once, the hourly
+    rollups (kept on write) are untouched, and the 90-day report is unchanged."""
     now = time.time()
     recs = fill_40_days(make_ts, pg_url, now)
     before = report_of(pg_url)
@@ -386,8 +391,8 @@ def test_concurrent_pruners_on_postgres_count_every_record_once(pg_url, make_ts)
     assert not errors, errors
     assert sum(r.records for r in results) == 40
     left = rows(pg_url, "SELECT count(*) AS n FROM records")[0]["n"]
-    rolled = rows(pg_url, "SELECT coalesce(sum(records), 0) AS n FROM rollup_records")[0]["n"]
-    assert (left, rolled) == (len(recs) - 40, 40)
+    rolled = rows(pg_url, "SELECT coalesce(sum(records), 0) AS n FROM hourly_records")[0]["n"]
+    assert (left, rolled) == (len(recs) - 40, len(recs))
     after = report_of(pg_url)
     assert (after.records, after.sampled, after.scores) == (before.records, before.sampled,
                                                             before.scores)

@@ -49,6 +49,7 @@ from .settings import Settings
 from .store import PENDING, SKIPPED, NewJob, StoreAPI, is_postgres, open_store, redact_url
 from .store.compact import skip_reason
 from .store.retention import PG_NO_MAX_BYTES, Retention, RetentionThread
+from .store.segments import SegmentSpec, release_environment
 from .worker import ScoringWorker
 
 log = logging.getLogger("tracescore")
@@ -81,6 +82,14 @@ class Tracescore:
     ``postgresql://`` URL shared by a fleet (docs/fleet.md). ``score=False``: capture only —
     records and their scoring jobs are written, no scoring thread or judge client runs here;
     ``tracescore worker`` processes score them.
+
+    Segments (what monitors and comparisons split by): ``release`` / ``environment`` — else the
+    tracer provider's resource (``service.version``, ``deployment.environment.name``, e.g. from
+    ``OTEL_RESOURCE_ATTRIBUTES``), else ``$TRACESCORE_RELEASE`` / ``$TRACESCORE_ENVIRONMENT``;
+    the record's model; and ``segments=["prompt_version", ...]``, metadata keys (``ts.run(
+    metadata=...)``, LangChain ``config={"metadata": ...}``, LlamaIndex ``instrument_tags``)
+    that become dimensions ``metadata.<key>``. Past ``segment_limit`` distinct values of a
+    dimension, new ones count as ``"other"`` (counter ``segments.overflow.<dim>``).
     """
 
     def __init__(
@@ -119,6 +128,10 @@ class Tracescore:
         embedder: Any = None,
         retention: Retention | str | None = "30d",
         keep_full_text: bool | str | float = False,
+        release: str | None = None,
+        environment: str | None = None,
+        segments: Sequence[str] = (),
+        segment_limit: int = 100,
     ) -> None:
         args = dict(locals())
         del args["self"]
@@ -173,10 +186,16 @@ class Tracescore:
             adopt=self._adopted,
         )
         self.tracer = self.tracer_provider.get_tracer("tracescore", _version)
+        # segments: release/environment from init, else the provider's resource, else the env
+        release, environment = release_environment(
+            s.release, s.environment, getattr(self.tracer_provider, "resource", None))
+        #: what records are segmented by (travels to the writer thread)
+        self.segment_spec = SegmentSpec(release, environment, s.segments, s.segment_limit)
         self.telemetry = Telemetry(
             resource=self.tracer_provider.resource, log_exporter=plan.log_exporter,
             metric_reader=plan.metric_reader, loss=self.export_loss,
-            max_attribute_chars=s.max_attribute_chars,
+            max_attribute_chars=s.max_attribute_chars, release=release,
+            environment=environment,
         )
         #: The metric instruments; the judge reports its calls with ``export_metrics.judge_call``.
         self.export_metrics = self.telemetry.metrics
@@ -217,7 +236,7 @@ class Tracescore:
         self.queue = RecordQueue(
             self.db_path, self._plan_jobs, self._apply_ground_truth,
             max_size=s.max_queue, on_written=self.worker.wake, losses=self.losses,
-            keep_full_text=s.keep_full_text is not False,
+            keep_full_text=s.keep_full_text is not False, segments=self.segment_spec,
         )
         # retention: prune old records in small background batches (own thread, own store).
         # On PostgreSQL (a fleet) only where scoring runs — the `tracescore worker` processes

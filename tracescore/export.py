@@ -73,6 +73,11 @@ SIGNALS = (TRACES, LOGS, METRICS)
 HTTP_PROTOBUF, GRPC = "http/protobuf", "grpc"
 #: Bucket boundaries of the score histogram: most metrics score in [0, 1].
 SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+#: Score-point attributes for the process's release and environment: the OTel resource
+#: semantic-convention names (the values may come from ``init`` rather than the resource, and
+#: Prometheus drops resource attributes unless asked, so they go on each point too).
+RELEASE_ATTRIBUTE = "service.version"
+ENVIRONMENT_ATTRIBUTE = "deployment.environment.name"
 #: The circuit-breaker gauge's values.
 BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = 0, 1, 2
 
@@ -326,10 +331,13 @@ class ExportMetrics:
         self._snapshot: tuple[float, PipelineSnapshot] | None = None
         self._snapshot_lock = threading.Lock()
         self._breaker: Callable[[], int] | None = None
+        #: release and environment on every score point (set by :class:`Telemetry`)
+        self.base_attributes: dict[str, str] = {}
         self.scores = meter.create_histogram(
             A.METRIC_EVALUATION_SCORE, unit="1",
-            description="Scores stored by tracescore, by metric name and label; exemplars "
-                        "point at the scored span",
+            description="Scores stored by tracescore, by metric name and label, release "
+                        "(service.version) and environment (deployment.environment.name); "
+                        "exemplars point at the scored span",
             explicit_bucket_boundaries_advisory=SCORE_BUCKETS,
         )
         self.score_errors = meter.create_counter(
@@ -399,8 +407,9 @@ class ExportMetrics:
                 self.judge_tokens.add(int(tokens_out), {**attrs, A.GEN_AI_TOKEN_TYPE: "output"})
 
     def score(self, s: Score, context: OtelContext) -> None:
-        """One stored score: a histogram point (exemplar from ``context``) or an error count."""
-        attrs = {A.GEN_AI_EVALUATION_NAME: s.name}
+        """One stored score: a histogram point (exemplar from ``context``) or an error count,
+        with the process's release and environment (so a Prometheus/Grafana user can slice)."""
+        attrs = {**self.base_attributes, A.GEN_AI_EVALUATION_NAME: s.name}
         if s.status == "ok" and s.value is not None:
             if s.label:
                 attrs[A.GEN_AI_EVALUATION_SCORE_LABEL] = s.label
@@ -472,6 +481,8 @@ class Telemetry:
         metric_reader: MetricReader | None = None,
         loss: ExportLoss | None = None,
         max_attribute_chars: int = 4000,
+        release: str | None = None,
+        environment: str | None = None,
     ) -> None:
         self.loss = loss or ExportLoss()
         self.max_attribute_chars = max_attribute_chars
@@ -490,6 +501,10 @@ class Telemetry:
         else:
             meter = NoOpMeterProvider().get_meter("tracescore", _version)
         self.metrics = ExportMetrics(meter, loss=self.loss)
+        if release is not None:
+            self.metrics.base_attributes[RELEASE_ATTRIBUTE] = release
+        if environment is not None:
+            self.metrics.base_attributes[ENVIRONMENT_ATTRIBUTE] = environment
         self._closed = False
         self._lock = threading.Lock()
 

@@ -4,7 +4,9 @@
 ``deque.append`` (both atomic under the GIL). It never blocks and never raises; when the buffer
 is full the item is dropped and counted, with a rate-limited warning. A daemon writer thread,
 woken by an ``Event`` when a batch is ready or every ``interval_s``, writes records and their
-scoring jobs to SQLite in one transaction per batch, then wakes the scoring worker.
+scoring jobs to SQLite in one transaction per batch, then wakes the scoring worker. Each
+record's segment (release, environment, model, declared metadata keys) is resolved there too,
+on the writer thread, never on the app's.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from ._internal.losses import Losses
 from ._internal.validate import InvalidRecord, sanitize_record
 from .record import RagRecord
 from .sampling import Decision
-from .store import NewJob, StoreAPI, open_store
+from .store import NewJob, SegmentSpec, StoreAPI, open_store
 
 log = logging.getLogger("tracescore")
 
@@ -70,8 +72,11 @@ class RecordQueue:
         on_written: Callable[[], None] | None = None,
         losses: Losses | None = None,
         keep_full_text: bool = True,
+        segments: SegmentSpec | None = None,
     ) -> None:
         self.db_path = db_path
+        #: what records are segmented by (resolved by the store, on the writer thread)
+        self.segments = segments
         #: False: records no metric sampled are stored compact (no text), here on the writer.
         self.keep_full_text = keep_full_text
         self.plan_jobs = plan_jobs
@@ -263,7 +268,8 @@ class RecordQueue:
             jobs: list[NewJob] = []
             for rec, decision in records:
                 jobs.extend(self.plan_jobs(rec, decision))
-            store.write_batch(records, jobs, counters, keep_full_text=self.keep_full_text)
+            store.write_batch(records, jobs, counters, keep_full_text=self.keep_full_text,
+                              segments=self.segments)
             self.written += len(records)
             return
         except Exception as exc:
@@ -275,7 +281,7 @@ class RecordQueue:
         for rec, decision in records:
             try:
                 store.write_batch([(rec, decision)], self.plan_jobs(rec, decision), None,
-                                  keep_full_text=self.keep_full_text)
+                                  keep_full_text=self.keep_full_text, segments=self.segments)
                 self.written += 1
             except Exception as exc:
                 if store.unavailable(exc):

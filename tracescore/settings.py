@@ -19,6 +19,7 @@ from .metrics import registry
 from .metrics.base import Metric
 from .sampling import Rule
 from .store.retention import Retention
+from .store.segments import DEFAULT_LIMIT, MAX_KEYS, MAX_LIMIT, MAX_VALUE_CHARS
 
 __all__ = ["Settings"]
 
@@ -84,6 +85,15 @@ class Settings:
     #: duration such as "2h": unsampled records keep their text that long (so negative
     #: feedback or a late reference can still score them), then the pruner compacts them.
     keep_full_text: bool | float = False
+    #: The process's release and environment (None: from the OTel resource, then
+    #: $TRACESCORE_RELEASE / $TRACESCORE_ENVIRONMENT — resolved by the client, which has the
+    #: tracer provider; see :func:`.store.segments.release_environment`).
+    release: str | None = None
+    environment: str | None = None
+    #: Metadata keys whose values become the dimensions ``metadata.<key>``.
+    segments: tuple[str, ...] = ()
+    #: Distinct values admitted per dimension; further ones count as "other".
+    segment_limit: int = DEFAULT_LIMIT
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are written once, here
@@ -107,6 +117,13 @@ class Settings:
         self._check_judge()
         set_(self, "retention", Retention.resolve(self.retention))
         set_(self, "keep_full_text", _keep_full_text(self.keep_full_text))
+        for name in ("release", "environment"):
+            set_(self, name, _dimension_value(name, getattr(self, name)))
+        set_(self, "segments", _segment_keys(self.segments))
+        _int_at_least("segment_limit", self.segment_limit, 1)
+        if self.segment_limit > MAX_LIMIT:
+            raise ValueError(f"segment_limit must be <= {MAX_LIMIT:,} (distinct values kept per "
+                             f"dimension), got {self.segment_limit!r}")
 
     @property
     def compact_after_s(self) -> float | None:
@@ -202,6 +219,40 @@ def _keep_full_text(value: Any) -> bool | float:
     if seconds <= 0:
         raise ValueError(f"keep_full_text duration must be > 0, got {value!r}")
     return seconds
+
+
+def _dimension_value(name: str, value: Any) -> str | None:
+    """``release``/``environment``: None, or a short printable str."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
+    text = value.strip()
+    if not text or len(text) > MAX_VALUE_CHARS or not text.isprintable():
+        raise ValueError(f"{name} must be 1 to {MAX_VALUE_CHARS} printable characters, "
+                         f"got {value!r:.120}")
+    return text
+
+
+def _segment_keys(value: Any) -> tuple[str, ...]:
+    """``segments``: metadata keys (distinct, printable, at most MAX_KEYS)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, set, frozenset)):
+        got = "a single str" if isinstance(value, str) else type(value).__name__
+        raise TypeError(f"segments must be a list of metadata keys, got {got} "
+                        "(e.g. segments=['prompt_version', 'route'])")
+    keys: list[str] = []
+    for k in value:
+        if not isinstance(k, str):
+            raise TypeError(f"segments: each key must be a str, got {type(k).__name__} {k!r:.60}")
+        if not k or len(k) > MAX_VALUE_CHARS or not k.isprintable() or k != k.strip():
+            raise ValueError(f"segments: key {k!r:.120} must be 1 to {MAX_VALUE_CHARS} printable "
+                             "characters without surrounding spaces")
+        if k in keys:
+            raise ValueError(f"segments: key {k!r} is given twice")
+        keys.append(k)
+    if len(keys) > MAX_KEYS:
+        raise ValueError(f"segments: at most {MAX_KEYS} metadata keys, got {len(keys)}")
+    return tuple(keys)
 
 
 def _check_db_path(db: str | os.PathLike[str]) -> str:

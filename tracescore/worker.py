@@ -521,7 +521,8 @@ class ScoringWorker:
         assert self._loop is not None
         if self._running_jobs <= 1 and not self._completions:
             return store.complete_job(job, self.owner, scores,
-                                      None if self.attacher is not None else "none")
+                                      None if self.attacher is not None else "none",
+                                      judge_model=self.judge_model(job.metric))
         fut: asyncio.Future[list[ScoreRef] | None] = self._loop.create_future()
         self._completions.append((job, scores, fut))
         if len(self._completions) == 1:
@@ -532,14 +533,16 @@ class ScoringWorker:
         batch, self._completions = self._completions, []
         delivery = None if self.attacher is not None else "none"
         results: list[Any]
+        models = {j.metric: self.judge_model(j.metric) for j, _, _ in batch}
         try:
             results = list(store.complete_jobs(self.owner, [(j, s) for j, s, _ in batch],
-                                               delivery))
+                                               delivery, judge_models=models))
         except Exception:  # one bad job must not fail the others: store them one by one
             results = []
             for j, s, _ in batch:
                 try:
-                    results.append(store.complete_job(j, self.owner, s, delivery))
+                    results.append(store.complete_job(j, self.owner, s, delivery,
+                                                      judge_model=models[j.metric]))
                 except Exception as exc:
                     results.append(exc)
         for (_, _, fut), r in zip(batch, results):
@@ -549,6 +552,18 @@ class ScoringWorker:
                 fut.set_exception(r)
             else:
                 fut.set_result(r)
+
+    def judge_model(self, metric: str) -> str:
+        """The judge model that scores ``metric`` (its scores' ``judge_model`` segment), or
+        ``""`` for a local metric."""
+        m = self.metrics.get(metric)
+        session = self.judge_session
+        if m is None or m.kind != "judge" or session is None:
+            return ""
+        try:
+            return str(session.model or "")
+        except Exception:  # a judge without a model name: still a judge metric's score
+            return ""
 
     def _stored(self, record_id: str, refs: Sequence[ScoreRef]) -> None:
         """Tell the exporter about stored scores: exactly once per job, since only the lease

@@ -1,5 +1,5 @@
 """``python -m tracescore.cli``: the same command line as the ``tracescore`` script."""
 
-from .commands import main
+from . import main
 
 main()

@@ -1,5 +1,6 @@
 """The ``tracescore`` command line: ``demo``, ``report``, ``calibrate``, ``show``, ``export``,
-``ui``, ``judge-check``, ``prune``, ``worker``, ``copy-to-postgres``.
+``ui``, ``judge-check``, ``prune``, ``worker``, ``copy-to-postgres`` (and, in
+:mod:`.monitoring`, ``compare``, ``check``, ``monitor``).
 
 Exit codes: 0 ok; 1 nothing found (``show``); 2 bad usage, a database that is missing or
 not a tracescore database, an output file that cannot be written, or a missing optional
@@ -20,7 +21,7 @@ from typing import Any, TextIO, TypeVar
 import click
 
 from .. import __version__
-from ..reports.summary import DEFAULT_WORST
+from ..reports.report import DEFAULT_WORST
 from .demo import DEFAULT_DB as DEMO_DB
 
 DEFAULT_DB = "tracescore.db"
@@ -41,7 +42,7 @@ class OutputProblem(click.FileError):
 
 
 def _open(db: Path | str) -> Any:
-    from ..reports.summary import DatabaseError, open_db
+    from ..reports.db import DatabaseError, open_db
 
     try:
         return open_db(db)
@@ -126,7 +127,7 @@ def _quiet_stdout() -> None:
 
 
 def _since(ctx: click.Context, param: click.Parameter, value: str) -> float | None:
-    from ..reports.summary import parse_since
+    from ..reports.db import parse_since
 
     try:
         return parse_since(value)
@@ -188,7 +189,8 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
     attaches the reference answer as ground truth, scores it with the default local metrics
     and stores everything in the database. Fully offline; takes a few seconds.
     """
-    from ..reports.summary import build_report, format_report
+    from ..reports.report import build_report
+    from ..reports.report_text import format_report
     from .demo import DemoSetupError, expected_judge_calls, judge_plan, run_demo
 
     def progress(items: Iterator[Any], count: int) -> Any:
@@ -303,16 +305,25 @@ def judge_check(judge: str, db: Path, as_json: bool) -> None:
               help="Print RGB's four abilities instead: accuracy by context noise (0-80%), "
                    "rejection rate with no relevant context, integration accuracy, "
                    "counterfactual error detection/correction (needs the rgb_noise metric).")
+@click.option("--by", "by", metavar="DIM", default=None,
+              help="Also split the report by a segment: release, environment, model, "
+                   "judge_model, metric_version or metadata.KEY; each number with its "
+                   "interval.")
+@click.option("--where", "where", metavar="KEY=VALUE", multiple=True,
+              help="Only records with this segment value (repeatable), e.g. "
+                   "environment=production.")
 def report(db: Path, since: float | None, as_json: bool, worst: int,
-           html_path: Path | None, rgb: bool) -> None:
-    """Summarise the scores: per score count, mean, p10/p50/p90, fail rate, errors, skips.
+           html_path: Path | None, rgb: bool, by: str | None, where: tuple[str, ...]) -> None:
+    """Summarise the scores: per score count, mean with its 95 % interval, p10/p50/p90,
+    fail rate, errors, skips; the monitors' states first.
 
     Also lists the worst records of each score (lowest values; highest for metrics where
     lower is better) and totals: records, sampled, dropped, pending scoring jobs.
     With --html, writes the same as one HTML page with charts instead. With --rgb, prints
     RGB's four abilities on the live records (docs/rgb.md) instead.
     """
-    from ..reports.summary import build_report, format_report
+    from ..reports.report import build_report
+    from ..reports.report_text import format_report
 
     if as_json and html_path is not None:
         raise click.UsageError("--json and --html cannot be combined")
@@ -329,13 +340,31 @@ def report(db: Path, since: float | None, as_json: bool, worst: int,
         click.echo(json.dumps(live.to_json(), ensure_ascii=False) if as_json
                    else format_rgb(live))
         return
+    from ..reports.compare import CompareError, parse_where
+
+    try:
+        filters = parse_where(where)
+    except CompareError as exc:
+        raise click.BadParameter(str(exc), param_hint="--where") from None
     conn = _open(db)
     try:
-        rep = build_report(conn, since=since, worst=worst, db=_name(db))
+        from ..reports.query import dims_of
+
+        dims = dims_of(conn)
+        for dim in ([by] if by else []) + list(filters):
+            if dim not in dims:
+                raise click.BadParameter(
+                    f"unknown dimension {dim!r}; this database has: {', '.join(dims)}",
+                    param_hint="--by" if dim == by else "--where")
+        rep = build_report(conn, since=since, worst=worst, db=_name(db), by=by,
+                           where=filters)
         if html_path is not None:
             from ..reports.html import render_html
+            from ..reports.report import build_page
+            from ..reports.trend import build_trend
 
-            page = render_html(conn, rep)
+            page = render_html(build_page(conn, rep),
+                               build_trend(conn, since=since, where=filters or None))
     finally:
         conn.close()
     if html_path is not None:
@@ -395,7 +424,7 @@ def show(trace_id: str, db: Path, as_json: bool, chars: int) -> None:
     TRACE_ID is a trace id, a unique prefix of one, or a record id (TRACE-SPAN).
     Exits with code 1 when nothing matches.
     """
-    from ..reports.summary import find_records, format_records, record_details
+    from ..reports.show import find_records, format_records, record_details
 
     conn = _open(db)
     try:
@@ -491,7 +520,7 @@ def ui(db: Path, port: int, no_open: bool) -> None:
             f"`tracescore export`, or any PostgreSQL client.")
     if not datasette_available():
         raise DatabaseProblem(f"Datasette is not installed; {INSTALL_HINT}")
-    from ..reports.summary import has_table
+    from ..reports.db import has_table
 
     conn = _open(db)  # a clear message for a missing or foreign file, before Datasette starts
     try:

@@ -406,7 +406,7 @@ def compact_curve(curve: Sequence[CurvePoint]) -> list[tuple[float, float, Count
 
 
 def format_calibration(cal: Calibration) -> str:
-    from .summary import _table
+    from .textfmt import table as _table
 
     out = [f"Judge calibration on {cal.db} against feedback {cal.feedback!r}",
            *textwrap.wrap(f"{cal.traces} traces with feedback: {cal.positives} positive, "

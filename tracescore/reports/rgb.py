@@ -325,7 +325,9 @@ def _unscored(r: Rate) -> str:
 
 def format_rgb(live: RgbLive) -> str:
     """The human ``report --rgb``: the accuracy-by-noise curve and the other three abilities."""
-    from .summary import _n, _table, _when
+    from .textfmt import plural as _n
+    from .textfmt import table as _table
+    from .textfmt import when as _when
 
     window = "all time" if live.since is None else f"since {_when(live.since)}"
     out = [f"RGB abilities on {live.db} ({window})",

@@ -14,12 +14,16 @@ app's request path (the writer thread, the scoring worker and the CLI call it).
 - :mod:`.compat` — the reading side's SQL on a PostgreSQL connection (dialect differences).
 - :mod:`.copy` — ``tracescore copy-to-postgres``: a SQLite history into PostgreSQL.
 - bounded storage: :mod:`.compact` (text-less rows for unsampled records), :mod:`.retention`
-  (the pruner and its background thread), :mod:`.rollup` (hourly aggregates that outlive it).
+  (the pruner and its background thread), :mod:`.rollup` (hourly aggregates per segment, kept
+  up to date as rows are written, that outlive it).
+- :mod:`.segments` — what records are compared by (release, environment, model, declared
+  metadata keys), with bounded cardinality: :class:`SegmentSpec`, the ``segments`` table.
 """
 
 from __future__ import annotations
 
 from .base import StoreAPI, is_postgres, open_store, redact_url
+from .segments import SegmentSpec
 from .sqlite import (
     DONE,
     LEASED,
@@ -37,5 +41,5 @@ from .sqlite import (
 )
 
 __all__ = ["DONE", "LEASED", "MAX_METADATA_CHARS", "PENDING", "SCHEMA_VERSION", "SKIPPED", "Job",
-           "NewJob", "Store", "StoreAPI", "clean_text", "dumps", "is_postgres", "open_store",
-           "record_row", "redact_url", "row_to_record"]
+           "NewJob", "SegmentSpec", "Store", "StoreAPI", "clean_text", "dumps", "is_postgres",
+           "open_store", "record_row", "redact_url", "row_to_record"]

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from ..record import RagRecord
 from ..sampling import Decision
 from ..score import Score
+from .segments import SegmentSpec
 from .sqlite import Job, NewJob
 
 __all__ = ["PG_SCHEMES", "StoreAPI", "is_postgres", "open_store", "redact_url"]
@@ -74,7 +75,10 @@ class StoreAPI(Protocol):
                          detail: Any) -> None: ...
     def write_batch(self, records: Sequence[tuple[RagRecord, Decision]], jobs: Sequence[NewJob],
                     counters: Mapping[str, int] | None = None, *,
-                    keep_full_text: bool = True) -> None: ...
+                    keep_full_text: bool = True,
+                    segments: SegmentSpec | None = None) -> None:
+        """Records and jobs in one transaction, with their rollups (only rows inserted count);
+        ``segments``: the process's release/environment/metadata keys (each record's seg_id)."""
     def bump_counters(self, counters: Mapping[str, int]) -> None: ...
     def counters(self) -> dict[str, int]: ...
     def set_ground_truths(self, trace_id: str,
@@ -84,10 +88,13 @@ class StoreAPI(Protocol):
     def lease_jobs(self, owner: str, limit: int, lease_s: float,
                    metrics: Sequence[str]) -> list[Job]: ...
     def complete_jobs(self, owner: str, done: Sequence[tuple[Job, Sequence[Score]]],
-                      delivery: str | None = None
-                      ) -> list[list[tuple[int, Score]] | None]: ...
+                      delivery: str | None = None, *,
+                      judge_models: Mapping[str, str] | None = None
+                      ) -> list[list[tuple[int, Score]] | None]:
+        """``judge_models``: metric name → the judge model of its scores (judge metrics)."""
     def complete_job(self, job: Job, owner: str, scores: Sequence[Score],
-                     delivery: str | None = None) -> list[tuple[int, Score]] | None: ...
+                     delivery: str | None = None, *,
+                     judge_model: str = "") -> list[tuple[int, Score]] | None: ...
     def renew_leases(self, owner: str, job_ids: Sequence[int], lease_s: float) -> None: ...
     def release_job(self, job: Job, owner: str, reason: str | None = None) -> None: ...
     def defer_job(self, job: Job, owner: str, delay_s: float, reason: str) -> None: ...

@@ -9,6 +9,13 @@ metric, version). Rows whose natural key exists in the target are left as they a
 still open in the file (pending, or leased by a process of the old host) arrive pending, so
 the fleet's workers score them. A source copied once is remembered in ``meta`` and refused a
 second time (counters would double). Blocking; for the CLI.
+
+Segments and rollups: each source segment is matched to the target's by its canonical key
+(created there when missing), so ``seg_id`` is re-issued like the other ids and every record,
+score and ``hourly_*`` row points at the target's segment. The source's hourly rollups (which
+include its pruned hours) are *added* to the target's: a record already in the target (left
+as it is) is then counted twice in the rollups — copy into a target that does not hold the
+same records.
 """
 
 from __future__ import annotations
@@ -42,6 +49,37 @@ def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
 
 
+#: (table, SELECT of the source's rows: key columns first, then the values, number of key
+#: columns) of the hourly rollups, in :class:`.rollup.Delta`'s layout.
+_HOURLY = (
+    ("records", "SELECT hour, seg_id, records, sampled, compact, errors, with_usage,"
+                " input_tokens, output_tokens, latency_n, latency_ms_sum FROM hourly_records", 2),
+    ("scores", "SELECT hour, name, seg_id, metric_version, judge_model, metric, n_ok, value_sum,"
+               " value_sumsq, n_labelled, n_fail, n_error, n_skipped FROM hourly_scores", 5),
+    ("bins", "SELECT hour, name, seg_id, bin, label, n FROM hourly_bins", 5),
+    ("skips", "SELECT hour, metric, seg_id, reason, n FROM hourly_skips", 4),
+)
+_SEG_POS = {"records": 1, "scores": 2, "bins": 2, "skips": 2}
+
+
+def _copy_segments(src: sqlite3.Connection, dst: Any,
+                   put: Callable[[str, Sequence[str], str, Sequence[Sequence[Any]]], None]
+                   ) -> dict[int, int]:
+    """Segments and their admitted values into the target (matched by ``seg_key``);
+    source seg_id → target seg_id."""
+    for rows in _chunks(src, "SELECT dim, value FROM segment_values"):
+        put("segment_values", ("dim", "value"), "ON CONFLICT (dim, value) DO NOTHING", rows)
+    seg_map: dict[int, int] = {}
+    cols = ("seg_key", "release", "environment", "model", "meta", "first_seen")
+    for rows in _chunks(src, f"SELECT seg_id, {','.join(cols)} FROM segments"):
+        put("segments", cols, "ON CONFLICT (seg_key) DO NOTHING", [r[1:] for r in rows])
+        keys = {r[1]: int(r[0]) for r in rows}
+        for sid, key in dst.execute("SELECT seg_id, seg_key FROM segments WHERE seg_key = "
+                                    "ANY(%s)", (list(keys),)).fetchall():
+            seg_map[keys[key]] = int(sid)
+    return seg_map
+
+
 def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
                             force: bool = False,
                             progress: Callable[[str, int], None] | None = None
@@ -49,6 +87,7 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
     """Copy ``source`` (a SQLite file) into the PostgreSQL database at ``url`` (created or
     upgraded first). Returns rows copied per table."""
     from .postgres import PostgresStore, _nul_free
+    from .rollup import Delta, QmarkConnection
     from .sqlite import Store
 
     src_path = Path(source).resolve()
@@ -76,6 +115,15 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
             if done is not None and not force:
                 raise AlreadyCopied(f"{src_path} was already copied into {dst.name} "
                                     f"(at {done[0]}); --force copies it again (counters add up)")
+            seg_map = _copy_segments(src, dst.conn, put)
+
+            def mapped(cols: Sequence[str], rows: Sequence[Sequence[Any]]
+                       ) -> list[Sequence[Any]]:
+                if "seg_id" not in cols:
+                    return list(rows)
+                i = list(cols).index("seg_id")
+                return [(*r[:i], seg_map.get(r[i], r[i]), *r[i + 1:]) for r in rows]
+
             natural = {
                 "records": ("record_id", "ON CONFLICT (record_id) DO NOTHING"),
                 "metrics": ("metric", "ON CONFLICT (metric) DO NOTHING"),
@@ -88,7 +136,7 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
                     continue
                 cols = _columns(src, table)
                 for rows in _chunks(src, f"SELECT {','.join(cols)} FROM {table}"):
-                    put(table, cols, tail, rows)
+                    put(table, cols, tail, mapped(cols, rows))
             # jobs: new ids; open jobs arrive pending (their old leases mean nothing here)
             jcols = ["record_id", "metric", "metric_version", "status", "attempts", "reason",
                      "created_at", "updated_at"]
@@ -109,13 +157,23 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
                         "(SELECT job_id FROM jobs WHERE record_id=%s AND metric=%s AND "
                         "metric_version=%s)) ON CONFLICT (record_id, name) DO NOTHING",
                         [tuple(_nul_free(v) for v in r[:-2])
-                         + (r[scols.index("record_id")], r[-2], r[-1]) for r in rows])
+                         + (r[scols.index("record_id")], r[-2], r[-1])
+                         for r in mapped([*scols, "", ""], rows)])
                 counts["scores"] = counts.get("scores", 0) + len(rows)
             for table, skip in (("feedback", "feedback_id"), ("judge_calls", "call_id")):
                 if table in tables:
                     cols = [c for c in _columns(src, table) if c != skip]
                     for rows in _chunks(src, f"SELECT {','.join(cols)} FROM {table}"):
                         put(table, cols, "", rows)
+            for table, select, nkey in _HOURLY:
+                for rows in _chunks(src, select):
+                    delta = Delta()
+                    for r in rows:
+                        k = list(r[:nkey])
+                        k[_SEG_POS[table]] = seg_map.get(k[_SEG_POS[table]], k[_SEG_POS[table]])
+                        delta.merge_raw(table, tuple(k), list(r[nkey:]))
+                    delta.write(QmarkConnection(dst.conn))
+                    counts[f"hourly_{table}"] = counts.get(f"hourly_{table}", 0) + len(rows)
             counters = dict(src.execute("SELECT name, value FROM counters").fetchall())
             dst.bump_counters(counters)
             counts["counters"] = len(counters)

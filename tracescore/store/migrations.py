@@ -14,6 +14,7 @@ it), and runs only off the request path.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -104,20 +105,31 @@ def _sqlite_v2(store: Any) -> None:
     and ``CREATE``, no rewrite of existing rows (their NULL ``text_kept`` means "full text",
     as they were written)."""
     from .compact import COMPACT_COLUMNS
-    from .rollup import DDL
+    from .rollup import V2_DDL
 
     cols = {r[1] for r in store.conn.execute("PRAGMA table_info(records)")}
     for name, sql_type in COMPACT_COLUMNS:
         if name not in cols:
             store.conn.execute(f"ALTER TABLE records ADD COLUMN {name} {sql_type}")
-    for stmt in DDL:
+    for stmt in V2_DDL:
         store.conn.execute(stmt)
+
+
+def _sqlite_v3(store: Any) -> None:
+    """Segments and hourly rollups kept on write: see :func:`_v3`."""
+    for table, name, sql_type in _V3_COLUMNS:
+        cols = {r[1] for r in store.conn.execute(f"PRAGMA table_info({table})")}
+        if name not in cols:
+            store.conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}")
+    _v3(store, "sqlite")
 
 
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "records, jobs, scores, counters, metrics (+ judge tables, feedback)",
               _sqlite_v1),
     Migration(2, "compact rows for unsampled records, hourly rollups", _sqlite_v2),
+    Migration(3, "segments (release, environment, model, metadata keys), hourly rollups per "
+                 "segment kept on write; monitor tables", _sqlite_v3),
 )
 
 
@@ -135,6 +147,168 @@ def migrate_sqlite(store: Any) -> None:
                          (str(latest),))
         # Version 1 databases from before the judge tables: add what they lack (idempotent).
         store._ensure_judge_tables()
+
+
+# -- version 3 (both backends) ----------------------------------------------------------------
+#: Columns version 3 adds: the record's release, environment and segment; the score's segment
+#: (its record's) and judge model ("" for a local metric).
+_V3_COLUMNS = (("records", "release", "TEXT"), ("records", "environment", "TEXT"),
+               ("records", "seg_id", "BIGINT"), ("scores", "seg_id", "BIGINT"),
+               ("scores", "judge_model", "TEXT"))
+#: Rows read per query while existing rows are folded into the rollups.
+FOLD_CHUNK = 5000
+
+
+def _v3(store: Any, dialect: str) -> None:
+    """Version 3: tables ``segments``, ``segment_values``, ``hourly_*`` (and the monitor
+    tables); then every existing row is folded into the hourly rollups, inside the
+    migrating transaction, and the version-2 ``rollup_*`` tables are folded in and **dropped**.
+
+    Existing records get a segment of their model (release and environment unknown: NULL; the
+    declared metadata keys are not known to a migration), their scores that segment and
+    ``judge_model = ''``. Rollups of pruned hours (version 2) go into ``hourly_*`` as follows:
+    an hour whose records had one model goes whole under that model's segment; an hour of
+    several models keeps each model's record count (``rollup_models``) under its segment and
+    the rest (sampled, compact, errors, tokens, latency) under :data:`.segments.NONE_SEG`;
+    scores, bins and skips under ``NONE_SEG`` with ``metric_version``/``judge_model``/skip
+    reason ``''``. Their Σx² was not kept: it is rebuilt from the bins (exact for 0/1 scores;
+    for others, the binned variance around the exact mean, good to about 0.01).
+    """
+    from . import rollup, segments
+    from .rollup import Delta, qmark
+
+    conn = qmark(store)
+    for stmt in (*segments.ddl(dialect), *rollup.DDL):
+        conn.execute(stmt)
+    conn.execute("CREATE INDEX IF NOT EXISTS idx_records_seg_created ON records(seg_id, "
+                 "created_at)")
+    conn.execute("INSERT INTO segments (seg_id, seg_key, meta, first_seen) VALUES (?, ?, '{}', ?)"
+                 " ON CONFLICT DO NOTHING", (segments.NONE_SEG, segments.NONE_KEY, time.time()))
+    for stmt in _monitor_ddl(dialect):
+        conn.execute(stmt)
+
+    # segments of the existing records: by model
+    resolver = segments.SegmentResolver()
+    now = time.time()
+    models = [r[0] for r in conn.execute("SELECT DISTINCT model FROM records WHERE model IS NOT"
+                                         " NULL AND seg_id IS NULL").fetchall()]
+    model_seg = dict(zip(models, (sid for sid, _ in resolver.resolve_dims(
+        store, [{"model": segments.clean_value(m)} for m in models], segments.DEFAULT_LIMIT,
+        now))))
+    conn.executemany("UPDATE records SET seg_id = ? WHERE model = ? AND seg_id IS NULL",
+                     [(sid, m) for m, sid in model_seg.items()])
+    conn.execute("UPDATE records SET seg_id = ? WHERE seg_id IS NULL", (segments.NONE_SEG,))
+    conn.execute("UPDATE scores SET judge_model = coalesce(judge_model, ''), seg_id = coalesce("
+                 "(SELECT r.seg_id FROM records r WHERE r.record_id = scores.record_id), ?)"
+                 " WHERE seg_id IS NULL", (segments.NONE_SEG,))
+
+    delta = Delta()
+    for row in _keyset(conn, "SELECT record_id, created_at, seg_id, sampled, text_kept, error,"
+                             " input_tokens, output_tokens, latency_ms FROM records", "record_id"):
+        delta.add_record(*row[1:])
+    for row in _keyset(conn, "SELECT score_id, name, created_at, seg_id, metric_version,"
+                             " judge_model, metric, value, label, status FROM scores",
+                       "score_id"):
+        _, name, created, seg, mv, jm, metric, value, label, status = row
+        delta.add_score(created, name, seg, mv, jm, metric, value, label, status)
+    for _, created, metric, seg, reason in _keyset(
+            conn, "SELECT j.job_id, r.created_at, j.metric, r.seg_id, j.reason FROM jobs j"
+                  " JOIN records r ON r.record_id = j.record_id WHERE j.status = 'skipped'",
+            "j.job_id"):
+        delta.add_skip(created, metric, seg, reason)
+
+    if _has_table(conn, dialect, "rollup_records"):
+        _fold_v2(conn, store, resolver, delta, now)
+    delta.write(conn)
+    for table in rollup.V2_TABLES:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def _keyset(conn: Any, select: str, key: str) -> Any:
+    """Every row of ``select`` (which must start with ``key``), FOLD_CHUNK at a time (keyset
+    pagination: PostgreSQL's client cursor would otherwise hold the whole table)."""
+    where = " AND " if " WHERE " in select else " WHERE "
+    last: Any = None
+    while True:
+        if last is None:
+            rows = conn.execute(f"{select} ORDER BY {key} LIMIT ?", (FOLD_CHUNK,)).fetchall()
+        else:
+            rows = conn.execute(f"{select}{where}{key} > ? ORDER BY {key} LIMIT ?",
+                                (last, FOLD_CHUNK)).fetchall()
+        yield from rows
+        if len(rows) < FOLD_CHUNK:
+            return
+        last = rows[-1][0]
+
+
+def _has_table(conn: Any, dialect: str, name: str) -> bool:
+    if dialect == "postgres":
+        sql = ("SELECT 1 FROM information_schema.tables WHERE table_schema = current_schema()"
+               " AND table_name = ?")
+    else:
+        sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    return conn.execute(sql, (name,)).fetchone() is not None
+
+
+def _fold_v2(conn: Any, store: Any, resolver: Any, delta: Any, now: float) -> None:
+    """The version-2 rollups (pruned hours) into ``delta`` (see :func:`_v3`)."""
+    from .rollup import bin_mid
+    from .segments import DEFAULT_LIMIT, NONE_SEG, clean_value
+
+    models: dict[int, dict[str | None, int]] = {}
+    for hour, model, n in conn.execute("SELECT hour, model, n FROM rollup_models").fetchall():
+        # v2 wrote a record without a model as "unknown"
+        m = None if model == "unknown" else clean_value(model)
+        models.setdefault(int(hour), {})
+        models[int(hour)][m] = models[int(hour)].get(m, 0) + int(n)
+    names = sorted({m for per in models.values() for m in per if m is not None})
+    seg_of: dict[str | None, int] = {None: NONE_SEG}
+    seg_of.update(zip(names, (sid for sid, _ in resolver.resolve_dims(
+        store, [{"model": m} for m in names], DEFAULT_LIMIT, now))))
+    for row in conn.execute("SELECT hour, records, sampled, compact, errors, with_usage,"
+                            " input_tokens, output_tokens, latency_n, latency_ms_sum"
+                            " FROM rollup_records").fetchall():
+        hour, n = int(row[0]), int(row[1])
+        rest = [int(v) for v in row[2:9]] + [float(row[9])]
+        per = models.get(hour, {})
+        if len(per) == 1:
+            [(m, _)] = per.items()
+            delta.merge_raw("records", (hour, seg_of[m]), [n, *rest])
+            continue
+        for m, k in per.items():
+            delta.merge_raw("records", (hour, seg_of[m]), [k, 0, 0, 0, 0, 0, 0, 0, 0.0])
+        delta.merge_raw("records", (hour, NONE_SEG), [n - sum(per.values()), *rest])
+    bins: dict[tuple[int, str], list[tuple[int, int]]] = {}
+    for hour, name, b, label, n in conn.execute(
+            "SELECT hour, name, bin, label, n FROM rollup_score_bins").fetchall():
+        delta.merge_raw("bins", (int(hour), name, NONE_SEG, int(b), label), [int(n)])
+        bins.setdefault((int(hour), name), []).append((int(b), int(n)))
+    for hour, name, metric, n_ok, vsum, n_lab, n_fail, n_err, n_skip in conn.execute(
+            "SELECT hour, name, metric, n_ok, value_sum, n_labelled, n_fail, n_error, n_skipped"
+            " FROM rollup_scores").fetchall():
+        n_ok, vsum = int(n_ok), float(vsum)
+        hb = bins.get((int(hour), name), [])
+        if n_ok == 0:
+            ss = 0.0
+        elif all(b in (0, 99) for b, _ in hb):  # yes/no scores: x² = x
+            ss = vsum
+        else:  # binned variance around the exact mean
+            mean = vsum / n_ok
+            var = sum(k * (bin_mid(b) - mean) ** 2 for b, k in hb) / n_ok
+            ss = n_ok * var + vsum * vsum / n_ok
+        delta.merge_raw("scores", (int(hour), name, NONE_SEG, "", ""),
+                        [metric, n_ok, vsum, ss, int(n_lab), int(n_fail), int(n_err),
+                         int(n_skip)])
+    for hour, metric, n in conn.execute("SELECT hour, metric, n FROM rollup_skips").fetchall():
+        delta.merge_raw("skips", (int(hour), metric, NONE_SEG, ""), [int(n)])
+
+
+def _monitor_ddl(dialect: str) -> tuple[str, ...]:
+    """The monitor tables (states, history, lease, notification outbox): their DDL lives with
+    the rest of their SQL, in :mod:`tracescore.monitor.state`."""
+    from ..monitor import state as monitor_state
+
+    return tuple(monitor_state.ddl(dialect))
 
 
 # -- PostgreSQL --------------------------------------------------------------------------------
@@ -208,15 +382,22 @@ def _pg_v2(store: Any) -> None:
     """As SQLite's version 2 (compact rows, hourly rollups), plus the columns SQLite adds
     beside its migrations (``records.retrieval_queries``, ``metrics.is_binary``)."""
     from .compact import COMPACT_COLUMNS
-    from .rollup import DDL
+    from .rollup import V2_DDL
 
     pg_type = {"INTEGER": "integer", "TEXT": "text", "REAL": "double precision"}
     columns = [("records", "retrieval_queries", "text"), ("metrics", "is_binary", "integer"),
                *(("records", name, pg_type.get(t.upper(), t)) for name, t in COMPACT_COLUMNS)]
     for table, name, sql_type in columns:
         store.conn.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {sql_type}")
-    for stmt in DDL:
+    for stmt in V2_DDL:
         store.conn.execute(stmt)
+
+
+def _pg_v3(store: Any) -> None:
+    """As SQLite's version 3 (:func:`_v3`)."""
+    for table, name, sql_type in _V3_COLUMNS:
+        store.conn.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {sql_type}")
+    _v3(store, "postgres")
 
 
 POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
@@ -224,6 +405,7 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
                  "(fleet-wide judge calls per minute)", _pg_statements(_PG_V1)),
     Migration(2, "compact rows, hourly rollups, retrieval queries, yes/no metric declarations",
               _pg_v2),
+    Migration(3, "segments, hourly rollups per segment kept on write; monitor tables", _pg_v3),
 )
 
 #: pg_advisory_xact_lock key: "tracescore" as an int

@@ -26,12 +26,20 @@ from ..record import RagRecord
 from ..sampling import Decision
 from ..score import Score
 from .migrations import migrate_postgres
+from .rollup import Delta, QmarkConnection
+from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
 from .sqlite import (
+    _CREATED,
+    _NO_SEGMENTS,
+    _OLD_SCORES,
     _RECORD_COLS,
+    _SEG,
     METRIC_COLS,
+    SKIPPED,
     Job,
     NewJob,
     _json_safe,
+    add_record_row,
     clean_text,
     dumps,
     metric_row,
@@ -50,8 +58,8 @@ __all__ = ["PostgresEmbeddingCache", "PostgresStore", "connect", "open_jobs"]
 #: tracescore's tables (sizes for :meth:`PostgresStore.used_bytes`)
 TABLES = ("records", "jobs", "scores", "counters", "metrics", "judge_cache", "judge_calls",
           "feedback", "judge_health", "embedding_cache", "rate_limits", "meta",
-          "rollup_records", "rollup_models", "rollup_scores", "rollup_score_bins",
-          "rollup_skips")
+          "segments", "segment_values", "hourly_records", "hourly_scores", "hourly_bins",
+          "hourly_skips")
 
 #: the database's clock (every host of a fleet agrees on it)
 NOW = "extract(epoch FROM clock_timestamp())::float8"
@@ -105,6 +113,8 @@ class PostgresStore:
         self.path = self.name  # messages name the database as on SQLite
         self.timeout_s = timeout_s
         self._conn: psycopg.Connection[Any] | None = None
+        #: records → seg_id (cached per store object, so per thread)
+        self.segmenter = SegmentResolver()
         migrate_postgres(self)
 
     @property
@@ -137,6 +147,24 @@ class PostgresStore:
         row = self._x(sql, args).fetchone()
         assert row is not None, sql
         return row
+
+    def _many_returning(self, sql: str, rows: Iterable[Sequence[Any]]) -> list[Any]:
+        """``executemany`` of a ``… RETURNING`` statement: every row returned."""
+        rows = list(rows)
+        if not rows:
+            return []
+        out: list[Any] = []
+        try:
+            with self.conn.cursor() as cur:
+                cur.executemany(sql, rows, returning=True)
+                while True:
+                    out.extend(cur.fetchall())
+                    if not cur.nextset():
+                        break
+        except psycopg.OperationalError:
+            self._drop_connection()
+            raise
+        return out
 
     def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> int:
         """``executemany``; returns the rows affected, summed over the statements."""
@@ -285,19 +313,42 @@ class PostgresStore:
     # -- writer side ---------------------------------------------------------------------------
     def write_batch(self, records: Sequence[tuple[RagRecord, Decision]], jobs: Sequence[NewJob],
                     counters: Mapping[str, int] | None = None, *,
-                    keep_full_text: bool = True) -> None:
-        """Persist records and their jobs in one transaction (idempotent on replays);
-        ``keep_full_text=False``: unsampled records are stored compact (as on SQLite)."""
+                    keep_full_text: bool = True, segments: SegmentSpec | None = None) -> None:
+        """Persist records and their jobs in one transaction (idempotent on replays), with
+        their contribution to the hourly rollups (only rows the inserts returned count);
+        ``keep_full_text=False``: unsampled records are stored compact (as on SQLite);
+        ``segments``: as on SQLite."""
         now = time.time()
-        rows = [tuple(_nul_free(v) for v in record_row(r, d, now, keep_full_text))
-                for r, d in records]
-        with self.transaction():
-            self._many(
-                "INSERT INTO records(" + ",".join(_RECORD_COLS) + ") VALUES ("
-                + ",".join(["%s"] * len(_RECORD_COLS)) + ") ON CONFLICT DO NOTHING", rows)
-            self._insert_jobs(jobs, now)
-            if counters:
-                self.bump_counters(counters)
+        spec = segments or _NO_SEGMENTS
+        try:
+            segs = self.segmenter.resolve(self, [r for r, _ in records], spec, now)
+            rows = [tuple(_nul_free(v) for v in record_row(r, d, now, keep_full_text, spec,
+                                                           seg_id))
+                    for (r, d), (seg_id, _) in zip(records, segs)]
+            with self.transaction():
+                inserted = {r[0] for r in self._many_returning(
+                    "INSERT INTO records(" + ",".join(_RECORD_COLS) + ") VALUES ("
+                    + ",".join(["%s"] * len(_RECORD_COLS)) + ") ON CONFLICT DO NOTHING "
+                    "RETURNING record_id", rows)}
+                delta = Delta()
+                overflow: dict[str, int] = {}
+                facts: dict[str, tuple[float, int]] = {}
+                for row, (_, over) in zip(rows, segs):
+                    if row[0] not in inserted or row[0] in facts:
+                        continue  # a replay (or twice in the batch: the first one went in)
+                    add_record_row(delta, row)
+                    facts[row[0]] = (row[_CREATED], row[_SEG])
+                    for dim in over:
+                        overflow[OVERFLOW_COUNTER + dim] = overflow.get(OVERFLOW_COUNTER + dim,
+                                                                        0) + 1
+                created = self._insert_jobs(jobs, now)
+                self._count_skips(delta, [(j, None) for j in created], facts)
+                delta.write(QmarkConnection(self.conn))
+                if counters or overflow:
+                    self.bump_counters({**(counters or {}), **overflow})
+        except BaseException:
+            self.segmenter.reset()  # part of a caller's transaction that is rolled back
+            raise
 
     def _hold_records(self, jobs: Sequence[NewJob]) -> None:
         """``FOR KEY SHARE`` on the records of ``jobs`` (inside the caller's transaction): a
@@ -309,13 +360,58 @@ class PostgresStore:
             self._x("SELECT 1 FROM records WHERE record_id = ANY(%s) ORDER BY record_id "
                     "FOR KEY SHARE", (ids,))
 
-    def _insert_jobs(self, jobs: Sequence[NewJob], now: float) -> int:
+    def _insert_jobs(self, jobs: Sequence[NewJob], now: float) -> list[NewJob]:
+        """Insert the jobs that do not exist (inside the caller's transaction); the ones the
+        insert returned, i.e. created now."""
+        if not jobs:
+            return []
         self._hold_records(jobs)
-        return self._many(
+        made = {tuple(r) for r in self._many_returning(
             "INSERT INTO jobs(record_id, metric, metric_version, status, attempts, reason, "
-            "created_at, updated_at) VALUES (%s,%s,%s,%s,0,%s,%s,%s) ON CONFLICT DO NOTHING",
+            "created_at, updated_at) VALUES (%s,%s,%s,%s,0,%s,%s,%s) ON CONFLICT DO NOTHING "
+            "RETURNING record_id, metric, metric_version",
             [(j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now)
-             for j in jobs])
+             for j in jobs])}
+        created = []
+        for j in jobs:
+            key = (j.record_id, j.metric, j.metric_version)
+            if key in made:
+                made.discard(key)
+                created.append(j)
+        return created
+
+    def _record_facts(self, ids: Iterable[str], *, lock: bool = False
+                      ) -> dict[str, tuple[float, int]]:
+        """record_id → (created_at, seg_id) of the stored records among ``ids``; ``lock``:
+        ``FOR NO KEY UPDATE`` in id order, so completions of one record's scores (on any
+        worker) replace each other's rows one at a time."""
+        ids = sorted(set(ids))
+        if not ids:
+            return {}
+        rows = self._x("SELECT record_id, created_at, seg_id FROM records WHERE record_id = "
+                       "ANY(%s) ORDER BY record_id" + (" FOR NO KEY UPDATE" if lock else ""),
+                       (ids,)).fetchall()
+        return {rid: (created or 0.0, NONE_SEG if seg is None else int(seg))
+                for rid, created, seg in rows}
+
+    def _count_skips(self, delta: Delta, changes: Sequence[tuple[NewJob, Any]],
+                     facts: dict[str, tuple[float, int]]) -> None:
+        """As the SQLite store's: skipped jobs created (+1) or re-opened (−1)."""
+        todo = [(j, old) for j, old in changes
+                if j.status == SKIPPED or (old is not None and old[0] == SKIPPED)]
+        if not todo:
+            return
+        missing = [j.record_id for j, _ in todo if j.record_id not in facts]
+        if missing:
+            facts.update(self._record_facts(missing))
+        for j, old in todo:
+            fact = facts.get(j.record_id)
+            if fact is None:
+                continue
+            if old is not None and old[0] == SKIPPED:
+                delta.add_skip(fact[0], j.metric, fact[1], old[1], -1)
+            if j.status == SKIPPED:
+                delta.add_skip(fact[0], j.metric, fact[1], j.reason, 1)
 
     def set_ground_truths(self, trace_id: str, ground_truths: Sequence[str]) -> list[RagRecord]:
         self._x("UPDATE records SET ground_truths = %s WHERE trace_id = %s",
@@ -325,24 +421,48 @@ class PostgresStore:
     def insert_jobs_if_missing(self, jobs: Sequence[NewJob]) -> int:
         """Create the jobs that do not exist yet; returns how many were created."""
         with self.transaction():
-            return self._insert_jobs(jobs, time.time())
+            created = self._insert_jobs(jobs, time.time())
+            delta = Delta()
+            self._count_skips(delta, [(j, None) for j in created], {})
+            delta.write(QmarkConnection(self.conn))
+        return len(created)
 
     def upsert_jobs(self, jobs: Sequence[NewJob]) -> int:
-        """Create jobs, or re-open skipped/done ones (new inputs arrived). Returns how many."""
+        """Create jobs, or re-open skipped/done ones (new inputs arrived). Returns how many.
+
+        Each job: its row is read ``FOR UPDATE`` (the old status and reason, for the skip
+        rollup), then updated — or inserted ``ON CONFLICT DO NOTHING``, and read again if
+        another process inserted it meanwhile."""
         now = time.time()
         n = 0
+        changes: list[tuple[NewJob, Any]] = []
         with self.transaction():
             self._hold_records(jobs)
             for j in jobs:
-                n += self._x(
-                    "INSERT INTO jobs(record_id, metric, metric_version, status, attempts, "
-                    "reason, created_at, updated_at) VALUES (%s,%s,%s,%s,0,%s,%s,%s) "
-                    "ON CONFLICT (record_id, metric, metric_version) DO UPDATE SET "
-                    "status = excluded.status, reason = excluded.reason, attempts = 0, "
-                    "lease_owner = NULL, lease_until = NULL, updated_at = excluded.updated_at "
-                    "WHERE jobs.status IN ('skipped', 'done')",
-                    (j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now),
-                ).rowcount
+                key = (j.record_id, j.metric, j.metric_version)
+                while True:
+                    old = self._x("SELECT job_id, status, reason FROM jobs WHERE record_id=%s "
+                                  "AND metric=%s AND metric_version=%s FOR UPDATE", key
+                                  ).fetchone()
+                    if old is None:
+                        if self._x(
+                                "INSERT INTO jobs(record_id, metric, metric_version, status, "
+                                "attempts, reason, created_at, updated_at) VALUES "
+                                "(%s,%s,%s,%s,0,%s,%s,%s) ON CONFLICT DO NOTHING RETURNING 1",
+                                (*key, j.status, j.reason, now, now)).fetchone() is None:
+                            continue  # inserted by another process just now: read it
+                        changes.append((j, None))
+                        n += 1
+                    elif old[1] in ("skipped", "done"):
+                        self._x("UPDATE jobs SET status=%s, reason=%s, attempts=0, "
+                                "lease_owner=NULL, lease_until=NULL, updated_at=%s "
+                                "WHERE job_id=%s", (j.status, j.reason, now, old[0]))
+                        changes.append((j, (old[1], old[2])))
+                        n += 1
+                    break
+            delta = Delta()
+            self._count_skips(delta, changes, {})
+            delta.write(QmarkConnection(self.conn))
         return n
 
     # -- worker side ---------------------------------------------------------------------------
@@ -365,49 +485,77 @@ class PostgresStore:
         return sorted((Job(*r) for r in rows), key=lambda j: j.job_id)
 
     def complete_jobs(self, owner: str, done: Sequence[tuple[Job, Sequence[Score]]],
-                      delivery: str | None = None) -> list[list[tuple[int, Score]] | None]:
+                      delivery: str | None = None, *,
+                      judge_models: Mapping[str, str] | None = None
+                      ) -> list[list[tuple[int, Score]] | None]:
+        jm = judge_models or {}
         with self.transaction():  # one transaction, no savepoint per job
-            return [self._complete(job, owner, scores, delivery) for job, scores in done]
+            return self._complete_many(owner, [(j, s, jm.get(j.metric, "")) for j, s in done],
+                                       delivery)
 
     def complete_job(self, job: Job, owner: str, scores: Sequence[Score],
-                     delivery: str | None = None) -> list[tuple[int, Score]] | None:
+                     delivery: str | None = None, *,
+                     judge_model: str = "") -> list[tuple[int, Score]] | None:
         """Store a job's scores and mark it done, atomically, only if ``owner`` still holds
-        the lease; None (nothing stored) when another worker took it over."""
+        the lease; None (nothing stored) when another worker took it over. Rollups as on
+        SQLite (the record's row is locked while its scores are replaced)."""
         with self.transaction():
-            return self._complete(job, owner, scores, delivery)
+            return self._complete_many(owner, [(job, scores, judge_model)], delivery)[0]
 
-    def _complete(self, job: Job, owner: str, scores: Sequence[Score],
-                  delivery: str | None) -> list[tuple[int, Score]] | None:
+    def _complete_many(self, owner: str, items: Sequence[tuple[Job, Sequence[Score], str]],
+                       delivery: str | None) -> list[list[tuple[int, Score]] | None]:
+        # (inside the caller's transaction) Records first, in id order, then jobs, then the
+        # rollup rows in key order: every writer takes its locks in this order.
         now = time.time()
-        # (inside the caller's transaction)
+        facts = self._record_facts((job.record_id for job, _, _ in items), lock=True)
+        delta = Delta()
+        out: list[list[tuple[int, Score]] | None] = []
+        for job, scores, judge_model in items:
+            out.append(self._complete(job, owner, scores, delivery, judge_model, now,
+                                      facts.get(job.record_id, (0.0, NONE_SEG))[1], delta))
+        delta.write(QmarkConnection(self.conn))
+        return out
+
+    def _complete(self, job: Job, owner: str, scores: Sequence[Score], delivery: str | None,
+                  judge_model: str, now: float, seg_id: int,
+                  delta: Delta) -> list[tuple[int, Score]] | None:
         cur = self._x(
             "UPDATE jobs SET status='done', lease_owner=NULL, lease_until=NULL, "
             "updated_at=%s, reason=NULL WHERE job_id=%s AND status='leased' "
             "AND lease_owner=%s", (now, job.job_id, owner))
         if cur.rowcount != 1:
             return None
+        names = {s.name for s in scores}
+        for row in self._x(_OLD_SCORES.replace("?", "%s"), (job.record_id,)).fetchall():
+            if row[0] in names and row[2] is not None:  # NULL seg_id: never rolled up
+                delta.add_score(row[1], row[0], row[2], row[3], row[4], row[5], row[6], row[7],
+                                row[8], -1)
         trace_id = job.record_id.split("-", 1)[0]
         ids: dict[str, int] = {}
         for s in scores:
             row = self._row(
                 "INSERT INTO scores(job_id, record_id, trace_id, name, metric, "
                 "metric_version, value, label, explanation, status, error, duration_ms, "
-                "details, created_at, delivery) VALUES "
-                "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
+                "details, created_at, delivery, seg_id, judge_model) VALUES "
+                "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
                 "ON CONFLICT (record_id, name) DO UPDATE SET job_id=excluded.job_id, "
                 "metric_version=excluded.metric_version, value=excluded.value, "
                 "label=excluded.label, explanation=excluded.explanation, "
                 "status=excluded.status, error=excluded.error, "
                 "duration_ms=excluded.duration_ms, details=excluded.details, "
-                "created_at=excluded.created_at, delivery=excluded.delivery "
+                "created_at=excluded.created_at, delivery=excluded.delivery, "
+                "seg_id=excluded.seg_id, judge_model=excluded.judge_model "
                 "RETURNING score_id",
                 (job.job_id, job.record_id, trace_id, s.name, s.metric or job.metric,
                  s.metric_version, s.value, s.label,
                  _nul_free(clean_text(s.explanation)) if s.explanation else None, s.status,
                  _nul_free(clean_text(s.error)) if s.error else None, s.duration_ms,
-                 _nul_free(dumps(_json_safe(dict(s.details)))), now, delivery),
+                 _nul_free(dumps(_json_safe(dict(s.details)))), now, delivery, seg_id,
+                 judge_model),
             )
             ids[s.name] = int(row[0])
+            delta.add_score(now, s.name, seg_id, s.metric_version, judge_model,
+                            s.metric or job.metric, s.value, s.label, s.status)
         return [(ids[s.name], s) for s in scores]
 
     def renew_leases(self, owner: str, job_ids: Sequence[int], lease_s: float) -> None:

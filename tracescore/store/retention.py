@@ -1,11 +1,13 @@
-"""Retention: prune old records in small background batches, keep hourly rollups (issue 13).
+"""Retention: prune old records in small background batches (issue 13).
 
 :func:`prune` deletes records older than :attr:`Retention.max_age_s` (and, with
 :attr:`Retention.max_bytes`, the oldest records until the database's used space fits), with
 their scores, their finished jobs and their judge-call log rows; then judge-cache entries,
 judge calls and feedback older than the window that no remaining record references. Each batch
-is **one transaction**: fold the batch into the hourly rollups (:func:`.rollup.roll_up`), then
-delete it — so every row is counted exactly once, raw or rolled up.
+is one transaction. The hourly rollups already hold every row (they are updated as rows are
+written: :mod:`.rollup`), so pruning only deletes raw rows and every aggregate is the same
+before and after it; deferred compaction (``keep_full_text="2h"``) counts the records it makes
+text-less in ``hourly_records.compact``.
 
 Never pruned: a record with an open job (pending or leased, including jobs waiting for the
 judge) or with a score not yet delivered to the span exporter; they go once that is done.
@@ -18,10 +20,10 @@ in small steps (a database created before schema version 2 reuses the freed page
 until ``tracescore prune --vacuum`` converts it once, offline).
 
 Both backends: the SQL here is written once, with ``?`` placeholders; every dialect
-difference is in :func:`_tx` / :class:`_PgSql` (``?`` → ``%s`` by :func:`.compat.translate`)
+difference is in :func:`.rollup.qmark_tx` (``?`` → ``%s`` by :func:`.compat.translate`)
 and :data:`_LOCK` (PostgreSQL locks a batch's record rows ``FOR UPDATE OF r SKIP LOCKED``, so
-several pruners — one per worker of a fleet — take disjoint batches, never count a rollup twice,
-and never delete a record a writer is adding a job to: the PostgreSQL store takes ``FOR KEY
+several pruners — one per worker of a fleet — take disjoint batches, never compact a record
+twice, and never delete a record a writer is adding a job to: the PostgreSQL store takes ``FOR KEY
 SHARE`` on a record before it creates or re-opens its jobs). The engine-specific store methods
 are ``used_bytes`` and ``give_back_space`` (on PostgreSQL: table sizes, and a no-op —
 autovacuum makes freed space reusable). ``max_bytes`` applies on SQLite only: a PostgreSQL
@@ -35,16 +37,13 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .._internal.errors import record_internal_error
 from .._internal.validate import is_number
-from . import rollup
 from .compact import compact_stored_contexts, text_facts
-from .compat import translate
+from .rollup import Delta, qmark_tx
 
 log = logging.getLogger("tracescore")
 
@@ -190,30 +189,12 @@ class PruneResult:
 
 
 # -- the dialects ----------------------------------------------------------------------------
-class _PgSql:
-    """A psycopg connection inside a transaction that runs this module's ``?`` SQL."""
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self._conn.execute(translate(sql), tuple(params))
-
-    def executemany(self, sql: str, rows: Any) -> Any:
-        cur = self._conn.cursor()
-        cur.executemany(translate(sql), list(rows))
-        return cur
-
-
 def _is_pg(store: Any) -> bool:
     return getattr(store, "dialect", "sqlite") == "postgres"
 
 
-@contextmanager
-def _tx(store: Any) -> Iterator[Any]:
-    """One write transaction on ``store``, yielding a connection that takes ``?`` SQL."""
-    with store.transaction() as conn:
-        yield _PgSql(conn) if _is_pg(store) else conn
+#: One write transaction on a store, yielding a connection that takes ``?`` SQL.
+_tx = qmark_tx
 
 
 #: Row locks of a batch's records: PostgreSQL only (SQLite's write transaction is exclusive).
@@ -256,29 +237,27 @@ def _marks(n: int) -> str:
 
 
 def prune_batch(store: Any, cutoff: float, limit: int, result: PruneResult) -> int:
-    """Roll up and delete up to ``limit`` eligible records older than ``cutoff``, in one
-    transaction. Returns how many records went."""
+    """Delete up to ``limit`` eligible records older than ``cutoff`` (their rollups stay), in
+    one transaction. Returns how many records went."""
     with _tx(store) as conn:
         ids = [r[0] for r in conn.execute(_ELIGIBLE + _lock(store),
                                           (cutoff, limit)).fetchall()]
         if not ids:
             return 0
         m = _marks(len(ids))
-        rolled = rollup.roll_up(conn, ids)
         result.scores += conn.execute(f"DELETE FROM scores WHERE record_id IN ({m})",
                                       ids).rowcount
         result.jobs += conn.execute(f"DELETE FROM jobs WHERE record_id IN ({m})", ids).rowcount
         result.judge_calls += conn.execute(
             f"DELETE FROM judge_calls WHERE record_id IN ({m})", ids).rowcount
         n = int(conn.execute(f"DELETE FROM records WHERE record_id IN ({m})", ids).rowcount)
-        assert n == rolled["records"], "rolled up and deleted counts differ"
     result.records += n
     result.batches += 1
     return n
 
 
 _COMPACTABLE = (
-    "SELECT r.record_id, r.query, r.answer, r.contexts FROM records r"
+    "SELECT r.record_id, r.query, r.answer, r.contexts, r.created_at, r.seg_id FROM records r"
     " WHERE r.created_at < ? AND r.text_kept = 1 AND r.sampled = 0 AND r.content_captured = 1"
     " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.record_id = r.record_id)"
     " ORDER BY r.created_at LIMIT ?"
@@ -288,11 +267,14 @@ _COMPACTABLE = (
 def compact_batch(store: Any, before: float, limit: int, result: PruneResult) -> int:
     """Deferred compaction (``keep_full_text="2h"``): drop the text of up to ``limit``
     unsampled records older than ``before`` that nothing asked to score (no job at all: a
-    record forced by feedback or a late reference keeps its text). One transaction."""
+    record forced by feedback or a late reference keeps its text). One transaction, which
+    also counts them in ``hourly_records.compact``."""
     with _tx(store) as conn:
         rows = conn.execute(_COMPACTABLE + _lock(store), (before, limit)).fetchall()
         updates = []
-        for record_id, query, answer, contexts in rows:
+        delta = Delta()
+        for record_id, query, answer, contexts, created, seg_id in rows:
+            delta.add_compacted(created, 0 if seg_id is None else int(seg_id))
             try:
                 items = json.loads(contexts or "[]")
             except ValueError:
@@ -305,6 +287,8 @@ def compact_batch(store: Any, before: float, limit: int, result: PruneResult) ->
             "UPDATE records SET query = NULL, answer = NULL, prompt = NULL, contexts = ?,"
             " text_kept = 0, query_chars = ?, query_hash = ?, answer_chars = ?,"
             " answer_hash = ? WHERE record_id = ? AND text_kept = 1", updates)
+        # (the rows are locked / the SQLite transaction is exclusive: every update applied)
+        delta.write(conn)
     result.compacted += len(updates)
     return len(updates)
 

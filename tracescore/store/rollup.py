@@ -1,34 +1,81 @@
-"""Hourly rollups: the aggregates that survive pruning (issue 13).
+"""Hourly rollups per segment, kept up to date as rows are written (schema version 3).
 
-Before the pruner deletes a batch of records it folds them — records, their scores, their
-skipped jobs — into per-hour rows, **in the same transaction** as the delete
-(:func:`roll_up`). A row is therefore counted either raw (still in ``records``/``scores``) or in
-a rollup (pruned), never both and never neither: readers add the two (:mod:`..reports.rollups`).
+Every write that adds or changes a row the readers aggregate also adds its contribution to
+the ``hourly_*`` tables, **in the same transaction**:
 
-Hours are UTC hours, ``hour = floor(created_at / 3600) * 3600`` (an integer): records by
-``records.created_at``, scores by ``scores.created_at`` (what the report filters on).
-Percentiles over pruned hours come from ``rollup_score_bins``: 100 equal bins over [0, 1] per
-(hour, score name, label); values outside [0, 1] land in the first/last bin, so percentiles of
-pruned hours are exact to 0.01 for scores in [0, 1] and clamped for others.
+- :meth:`write_batch <.sqlite.Store.write_batch>`: each record actually inserted →
+  ``hourly_records`` (by ``records.created_at`` and the record's ``seg_id``); each skipped job
+  actually created → ``hourly_skips`` (by the *record's* hour, with the job's reason);
+- ``complete_job(s)``: each score → ``hourly_scores`` and ``hourly_bins`` (by
+  ``scores.created_at``, the record's ``seg_id``, ``metric_version`` and ``judge_model``); a
+  score that replaces an earlier one of the same (record, name) first takes the old row's
+  contribution away (n, Σx, Σx², its bin, label and status counts);
+- ``insert_jobs_if_missing`` / ``upsert_jobs``: a skipped job created → +1, a skipped job
+  re-opened → −1 (with its old reason), in ``hourly_skips``;
+- the pruner's deferred compaction: ``hourly_records.compact`` +1 per record made text-less.
 
-Everything here is portable SQL (PostgreSQL accepts it as is, with ``%s`` placeholders):
-``INSERT … ON CONFLICT (…) DO UPDATE SET n = table.n + excluded.n``, plain aggregates;
-the binning is done in Python so no engine-specific ``floor``/``CAST`` semantics matter.
-Rows are upserted in key order, so concurrent pruners on PostgreSQL lock rollup rows in the
-same order (no deadlock).
+So the rollups always hold every row ever written, and the pruner (:mod:`.retention`) only
+deletes raw rows: every aggregate is the same before and after ``prune``. Replays (``INSERT
+OR IGNORE`` of rows already there) add nothing: the callers pass only rows that were inserted.
+
+Aggregation is done here, once, in Python (:class:`Delta`): a batch is summed in memory, then
+written with one ``executemany`` per table — portable ``INSERT … ON CONFLICT (key) DO UPDATE
+SET n = table.n + excluded.n`` with ``?`` placeholders, run as is on SQLite and through
+:func:`.compat.translate` on PostgreSQL (:class:`QmarkConnection`). Rows are upserted in key
+order, so concurrent writers on PostgreSQL lock rollup rows in the same order (no deadlock);
+every transaction writes the tables in the same order too (records, scores, bins, skips).
+
+Hours are UTC hours, ``hour = floor(t / 3600) * 3600`` (an integer). Bins: 100 equal bins over
+[0, 1] per (hour, name, segment, label); values outside [0, 1] land in the first/last bin.
+Which rows count: ``hourly_scores`` counts score rows (``n_ok`` with a value, ``n_error``,
+``n_skipped`` — a metric that skipped a record it was asked to score); ``hourly_skips`` counts
+*jobs* that were never run because the record lacks what the metric needs (status
+``skipped``), per metric. Blocking I/O, off the request path (writer thread, worker, pruner).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Protocol
+
+from .compat import translate
+
+__all__ = ["BINS", "DDL", "HOUR", "V2_DDL", "Delta", "QmarkConnection", "bin_mid", "hour_of",
+           "qmark", "qmark_tx", "value_bin"]
 
 HOUR = 3600
 BINS = 100
+#: Skip reasons are cut to this many characters (they are a key of ``hourly_skips``).
+MAX_REASON_CHARS = 200
 
-#: Schema version 2's rollup tables (portable DDL: BIGINT / DOUBLE PRECISION / TEXT).
+#: Schema version 3's rollup tables (portable DDL: BIGINT / DOUBLE PRECISION / TEXT).
 DDL: tuple[str, ...] = (
+    """CREATE TABLE IF NOT EXISTS hourly_records (
+        hour BIGINT NOT NULL, seg_id BIGINT NOT NULL, records BIGINT NOT NULL,
+        sampled BIGINT NOT NULL, compact BIGINT NOT NULL, errors BIGINT NOT NULL,
+        with_usage BIGINT NOT NULL, input_tokens BIGINT NOT NULL,
+        output_tokens BIGINT NOT NULL, latency_n BIGINT NOT NULL,
+        latency_ms_sum DOUBLE PRECISION NOT NULL, PRIMARY KEY (hour, seg_id))""",
+    """CREATE TABLE IF NOT EXISTS hourly_scores (
+        hour BIGINT NOT NULL, name TEXT NOT NULL, seg_id BIGINT NOT NULL,
+        metric_version TEXT NOT NULL, judge_model TEXT NOT NULL, metric TEXT NOT NULL,
+        n_ok BIGINT NOT NULL, value_sum DOUBLE PRECISION NOT NULL,
+        value_sumsq DOUBLE PRECISION NOT NULL, n_labelled BIGINT NOT NULL,
+        n_fail BIGINT NOT NULL, n_error BIGINT NOT NULL, n_skipped BIGINT NOT NULL,
+        PRIMARY KEY (hour, name, seg_id, metric_version, judge_model))""",
+    """CREATE TABLE IF NOT EXISTS hourly_bins (
+        hour BIGINT NOT NULL, name TEXT NOT NULL, seg_id BIGINT NOT NULL, bin INTEGER NOT NULL,
+        label TEXT NOT NULL, n BIGINT NOT NULL, PRIMARY KEY (hour, name, seg_id, bin, label))""",
+    """CREATE TABLE IF NOT EXISTS hourly_skips (
+        hour BIGINT NOT NULL, metric TEXT NOT NULL, seg_id BIGINT NOT NULL,
+        reason TEXT NOT NULL, n BIGINT NOT NULL, PRIMARY KEY (hour, metric, seg_id, reason))""",
+)
+
+#: Schema version 2's rollup tables (of pruned rows only). Created by the version-2 step;
+#: the version-3 step folds their rows into ``hourly_*`` and drops them.
+V2_DDL: tuple[str, ...] = (
     """CREATE TABLE IF NOT EXISTS rollup_records (
         hour BIGINT NOT NULL PRIMARY KEY, records BIGINT NOT NULL, sampled BIGINT NOT NULL,
         compact BIGINT NOT NULL, errors BIGINT NOT NULL, with_usage BIGINT NOT NULL,
@@ -49,18 +96,47 @@ DDL: tuple[str, ...] = (
         hour BIGINT NOT NULL, metric TEXT NOT NULL, n BIGINT NOT NULL,
         PRIMARY KEY (hour, metric))""",
 )
-
-
-class Cursorish(Protocol):
-    def fetchall(self) -> list[Any]: ...
+V2_TABLES = ("rollup_records", "rollup_models", "rollup_scores", "rollup_score_bins",
+             "rollup_skips")
 
 
 class Connection(Protocol):
-    """The DB-API subset used here (sqlite3 and psycopg connections both fit)."""
+    """The DB-API subset used here (sqlite3 connections and :class:`QmarkConnection`)."""
 
     def execute(self, sql: str, params: Sequence[Any] = ...) -> Any: ...
 
     def executemany(self, sql: str, params: Any) -> Any: ...
+
+
+class QmarkConnection:
+    """A psycopg connection (inside the caller's transaction) that runs ``?`` SQL."""
+
+    dialect = "postgres"
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._conn.execute(translate(sql), tuple(params))
+
+    def executemany(self, sql: str, rows: Any) -> Any:
+        cur = self._conn.cursor()
+        cur.executemany(translate(sql), list(rows))
+        return cur
+
+
+def qmark(store: Any, conn: Any = None) -> Any:
+    """``store``'s connection (or ``conn``) as one that takes ``?`` SQL."""
+    conn = store.conn if conn is None else conn
+    return QmarkConnection(conn) if getattr(store, "dialect", "sqlite") == "postgres" else conn
+
+
+@contextmanager
+def qmark_tx(store: Any) -> Iterator[Any]:
+    """One write transaction on ``store`` (nested: part of the caller's), yielding a
+    connection that takes ``?`` SQL."""
+    with store.transaction() as conn:
+        yield qmark(store, conn)
 
 
 def hour_of(ts: float) -> int:
@@ -75,115 +151,148 @@ def bin_mid(b: int) -> float:
     return (b + 0.5) / BINS
 
 
-def _marks(n: int) -> str:
-    return ",".join("?" * n)
+_UPSERT_RECORDS = (
+    "INSERT INTO hourly_records (hour, seg_id, records, sampled, compact, errors, with_usage,"
+    " input_tokens, output_tokens, latency_n, latency_ms_sum) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+    " ON CONFLICT (hour, seg_id) DO UPDATE SET"
+    " records = hourly_records.records + excluded.records,"
+    " sampled = hourly_records.sampled + excluded.sampled,"
+    " compact = hourly_records.compact + excluded.compact,"
+    " errors = hourly_records.errors + excluded.errors,"
+    " with_usage = hourly_records.with_usage + excluded.with_usage,"
+    " input_tokens = hourly_records.input_tokens + excluded.input_tokens,"
+    " output_tokens = hourly_records.output_tokens + excluded.output_tokens,"
+    " latency_n = hourly_records.latency_n + excluded.latency_n,"
+    " latency_ms_sum = hourly_records.latency_ms_sum + excluded.latency_ms_sum")
+_UPSERT_SCORES = (
+    "INSERT INTO hourly_scores (hour, name, seg_id, metric_version, judge_model, metric, n_ok,"
+    " value_sum, value_sumsq, n_labelled, n_fail, n_error, n_skipped)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    " ON CONFLICT (hour, name, seg_id, metric_version, judge_model) DO UPDATE SET"
+    " n_ok = hourly_scores.n_ok + excluded.n_ok,"
+    " value_sum = hourly_scores.value_sum + excluded.value_sum,"
+    " value_sumsq = hourly_scores.value_sumsq + excluded.value_sumsq,"
+    " n_labelled = hourly_scores.n_labelled + excluded.n_labelled,"
+    " n_fail = hourly_scores.n_fail + excluded.n_fail,"
+    " n_error = hourly_scores.n_error + excluded.n_error,"
+    " n_skipped = hourly_scores.n_skipped + excluded.n_skipped")
+_UPSERT_BINS = (
+    "INSERT INTO hourly_bins (hour, name, seg_id, bin, label, n) VALUES (?,?,?,?,?,?)"
+    " ON CONFLICT (hour, name, seg_id, bin, label) DO UPDATE SET n = hourly_bins.n + excluded.n")
+_UPSERT_SKIPS = (
+    "INSERT INTO hourly_skips (hour, metric, seg_id, reason, n) VALUES (?,?,?,?,?)"
+    " ON CONFLICT (hour, metric, seg_id, reason) DO UPDATE SET n = hourly_skips.n + excluded.n")
 
 
-def roll_up(conn: Connection, record_ids: Sequence[str]) -> dict[str, int]:
-    """Add ``record_ids`` (records, scores, skipped jobs) to the hourly rollups.
+class Delta:
+    """What a batch adds to (or takes from) the hourly rollups, summed in memory.
 
-    Call inside the transaction that then deletes them. Returns counts (records, scores).
+    Not thread-safe: one per transaction. ``sign=-1`` takes a row's contribution away (a
+    replaced score, a re-opened skipped job). :meth:`write` applies it in key order.
     """
-    if not record_ids:
-        return {"records": 0, "scores": 0}
-    ids = list(record_ids)
-    m = _marks(len(ids))
-    recs: dict[int, list[float]] = {}
-    models: dict[tuple[int, str], int] = {}
-    hour_of_record: dict[str, int] = {}
-    for rid, created, sampled, text_kept, error, tin, tout, latency, model in conn.execute(
-        "SELECT record_id, created_at, sampled, text_kept, error, input_tokens, output_tokens,"
-        f" latency_ms, model FROM records WHERE record_id IN ({m})", ids,
-    ).fetchall():
-        h = hour_of(created or 0.0)
-        hour_of_record[rid] = h
-        a = recs.setdefault(h, [0, 0, 0, 0, 0, 0, 0, 0, 0.0])
+
+    __slots__ = ("bins", "records", "scores", "skips")
+
+    def __init__(self) -> None:
+        #: (hour, seg_id) → [records, sampled, compact, errors, with_usage, input_tokens,
+        #: output_tokens, latency_n, latency_ms_sum]
+        self.records: dict[tuple[int, int], list[Any]] = {}
+        #: (hour, name, seg_id, metric_version, judge_model) → [metric, n_ok, value_sum,
+        #: value_sumsq, n_labelled, n_fail, n_error, n_skipped]
+        self.scores: dict[tuple[int, str, int, str, str], list[Any]] = {}
+        #: (hour, name, seg_id, bin, label) → n
+        self.bins: dict[tuple[int, str, int, int, str], int] = {}
+        #: (hour, metric, seg_id, reason) → n
+        self.skips: dict[tuple[int, str, int, str], int] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.records or self.scores or self.bins or self.skips)
+
+    def _rec(self, created_at: float | None, seg_id: int) -> list[Any]:
+        key = (hour_of(created_at or 0.0), int(seg_id))
+        a = self.records.get(key)
+        if a is None:
+            a = self.records[key] = [0, 0, 0, 0, 0, 0, 0, 0, 0.0]
+        return a
+
+    def add_record(self, created_at: float | None, seg_id: int, sampled: Any,
+                   text_kept: Any, error: Any, input_tokens: int | None,
+                   output_tokens: int | None, latency_ms: float | None) -> None:
+        """One stored record (a compact one has ``text_kept == 0``)."""
+        a = self._rec(created_at, seg_id)
         a[0] += 1
         a[1] += 1 if sampled else 0
         a[2] += 1 if text_kept == 0 else 0
         a[3] += 1 if error else 0
-        a[4] += 1 if tin is not None or tout is not None else 0
-        a[5] += tin or 0
-        a[6] += tout or 0
-        if latency is not None:
+        if input_tokens is not None or output_tokens is not None:
+            a[4] += 1
+            a[5] += input_tokens or 0
+            a[6] += output_tokens or 0
+        if latency_ms is not None:
             a[7] += 1
-            a[8] += latency
-        key = (h, model or "unknown")
-        models[key] = models.get(key, 0) + 1
+            a[8] += latency_ms
 
-    scores: dict[tuple[int, str], list[Any]] = {}
-    bins: dict[tuple[int, str, int, str], int] = {}
-    skipped: set[tuple[str, str]] = set()  # (metric, record_id), as the report counts them
-    n_scores = 0
-    for rid, name, metric, value, label, status, created in conn.execute(
-        "SELECT record_id, name, metric, value, label, status, created_at FROM scores"
-        f" WHERE record_id IN ({m})", ids,
-    ).fetchall():
-        n_scores += 1
-        h = hour_of(created or 0.0)
-        # metric, n_ok, value_sum, n_labelled, n_fail, n_error, n_skipped
-        a = scores.setdefault((h, name), [metric or name, 0, 0.0, 0, 0, 0, 0])
+    def add_compacted(self, created_at: float | None, seg_id: int) -> None:
+        """A stored record whose text the pruner dropped later (deferred compaction)."""
+        self._rec(created_at, seg_id)[2] += 1
+
+    def add_score(self, created_at: float | None, name: str, seg_id: int,
+                  metric_version: str | None, judge_model: str | None, metric: str | None,
+                  value: float | None, label: str | None, status: str | None,
+                  sign: int = 1) -> None:
+        """One score row (``sign=-1``: the row a new score replaces)."""
+        h = hour_of(created_at or 0.0)
+        key = (h, name, int(seg_id), metric_version or "", judge_model or "")
+        a = self.scores.get(key)
+        if a is None:
+            a = self.scores[key] = [metric or name, 0, 0.0, 0.0, 0, 0, 0, 0]
         if status == "ok" and value is not None:
-            a[1] += 1
-            a[2] += value
+            a[1] += sign
+            a[2] += sign * value
+            a[3] += sign * value * value
             if label is not None:
-                a[3] += 1
-                a[4] += 1 if label == "fail" else 0
-            k = (h, name, value_bin(value), label or "")
-            bins[k] = bins.get(k, 0) + 1
+                a[4] += sign
+                a[5] += sign if label == "fail" else 0
+            k = (h, name, int(seg_id), value_bin(value), label or "")
+            self.bins[k] = self.bins.get(k, 0) + sign
         elif status == "error":
-            a[5] += 1
+            a[6] += sign
         elif status == "skipped":
-            a[6] += 1
-            skipped.add((metric or name, rid))
-    for metric, rid in conn.execute(
-        f"SELECT metric, record_id FROM jobs WHERE status = 'skipped' AND record_id IN ({m})",
-        ids,
-    ).fetchall():
-        skipped.add((metric, rid))
-    skips: dict[tuple[int, str], int] = {}
-    for metric, rid in skipped:
-        sk = (hour_of_record.get(rid, 0), metric)
-        skips[sk] = skips.get(sk, 0) + 1
+            a[7] += sign
 
-    conn.executemany(
-        "INSERT INTO rollup_records (hour, records, sampled, compact, errors, with_usage,"
-        " input_tokens, output_tokens, latency_n, latency_ms_sum) VALUES (?,?,?,?,?,?,?,?,?,?)"
-        " ON CONFLICT (hour) DO UPDATE SET records = rollup_records.records + excluded.records,"
-        " sampled = rollup_records.sampled + excluded.sampled,"
-        " compact = rollup_records.compact + excluded.compact,"
-        " errors = rollup_records.errors + excluded.errors,"
-        " with_usage = rollup_records.with_usage + excluded.with_usage,"
-        " input_tokens = rollup_records.input_tokens + excluded.input_tokens,"
-        " output_tokens = rollup_records.output_tokens + excluded.output_tokens,"
-        " latency_n = rollup_records.latency_n + excluded.latency_n,"
-        " latency_ms_sum = rollup_records.latency_ms_sum + excluded.latency_ms_sum",
-        [(h, *a) for h, a in sorted(recs.items())],
-    )
-    conn.executemany(
-        "INSERT INTO rollup_models (hour, model, n) VALUES (?,?,?) ON CONFLICT (hour, model)"
-        " DO UPDATE SET n = rollup_models.n + excluded.n",
-        [(h, model, n) for (h, model), n in sorted(models.items())],
-    )
-    conn.executemany(
-        "INSERT INTO rollup_scores (hour, name, metric, n_ok, value_sum, n_labelled, n_fail,"
-        " n_error, n_skipped) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (hour, name) DO UPDATE SET"
-        " n_ok = rollup_scores.n_ok + excluded.n_ok,"
-        " value_sum = rollup_scores.value_sum + excluded.value_sum,"
-        " n_labelled = rollup_scores.n_labelled + excluded.n_labelled,"
-        " n_fail = rollup_scores.n_fail + excluded.n_fail,"
-        " n_error = rollup_scores.n_error + excluded.n_error,"
-        " n_skipped = rollup_scores.n_skipped + excluded.n_skipped",
-        [(h, name, *a) for (h, name), a in sorted(scores.items())],
-    )
-    conn.executemany(
-        "INSERT INTO rollup_score_bins (hour, name, bin, label, n) VALUES (?,?,?,?,?)"
-        " ON CONFLICT (hour, name, bin, label) DO UPDATE SET n = rollup_score_bins.n + excluded.n",
-        [(*k, n) for k, n in sorted(bins.items())],
-    )
-    conn.executemany(
-        "INSERT INTO rollup_skips (hour, metric, n) VALUES (?,?,?) ON CONFLICT (hour, metric)"
-        " DO UPDATE SET n = rollup_skips.n + excluded.n",
-        [(*k, n) for k, n in sorted(skips.items())],
-    )
-    return {"records": len(hour_of_record), "scores": n_scores}
+    def add_skip(self, created_at: float | None, metric: str, seg_id: int,
+                 reason: str | None, sign: int = 1) -> None:
+        """A skipped job of a record created at ``created_at`` (the record's time)."""
+        key = (hour_of(created_at or 0.0), metric, int(seg_id),
+               (reason or "")[:MAX_REASON_CHARS])
+        self.skips[key] = self.skips.get(key, 0) + sign
+
+    def merge_raw(self, table: str, key: tuple[Any, ...], values: Sequence[Any]) -> None:
+        """Add a row of aggregates as it is (the migration's fold of version-2 rollups)."""
+        target: dict[Any, Any] = getattr(self, table)
+        if table in ("bins", "skips"):
+            target[key] = target.get(key, 0) + int(values[0])
+            return
+        a = target.get(key)
+        if a is None:
+            target[key] = list(values)
+            return
+        start = 1 if table == "scores" else 0  # scores' first value is the metric name
+        for i in range(start, len(values)):
+            a[i] += values[i]
+
+    def write(self, conn: Connection) -> None:
+        """Apply the delta (inside the caller's transaction): one ``executemany`` per table,
+        in key order; all-zero rows are left out (a score replaced by an equal one)."""
+        rec = [(*k, *a) for k, a in sorted(self.records.items()) if any(a)]
+        if rec:
+            conn.executemany(_UPSERT_RECORDS, rec)
+        sco = [(*k, *a) for k, a in sorted(self.scores.items()) if any(a[1:])]
+        if sco:
+            conn.executemany(_UPSERT_SCORES, sco)
+        bins = [(*k, n) for k, n in sorted(self.bins.items()) if n]
+        if bins:
+            conn.executemany(_UPSERT_BINS, bins)
+        skips = [(*k, n) for k, n in sorted(self.skips.items()) if n]
+        if skips:
+            conn.executemany(_UPSERT_SKIPS, skips)

@@ -29,8 +29,11 @@ from ..score import Score
 from . import migrations as _migrations
 from .compact import COMPACT_COLUMNS, compact_contexts, should_compact, text_facts
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
+from .rollup import Delta
+from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
 
-#: 1: the first schema; 2: compact rows and hourly rollups (see .migrations).
+#: 1: the first schema; 2: compact rows and rollups of pruned rows; 3: segments and hourly
+#: rollups kept up to date on write (see .migrations).
 SCHEMA_VERSION = SQLITE_MIGRATIONS[-1].version
 MAX_METADATA_CHARS = 65_536
 
@@ -105,6 +108,8 @@ class Store:
         conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
         self.db = sqlite_utils.Database(conn)
         self.conn = conn
+        #: records → seg_id (cached per store object, so per thread)
+        self.segmenter = SegmentResolver()
         # Must come before the first table (and before WAL): on an existing database it is a
         # no-op until a full VACUUM (`tracescore prune --vacuum`); pruned pages are reused.
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
@@ -290,27 +295,117 @@ class Store:
         counters: Mapping[str, int] | None = None,
         *,
         keep_full_text: bool = True,
+        segments: SegmentSpec | None = None,
     ) -> None:
-        """Persist records and their jobs in one transaction (idempotent on replays).
+        """Persist records and their jobs in one transaction (idempotent on replays), with
+        their contribution to the hourly rollups (only rows actually inserted count).
 
         ``keep_full_text=False``: records that no metric sampled are stored compact (no text;
-        lengths and hashes instead, see :mod:`.compact`)."""
+        lengths and hashes instead, see :mod:`.compact`). ``segments``: the process's release,
+        environment and declared metadata keys (each record's ``seg_id``; new segment values
+        are admitted in a short transaction of their own first)."""
         now = time.time()
-        rows = [record_row(r, d, now, keep_full_text) for r, d in records]
-        with self.transaction():
-            self.conn.executemany(
-                "INSERT OR IGNORE INTO records(" + ",".join(_RECORD_COLS) + ") VALUES ("
-                + ",".join("?" * len(_RECORD_COLS)) + ")",
-                rows,
-            )
-            self.conn.executemany(
-                "INSERT OR IGNORE INTO jobs(record_id, metric, metric_version, status, attempts,"
-                " reason, created_at, updated_at) VALUES (?,?,?,?,0,?,?,?)",
-                [(j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now)
-                 for j in jobs],
-            )
-            if counters:
-                self.bump_counters(counters)
+        spec = segments or _NO_SEGMENTS
+        try:
+            segs = self.segmenter.resolve(self, [r for r, _ in records], spec, now)
+            rows = [record_row(r, d, now, keep_full_text, spec, seg_id)
+                    for (r, d), (seg_id, _) in zip(records, segs)]
+            with self.transaction():
+                existing = self._existing_records([row[0] for row in rows])
+                self.conn.executemany(
+                    "INSERT OR IGNORE INTO records(" + ",".join(_RECORD_COLS) + ") VALUES ("
+                    + ",".join("?" * len(_RECORD_COLS)) + ")",
+                    rows,
+                )
+                delta = Delta()
+                overflow: dict[str, int] = {}
+                facts: dict[str, tuple[float, int]] = {}
+                for row, (_, over) in zip(rows, segs):
+                    if row[0] in existing:
+                        continue  # a replay, or twice in the batch: INSERT OR IGNORE kept one
+                    existing.add(row[0])
+                    add_record_row(delta, row)
+                    facts[row[0]] = (row[_CREATED], row[_SEG])
+                    for dim in over:
+                        overflow[OVERFLOW_COUNTER + dim] = overflow.get(OVERFLOW_COUNTER + dim,
+                                                                        0) + 1
+                created = self._insert_jobs(jobs, now)
+                self._count_skips(delta, [(j, None) for j in created], facts)
+                delta.write(self.conn)
+                if counters or overflow:
+                    self.bump_counters({**(counters or {}), **overflow})
+        except BaseException:
+            # Part of a caller's transaction that is rolled back: forget what was admitted.
+            self.segmenter.reset()
+            raise
+
+    def _existing_records(self, ids: Sequence[str]) -> set[str]:
+        out: set[str] = set()
+        for chunk in _chunks(list(dict.fromkeys(ids))):
+            out.update(r[0] for r in self.conn.execute(
+                "SELECT record_id FROM records WHERE record_id IN (" + ",".join("?" * len(chunk))
+                + ")", chunk))
+        return out
+
+    def _existing_jobs(self, jobs: Sequence[NewJob]) -> dict[tuple[str, str, str],
+                                                            tuple[str, str | None]]:
+        """(record, metric, version) → (status, reason) of the jobs of ``jobs``' records."""
+        out: dict[tuple[str, str, str], tuple[str, str | None]] = {}
+        for chunk in _chunks(list(dict.fromkeys(j.record_id for j in jobs))):
+            for rid, metric, version, status, reason in self.conn.execute(
+                    "SELECT record_id, metric, metric_version, status, reason FROM jobs"
+                    " WHERE record_id IN (" + ",".join("?" * len(chunk)) + ")", chunk):
+                out[(rid, metric, version)] = (status, reason)
+        return out
+
+    def _insert_jobs(self, jobs: Sequence[NewJob], now: float) -> list[NewJob]:
+        """INSERT OR IGNORE ``jobs`` (inside the caller's transaction); the ones created."""
+        if not jobs:
+            return []
+        existing = self._existing_jobs(jobs)
+        self.conn.executemany(
+            "INSERT OR IGNORE INTO jobs(record_id, metric, metric_version, status, attempts,"
+            " reason, created_at, updated_at) VALUES (?,?,?,?,0,?,?,?)",
+            [(j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now)
+             for j in jobs],
+        )
+        created = []
+        for j in jobs:
+            key = (j.record_id, j.metric, j.metric_version)
+            if key not in existing:
+                existing[key] = (j.status, j.reason)
+                created.append(j)
+        return created
+
+    def _record_facts(self, ids: Iterable[str]) -> dict[str, tuple[float, int]]:
+        """record_id → (created_at, seg_id) of the stored records among ``ids``."""
+        out: dict[str, tuple[float, int]] = {}
+        for chunk in _chunks(list(dict.fromkeys(ids))):
+            for rid, created, seg in self.conn.execute(
+                    "SELECT record_id, created_at, seg_id FROM records WHERE record_id IN ("
+                    + ",".join("?" * len(chunk)) + ")", chunk):
+                out[rid] = (created or 0.0, NONE_SEG if seg is None else int(seg))
+        return out
+
+    def _count_skips(self, delta: Delta, changes: Sequence[tuple[NewJob, Any]],
+                     facts: dict[str, tuple[float, int]]) -> None:
+        """Skipped jobs into ``delta``: each change is (job as now stored, (old status, old
+        reason) or None); a skip of a record not stored is not counted (as readers join)."""
+        todo = [(j, old) for j, old in changes
+                if j.status == SKIPPED or (old is not None and old[0] == SKIPPED)]
+        if not todo:
+            return
+        missing = [j.record_id for j, _ in todo if j.record_id not in facts]
+        if missing:
+            facts.update(self._record_facts(missing))
+        for j, old in todo:
+            fact = facts.get(j.record_id)
+            if fact is None:
+                continue
+            if old is not None and old[0] == SKIPPED:
+                delta.add_skip(fact[0], j.metric, fact[1], old[1], -1)
+            if j.status == SKIPPED:
+                delta.add_skip(fact[0], j.metric, fact[1], j.reason, 1)
 
     def bump_counters(self, counters: Mapping[str, int]) -> None:
         self.conn.executemany(
@@ -332,22 +427,25 @@ class Store:
         return self.records_for_trace(trace_id)
 
     def insert_jobs_if_missing(self, jobs: Sequence[NewJob]) -> int:
-        """Create the jobs that do not exist yet; returns how many were created."""
+        """Create the jobs that do not exist yet; returns how many were created (a skipped
+        one counts in ``hourly_skips``)."""
         now = time.time()
         with self.transaction():
-            cur = self.conn.executemany(
-                "INSERT OR IGNORE INTO jobs(record_id, metric, metric_version, status, attempts,"
-                " reason, created_at, updated_at) VALUES (?,?,?,?,0,?,?,?)",
-                [(j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now)
-                 for j in jobs],
-            )
-        return max(cur.rowcount, 0)
+            created = self._insert_jobs(jobs, now)
+            delta = Delta()
+            self._count_skips(delta, [(j, None) for j in created], {})
+            delta.write(self.conn)
+        return len(created)
 
     def upsert_jobs(self, jobs: Sequence[NewJob]) -> int:
-        """Create jobs, or re-open skipped/done ones (new inputs arrived). Returns how many."""
+        """Create jobs, or re-open skipped/done ones (new inputs arrived). Returns how many.
+        A skipped job re-opened leaves ``hourly_skips`` (−1), one created or re-opened as
+        skipped enters it (+1)."""
         now = time.time()
         n = 0
+        changes: list[tuple[NewJob, Any]] = []
         with self.transaction():
+            existing = self._existing_jobs(jobs)
             for j in jobs:
                 cur = self.conn.execute(
                     "INSERT INTO jobs(record_id, metric, metric_version, status, attempts, reason,"
@@ -358,7 +456,14 @@ class Store:
                     "WHERE jobs.status IN ('skipped', 'done')",
                     (j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now),
                 )
+                if cur.rowcount > 0:
+                    key = (j.record_id, j.metric, j.metric_version)
+                    changes.append((j, existing.get(key)))
+                    existing[key] = (j.status, j.reason)
                 n += cur.rowcount
+            delta = Delta()
+            self._count_skips(delta, changes, {})
+            delta.write(self.conn)
         return n
 
     # -- worker side ------------------------------------------------------------------------
@@ -389,55 +494,84 @@ class Store:
 
     def complete_jobs(
         self, owner: str, done: Sequence[tuple[Job, Sequence[Score]]],
-        delivery: str | None = None,
+        delivery: str | None = None, *, judge_models: Mapping[str, str] | None = None,
     ) -> list[list[tuple[int, Score]] | None]:
-        """:meth:`complete_job` for several jobs in one transaction (one commit)."""
+        """:meth:`complete_job` for several jobs in one transaction (one commit);
+        ``judge_models``: metric → the judge model of its scores (judge metrics)."""
+        jm = judge_models or {}
         with self.transaction():
-            return [self.complete_job(job, owner, scores, delivery) for job, scores in done]
+            return self._complete_many(owner, [(j, s, jm.get(j.metric, "")) for j, s in done],
+                                       delivery)
 
     def complete_job(
-        self, job: Job, owner: str, scores: Sequence[Score], delivery: str | None = None
+        self, job: Job, owner: str, scores: Sequence[Score], delivery: str | None = None, *,
+        judge_model: str = "",
     ) -> list[tuple[int, Score]] | None:
         """Store a job's scores and mark it done, atomically, only if ``owner`` still holds it.
 
         Returns ``(score_id, score)`` pairs, or None (and stores nothing) when the lease was lost
         to another process: that process stores the scores instead, so each job is scored
         exactly once. ``delivery``: already known (``"none"``: there is no span pipeline).
+        ``judge_model``: the model that judged (``""`` for a local metric). The scores enter
+        the hourly rollups under the record's segment; a score replacing an older one of the
+        same (record, name) first takes the old row's contribution away.
         """
-        now = time.time()
         with self.transaction():
+            return self._complete_many(owner, [(job, scores, judge_model)], delivery)[0]
+
+    def _complete_many(self, owner: str, items: Sequence[tuple[Job, Sequence[Score], str]],
+                       delivery: str | None) -> list[list[tuple[int, Score]] | None]:
+        # (inside the caller's transaction)
+        now = time.time()
+        facts = self._record_facts(job.record_id for job, _, _ in items)
+        delta = Delta()
+        out: list[list[tuple[int, Score]] | None] = []
+        for job, scores, judge_model in items:
             cur = self.conn.execute(
                 "UPDATE jobs SET status='done', lease_owner=NULL, lease_until=NULL, "
                 "updated_at=?, reason=NULL WHERE job_id=? AND status='leased' AND lease_owner=?",
                 (now, job.job_id, owner),
             )
             if cur.rowcount != 1:
-                return None
+                out.append(None)
+                continue
+            seg_id = facts.get(job.record_id, (0.0, NONE_SEG))[1]
+            names = {s.name for s in scores}
+            for row in self.conn.execute(_OLD_SCORES, (job.record_id,)).fetchall():
+                if row[0] in names and row[2] is not None:  # NULL seg_id: never rolled up
+                    delta.add_score(row[1], row[0], row[2], row[3], row[4], row[5], row[6],
+                                    row[7], row[8], -1)
             trace_id = job.record_id.split("-", 1)[0]
             self.conn.executemany(
                 "INSERT INTO scores(job_id, record_id, trace_id, name, metric, metric_version,"
                 " value, label, explanation, status, error, duration_ms, details, created_at,"
-                " delivery) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+                " delivery, seg_id, judge_model) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
                 "ON CONFLICT(record_id, name) DO UPDATE SET job_id=excluded.job_id, "
-                "metric_version=excluded.metric_version, value=excluded.value, "
-                "label=excluded.label, explanation=excluded.explanation, status=excluded.status,"
-                " error=excluded.error, duration_ms=excluded.duration_ms, "
-                "details=excluded.details, created_at=excluded.created_at, "
-                "delivery=excluded.delivery",
+                "metric_version=excluded.metric_version, "
+                "value=excluded.value, label=excluded.label, explanation=excluded.explanation,"
+                " status=excluded.status, error=excluded.error,"
+                " duration_ms=excluded.duration_ms, details=excluded.details,"
+                " created_at=excluded.created_at, delivery=excluded.delivery,"
+                " seg_id=excluded.seg_id, judge_model=excluded.judge_model",
                 [
                     (job.job_id, job.record_id, trace_id, s.name, s.metric or job.metric,
                      s.metric_version, s.value, s.label,
                      clean_text(s.explanation) if s.explanation else None, s.status,
                      clean_text(scrub(s.error)) if s.error else None, s.duration_ms,
-                     dumps(_json_safe(dict(s.details))), now, delivery)
+                     dumps(_json_safe(dict(s.details))), now, delivery, seg_id, judge_model)
                     for s in scores
                 ],
             )
+            for s in scores:
+                delta.add_score(now, s.name, seg_id, s.metric_version, judge_model,
+                                s.metric or job.metric, s.value, s.label, s.status)
             ids = dict(self.conn.execute(
                 "SELECT name, score_id FROM scores WHERE record_id=? AND job_id=?",
                 (job.record_id, job.job_id),
             ).fetchall())
-        return [(ids[s.name], s) for s in scores]
+            out.append([(ids[s.name], s) for s in scores])
+        delta.write(self.conn)
+        return out
 
     def renew_leases(self, owner: str, job_ids: Sequence[int], lease_s: float) -> None:
         """Extend the leases ``owner`` holds on ``job_ids`` (jobs still being scored)."""
@@ -568,8 +702,28 @@ _RECORD_COLS = (
     "n_contexts", "ground_truths", "metadata", "tags", "session_id", "user_id", "latency_ms",
     "input_tokens", "output_tokens", "model", "error", "content_captured", "sample_u",
     "sampled", "sampled_metrics", "forced", "prompt", "retrieval_queries",
-    *(name for name, _ in COMPACT_COLUMNS),
+    *(name for name, _ in COMPACT_COLUMNS), "release", "environment", "seg_id",
 )
+_CREATED = _RECORD_COLS.index("created_at")
+_SEG = _RECORD_COLS.index("seg_id")
+_FACT_COLS = tuple(_RECORD_COLS.index(c) for c in (
+    "created_at", "seg_id", "sampled", "text_kept", "error", "input_tokens", "output_tokens",
+    "latency_ms"))
+_NO_SEGMENTS = SegmentSpec()
+
+#: The stored scores of a record, as :meth:`.rollup.Delta.add_score` takes them (both backends).
+_OLD_SCORES = ("SELECT name, created_at, seg_id, metric_version, judge_model, metric, value,"
+               " label, status FROM scores WHERE record_id = ?")
+
+
+def add_record_row(delta: Delta, row: Sequence[Any]) -> None:
+    """A :func:`record_row` tuple into ``delta`` (both backends)."""
+    delta.add_record(*(row[i] for i in _FACT_COLS))
+
+
+def _chunks(items: Sequence[Any], n: int = 500) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), n):
+        yield items[i:i + n]
 
 
 def _opt(s: str | None) -> str | None:
@@ -593,8 +747,12 @@ def _error(r: RagRecord) -> str | None:
     return _opt(scrub(r.error) if r.error else None)
 
 
-def record_row(r: RagRecord, d: Decision, now: float,
-               keep_full_text: bool = True) -> tuple[Any, ...]:
+def record_row(r: RagRecord, d: Decision, now: float, keep_full_text: bool = True,
+               segments: SegmentSpec | None = None, seg_id: int = NONE_SEG) -> tuple[Any, ...]:
+    """The ``records`` row of ``r`` (columns :data:`_RECORD_COLS`); ``segments``: the process's
+    release and environment; ``seg_id``: the record's segment."""
+    spec = segments or _NO_SEGMENTS
+    seg = (spec.release, spec.environment, seg_id)
     created = r.end_time_ns / 1e9 if r.end_time_ns else now
     usage = (r.usage.input_tokens if r.usage else None,
              r.usage.output_tokens if r.usage else None)
@@ -607,7 +765,7 @@ def record_row(r: RagRecord, d: Decision, now: float,
             dumps(_json_safe(dict(r.metadata)), MAX_METADATA_CHARS), dumps(list(r.tags)),
             r.session_id, r.user_id, r.latency_ms, *usage, r.model, _error(r),
             int(r.content_captured), d.u, 0, "[]", d.forced, None, None,
-            0, q_chars, q_hash, a_chars, a_hash,
+            0, q_chars, q_hash, a_chars, a_hash, *seg,
         )
     contexts = [
         {"text": clean_text(c.text), "id": c.id, "score": c.score,
@@ -622,7 +780,7 @@ def record_row(r: RagRecord, d: Decision, now: float,
         r.model, _error(r), int(r.content_captured), d.u, int(d.sampled),
         dumps(list(d.metrics)), d.forced, _opt(r.prompt),
         dumps([clean_text(q) for q in r.retrieval_queries]) if r.retrieval_queries else None,
-        1, None, None, None, None,
+        1, None, None, None, None, *seg,
     )
 
 

@@ -1,0 +1,383 @@
+"""Monitoring end to end: segments → rollups → report/compare/check → monitors → webhooks.
+
+Real SQLite files and a real PostgreSQL (the ``db`` fixture), the real store API and the real
+pipeline; the webhook receiver is a real HTTP server on 127.0.0.1. Data with known
+distributions is written through the store's own write path with a controlled clock (the
+store module's ``time``), so windows, hours and pruning are exercised as in production.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time as _time
+from collections.abc import Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from tracescore.cli import main
+from tracescore.monitor.config import monitors_from_objects
+from tracescore.monitor.evaluate import Evaluator
+from tracescore.record import RagRecord
+from tracescore.reports.compare import build_comparison
+from tracescore.reports.db import open_db
+from tracescore.reports.report import build_report
+from tracescore.sampling import Decision
+from tracescore.score import Score
+from tracescore.store import NewJob, open_store
+from tracescore.store.segments import SegmentSpec
+
+DAY = 86400.0
+NOW = 1_780_000_000.0  # a fixed "now" (2026-05-28), an hour boundary plus nothing
+METRICS = ("quality", "grounded")
+
+
+class _Clock:
+    """Stands in for the ``time`` module inside the store modules: ``time()`` is ours."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def time(self) -> float:
+        return self.t
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(_time, name)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    import tracescore.store.postgres as pg_mod
+    import tracescore.store.sqlite as sqlite_mod
+
+    c = _Clock(NOW - 10 * DAY)
+    monkeypatch.setattr(sqlite_mod, "time", c)
+    monkeypatch.setattr(pg_mod, "time", c)
+    return c
+
+
+def _register(store: Any) -> None:
+    from tracescore.metrics.base import Metric
+
+    class _M(Metric):  # a declaration only: direction, threshold, yes/no
+        kind = "local"
+        version = "1"
+        requires = frozenset()
+
+        def __init__(self, name: str, binary: bool) -> None:
+            self.name = name
+            self.binary = binary
+            self.higher_is_better = True
+            self.threshold = 0.5 if not binary else None
+            self.description = name
+
+        def score(self, record: RagRecord) -> Any:  # pragma: no cover - never scored
+            raise NotImplementedError
+
+    store.register_metrics([_M("quality", False), _M("grounded", True)])
+
+
+def feed(db: str, clock: _Clock, *, release: str, environment: str = "prod", n: int,
+         start: float, spread: float, quality: Any, grounded: float, seed: int,
+         errors: float = 0.0, metadata: dict[str, str] | None = None,
+         keys: Sequence[str] = ()) -> list[str]:
+    """Write ``n`` records of ``release`` between ``start`` and ``start + spread`` through
+    the store's write path, then score each (quality ~ ``quality(rng)``, grounded ~
+    Bernoulli(``grounded``)); returns the trace ids."""
+    rng = random.Random(seed)
+    store = open_store(db)
+    try:
+        _register(store)
+        spec = SegmentSpec(release=release, environment=environment, keys=tuple(keys))
+        traces = []
+        for i in range(n):
+            t = start + spread * i / max(n, 1)
+            clock.t = t
+            trace = f"{seed:08x}{i:024x}"
+            rec = RagRecord(trace_id=trace, span_id=f"{i:016x}", query=f"q{i}", answer="a",
+                            end_time_ns=int(t * 1e9), start_time_ns=int((t - 0.5) * 1e9),
+                            metadata=dict(metadata or {}), model="app-model")
+            store.write_batch([(rec, Decision(0.1, METRICS))],
+                              [NewJob(rec.record_id, m, "1") for m in METRICS], None,
+                              segments=spec)
+            jobs = store.lease_jobs("t", 10, 60.0, list(METRICS))
+            done = []
+            for j in jobs:
+                if j.metric == "quality":
+                    if rng.random() < errors:
+                        s = Score.failed("quality", "boom", metric="quality")
+                    else:
+                        v = min(max(quality(rng), 0.0), 1.0)
+                        s = Score("quality", v, label="pass" if v >= 0.5 else "fail",
+                                  metric="quality")
+                else:
+                    s = Score("grounded", 1.0 if rng.random() < grounded else 0.0,
+                              metric="grounded")
+                done.append((j, [s]))
+            store.complete_jobs("t", done, "none")
+            traces.append(trace)
+        return traces
+    finally:
+        store.close()
+
+
+def beta(mean: float, k: float = 20.0) -> Any:
+    return lambda rng: rng.betavariate(mean * k, (1 - mean) * k)
+
+
+@pytest.fixture
+def two_releases(db: str, clock: _Clock) -> str:
+    """v1 (quality ~0.80, grounded 90 %) for days -10..-5, then v2 (quality ~0.72, grounded
+    80 %) for days -5..-0; 400 records each."""
+    feed(db, clock, release="v1", n=400, start=NOW - 10 * DAY, spread=5 * DAY,
+         quality=beta(0.80), grounded=0.9, seed=1)
+    feed(db, clock, release="v2", n=400, start=NOW - 5 * DAY, spread=5 * DAY - 60,
+         quality=beta(0.72), grounded=0.8, seed=2, errors=0.05)
+    clock.t = NOW
+    return db
+
+
+def _compare(db: str, **kw: Any) -> Any:
+    conn = open_db(db)
+    try:
+        return build_comparison(conn, now=NOW, **kw)
+    finally:
+        conn.close()
+
+
+def test_compare_releases_finds_the_regression(two_releases: str) -> None:
+    c = _compare(two_releases)
+    assert (c.current_label, c.baseline_label) == ("release=v2", "release=v1")
+    rows = {(r.name, r.kind): r for r in c.rows}
+    q = rows[("quality", "mean")]
+    assert q.current.n == pytest.approx(380, abs=20) and q.baseline.n == 400
+    assert q.diff.estimate == pytest.approx(-0.08, abs=0.03)
+    assert q.diff.lo < q.diff.estimate < q.diff.hi < 0
+    assert q.verdict == "regressed"
+    g = rows[("grounded", "rate")]
+    assert g.verdict == "regressed" and g.diff.method.lower().startswith("newcombe")
+    err = rows[("all scores", "error rate")]
+    assert err.verdict == "regressed"  # v2 errors, v1 never did
+    # Holm: the adjusted p-values are at least the raw ones
+    assert all(r.p_adjusted >= r.diff.p_value - 1e-12 for r in c.rows)
+
+
+def test_compare_same_release_against_itself_over_time_is_no_regression(
+        db: str, clock: _Clock) -> None:
+    feed(db, clock, release="v1", n=600, start=NOW - 8 * DAY, spread=8 * DAY - 60,
+         quality=beta(0.8), grounded=0.9, seed=3)
+    clock.t = NOW
+    c = _compare(db, by="time", current_window=DAY, baseline_window=7 * DAY)
+    assert c.current_label == "last 1d"
+    assert 50 <= c.current_records <= 100 and 500 <= c.baseline_records <= 550
+    assert not c.regressed, [(r.name, r.verdict) for r in c.rows]
+
+
+def test_not_enough_data_is_said(db: str, clock: _Clock) -> None:
+    feed(db, clock, release="a", n=40, start=NOW - 2 * DAY, spread=DAY,
+         quality=beta(0.8), grounded=0.9, seed=4)
+    feed(db, clock, release="b", n=10, start=NOW - DAY, spread=DAY - 60,
+         quality=beta(0.3), grounded=0.1, seed=5)
+    c = _compare(db, min_n=30)
+    assert {r.verdict for r in c.rows if r.kind in ("mean", "rate")} == {"not enough data"}
+
+
+def test_same_answers_before_and_after_prune(two_releases: str) -> None:
+    from tracescore.store.retention import Retention, prune
+
+    before = _compare(two_releases).to_json()
+    conn = open_db(two_releases)
+    rep_before = build_report(conn, by="release").to_json()
+    conn.close()
+    store = open_store(two_releases)
+    try:
+        pruned = prune(store, Retention(max_age_s=3 * DAY), now=NOW)
+    finally:
+        store.close()
+    assert pruned.records > 300
+    after = _compare(two_releases).to_json()
+    for k in ("scores", "regressed", "current_records", "baseline_records"):
+        assert after[k] == before[k], k
+    conn = open_db(two_releases)
+    rep_after = build_report(conn, by="release").to_json()
+    conn.close()
+    for g_before, g_after in zip(rep_before["groups"], rep_after["groups"]):
+        for name, m in g_before["metrics"].items():
+            for k in ("count", "mean", "lo", "hi", "errors", "rate", "p50"):
+                assert g_after["metrics"][name][k] == pytest.approx(m[k]), (name, k)
+
+
+def test_report_by_release_with_intervals(two_releases: str) -> None:
+    result = CliRunner().invoke(main, ["report", "--db", two_releases, "--by", "release",
+                                       "--json"])
+    assert result.exit_code == 0, result.output
+    rep = json.loads(result.output)
+    groups = {g["value"]: g for g in rep["groups"]}
+    assert set(groups) == {"v1", "v2"}
+    q1, q2 = groups["v1"]["metrics"]["quality"], groups["v2"]["metrics"]["quality"]
+    assert q1["lo"] < q1["mean"] < q1["hi"] and q2["hi"] < q1["lo"]
+    g1 = groups["v1"]["metrics"]["grounded"]
+    assert g1["binary"] and g1["lo"] < g1["rate"] < g1["hi"]
+    text = CliRunner().invoke(main, ["report", "--db", two_releases, "--by", "release"])
+    assert "release = v2" in text.output and "95% CI" in text.output
+    bad = CliRunner().invoke(main, ["report", "--db", two_releases, "--by", "tenant"])
+    assert bad.exit_code == 2 and "unknown dimension 'tenant'" in bad.output
+
+
+def test_check_compare_gate_exit_codes(two_releases: str) -> None:
+    gate = CliRunner().invoke(main, ["check", "--db", two_releases, "--compare",
+                                     "release=v2:v1"])
+    assert gate.exit_code == 1, gate.output
+    assert "REGRESSED" in gate.output
+    fine = CliRunner().invoke(main, ["check", "--db", two_releases, "--compare",
+                                     "release=v1:v2"])
+    assert fine.exit_code == 0, fine.output
+    bad = CliRunner().invoke(main, ["check", "--db", two_releases, "--compare",
+                                    "release=v9:v1"])
+    assert bad.exit_code == 2 and "v9" in bad.output
+    js = CliRunner().invoke(main, ["compare", "--db", two_releases, "--json"])
+    assert js.exit_code == 0
+    assert "quality" in json.loads(js.output)["regressed"]
+
+
+# -- monitors ------------------------------------------------------------------------------------
+class _Hook:
+    """A real webhook receiver on 127.0.0.1 that records every POST body."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self.status = 200
+        hook = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if hook.status == 200:
+                    hook.bodies.append(json.loads(body))
+                self.send_response(hook.status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hook() -> Iterator[_Hook]:
+    h = _Hook()
+    yield h
+    h.close()
+
+
+def _monitors(url: str, **kw: Any) -> Any:
+    spec = {"name": "quality-v2", "score": "quality", "window": "1d", "threshold": 0.78,
+            "min_n": 30, "notify": ["team"], **kw}
+    return monitors_from_objects({"monitor": [spec],
+                                  "channels": {"team": {"kind": "webhook", "url": url}}})
+
+
+def test_threshold_monitor_alerts_once_and_notifies(db: str, clock: _Clock,
+                                                    hook: _Hook) -> None:
+    from tracescore.monitor.notify import deliver_due
+
+    # a day of good traffic, then a bad day
+    feed(db, clock, release="v1", n=300, start=NOW - 2 * DAY, spread=DAY - 120,
+         quality=beta(0.85), grounded=0.9, seed=6)
+    mons = _monitors(hook.url)
+    ev = Evaluator(db, mons, clock=lambda: clock.t)
+    try:
+        clock.t = NOW - DAY - 60
+        (e,) = ev.run_once()
+        assert e.state == "OK" and e.saved and e.n >= 250
+        feed(db, clock, release="v2", n=300, start=NOW - DAY, spread=DAY - 120,
+             quality=beta(0.60), grounded=0.9, seed=7)
+        clock.t = NOW - 60
+        (e,) = ev.run_once()
+        assert e.state == "ALERT" and e.changed and e.previous == "OK", e.summary
+        assert e.hi < 0.78 and len(e.worst) == 3
+        (e2,) = ev.run_once()  # checked again: no second notification
+        assert e2.state == "ALERT" and not e2.changed
+        store = ev._open()[0]
+        assert deliver_due(store, mons.channels) == 1
+        assert deliver_due(store, mons.channels) == 0
+    finally:
+        ev.close()
+    (body,) = hook.bodies
+    assert body["monitor"] == "quality-v2" and body["state"] == "ALERT"
+    est = body["estimate"]
+    assert body["previous"] == "OK" and est["lo"] < est["value"] < est["hi"] < 0.78
+    assert len(body["worst_trace_ids"]) == 3 and "quality-v2" in body["command"]
+    conn = open_db(db)
+    rep = build_report(conn)
+    conn.close()
+    assert rep.monitors[0].state == "ALERT"
+
+
+def test_check_command_exit_codes_and_bad_config(db: str, clock: _Clock, tmp_path: Path,
+                                                 hook: _Hook) -> None:
+    real = _time.time()  # the CLI evaluates at the real time
+    feed(db, clock, release="v1", n=200, start=real - 3600 * 5, spread=3600 * 4,
+         quality=beta(0.5), grounded=0.9, seed=8)
+    good = tmp_path / "mon.toml"
+    good.write_text(f"""
+[channels.team]
+kind = "webhook"
+url = "{hook.url}"
+
+[[monitor]]
+name = "quality"
+score = "quality"
+window = "1d"
+threshold = 0.8
+notify = ["team"]
+""")
+    r = CliRunner().invoke(main, ["check", "--db", db, "--monitors", str(good)])
+    assert r.exit_code == 1, r.output
+    assert "ALERT" in r.output and "quality" in r.output
+    assert len(hook.bodies) == 1  # check delivers before it exits
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[monitor]]\nname = "q"\nscore = "qualty"\nthreshold = 0.8\n')
+    r = CliRunner().invoke(main, ["check", "--db", db, "--monitors", str(bad)])
+    assert r.exit_code == 2
+    assert "bad.toml" in r.output and "'q'" in r.output and "qualty" in r.output
+    assert "quality" in r.output  # did you mean
+    r = CliRunner().invoke(main, ["check", "--db", str(tmp_path / "none.db"), "--monitors",
+                                  str(good)])
+    assert r.exit_code == 2
+
+
+def test_two_evaluators_one_lease(db: str, clock: _Clock, hook: _Hook) -> None:
+    feed(db, clock, release="v1", n=120, start=NOW - 3600 * 3, spread=3600 * 2,
+         quality=beta(0.5), grounded=0.9, seed=9)
+    clock.t = NOW
+    mons = _monitors(hook.url)
+    a = Evaluator(db, mons, clock=lambda: clock.t)
+    b = Evaluator(db, mons, clock=lambda: clock.t)
+    try:
+        (ea,) = a.run_once()
+        (eb,) = b.run_once()
+        assert ea.saved and not eb.saved
+        assert ea.state == eb.state == "ALERT"
+        a.release()
+        (eb,) = b.run_once()
+        assert eb.saved and not eb.changed  # took over, the state is already stored
+        store = b._open()[0]
+        from tracescore.monitor import state as S
+
+        assert len(S.outbox_rows(store)) == 1  # one notification for the one change
+    finally:
+        a.close()
+        b.close()

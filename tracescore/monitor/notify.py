@@ -1,0 +1,595 @@
+"""Alert notifications: what is sent (generic JSON webhook, Slack), how it is delivered
+(HTTP POST, retried with backoff, counted), and the background :class:`Notifier`.
+
+The path of a state change: the evaluator builds an :class:`AlertEvent`, turns it into one
+:class:`~.state.OutboxItem` per channel (:func:`outbox_items`) and stores them with the state
+in one transaction (:func:`.state.save_evaluation`); a deliverer — the :class:`Notifier`
+thread, or ``tracescore check`` calling :func:`deliver_due` before it exits — claims due
+rows and POSTs them. A failed delivery is retried with exponential backoff and full jitter
+(base 2 s, doubling, at most 10 min; a ``Retry-After`` is honoured, up to an hour) until
+``max_attempts`` (12) have failed; a permanent error (a 4xx other than 408/425/429, a
+redirect, a URL that is not http(s)) fails the row at once. Every outcome is counted in the
+store's ``counters`` table — ``notify.sent``, ``notify.retried``, ``notify.failed`` — in the
+transaction that records it.
+
+URLs are secrets (a Slack webhook URL is a credential): they live only in the channel
+configuration the caller passes. The outbox, error texts and log lines name the channel,
+never the URL; :class:`DeliveryError` texts are scrubbed of the URL's path and query.
+
+Receivers may see a notification twice (a deliverer that dies after the POST and before
+recording it leaves the row to be sent again): each POST carries an ``Idempotency-Key``
+header, the same for every attempt of one outbox row, to dedupe on.
+
+Threading: :func:`deliver` and :func:`deliver_due` block (network and database) and run on a
+background thread or in the CLI, never on the app's request path. The :class:`Notifier` is
+one daemon thread with its own store; ``wake()`` and ``stop()`` may be called from any thread
+and never raise.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import email.utils
+import http.client
+import json
+import logging
+import math
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from .._internal.errors import handle_internal_errors, record_internal_error
+from .._internal.secrets import scrub
+from . import state as _state
+
+__all__ = [
+    "ATTR_HI", "ATTR_LO", "ATTR_N", "ATTR_NAME", "ATTR_PREVIOUS", "ATTR_SCORE", "ATTR_STATE",
+    "ATTR_VALUE", "EVENT_NAME", "KINDS", "PAYLOAD_VERSION", "AlertEvent", "DeliveryError",
+    "Notifier", "backoff_s", "deliver", "deliver_due", "emit_state_change", "outbox_items",
+    "payload_for", "slack_payload", "summary", "webhook_payload",
+]
+
+log = logging.getLogger("tracescore")
+
+WEBHOOK, SLACK = "webhook", "slack"
+KINDS = (WEBHOOK, SLACK)
+#: ``webhook_payload()["version"]``: bumped only when a key changes meaning or goes away.
+PAYLOAD_VERSION = 1
+
+# OTel log record of a state change (to move to tracescore.attributes with the other names)
+EVENT_NAME = "tracescore.monitor.state_change"
+ATTR_NAME = "tracescore.monitor.name"
+ATTR_STATE = "tracescore.monitor.state"
+ATTR_PREVIOUS = "tracescore.monitor.previous"
+ATTR_SCORE = "tracescore.monitor.score"
+ATTR_VALUE = "tracescore.monitor.value"
+ATTR_LO = "tracescore.monitor.lo"
+ATTR_HI = "tracescore.monitor.hi"
+ATTR_N = "tracescore.monitor.n"
+
+#: Delivery retries: base and cap of the exponential backoff (seconds), attempts in all.
+BASE_S, CAP_S, MAX_ATTEMPTS = 2.0, 600.0, 12
+#: A receiver's ``Retry-After`` is honoured up to this long.
+RETRY_AFTER_CAP_S = 3600.0
+#: Slack's limit on a section's text is 3,000 characters; a field's 2,000.
+_SLACK_TEXT_CHARS, _SLACK_FIELD_CHARS = 2900, 1900
+_WORST_SHOWN = 5
+
+
+# -- the event and its payloads --------------------------------------------------------------
+@dataclass(frozen=True)
+class AlertEvent:
+    """One state change of one monitor, as notifications describe it.
+
+    ``condition``: the monitor's threshold or baseline in words ("mean below 0.80",
+    "regressed against the previous 7 days"); ``verdict``: what the test concluded, in words;
+    ``method``: how the interval ``lo``..``hi`` was computed; ``command``: the CLI line that
+    shows the breach (``tracescore check --monitor NAME``); ``db``: the database's label,
+    already redacted (:func:`tracescore.store.redact_url`); ``at``: unix seconds.
+    """
+
+    monitor: str
+    state: str
+    previous: str | None
+    score: str
+    statistic: str
+    window_s: float
+    value: float | None
+    lo: float | None
+    hi: float | None
+    n: int
+    condition: str
+    verdict: str
+    method: str
+    command: str
+    db: str
+    at: float
+    where: Mapping[str, str] = field(default_factory=dict, hash=False)
+    worst_trace_ids: Sequence[str] = ()
+
+    def __post_init__(self) -> None:
+        _state._check_state("state", self.state)
+        _state._check_state("previous", self.previous, optional=True)
+        # frozen, so a caller's list/dict cannot change the event after the fact
+        object.__setattr__(self, "where", {str(k): str(v) for k, v in self.where.items()})
+        object.__setattr__(self, "worst_trace_ids", tuple(str(t) for t in self.worst_trace_ids))
+
+
+def _finite(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else float(v)
+
+
+def _iso(ts: float) -> str:
+    return _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _num(v: float | None) -> str:
+    if v is None or not math.isfinite(v):
+        return "n/a"
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+
+
+def _window(seconds: float) -> str:
+    """``3600`` → ``"1h"``, ``604800`` → ``"7d"``, ``5400`` → ``"90m"``."""
+    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def _estimate(e: AlertEvent) -> str:
+    text = f"{_num(e.value)} [{_num(e.lo)}, {_num(e.hi)}] (n={e.n:,})"
+    return f"{text}, {e.method}" if e.method else text
+
+
+def summary(event: AlertEvent) -> str:
+    """One line: ``[ALERT] monitor m: faithfulness mean 0.71 [0.66, 0.76] (n=240) over the
+    last 1h — mean below 0.80; was OK`` (Slack's fallback text, the OTel log body)."""
+    e = event
+    where = " where " + ", ".join(f"{k}={v}" for k, v in e.where.items()) if e.where else ""
+    was = f"; was {e.previous}" if e.previous else ""
+    return (f"[{e.state}] monitor {e.monitor}: {e.score} {e.statistic} {_estimate(e)} over "
+            f"the last {_window(e.window_s)}{where} — {e.condition}: {e.verdict}{was}")
+
+
+def webhook_payload(event: AlertEvent) -> dict[str, Any]:
+    """The generic webhook's JSON body. Stable keys (``version`` 1):
+
+    ``version``, ``type`` (``"tracescore.monitor.state_change"``), ``monitor``, ``state``,
+    ``previous`` (null for a monitor's first state), ``at`` (unix seconds), ``time`` (ISO
+    8601, UTC), ``score``, ``statistic``, ``window_s``, ``where`` (segment filter, an object),
+    ``estimate`` {``value``, ``lo``, ``hi``, ``n``, ``method``} (numbers or null),
+    ``condition``, ``verdict``, ``worst_trace_ids`` (a list), ``command``, ``db``, ``text``
+    (the one-line :func:`summary`).
+    """
+    e = event
+    return {
+        "version": PAYLOAD_VERSION, "type": EVENT_NAME, "monitor": e.monitor,
+        "state": e.state, "previous": e.previous, "at": e.at, "time": _iso(e.at),
+        "score": e.score, "statistic": e.statistic, "window_s": e.window_s,
+        "where": dict(e.where),
+        "estimate": {"value": _finite(e.value), "lo": _finite(e.lo), "hi": _finite(e.hi),
+                     "n": e.n, "method": e.method},
+        "condition": e.condition, "verdict": e.verdict,
+        "worst_trace_ids": list(e.worst_trace_ids), "command": e.command, "db": e.db,
+        "text": summary(e),
+    }
+
+
+_EMOJI = {"ALERT": ":red_circle:", "WARNING": ":large_yellow_circle:",
+          "OK": ":large_green_circle:", "NO_DATA": ":white_circle:"}
+
+
+def _mrkdwn(text: str, limit: int = _SLACK_TEXT_CHARS) -> str:
+    """Slack mrkdwn treats ``&``, ``<`` and ``>`` as markup: escape them (Slack's rule)."""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _section(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+
+
+def slack_payload(event: AlertEvent) -> dict[str, Any]:
+    """A Slack incoming-webhook body: ``text`` (the notification's fallback: the one-line
+    :func:`summary`) and ``blocks``: the state change, then fields with the score, the window
+    (and segment filter), the estimate with its interval, the condition and the verdict, then
+    the worst records' trace ids and the command that shows the breach."""
+    e = event
+    was = f" (was {e.previous})" if e.previous else ""
+    window = f"last {_window(e.window_s)}"
+    if e.where:
+        window += " where " + ", ".join(f"{k}={v}" for k, v in e.where.items())
+    fields = [("Score", f"{e.score} ({e.statistic})"), ("Window", window),
+              ("Estimate", _estimate(e)), ("Condition", e.condition), ("Verdict", e.verdict)]
+    blocks: list[dict[str, Any]] = [
+        _section(f"{_EMOJI.get(e.state, '')} *{e.state}* · monitor "
+                 f"*{_mrkdwn(e.monitor, 200)}*{was}".strip()),
+        {"type": "section", "fields": [
+            {"type": "mrkdwn", "text": f"*{k}*\n{_mrkdwn(v, _SLACK_FIELD_CHARS)}"}
+            for k, v in fields]},
+    ]
+    if e.worst_trace_ids:
+        ids = ", ".join(f"`{_mrkdwn(t, 64)}`" for t in e.worst_trace_ids[:_WORST_SHOWN])
+        more = len(e.worst_trace_ids) - _WORST_SHOWN
+        blocks.append(_section(f"*Worst records* (trace ids): {ids}"
+                               + (f" and {more} more" if more > 0 else "")))
+    blocks.append(_section(f"*See the breach:* `{_mrkdwn(e.command, 500)}`"))
+    blocks.append({"type": "context", "elements": [
+        {"type": "mrkdwn", "text": _mrkdwn(f"{e.db} · {_iso(e.at)}", 300)}]})
+    return {"text": _mrkdwn(summary(e)), "blocks": blocks}
+
+
+def payload_for(kind: str, event: AlertEvent) -> dict[str, Any]:
+    """The body a channel of ``kind`` (``"webhook"`` or ``"slack"``) is sent."""
+    if kind == SLACK:
+        return slack_payload(event)
+    if kind == WEBHOOK:
+        return webhook_payload(event)
+    raise ValueError(f"unknown channel kind {kind!r}; expected one of {', '.join(KINDS)}")
+
+
+def outbox_items(event: AlertEvent, channels: Iterable[Any]) -> list[_state.OutboxItem]:
+    """One outbox item per channel (objects with ``.name`` and ``.kind``) for
+    :func:`.state.save_evaluation`: the channel's name and the payload in its format."""
+    return [_state.OutboxItem(c.name, c.kind, payload_for(c.kind, event)) for c in channels]
+
+
+# -- one delivery ----------------------------------------------------------------------------
+class DeliveryError(Exception):
+    """A POST that did not succeed. ``permanent``: trying again will not help (a 4xx other
+    than 408/425/429, a redirect, a bad URL); ``retry_after``: seconds the receiver asked to
+    wait. The text names the channel and never contains the URL."""
+
+    def __init__(self, reason: str, retry_after: float | None = None,
+                 permanent: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+        self.permanent = permanent
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    # urllib would re-send a redirected POST as a GET without its body: refuse instead.
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _retry_after(value: str | None, now: float) -> float | None:
+    """A ``Retry-After`` header (seconds, or an HTTP date) as seconds from now."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.timezone.utc)
+    return max(0.0, when.timestamp() - now)
+
+
+def _without_url(text: str, url: str) -> str:
+    """``text`` with the URL, its path and its query cut out (the secret parts of a webhook
+    URL), then scrubbed of known keys."""
+    parts = urlsplit(url)
+    pieces = [url, parts.path + ("?" + parts.query if parts.query else ""), parts.path,
+              parts.query]
+    # then each long path segment alone (a Slack URL's tokens), should a text hold a part
+    pieces += [seg for seg in parts.path.split("/") if len(seg) >= 8]
+    for piece in pieces:
+        if len(piece) > 1:
+            text = text.replace(piece, "<url>")
+    return scrub(text)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, urllib.error.URLError):
+        inner = exc.reason
+        if isinstance(inner, BaseException):
+            return _describe(inner)
+        return f"connection failed: {inner}"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"connection failed: {type(exc).__name__}: {exc.strerror}"
+    return f"connection failed: {type(exc).__name__}: {exc}"
+
+
+def deliver(url: str, payload: Mapping[str, Any], *, timeout_s: float = 10.0,
+            headers: Mapping[str, str] | None = None, channel: str = "webhook") -> None:
+    """POST ``payload`` as JSON to ``url``; returns on a 2xx answer. Blocks up to
+    ``timeout_s`` for the connection and again for the answer.
+
+    Raises :class:`DeliveryError`: retryable for 408/425/429/5xx answers, connection errors
+    and timeouts (with ``retry_after`` from the answer's ``Retry-After``), permanent for
+    other 4xx, a redirect (not followed: a POST would turn into a GET), or a URL that is not
+    http(s). Its text starts with ``channel`` and never contains the URL."""
+    parts = urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise DeliveryError(f"channel {channel}: the URL is not an http(s) URL", permanent=True)
+    body = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    req = urllib.request.Request(url, data=body, method="POST", headers={
+        "Content-Type": "application/json; charset=utf-8",
+        "User-Agent": "tracescore-notifier", **dict(headers or {})})
+    opener = urllib.request.build_opener(_NoRedirect())
+    try:
+        with opener.open(req, timeout=timeout_s) as resp:
+            resp.read(65536)  # drain what a receiver says, so the connection closes cleanly
+        return
+    except urllib.error.HTTPError as exc:
+        code = exc.code
+        try:
+            said = exc.read(4096).decode("utf-8", "replace").strip()
+        except Exception:
+            said = ""
+        # cut the URL out *before* clipping, so a clip cannot leave half a secret behind
+        said = _without_url(said, url)[:200]
+        reason = f"channel {channel}: HTTP {code}" + (f" {said!r}" if said else "")
+        if 300 <= code < 400:
+            reason += " (a redirect; not followed)"
+        retryable = code in (408, 425, 429) or code >= 500
+        retry_after = _retry_after(exc.headers.get("Retry-After") if exc.headers else None,
+                                   time.time())
+        raise DeliveryError(_without_url(reason, url), retry_after=retry_after,
+                            permanent=not retryable) from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        raise DeliveryError(_without_url(f"channel {channel}: {_describe(exc)}", url)
+                            ) from None
+
+
+# -- the outbox, one pass --------------------------------------------------------------------
+def backoff_s(attempt: int, *, base_s: float = BASE_S, cap_s: float = CAP_S,
+              rng: random.Random | None = None) -> float:
+    """The wait after failed attempt number ``attempt`` (1, 2, …): exponential backoff with
+    full jitter, uniform in [0, min(cap_s, base_s · 2^(attempt-1))] — spreads the retries of
+    many deliverers after a receiver's outage (AWS Architecture Blog, "Exponential Backoff
+    And Jitter", 2015)."""
+    ceiling = min(cap_s, base_s * 2.0 ** min(max(attempt - 1, 0), 60))
+    return (rng or random).uniform(0.0, ceiling)
+
+
+def _channels(channels: Mapping[str, Any] | Iterable[Any]) -> dict[str, tuple[Any, ...]]:
+    """name → (kind, url, headers, timeout_s), from a mapping of names to such tuples or to
+    channel objects, or an iterable of channel objects (``.name .kind .url .headers
+    .timeout_s``; resolved headers preferred)."""
+    def norm(value: Any) -> tuple[Any, ...]:
+        if isinstance(value, tuple):
+            kind, url, headers, timeout_s = value
+            return kind, url, dict(headers or {}), float(timeout_s)
+        headers = getattr(value, "resolved_headers", None)
+        if headers is None:
+            headers = getattr(value, "headers", None)
+        return (value.kind, value.url, dict(headers or {}),
+                float(getattr(value, "timeout_s", 10.0)))
+
+    if isinstance(channels, Mapping):
+        return {str(k): norm(v) for k, v in channels.items()}
+    items: Iterable[Any] = channels
+    return {str(c.name): norm(c) for c in items}
+
+
+_warn_lock = threading.Lock()
+_last_warn: dict[str, float] = {}
+_WARN_EVERY_S = 60.0
+
+
+def _warn(key: str, msg: str, *args: Any) -> None:
+    """A warning at most once a minute per ``key`` (a receiver down for an hour must not fill
+    the log)."""
+    now = time.monotonic()
+    with _warn_lock:
+        if now - _last_warn.get(key, -1e9) < _WARN_EVERY_S:
+            return
+        _last_warn[key] = now
+    log.warning(msg, *args)
+
+
+def deliver_due(store: Any, channels: Mapping[str, Any] | Iterable[Any],
+                now: float | None = None, *, limit: int = 20,
+                max_attempts: int = MAX_ATTEMPTS, base_s: float = BASE_S,
+                cap_s: float = CAP_S, rng: random.Random | None = None,
+                owner: str | None = None, clock: Callable[[], float] = time.time,
+                stop: threading.Event | None = None) -> int:
+    """One pass over the outbox: claim up to ``limit`` due rows of the known ``channels``
+    and POST them one after the other; returns how many were sent. Blocks (each POST up to
+    its channel's ``timeout_s``); used by the :class:`Notifier` thread and by ``tracescore
+    check`` before it exits.
+
+    ``now``: the time the pass runs at (default ``clock()`` at each step); tests pass it, with
+    ``base_s``/``rng``, to drive the backoff without waiting. A failure within
+    ``max_attempts`` is retried at ``now + backoff_s(attempts)`` (or later, by the receiver's
+    ``Retry-After``); permanent failures and the last attempt fail the row. Counted in the
+    store's counters in the transaction that records the outcome. ``stop`` set: the pass
+    ends after the POST in flight, and gives the rows it claimed but did not reach back."""
+    chans = _channels(channels)
+    if not chans:
+        return 0
+    owner = owner or uuid.uuid4().hex
+    t0 = clock() if now is None else now
+    due = _state.next_due(store, sorted(chans))
+    if due is None or due > t0:  # a read, not a claim: no write lock when nothing is due
+        return 0
+    # a claim outlives the whole pass (every POST may take its timeout twice: connect, read)
+    claim_s = 30.0 + limit * 2 * max(c[3] for c in chans.values())
+    rows = _state.due_outbox(store, t0, limit, channels=sorted(chans), owner=owner,
+                             claim_s=claim_s)
+    sent = 0
+    for i, row in enumerate(rows):
+        if stop is not None and stop.is_set():
+            _state.release_claims(store, [r.id for r in rows[i:]], owner)
+            break
+        _, url, headers, timeout_s = chans[row.channel]
+        headers = {**headers, "Idempotency-Key": f"tracescore-{row.id}-{row.created_at:.6f}"}
+        try:
+            deliver(url, row.payload, timeout_s=timeout_s, headers=headers,
+                    channel=row.channel)
+        except DeliveryError as exc:
+            _failed(store, row, exc, clock() if now is None else now, owner=owner,
+                    max_attempts=max_attempts, base_s=base_s, cap_s=cap_s, rng=rng)
+            continue
+        with store.transaction():
+            if _state.outbox_sent(store, row.id, owner=owner,
+                                  at=clock() if now is None else now):
+                store.bump_counters({"notify.sent": 1})
+                sent += 1
+    return sent
+
+
+def _failed(store: Any, row: _state.OutboxRow, exc: DeliveryError, t: float, *, owner: str,
+            max_attempts: int, base_s: float, cap_s: float,
+            rng: random.Random | None) -> None:
+    if exc.permanent or row.attempts >= max_attempts:
+        why = exc.reason if exc.permanent else f"{exc.reason} (after {row.attempts} attempts)"
+        with store.transaction():
+            if _state.outbox_failed(store, row.id, why, owner=owner):
+                store.bump_counters({"notify.failed": 1})
+        log.warning("tracescore: a notification of monitor %s to channel %s failed for "
+                    "good: %s", row.monitor, row.channel, why)
+        return
+    delay = backoff_s(row.attempts, base_s=base_s, cap_s=cap_s, rng=rng)
+    if exc.retry_after is not None:
+        delay = max(delay, min(exc.retry_after, RETRY_AFTER_CAP_S))
+    with store.transaction():
+        if _state.outbox_retry(store, row.id, exc.reason, t + delay, owner=owner):
+            store.bump_counters({"notify.retried": 1})
+    _warn(f"retry:{row.channel}", "tracescore: a notification to channel %s failed (%s); "
+          "retrying in %.1f s (attempt %d of %d)", row.channel, exc.reason, delay,
+          row.attempts, max_attempts)
+
+
+# -- the background deliverer ----------------------------------------------------------------
+class Notifier:
+    """A daemon thread that delivers the outbox of ``db``: a pass of :func:`deliver_due`
+    (``batch`` rows at most), then sleep until the next row is due, ``interval_s`` at most,
+    or until :meth:`wake` (the evaluator queued something).
+
+    The thread opens its own store (``tracescore.store.open_store(db)``) and closes it when
+    it stops. It never raises: a database that cannot be reached is logged (rate-limited)
+    and tried again; anything else goes through tracescore's internal-error funnel. Several
+    notifiers on one database (threads, processes, hosts on PostgreSQL) share the work and
+    send each row once. ``clock``/``rng``/``base_s``: injectable for tests.
+    """
+
+    def __init__(self, db: Any, channels: Mapping[str, Any] | Iterable[Any], *,
+                 interval_s: float = 30.0, batch: int = 20,
+                 max_attempts: int = MAX_ATTEMPTS, base_s: float = BASE_S,
+                 cap_s: float = CAP_S, clock: Callable[[], float] = time.time,
+                 rng: random.Random | None = None, name: str = "tracescore-notifier") -> None:
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch!r}")
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts!r}")
+        self.db = db
+        self.channels = _channels(channels)
+        self.interval_s = float(interval_s)
+        self.batch = batch
+        self.max_attempts = max_attempts
+        self.base_s = base_s
+        self.cap_s = cap_s
+        self.clock = clock
+        self.rng = rng
+        self.owner = f"{name}-{uuid.uuid4().hex[:12]}"
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> Notifier:
+        self._thread.start()
+        return self
+
+    def wake(self) -> None:
+        """Deliver now (non-blocking; any thread)."""
+        self._wake.set()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self, timeout: float | None = 10.0) -> bool:
+        """Stop after the POST in flight (blocks up to ``timeout``; a POST takes up to its
+        channel's ``timeout_s``); True when the thread has ended. Rows not yet sent stay in
+        the outbox for the next deliverer."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _pass(self, store: Any) -> float:
+        """One pass; the seconds to sleep before the next."""
+        deliver_due(store, self.channels, limit=self.batch, max_attempts=self.max_attempts,
+                    base_s=self.base_s, cap_s=self.cap_s, rng=self.rng, owner=self.owner,
+                    clock=self.clock, stop=self._stopping)
+        due = _state.next_due(store, sorted(self.channels))
+        if due is None:
+            return self.interval_s
+        return min(self.interval_s, max(0.0, due - self.clock()))
+
+    def _run(self) -> None:
+        from ..store import open_store
+
+        store: Any = None
+        error_wait = 0.5
+        try:
+            while not self._stopping.is_set():
+                # cleared before the pass: a wake() during the pass makes the next one at once
+                self._wake.clear()
+                try:
+                    if store is None:
+                        store = open_store(self.db)
+                    wait = self._pass(store)
+                    error_wait = 0.5
+                except Exception as exc:
+                    if store is None or store.unavailable(exc):
+                        _warn("notifier-db", "tracescore: notifications wait, the database "
+                              "is unavailable: %s", scrub(repr(exc)))
+                    else:
+                        record_internal_error("monitor.notifier", exc)
+                    wait = min(error_wait, self.interval_s)
+                    error_wait = min(error_wait * 2, 60.0)
+                if wait > 0:
+                    self._wake.wait(wait)
+        finally:
+            if store is not None:
+                with handle_internal_errors("monitor.notifier.close", reraise=False):
+                    store.close()
+
+
+# -- OpenTelemetry ---------------------------------------------------------------------------
+def emit_state_change(otel_logger: Any, event: AlertEvent) -> None:
+    """One OTel log record (``event_name`` ``tracescore.monitor.state_change``) for a state
+    change, on ``otel_logger`` (an OTel SDK ``Logger``, e.g. from tracescore's own
+    ``LoggerProvider``; None: nothing). Severity WARN for ALERT, INFO otherwise; attributes
+    ``tracescore.monitor.{name,state,previous,score,value,lo,hi,n}``; the body is the
+    one-line :func:`summary`. Non-blocking (the SDK only enqueues); never raises in
+    production."""
+    if otel_logger is None:
+        return
+    from opentelemetry._logs import SeverityNumber
+
+    with handle_internal_errors("monitor.emit_state_change"):
+        attrs: dict[str, Any] = {ATTR_NAME: event.monitor, ATTR_STATE: event.state,
+                                 ATTR_SCORE: event.score, ATTR_N: int(event.n)}
+        if event.previous is not None:
+            attrs[ATTR_PREVIOUS] = event.previous
+        for key, v in ((ATTR_VALUE, event.value), (ATTR_LO, event.lo), (ATTR_HI, event.hi)):
+            if _finite(v) is not None:
+                attrs[key] = float(v)  # type: ignore[arg-type]
+        alert = event.state == "ALERT"
+        otel_logger.emit(
+            timestamp=int(event.at * 1e9), observed_timestamp=time.time_ns(),
+            severity_number=SeverityNumber.WARN if alert else SeverityNumber.INFO,
+            severity_text="WARN" if alert else "INFO", event_name=EVENT_NAME,
+            body=summary(event), attributes=attrs)

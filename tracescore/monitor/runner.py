@@ -1,0 +1,135 @@
+"""Monitors on a schedule: an evaluator thread and a notifier thread beside scoring.
+
+Used by ``tracescore monitor``, ``tracescore worker --monitors FILE`` and
+``tracescore.init(monitors=...)``. The evaluator thread runs :meth:`.Evaluator.run_once`
+every ``interval_s`` (one evaluator per database at a time: the others wait for the lease);
+the notifier thread (:class:`.notify.Notifier`) delivers what the evaluator queued, with
+retries, so a slow or dead webhook never holds up evaluation or scoring. Both threads are
+daemons with their own database connections; nothing here touches the app's request path.
+
+OTel: one log record per state change (:func:`.notify.emit_state_change`) and, with a meter,
+an observable gauge ``tracescore.monitor.state`` per monitor (0 OK, 1 NO_DATA, 2 WARNING,
+3 ALERT), read from memory at collection time, so a Prometheus/Grafana alerting setup can use
+the states.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from .._internal.errors import record_internal_error
+from .config import MonitorSet
+from .evaluate import RANK, Evaluation, Evaluator
+
+log = logging.getLogger("tracescore")
+
+__all__ = ["GAUGE", "MonitorRunner"]
+
+GAUGE = "tracescore.monitor.state"
+
+
+class MonitorRunner:
+    """Evaluate ``monitors`` on ``db`` every ``interval_s`` and deliver the notifications.
+
+    ``start()`` returns at once; ``stop(timeout)`` ends both threads (the lease is given
+    back, so another evaluator can take over). Thread-safe to start and stop from any thread.
+    """
+
+    def __init__(self, db: str, monitors: MonitorSet, *, interval_s: float = 60.0,
+                 otel_logger: Any = None, meter: Any = None, notify: bool = True) -> None:
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
+        self.db = str(db)
+        self.monitors = monitors
+        self.interval_s = float(interval_s)
+        self.evaluator = Evaluator(self.db, monitors, otel_logger=otel_logger)
+        self.notifier: Any = None
+        if notify and monitors.channels:
+            from .notify import Notifier
+
+            self.notifier = Notifier(self.db, monitors.channels)
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.evaluations = 0
+        self.last: list[Evaluation] = []
+        self.last_error: str | None = None
+        if meter is not None:
+            self._gauge(meter)
+
+    def _gauge(self, meter: Any) -> None:
+        from opentelemetry.metrics import Observation
+
+        def observe(_options: Any) -> list[Any]:
+            return [Observation(RANK.get(e.state, 0), {"tracescore.monitor.name": e.monitor,
+                                                       "tracescore.monitor.state": e.state})
+                    for e in list(self.last)]
+
+        meter.create_observable_gauge(
+            GAUGE, callbacks=[observe], unit="1",
+            description="Monitor state: 0 OK, 1 NO_DATA, 2 WARNING, 3 ALERT")
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        if self.notifier is not None:
+            self.notifier.start()
+        self._thread = threading.Thread(target=self._run, name="tracescore-monitors",
+                                         daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Evaluate now rather than at the next interval."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                self.last = self.evaluator.run_once()
+                self.evaluations += 1
+                self.last_error = None
+                failures = 0
+                if self.notifier is not None and any(e.changed and e.saved for e in self.last):
+                    self.notifier.wake()
+            except Exception as exc:
+                failures += 1
+                self.last_error = str(exc)
+                if failures in (1, 10) or failures % 100 == 0:
+                    log.warning("tracescore: evaluating monitors failed (%s); trying again "
+                                "in %.0f s (app fine, monitoring degraded)", exc,
+                                self.interval_s)
+                if not _passing(exc):
+                    record_internal_error("monitor.evaluate", exc)
+                self.evaluator.close()  # a broken connection is reopened next time
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+        self.evaluator.release()
+        self.evaluator.close()
+
+    def stop(self, timeout: float | None = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._thread is not None:
+            self._thread.join(timeout)
+        if self.notifier is not None:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self.notifier.stop(left)
+
+
+def _passing(exc: BaseException) -> bool:
+    """Faults that pass (a database locked, busy or away): logged, not internal errors."""
+    import sqlite3
+
+    if isinstance(exc, sqlite3.OperationalError):
+        return True
+    try:
+        import psycopg
+
+        return isinstance(exc, psycopg.OperationalError)
+    except ImportError:
+        return False

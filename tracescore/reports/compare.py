@@ -1,0 +1,226 @@
+"""``tracescore compare``: two segments (releases, environments, judge models, …) or two time
+windows, per score, with honest statistics — as data.
+
+Per score: n and the mean (or, for a yes/no metric, the rate) on each side with its 95 %
+interval; the difference *current − baseline* with its 95 % interval (Welch for means,
+Newcombe's hybrid score interval for rates, a bootstrap over the rollups' histograms where
+Welch's assumptions fail — each row says which); p-values adjusted across every row compared
+(Holm by default: a deployment gate must bound the chance of *any* false "regressed" among all
+the scores, which is Holm's family-wise guarantee; Benjamini–Hochberg, which bounds the share
+of false discoveries instead, on request); and a verdict from
+:func:`tracescore.monitor.stats.verdict`. Error and skip rates are compared too: a release that
+errors more has regressed, whatever its mean.
+
+Everything comes from the query layer (:mod:`.query`): rollups, so the answer is the same
+before and after ``prune``, and the cost does not grow with the number of records.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import query as Q
+from .metric_info import MetricInfo
+
+__all__ = ["Comparison", "CompareError", "ScoreComparison", "build_comparison"]
+
+#: Verdicts that fail a deployment gate.
+BAD = ("regressed",)
+
+
+class CompareError(ValueError):
+    """The comparison cannot be made as asked (unknown dimension, value, or window)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreComparison:
+    name: str
+    metric: str
+    #: "mean", "rate" (a yes/no metric), "error rate" or "skip rate"
+    kind: str
+    higher_is_better: bool | None
+    current: Any  # stats.Estimate
+    baseline: Any  # stats.Estimate
+    diff: Any  # stats.Difference
+    p_adjusted: float | None
+    verdict: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "metric": self.metric, "kind": self.kind,
+                "higher_is_better": self.higher_is_better,
+                "current": self.current.to_json(), "baseline": self.baseline.to_json(),
+                "difference": self.diff.to_json(), "p_adjusted": self.p_adjusted,
+                "verdict": self.verdict}
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    db: str
+    #: the dimension compared (``release``, ``metadata.route``, …) or ``time``
+    by: str
+    current_label: str
+    baseline_label: str
+    current_window: Q.Window
+    baseline_window: Q.Window
+    where: dict[str, str]
+    min_n: int
+    min_effect: float
+    alpha: float
+    adjust: str
+    rows: list[ScoreComparison] = field(default_factory=list)
+    generated_at: float = 0.0
+    current_records: int = 0
+    baseline_records: int = 0
+
+    @property
+    def regressed(self) -> list[ScoreComparison]:
+        return [r for r in self.rows if r.verdict in BAD]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "db": self.db, "by": self.by, "current": self.current_label,
+            "baseline": self.baseline_label,
+            "current_window": [self.current_window.since, self.current_window.until],
+            "baseline_window": [self.baseline_window.since, self.baseline_window.until],
+            "where": dict(self.where), "min_n": self.min_n, "min_effect": self.min_effect,
+            "alpha": self.alpha, "adjust": self.adjust, "generated_at": self.generated_at,
+            "current_records": self.current_records,
+            "baseline_records": self.baseline_records,
+            "scores": {r.name if r.kind in ("mean", "rate") else f"{r.name} ({r.kind})":
+                       r.to_json() for r in self.rows},
+            "regressed": [r.name for r in self.regressed],
+        }
+
+
+def _side(conn: Any, seg: Q.SegmentIndex, window: Q.Window, where: Mapping[str, str]
+          ) -> tuple[dict[str, Q.Agg], int, dict[str, int]]:
+    scores = Q.merge(Q.score_aggs(conn, window, where=where, seg=seg).values())
+    records = Q.merge_records(Q.record_aggs(conn, window, where=where, seg=seg).values())
+    skips = Q.merge_skips(Q.skip_aggs(conn, window, where=where, seg=seg).values())
+    return scores, records.records, {m: sum(r.values()) for m, r in skips.items()}
+
+
+def build_comparison(
+    conn: Any, *, by: str = "release", current: str | None = None,
+    baseline: str | None = None, current_window: float | None = None,
+    baseline_window: float | None = None, since: float | None = None,
+    where: Mapping[str, str] | None = None, min_n: int = 30, min_effect: float = 0.02,
+    alpha: float = 0.05, adjust: str = "holm", db: str = "", now: float | None = None,
+) -> Comparison:
+    """Compare ``current`` with ``baseline``.
+
+    By segment (``by`` a dimension of :func:`.query.dims_of`): the two values, default the two
+    newest (by when each was first seen), over ``[since, now)``. Over time (``by="time"``):
+    ``current_window`` seconds up to now against the ``baseline_window`` seconds before it.
+    Raises :class:`CompareError` with a clear message when that cannot be done.
+    """
+    from ..monitor import stats
+
+    now = time.time() if now is None else now
+    seg = Q.SegmentIndex(conn)
+    where = dict(where or {})
+    if adjust not in ("holm", "fdr_bh"):
+        raise CompareError(f"--adjust must be holm or fdr_bh, got {adjust!r}")
+    if by == "time":
+        if not current_window or not baseline_window:
+            raise CompareError("a comparison over time needs --current and --baseline "
+                               "durations, e.g. --current 1d --baseline 7d")
+        cw = Q.Window(now - current_window, now)
+        bw = Q.Window(now - current_window - baseline_window, now - current_window)
+        cur_where, base_where = where, where
+        cur_label = f"last {_dur(current_window)}"
+        base_label = f"the {_dur(baseline_window)} before"
+    else:
+        dims = seg.dims()
+        if by not in dims:
+            raise CompareError(f"unknown dimension {by!r}; this database has: "
+                               f"{', '.join(dims)} (metadata keys come from "
+                               "init(segments=[...]))")
+        values = [v for v, _ in Q.values_of(conn, by, Q.Window(since, None), seg)]
+        if current is None or baseline is None:
+            rest = [v for v in values if v not in (current, baseline)]
+            if current is None:
+                current = rest.pop() if rest else None
+            if baseline is None:
+                baseline = rest.pop() if rest else None
+        if current is None or baseline is None:
+            raise CompareError(
+                f"need two values of {by} to compare; the database has "
+                f"{len(values)}: {', '.join(values) or 'none'}"
+                + ("" if by != "release" else
+                   " (set release= in tracescore.init, service.version in the OTel resource,"
+                   " or TRACESCORE_RELEASE)"))
+        for v in (current, baseline):
+            if v not in values:
+                raise CompareError(f"{by}={v!r} has no records"
+                                   + (" in the window" if since is not None else "")
+                                   + f"; values: {', '.join(values) or 'none'}")
+        cw = bw = Q.Window(since, None)
+        cur_where, base_where = {**where, by: current}, {**where, by: baseline}
+        cur_label, base_label = f"{by}={current}", f"{by}={baseline}"
+
+    cur, cur_n, cur_skips = _side(conn, seg, cw, cur_where)
+    base, base_n, base_skips = _side(conn, seg, bw, base_where)
+    info = MetricInfo(conn)
+    pending: list[tuple[str, str, str, bool | None, Any, Any, Any, int, int]] = []
+    for name in sorted(set(cur) | set(base),
+                       key=lambda n: ((cur.get(n) or base[n]).metric, n)):
+        a = cur.get(name) or Q.Agg(name, base[name].metric)
+        b = base.get(name) or Q.Agg(name, a.metric)
+        hib = info.higher_is_better(a.metric)
+        zero_one = all(x.n_ok == 0 or abs(x.ss - x.s) < 1e-9 for x in (a, b))
+        binary = info.binary(a.metric, zero_one, a.n_ok + b.n_ok)
+        if binary:
+            ea, eb = a.estimate(binary=True), b.estimate(binary=True)
+            diff = stats.rate_difference(a.yes, a.n_ok, b.yes, b.n_ok)
+            kind = "rate"
+        else:
+            ea, eb = a.estimate(), b.estimate()
+            diff = stats.mean_difference(a.moments(), b.moments(),
+                                         bins_current=a.histogram() or None,
+                                         bins_baseline=b.histogram() or None)
+            kind = "mean"
+        pending.append((name, a.metric, kind, hib, ea, eb, diff, a.n_ok, b.n_ok))
+    # pipeline rows: errors and skips over every job, lower is better
+    for kind, k_of in (("error rate", lambda x, s: sum(v.n_error for v in x.values())),
+                       ("skip rate", lambda x, s: sum(s.values()))):
+        kc, kb = k_of(cur, cur_skips), k_of(base, base_skips)
+        nc = sum(v.n_ok + v.n_error for v in cur.values()) + (
+            sum(cur_skips.values()) if kind == "skip rate" else 0)
+        nb = sum(v.n_ok + v.n_error for v in base.values()) + (
+            sum(base_skips.values()) if kind == "skip rate" else 0)
+        if not (kc or kb) or not (nc and nb):
+            continue
+        pending.append(("all scores", "", kind, False, stats.rate_ci(kc, nc),
+                        stats.rate_ci(kb, nb), stats.rate_difference(kc, nc, kb, nb), nc, nb))
+    adjusted = stats.adjust_pvalues([p[6].p_value for p in pending], method=adjust)
+    rows = [
+        ScoreComparison(name, metric, kind, hib, ea, eb, diff, p_adj, stats.verdict(
+            diff, n_current=n_a, n_baseline=n_b, min_n=min_n, min_effect=min_effect,
+            higher_is_better=hib, p_adjusted=p_adj, alpha=alpha))
+        for (name, metric, kind, hib, ea, eb, diff, n_a, n_b), p_adj in zip(pending, adjusted)
+    ]
+    return Comparison(db, by, cur_label, base_label, cw, bw, where, min_n, min_effect, alpha,
+                      adjust, rows, time.time(), cur_n, base_n)
+
+
+def _dur(seconds: float) -> str:
+    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and math.isclose(seconds / size, round(seconds / size)):
+            return f"{round(seconds / size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def parse_where(items: Any) -> dict[str, str]:
+    """``("environment=prod", "metadata.route=search")`` → a mapping (ValueError if malformed)."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = str(item).partition("=")
+        if not sep or not key.strip():
+            raise CompareError(f"--where takes KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out

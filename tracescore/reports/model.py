@@ -1,0 +1,226 @@
+"""The data every renderer takes: plain frozen dataclasses, no connection, no I/O.
+
+Built by :mod:`.report` and :mod:`.compare` from the query layer (:mod:`.query`); rendered as
+text (:mod:`.report_text`), JSON (``to_json``) and HTML (:mod:`.html`). A number a user decides
+on carries its n and its 95 % interval (``lo``/``hi``) and the method that gave it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["GroupSummary", "Histogram", "JudgeUsage", "MetricSummary", "MonitorStatus",
+           "Report", "ReportPage", "TimeBucket", "Usage", "WorstRecord"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSummary:
+    """One score name (``scores.name``); a metric such as rouge emits several."""
+
+    name: str
+    metric: str
+    higher_is_better: bool | None  # None: the metric declares no direction (no "worst")
+    count: int  # ok scores
+    mean: float | None
+    p10: float | None
+    p50: float | None
+    p90: float | None
+    fail_rate: float | None  # share of ok scores labelled "fail"; None when none has a label
+    labelled: int  # ok scores with a pass/fail label
+    errors: int  # scores with status "error"
+    skipped: int  # records the metric skipped (missing inputs, content capture off)
+    threshold: float | None = None  # the pass/fail threshold the metric declares, if any
+    #: a yes/no metric (values 0/1): shown as a rate, not percentiles (p10/p50/p90 are None)
+    binary: bool = False
+    yes: int | None = None  # binary only: ok scores with value 1
+    rate: float | None = None  # binary only: yes / count
+    #: why records were skipped, most frequent first: (reason, records)
+    skip_reasons: tuple[tuple[str, int], ...] = ()
+    #: the 95 % interval of the mean (Student t) or, for a yes/no metric, of the rate (Wilson)
+    lo: float | None = None
+    hi: float | None = None
+    ci_method: str = ""
+    #: jobs that ended in an error / were skipped, over every job of the score (with Wilson
+    #: intervals in to_json): a release that errors more has regressed, whatever its mean
+    error_rate: float | None = None
+
+    @property
+    def mostly_skipped(self) -> bool:
+        """More than half of the metric's jobs in the window were skipped."""
+        return self.skipped * 2 > self.skipped + self.count + self.errors
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k not in ("name", "skip_reasons")}
+        out["skip_reasons"] = [{"reason": r, "records": n} for r, n in self.skip_reasons]
+        out["mostly_skipped"] = self.mostly_skipped
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class WorstRecord:
+    name: str
+    value: float
+    label: str | None
+    trace_id: str
+    record_id: str
+    query: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    db: str
+    since: float | None
+    generated_at: float
+    records: int
+    sampled: int
+    dropped: int
+    pending_jobs: int
+    scores: int
+    #: scores not (yet) confirmed as exported: held, in flight, or their export failed
+    undelivered: int = 0
+    metrics: list[MetricSummary] = field(default_factory=list)
+    worst: dict[str, list[WorstRecord]] = field(default_factory=dict)
+    judges: list[dict[str, Any]] = field(default_factory=list)
+    #: accepted and then lost, by reason (the ``lost.<reason>`` counters; all time)
+    lost: dict[str, int] = field(default_factory=dict)
+    #: the monitors' current states (``tracescore check`` / ``monitor`` write them)
+    monitors: list[MonitorStatus] = field(default_factory=list)
+    #: segment values past the per-dimension limit, counted as ``other``: dimension → values
+    overflow: dict[str, int] = field(default_factory=dict)
+    #: ``report --by KEY``: the dimension, and one summary per value
+    by: str | None = None
+    groups: list[GroupSummary] = field(default_factory=list)
+    where: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "monitors": [m.to_json() for m in self.monitors],
+            "segment_overflow": dict(self.overflow),
+            "by": self.by,
+            "where": dict(self.where),
+            "groups": [g.to_json() for g in self.groups],
+            "db": self.db,
+            "since": self.since,
+            "generated_at": self.generated_at,
+            "records": self.records,
+            "sampled": self.sampled,
+            "dropped": self.dropped,
+            "pending_jobs": self.pending_jobs,
+            "scores": self.scores,
+            "undelivered_scores": self.undelivered,
+            "lost": dict(self.lost),
+            "metrics": {m.name: m.to_json() for m in self.metrics},
+            "worst": {
+                name: [{k: v for k, v in asdict(w).items() if k != "name"} for w in rows]
+                for name, rows in self.worst.items()
+            },
+            "judges": self.judges,
+        }
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    """Ok values of one score name in equal bins over ``[lo, hi]`` (the last bin is closed).
+
+    Each bin is split by label: ``passed``, ``failed`` and ``unlabelled`` (no threshold).
+    """
+
+    lo: float
+    hi: float
+    passed: list[int]
+    failed: list[int]
+    unlabelled: list[int]
+
+    @property
+    def counts(self) -> list[int]:
+        return [p + f + u for p, f, u in zip(self.passed, self.failed, self.unlabelled)]
+
+@dataclass(frozen=True, slots=True)
+class TimeBucket:
+    start: float  # unix seconds, a multiple of the bucket size (UTC-aligned)
+    count: int
+    mean: float
+    failed: int
+    labelled: int
+    #: the 95 % interval of the bucket's mean (None with fewer than 2 values)
+    lo: float | None = None
+    hi: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeUsage:
+    """LLM-judge calls of one (model, step) from the ``judge_calls`` table."""
+
+    model: str
+    step: str
+    calls: int
+    errors: int  # calls that failed (the error column is set)
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None  # None when no call had a known price
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens the app used (records) and what the LLM judge cost (judge_calls), in a window."""
+
+    records: int
+    with_usage: int  # records that reported token usage
+    input_tokens: int
+    output_tokens: int
+    models: dict[str, int]  # app model -> records
+    judge_scores: int  # scores of metrics declared as kind "judge"
+    judge: list[JudgeUsage]  # most expensive first
+
+    @property
+    def judge_cost_usd(self) -> float | None:
+        costs = [j.cost_usd for j in self.judge if j.cost_usd is not None]
+        return math.fsum(costs) if costs else None
+
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    """One value of the ``report --by`` dimension: its records and its scores."""
+
+    value: str | None
+    records: int
+    sampled: int
+    metrics: list[MetricSummary]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value, "records": self.records, "sampled": self.sampled,
+                "metrics": {m.name: m.to_json() for m in self.metrics}}
+
+
+@dataclass(frozen=True, slots=True)
+class MonitorStatus:
+    """A monitor's stored state (``monitor_state``), for the report's first lines."""
+
+    name: str
+    state: str  # OK | WARNING | ALERT | NO_DATA
+    since: float | None
+    checked_at: float | None
+    value: float | None
+    lo: float | None
+    hi: float | None
+    n: int | None
+    summary: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ReportPage:
+    """Everything the HTML report draws, built once by :func:`.report.build_page`."""
+
+    report: Report
+    span: tuple[float, float] | None
+    bucket: tuple[float, str] | None
+    histograms: dict[str, Histogram | None]
+    timelines: dict[str, list[TimeBucket]]
+    usage: Usage
+    #: the worst records in full (:func:`.show.record_details`), by record id
+    records: dict[str, dict[str, Any]]

@@ -1,0 +1,324 @@
+"""``tracescore report``: the summary of a window, per score, with intervals — as data.
+
+:func:`build_report` reads the query layer (:mod:`.query`: hourly rollups plus the raw rows of
+cut hours), so it costs in proportion to hours × segments whatever the number of records, and
+gives the same numbers before and after ``prune``. Each mean carries its 95 % Student-t
+interval, each rate its Wilson interval (:mod:`tracescore.monitor.stats`); percentiles come
+from the rollups' 100 bins (±0.005 for scores in [0, 1]). The worst records are the only raw
+read (an index range per score). :func:`build_page` gathers what the HTML page draws.
+Blocking I/O; no formatting here (:mod:`.report_text`, :mod:`.html`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from . import query as Q
+from .metric_info import MetricInfo
+from .model import (
+    GroupSummary,
+    Histogram,
+    JudgeUsage,
+    MetricSummary,
+    MonitorStatus,
+    Report,
+    ReportPage,
+    TimeBucket,
+    Usage,
+    WorstRecord,
+)
+
+__all__ = ["BUCKETS", "DEFAULT_WORST", "build_page", "build_report", "histogram",
+           "judge_health", "monitor_statuses", "percentile", "pick_bucket", "summarise",
+           "timeline", "usage_summary"]
+
+#: Worst records listed per score, by ``report`` and by the report ``demo`` prints.
+DEFAULT_WORST = 3
+
+
+def percentile(sorted_values: Any, q: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default) of already sorted values."""
+    if not sorted_values:
+        return None
+    pos = (len(sorted_values) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo))
+
+
+def summarise(a: Q.Agg, info: MetricInfo, skipped: int = 0,
+              reasons: tuple[tuple[str, int], ...] = ()) -> MetricSummary:
+    """One score's aggregates as the report shows them, with its interval."""
+    binary = info.binary(a.metric, a.n_ok > 0 and abs(a.ss - a.s) < 1e-9, a.n_ok)
+    yes = a.yes if binary else None
+    est = a.estimate(binary)
+    has_bins = bool(a.bins)
+    jobs = a.n_ok + a.n_error
+    return MetricSummary(
+        name=a.name, metric=a.metric, higher_is_better=info.higher_is_better(a.metric),
+        count=a.n_ok, mean=a.mean,
+        p10=None if binary or not has_bins else a.percentile(0.1),
+        p50=None if binary or not has_bins else a.percentile(0.5),
+        p90=None if binary or not has_bins else a.percentile(0.9),
+        fail_rate=a.n_fail / a.n_ok if a.n_labelled and a.n_ok else None,
+        labelled=a.n_labelled, errors=a.n_error, skipped=skipped,
+        threshold=info.threshold(a.metric), binary=binary, yes=yes,
+        rate=yes / a.n_ok if yes is not None and a.n_ok else None,
+        skip_reasons=reasons, lo=est.lo, hi=est.hi, ci_method=est.method if a.n_ok else "",
+        error_rate=a.n_error / jobs if jobs else None,
+    )
+
+
+def _summaries(per_name: Mapping[str, Q.Agg], skips: Mapping[str, Mapping[str, int]],
+               info: MetricInfo) -> list[MetricSummary]:
+    aggs = dict(per_name)
+    # metrics seen only through skipped jobs still get a row (everything skipped)
+    for metric in skips:
+        if not any(a.metric == metric for a in aggs.values()):
+            for name in info.names(metric):
+                aggs.setdefault(name, Q.Agg(name, metric))
+    out = []
+    for name in sorted(aggs, key=lambda n: (aggs[n].metric, n)):
+        a = aggs[name]
+        reasons = tuple(sorted(skips.get(a.metric, {}).items(), key=lambda kv: (-kv[1], kv[0])))
+        out.append(summarise(a, info, sum(n for _, n in reasons), reasons))
+    return out
+
+
+def build_report(conn: sqlite3.Connection, *, since: float | None = None,
+                 until: float | None = None, worst: int = DEFAULT_WORST, db: str = "",
+                 by: str | None = None, where: Mapping[str, str] | None = None) -> Report:
+    """Summarise the window ``[since, until)`` (unix seconds; None: unbounded) per score name,
+    over the records matching ``where``; ``by``: also one summary per value of that dimension.
+
+    Records are counted by ``records.created_at``, scores by ``scores.created_at``, skipped
+    jobs by their record's hour. ``dropped``, ``pending_jobs`` and ``lost`` are the
+    database's current totals. ``where``/``by`` name a dimension (:func:`.query.dims_of`).
+    """
+    window = Q.Window(since, until)
+    seg = Q.SegmentIndex(conn)
+    where = dict(where or {})
+    one = conn.execute
+    recs = Q.merge_records(Q.record_aggs(conn, window, where=where, seg=seg).values())
+    scores = Q.merge(Q.score_aggs(conn, window, where=where, seg=seg).values())
+    skips = Q.merge_skips(Q.skip_aggs(conn, window, where=where, seg=seg).values())
+    info = MetricInfo(conn)
+    metrics = _summaries(scores, skips, info)
+
+    counters = {str(k): int(v) for k, v in one("SELECT name, value FROM counters").fetchall()}
+    lost = {k[5:]: v for k, v in sorted(counters.items()) if k.startswith("lost.") and v > 0}
+    overflow = {k[len("segments.overflow."):]: v for k, v in sorted(counters.items())
+                if k.startswith("segments.overflow.") and v > 0}
+    pending = one("SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')").fetchone()[0]
+    cutoff = since if since is not None else -math.inf
+    undelivered = one("SELECT count(*) FROM scores WHERE delivery IS NULL AND created_at >= ?",
+                      (Q._num(cutoff),)).fetchone()[0]
+
+    groups: list[GroupSummary] = []
+    if by is not None:
+        g_recs = Q.record_aggs(conn, window, where=where, by=by, seg=seg)
+        g_scores = Q.score_aggs(conn, window, where=where, by=by, seg=seg)
+        g_skips = Q.skip_aggs(conn, window, where=where, by=by, seg=seg)
+        keys = set(g_recs) | set(g_scores)
+        for value in sorted(keys, key=lambda v: (v is None, str(v))):
+            r = g_recs.get(value, Q.RecordAgg())
+            groups.append(GroupSummary(value, r.records, r.sampled, _summaries(
+                g_scores.get(value, {}), g_skips.get(value, {}), info)))
+
+    return Report(
+        db=db, since=since, generated_at=time.time(), records=recs.records,
+        sampled=recs.sampled, dropped=counters.get("records_dropped", 0),
+        pending_jobs=int(pending), undelivered=int(undelivered),
+        scores=sum(a.n_jobs for a in scores.values()), metrics=metrics,
+        worst=worst_records(conn, metrics, worst, since, until, seg.matching(where)),
+        judges=judge_health(conn), lost=lost, monitors=monitor_statuses(conn),
+        overflow=overflow, by=by, groups=groups, where=where,
+    )
+
+
+def worst_records(conn: Any, metrics: list[MetricSummary], n: int, since: float | None,
+                  until: float | None, seg_ids: set[int] | None = None
+                  ) -> dict[str, list[WorstRecord]]:
+    """The ``n`` worst stored records per score in the window (an index range per score)."""
+    out: dict[str, list[WorstRecord]] = {}
+    if n <= 0:
+        return out
+    lo = Q._num(-math.inf if since is None else since)
+    hi = Q._num(math.inf if until is None else until)
+    seg_sql, seg_args = Q._seg_clause(seg_ids, "s.seg_id")
+    for m in metrics:
+        if not m.count or m.higher_is_better is None:
+            continue
+        order = "ASC" if m.higher_is_better else "DESC"
+        rows = conn.execute(
+            "SELECT s.value, s.label, s.trace_id, s.record_id, r.query FROM scores s"
+            " LEFT JOIN records r ON r.record_id = s.record_id"
+            " WHERE s.name = ? AND s.status = 'ok' AND s.value IS NOT NULL"
+            " AND s.created_at >= ? AND s.created_at < ?" + seg_sql
+            + f" ORDER BY s.value {order}, s.score_id DESC LIMIT ?",
+            (m.name, lo, hi, *seg_args, n),
+        ).fetchall()
+        out[m.name] = [WorstRecord(m.name, r[0], r[1], r[2], r[3], r[4]) for r in rows]
+    return out
+
+
+def judge_health(conn: Any) -> list[dict[str, Any]]:
+    """The judge canary's verdict per judge model (empty when no judge was checked)."""
+    try:
+        rows = conn.execute(
+            "SELECT model, agreement, cases, degenerate, detail, checked_at FROM judge_health "
+            "ORDER BY checked_at DESC").fetchall()
+    except sqlite3.Error:  # a database from before the judge tables existed
+        return []
+    return [{"model": m, "agreement": a, "cases": c, "degenerate": bool(d),
+             "reason": (json.loads(detail or "{}") or {}).get("reason", ""), "checked_at": t}
+            for m, a, c, d, detail, t in rows]
+
+
+def monitor_statuses(conn: Any) -> list[MonitorStatus]:
+    """The monitors' stored states, alerts first (empty before any ``check``)."""
+    from ..store.compat import has_table
+
+    if not has_table(conn, "monitor_state"):
+        return []
+    order = {"ALERT": 0, "WARNING": 1, "NO_DATA": 2, "OK": 3}
+    out = []
+    for name, state, since, checked, value, lo, hi, n, detail in conn.execute(
+        "SELECT monitor, state, since, checked_at, value, lo, hi, n, detail FROM monitor_state"
+    ).fetchall():
+        try:
+            summary = (json.loads(detail or "{}") or {}).get("summary", "")
+        except (TypeError, ValueError):
+            summary = ""
+        out.append(MonitorStatus(name, state, since, checked, value, lo, hi,
+                                 None if n is None else int(n), summary))
+    return sorted(out, key=lambda m: (order.get(m.state, 9), m.name))
+
+
+# -- distributions, time series and usage (the HTML page) --------------------------------------
+#: Bucket sizes for time series, smallest first: (seconds, name). Sub-minute sizes let a
+#: short run (a demo scored in two seconds) show a line rather than one dot.
+BUCKETS: tuple[tuple[float, str], ...] = (
+    (0.05, "50 ms"), (0.1, "100 ms"), (0.25, "250 ms"), (0.5, "500 ms"), (1, "second"),
+    (5, "5 seconds"), (15, "15 seconds"),
+    (60, "minute"), (300, "5 minutes"), (900, "15 minutes"), (3600, "hour"),
+    (6 * 3600, "6 hours"), (86400, "day"), (7 * 86400, "week"),
+)
+
+
+def pick_bucket(first: float, last: float, max_buckets: int = 48) -> tuple[float, str]:
+    """The smallest bucket of :data:`BUCKETS` that covers ``[first, last]`` in at most
+    ``max_buckets`` buckets: the bucket follows the data's time span."""
+    for seconds, label in BUCKETS:
+        if int(last // seconds) - int(first // seconds) + 1 <= max_buckets:
+            return seconds, label
+    return BUCKETS[-1]
+
+
+def histogram(conn: Any, name: str, *, since: float | None = None, bins: int = 10,
+              where: Mapping[str, str] | None = None,
+              seg: Q.SegmentIndex | None = None) -> Histogram | None:
+    """Ok values of score ``name`` in ``bins`` equal bins over [0, 1], split by label, from the
+    rollups' 100 bins (plus the raw rows of a cut hour). None when there are none."""
+    counts = Q.label_bins(conn, name, Q.Window(since, None), where=where, seg=seg)
+    if not counts:
+        return None
+    passed, failed, unlabelled = [0] * bins, [0] * bins, [0] * bins
+    for (b100, label), n in counts.items():
+        target = {"pass": passed, "fail": failed}.get(label, unlabelled)
+        target[min(b100 * bins // Q.BINS, bins - 1)] += n
+    return Histogram(0.0, 1.0, passed, failed, unlabelled)
+
+
+def timeline(conn: Any, name: str, *, bucket_s: float, since: float | None = None,
+             where: Mapping[str, str] | None = None,
+             seg: Q.SegmentIndex | None = None) -> list[TimeBucket]:
+    """Mean ok value of score ``name`` per ``bucket_s`` seconds, with its 95 % interval."""
+    series = Q.score_series(conn, [name], Q.Window(since, None), bucket_s, where=where,
+                            seg=seg)
+    merged: dict[float, Q.Agg] = {}
+    for points in series.get(name, {}).values():
+        for t, a in points:
+            if t not in merged:
+                merged[t] = Q.Agg(name, a.metric)
+            merged[t].add(a)
+    return [_bucket(t, a) for t, a in sorted(merged.items()) if a.n_ok]
+
+
+def _bucket(t: float, a: Q.Agg) -> TimeBucket:
+    est = a.estimate()
+    return TimeBucket(float(t), a.n_ok, a.s / a.n_ok, a.n_fail, a.n_labelled, est.lo, est.hi)
+
+
+def usage_summary(conn: Any, *, since: float | None = None,
+                  where: Mapping[str, str] | None = None) -> Usage:
+    """Token usage of the app (record rollups) and of the LLM judge (``judge_calls``)."""
+    from ..store.compat import has_table
+
+    window = Q.Window(since, None)
+    seg = Q.SegmentIndex(conn)
+    recs = Q.merge_records(Q.record_aggs(conn, window, where=where, seg=seg).values())
+    cutoff = Q._num(since if since is not None else -math.inf)
+    judge_scores = 0
+    judge: list[JudgeUsage] = []
+    if has_table(conn, "metrics"):
+        kinds = {m for (m,) in conn.execute("SELECT metric FROM metrics WHERE kind = 'judge'")}
+        judge_scores = sum(a.n_jobs for a in Q.merge(
+            Q.score_aggs(conn, window, where=where, seg=seg).values()).values()
+            if a.metric in kinds)
+    if has_table(conn, "judge_calls"):
+        judge = [
+            JudgeUsage(model or "unknown", step or "-", calls, int(errors),
+                       int(tin_j), int(tout_j), cost)
+            for model, step, calls, errors, tin_j, tout_j, cost in conn.execute(
+                "SELECT model, step, count(*),"
+                " coalesce(sum(CASE WHEN error IS NOT NULL THEN 1 ELSE 0 END), 0),"
+                " coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),"
+                " sum(cost_usd) FROM judge_calls WHERE created_at >= ?"
+                " GROUP BY model, step ORDER BY coalesce(sum(cost_usd), 0) DESC,"
+                " sum(input_tokens) + sum(output_tokens) DESC, model, step",
+                (cutoff,),
+            )
+        ]
+    models = dict(sorted(recs.models.items(), key=lambda kv: (-kv[1], kv[0])))
+    return Usage(records=recs.records, with_usage=recs.with_usage,
+                 input_tokens=recs.input_tokens, output_tokens=recs.output_tokens,
+                 models=models, judge_scores=judge_scores, judge=judge)
+
+
+def build_page(conn: Any, report: Report, *, bins: int = 10) -> ReportPage:
+    """Everything the HTML report draws for ``report`` (built on the same connection)."""
+    from .show import find_records, record_details
+
+    where = report.where or None
+    seg = Q.SegmentIndex(conn)
+    span = Q.time_span(conn, Q.Window(report.since, None))
+    bucket = pick_bucket(*span) if span else None
+    hists: dict[str, Histogram | None] = {}
+    lines: dict[str, list[TimeBucket]] = {}
+    for m in report.metrics:
+        h = histogram(conn, m.name, since=report.since, bins=bins, where=where, seg=seg)
+        if h is not None and m.binary:  # a yes/no metric: two bars, not ten bins
+            h = Histogram(0.0, 1.0, [sum(h.passed[:len(h.passed) // 2]),
+                                     sum(h.passed[len(h.passed) // 2:])],
+                          [sum(h.failed[:len(h.failed) // 2]),
+                           sum(h.failed[len(h.failed) // 2:])],
+                          [sum(h.unlabelled[:len(h.unlabelled) // 2]),
+                           sum(h.unlabelled[len(h.unlabelled) // 2:])])
+        hists[m.name] = h
+        lines[m.name] = (timeline(conn, m.name, bucket_s=bucket[0], since=report.since,
+                                  where=where, seg=seg) if bucket else [])
+    records: dict[str, dict[str, Any]] = {}
+    for items in report.worst.values():
+        for w in items:
+            if w.record_id not in records:
+                rows, _ = find_records(conn, w.record_id)
+                if rows:
+                    records[w.record_id] = record_details(conn, rows[0])
+    return ReportPage(report, span, bucket, hists, lines,
+                      usage_summary(conn, since=report.since, where=where), records)

@@ -1,0 +1,238 @@
+"""The human ``tracescore report``: monitors first, a summary line, a table per score with its
+95 % interval, the worst records. Takes a :class:`~.model.Report`; no I/O."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+from .model import MetricSummary, Report
+from .textfmt import WIDTH
+from .textfmt import clip as _clip
+from .textfmt import num as _num
+from .textfmt import pct as _pct
+from .textfmt import plural as _n
+from .textfmt import share as _share
+from .textfmt import table as _table
+from .textfmt import when as _when
+
+__all__ = ["format_comparison", "format_report"]
+
+
+def format_report(report: Report, width: int = WIDTH) -> str:
+    """The human report: a summary line, a table per score name, the worst records."""
+    window = "all time" if report.since is None else f"since {_when(report.since)}"
+    errors = sum(m.errors for m in report.metrics)
+    summary = (
+        f"{_n(report.records, 'record')}, {report.sampled} sampled"
+        f"{_share(report.sampled, report.records)}, {report.dropped} dropped; "
+        f"{_n(report.scores, 'score')}, {_n(errors, 'error')}; "
+        f"{_n(report.pending_jobs, 'job')} pending"
+    )
+    if report.lost:
+        summary += "; lost (all time): " + ", ".join(
+            f"{n} {reason}" for reason, n in sorted(report.lost.items()))
+    if report.undelivered:
+        summary += (f"; {_n(report.undelivered, 'score')} not yet exported (held, in flight, or "
+                    "the export failed: a running pipeline sends it again)")
+    scope = "".join(f", {k}={v}" for k, v in report.where.items())
+    out = [f"tracescore report on {report.db} ({window}{scope})"]
+    out += _monitor_lines(report, width)
+    out += [*textwrap.wrap(summary, width), ""]
+    if report.overflow:
+        out += [*textwrap.wrap(
+            "segments past their cardinality limit, counted as 'other': " + ", ".join(
+                f"{dim} ({n} records)" for dim, n in report.overflow.items()), width), ""]
+    for j in report.judges:
+        line = (f"judge {j['model']}: agreed with {j['agreement']:.0%} of {j['cases']} canary "
+                "cases")
+        if j["degenerate"]:
+            line = f"WARNING: {line}: DEGENERATE ({j['reason']}); do not trust its scores"
+        out += [*textwrap.wrap(line, width), ""]
+    if not report.metrics:
+        out.append("No scores yet." if report.records else "No records yet.")
+        if report.pending_jobs:
+            out.append(f"{report.pending_jobs} scoring jobs are waiting for a running pipeline.")
+        return "\n".join(out)
+
+    out += _score_tables(report.metrics)
+    notes = []
+    if any(m.higher_is_better is False for m in report.metrics):
+        notes.append("↓ lower is better")
+    if any(m.higher_is_better is None for m in report.metrics):
+        notes.append("· no better direction")
+    unlabelled = [m.name for m in report.metrics if m.fail_rate is None and m.count]
+    if unlabelled:
+        notes.append(f"no pass/fail threshold: {', '.join(unlabelled)}")
+    if notes:
+        out += textwrap.wrap("; ".join(notes), width=width)
+    out += _skip_notes(report.metrics, width)
+
+    for g in report.groups:
+        out += ["", f"{report.by} = {g.value if g.value is not None else '(none)'}: "
+                f"{_n(g.records, 'record')}, {g.sampled} sampled"]
+        out += _score_tables(g.metrics) if g.metrics else ["  no scores"]
+    if report.worst:
+        n = max(len(items) for items in report.worst.values())
+        title = "Worst record per score" if n == 1 else f"Worst {n} records per score"
+        out += ["", f"{title} (details: tracescore show TRACE)"]
+        wrows: list[list[str]] = []
+        for name, items in report.worst.items():
+            for i, w in enumerate(items):
+                wrows.append([name if i == 0 else "", _num(w.value), w.trace_id[:12], w.query or ""])
+        fixed = max(len("score"), *(len(r[0]) for r in wrows)) + 2 + 5 + 2 + 12 + 2
+        room = max(20, width - fixed)
+        for r in wrows:
+            r[3] = _clip(r[3], room)
+        out += _table(["score", "value", "trace", "query"], wrows, "<><<")
+    return "\n".join(out)
+
+
+_MARKS = {True: "", False: " ↓", None: " ·"}
+
+
+def _ci(m: MetricSummary, rate: bool = False) -> str:
+    if m.lo is None or m.hi is None:
+        return "-"
+    if rate:
+        return f"{100 * m.lo:.1f}–{100 * m.hi:.1f}%"
+    return f"{m.lo:.3f}–{m.hi:.3f}"
+
+
+def _score_tables(metrics: Sequence[MetricSummary]) -> list[str]:
+    """A table of scores (mean with its 95 % interval) and one of yes/no checks (rate)."""
+    out: list[str] = []
+    rows = [
+        [m.name + _MARKS[m.higher_is_better], str(m.count), _num(m.mean), _ci(m), _num(m.p10),
+         _num(m.p50), _num(m.p90), _pct(m.fail_rate), str(m.errors), str(m.skipped)]
+        for m in metrics if not m.binary
+    ]
+    if rows:
+        out += _table(["score", "n", "mean", "95% CI", "p10", "p50", "p90", "fail", "errors",
+                       "skipped"], rows, "<>>>>>>>>>")
+    # Yes/no metrics (values 0/1): how many said yes, not percentiles of 0s and 1s.
+    checks = [
+        [m.name + _MARKS[m.higher_is_better], str(m.count),
+         "-" if m.yes is None else f"{m.yes}/{m.count}", _pct(m.rate), _ci(m, rate=True),
+         _pct(m.fail_rate), str(m.errors), str(m.skipped)]
+        for m in metrics if m.binary
+    ]
+    if checks:
+        if rows:
+            out.append("")
+        out += _table(["yes/no check", "n", "yes", "rate", "95% CI", "fail", "errors",
+                       "skipped"], checks, "<>>>>>>>")
+    return out
+
+
+def _monitor_lines(report: Report, width: int) -> list[str]:
+    """The monitors' states, alerts first (one line each; OK ones summed up)."""
+    if not report.monitors:
+        return []
+    ok = [m for m in report.monitors if m.state == "OK"]
+    lines = []
+    for m in report.monitors:
+        if m.state == "OK":
+            continue
+        est = "" if m.value is None else f" {m.value:.3f}"
+        if m.lo is not None and m.hi is not None:
+            est += f" [{m.lo:.3f}, {m.hi:.3f}]"
+        if m.n is not None:
+            est += f" n={m.n}"
+        text = f"{m.state} {m.name}:{est}" + (f" — {m.summary}" if m.summary else "")
+        text += f" (since {_when(m.since)})"
+        lines += textwrap.wrap(text, width)
+    if ok:
+        lines.append(f"OK: {len(ok)} monitor{'s' if len(ok) != 1 else ''}"
+                     + ("" if lines else " (tracescore check for details)"))
+    return lines
+
+
+def _skip_notes(metrics: Sequence[MetricSummary], width: int) -> list[str]:
+    """Why metrics skipped most of their records (once per metric, not per score name)."""
+    # Metrics skipped alike (an agent without answers skips every answer metric) share a line.
+    alike: dict[str, list[str]] = {}
+    for m in metrics:
+        if not m.mostly_skipped:
+            continue
+        total = m.skipped + m.count + m.errors
+        why = "; ".join(f"{reason} ({n})" for reason, n in m.skip_reasons[:3]) or "no reason"
+        names = alike.setdefault(f"skipped {m.skipped} of {total} records: {why}", [])
+        if m.metric not in names:
+            names.append(m.metric)
+    lines: list[str] = []
+    for text, names in alike.items():
+        lines += textwrap.wrap(f"{', '.join(names)}: {text}", width, initial_indent="  ",
+                               subsequent_indent="    ")
+    if lines:
+        lines = ["", "Mostly skipped (these metrics could not run on most records):", *lines]
+    return lines
+
+
+
+
+def format_comparison(c: Any, width: int = WIDTH) -> str:
+    """The human ``tracescore compare``: one row per score, verdicts first in the summary."""
+    def est(e: Any, rate: bool) -> str:
+        if e.value is None:
+            return "-"
+        if rate:
+            text = f"{100 * e.value:.1f}%"
+            return text + (f" [{100 * e.lo:.1f}, {100 * e.hi:.1f}]" if e.lo is not None else "")
+        return f"{e.value:.3f}" + (f" [{e.lo:.3f}, {e.hi:.3f}]" if e.lo is not None else "")
+
+    def dif(d: Any, rate: bool) -> str:
+        if d.estimate is None:
+            return "-"
+        k = 100 if rate else 1
+        unit = " pp" if rate else ""
+        text = f"{k * d.estimate:+.{1 if rate else 3}f}{unit}"
+        if d.lo is not None and d.hi is not None:
+            text += f" [{k * d.lo:+.{1 if rate else 3}f}, {k * d.hi:+.{1 if rate else 3}f}]"
+        return text
+
+    scope = "".join(f", {k}={v}" for k, v in c.where.items())
+    out = [f"tracescore compare on {c.db}{scope}",
+           f"current:  {c.current_label} ({_n(c.current_records, 'record')}"
+           f"{_window(c.current_window)})",
+           f"baseline: {c.baseline_label} ({_n(c.baseline_records, 'record')}"
+           f"{_window(c.baseline_window)})", ""]
+    counts: dict[str, int] = {}
+    for r in c.rows:
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    if c.regressed:
+        out += textwrap.wrap("REGRESSED: " + ", ".join(
+            r.name if r.kind in ("mean", "rate") else f"{r.kind} ({r.name})"
+            for r in c.regressed), width)
+    out.append("; ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no scores")
+    out.append("")
+    rows = []
+    for r in c.rows:
+        rate = r.kind != "mean"
+        label = r.name if r.kind in ("mean", "rate") else f"{r.kind}"
+        p = "-" if r.p_adjusted is None else (f"{r.p_adjusted:.3f}" if r.p_adjusted >= 0.001
+                                               else "<0.001")
+        rows.append([label + _MARKS[r.higher_is_better], str(r.current.n),
+                     est(r.current, rate), str(r.baseline.n), est(r.baseline, rate),
+                     dif(r.diff, rate), p, r.verdict])
+    if rows:
+        out += _table(["score", "n", "current", "n", "baseline", "difference [95% CI]",
+                       "p adj", "verdict"], rows, "<>>>>>><")
+    methods = sorted({r.diff.method for r in c.rows if r.diff.method})
+    adjust = {"holm": "Holm (family-wise)", "fdr_bh": "Benjamini-Hochberg (false discovery "
+              "rate)"}.get(c.adjust, c.adjust)
+    out += [""] + textwrap.wrap(
+        f"difference = current - baseline; intervals 95 % ({', '.join(methods) or '-'}); "
+        f"p-values adjusted across the {len(c.rows)} rows by {adjust}; alpha {c.alpha:g}; "
+        f"'no change' = the interval lies inside ±{c.min_effect:g}; 'not enough data' = "
+        f"fewer than {c.min_n} scored records on a side.", width)
+    return "\n".join(out)
+
+
+def _window(w: Any) -> str:
+    if w.since is None and w.until is None:
+        return ""
+    if w.until is None:
+        return f", since {_when(w.since)}"
+    return f", {_when(w.since)} to {_when(w.until)}"

@@ -1,0 +1,188 @@
+"""``tracescore show``: one record (or a trace's records) in full — query, contexts, answer,
+every score with its explanation, and its unscored jobs. Reads raw rows by primary key or
+trace id (indexed). Blocking I/O."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+from .textfmt import WIDTH
+from .textfmt import num as _num
+from .textfmt import table as _table
+from .textfmt import when as _when
+
+__all__ = ["find_records", "format_records", "record_details"]
+
+
+# -- show ------------------------------------------------------------------------------------
+def find_records(conn: sqlite3.Connection, ident: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Records for a trace id, a record id (``trace-span``) or a unique trace-id prefix.
+
+    Returns ``(records, candidates)``: records found (oldest first), or no records and the
+    trace ids a too-short prefix matches (empty when nothing matches).
+    """
+    ident = ident.strip().lower()
+    if "-" in ident:
+        rows = conn.execute("SELECT * FROM records WHERE record_id = ?", (ident,)).fetchall()
+        return [dict(r) for r in rows], []
+    if not ident or not re.fullmatch(r"[0-9a-f]+", ident):
+        return [], []
+    ids = [r[0] for r in conn.execute(
+        "SELECT DISTINCT trace_id FROM records WHERE trace_id >= ? AND trace_id < ? LIMIT 11",
+        (ident, ident + "g"),  # a range, so the trace_id index serves the prefix search
+    )]
+    if len(ids) != 1:
+        return [], ids
+    rows = conn.execute(
+        "SELECT * FROM records WHERE trace_id = ? ORDER BY created_at, record_id", (ids[0],)
+    ).fetchall()
+    return [dict(r) for r in rows], []
+
+
+def record_details(conn: sqlite3.Connection, row: dict[str, Any]) -> dict[str, Any]:
+    """A record as plain data: decoded JSON columns, its scores and its unscored jobs."""
+    rec = dict(row)
+    for key, default in (("contexts", "[]"), ("ground_truths", "[]"), ("metadata", "{}"),
+                         ("tags", "[]"), ("sampled_metrics", "[]")):
+        try:
+            rec[key] = json.loads(rec.get(key) or default)
+        except (TypeError, ValueError):
+            pass  # keep the raw text: show what is there rather than fail
+    rec["sampled"] = bool(rec.get("sampled"))
+    rec["content_captured"] = bool(rec.get("content_captured"))
+    rec["scores"] = [
+        {k: s[k] for k in ("name", "metric", "metric_version", "value", "label", "explanation",
+                           "status", "error", "duration_ms", "created_at", "delivery")}
+        for s in conn.execute(
+            "SELECT * FROM scores WHERE record_id = ? ORDER BY metric, score_id",
+            (rec["record_id"],),
+        )
+    ]
+    rec["jobs"] = [
+        dict(j) for j in conn.execute(
+            "SELECT metric, metric_version, status, attempts, reason FROM jobs"
+            " WHERE record_id = ? AND status != 'done' ORDER BY metric", (rec["record_id"],),
+        )
+    ]
+    return rec
+
+
+def _wrap(text: str, indent: str, width: int) -> list[str]:
+    lines: list[str] = []
+    for para in (text or "").splitlines() or [""]:
+        lines += textwrap.wrap(para, width=width, initial_indent=indent,
+                               subsequent_indent=indent) or [indent.rstrip()]
+    return lines
+
+
+def _field(label: str, value: Any, width: int) -> list[str]:
+    text = "-" if value is None or value == "" else str(value)
+    body = _wrap(text, " " * 15, width)
+    body[0] = f"{label:<15}" + body[0][15:]
+    return body
+
+
+def format_records(recs: Sequence[dict[str, Any]], width: int = WIDTH,
+                   context_chars: int = 300) -> str:
+    """The human ``show`` output for records from :func:`record_details`."""
+    out: list[str] = []
+    for rec in recs:
+        if out:
+            out += ["", "=" * min(width, 60), ""]
+        usage = "-"
+        if rec.get("input_tokens") is not None or rec.get("output_tokens") is not None:
+            usage = f"{rec.get('input_tokens') or 0} in / {rec.get('output_tokens') or 0} out"
+        latency = rec.get("latency_ms")
+        if rec["sampled"]:
+            sampling = f"sampled (u={rec.get('sample_u') or 0:.4f})"
+            if rec.get("forced"):
+                sampling += f", forced: {rec['forced']}"
+            metrics = rec["sampled_metrics"]
+            if isinstance(metrics, list) and metrics:
+                sampling += "; metrics: " + ", ".join(map(str, metrics))
+        else:
+            sampling = f"not sampled (u={rec.get('sample_u') or 0:.4f})"
+        out += [f"record {rec['record_id']}", ""]
+        out += _field("trace", rec["trace_id"], width)
+        out += _field("created", _when(rec.get("created_at")), width)
+        out += _field("source", rec.get("source"), width)
+        out += _field("latency", None if latency is None else f"{latency:.1f} ms", width)
+        out += _field("tokens", usage, width)
+        out += _field("model", rec.get("model"), width)
+        out += _field("error", rec.get("error"), width)
+        out += _field("sampling", sampling, width)
+        for key in ("session_id", "user_id"):
+            if rec.get(key):
+                out += _field(key.replace("_id", ""), rec[key], width)
+        if rec.get("tags"):
+            out += _field("tags", ", ".join(map(str, rec["tags"])), width)
+        if rec.get("metadata"):
+            out += _field("metadata", json.dumps(rec["metadata"], ensure_ascii=False), width)
+        if not rec["content_captured"]:
+            out += _field("content", "not captured (content capture was off)", width)
+        compact = rec.get("text_kept") == 0
+        if compact:
+            note = ("stored compact: text not kept (the record was not sampled; "
+                    "keep_full_text=False or its window passed)")
+            if rec["jobs"] or rec["scores"]:
+                note += "; scoring was asked for later (feedback or a reference) and skipped"
+            out += _field("content", note, width)
+        out += [""]
+        if compact:
+            for key in ("query", "answer"):
+                chars, digest = rec.get(f"{key}_chars"), rec.get(f"{key}_hash")
+                out += _field(key, "-" if chars is None else
+                              f"(not kept: {chars} chars, hash {digest})", width)
+        else:
+            out += _field("query", rec.get("query"), width)
+            out += _field("answer", rec.get("answer"), width)
+        gts = rec["ground_truths"] if isinstance(rec["ground_truths"], list) else []
+        if not gts:
+            out += _field("ground truth", None, width)
+        for i, g in enumerate(gts):
+            out += _field("ground truth" if i == 0 else "", g, width)
+
+        ctxs = rec["contexts"] if isinstance(rec["contexts"], list) else []
+        out += ["", f"contexts ({len(ctxs)})"]
+        for i, c in enumerate(ctxs):
+            head = [f"[{i}]"]
+            if c.get("source"):
+                head.append(f"from {c['source']}")
+            if c.get("id") is not None:
+                head.append(f"id={c['id']}")
+            if c.get("score") is not None:
+                head.append(f"score={c['score']:.4g}" if isinstance(c["score"], (int, float))
+                            else f"score={c['score']}")
+            if compact:
+                head.append(f"(text not kept: {c.get('chars')} chars, hash {c.get('hash')})")
+            out.append("  " + "  ".join(head))
+            text = c.get("text") or ""
+            if len(text) > context_chars:
+                text = text[:context_chars].rstrip() + f"… ({len(c['text'])} chars)"
+            out += _wrap(text, "      ", width)
+
+        scores = rec["scores"]
+        out += ["", f"scores ({len(scores)})"]
+        if scores:
+            rows = []
+            for s in scores:
+                value = _num(s["value"]) if s["status"] == "ok" else s["status"]
+                dur = "-" if s["duration_ms"] is None else f"{s['duration_ms']:.1f} ms"
+                rows.append([s["name"], value, s["label"] or "-", dur])
+            table = _table(["score", "value", "label", "duration"], rows, "<><>")
+            out += ["  " + line for line in table[:2]]
+            for line, s in zip(table[2:], scores):
+                out.append("  " + line)
+                note = s["error"] if s["status"] != "ok" else s["explanation"]
+                if note:
+                    out += _wrap(note if len(note) <= 600 else note[:600] + "…",
+                                 "      ", width)
+        for j in rec["jobs"]:
+            reason = f": {j['reason']}" if j.get("reason") else ""
+            out.append(f"  {j['metric']}: {j['status']}{reason}")
+    return "\n".join(out)
