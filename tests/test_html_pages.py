@@ -137,6 +137,19 @@ def dom(text: str) -> Node:
     return Dom(text).root
 
 
+def axis_x(svg: Node, t: float) -> float:
+    """Where time ``t`` falls on a chart's x axis (its data-t0/t1 over data-x0/x1)."""
+    t0, t1 = svg.f("data-t0"), svg.f("data-t1")
+    x0, x1 = svg.f("data-x0"), svg.f("data-x1")
+    return x0 + (x1 - x0) * (t - t0) / (t1 - t0)
+
+
+def trend_y(svg: Node, v: float) -> float:
+    """Where value ``v`` falls on a trend chart's y axis (data-ylo at the bottom)."""
+    ylo, yhi = svg.f("data-ylo"), svg.f("data-yhi")
+    return H.TPAD_T + (H.TH - H.TPAD_T - H.TPAD_B) * (1 - (v - ylo) / (yhi - ylo))
+
+
 def points_of(d: str) -> list[tuple[float, float]]:
     return [(float(x), float(y)) for x, y in re.findall(r"[ML](-?[\d.]+),(-?[\d.]+)", d)]
 
@@ -384,17 +397,14 @@ def test_trend_points_and_bands_are_the_datas() -> None:
     root = dom(H.render_trend_html(trend))
     for s in trend.series:
         svg = root.one("svg", cls="trend", data_series=s.name)
-        t0, t1 = svg.f("data-t0"), svg.f("data-t1")
-        assert (t0, t1) == (T0, T0 + 10 * DAY)  # first bucket's start, last bucket's end
-        x0, x1 = svg.f("data-x0"), svg.f("data-x1")
-        ylo, yhi = svg.f("data-ylo"), svg.f("data-yhi")
-        ph = H.TH - H.TPAD_T - H.TPAD_B
+        # from the first bucket's start to the last bucket's end
+        assert (svg.f("data-t0"), svg.f("data-t1")) == (T0, T0 + 10 * DAY)
 
-        def x(t: float) -> float:
-            return x0 + (x1 - x0) * (t - t0) / (t1 - t0)
+        def x(t: float, svg: Node = svg) -> float:
+            return axis_x(svg, t)
 
-        def y(v: float) -> float:
-            return H.TPAD_T + ph * (1 - (v - ylo) / (yhi - ylo))
+        def y(v: float, svg: Node = svg) -> float:
+            return trend_y(svg, v)
 
         dots = svg.all("circle", cls="pt")
         assert [(d.f("data-start"), d.f("data-value"), int(d.attrs["data-n"]),
@@ -414,6 +424,11 @@ def test_trend_points_and_bands_are_the_datas() -> None:
             assert [py for _, py in pts] == pytest.approx(
                 [y(p.hi) for p in run] + [y(p.lo) for p in reversed(run)], abs=0.06)
         assert covered == list(range(len(s.points)))
+    # ten days: a tick every other day, each on its midnight
+    faith = root.one("svg", data_series="faithfulness")
+    marks = [float(t.attrs["x1"]) for t in faith.all("line", cls="tick")]
+    assert marks == pytest.approx([axis_x(faith, T0 + d * DAY) for d in range(0, 11, 2)],
+                                  abs=0.06)
     # the missing day 3 breaks faithfulness' band and line in two; the rate is one piece
     faith = root.one("svg", data_series="faithfulness")
     assert len(faith.all("path", cls="band")) == len(faith.all("path", cls="line")) == 2
@@ -443,14 +458,12 @@ def test_trend_marks_release_changes_on_the_time_axis() -> None:
     root = dom(html)
     for s in trend.series:
         svg = root.one("svg", cls="trend", data_series=s.name)
-        t0, t1 = svg.f("data-t0"), svg.f("data-t1")
-        x0, x1 = svg.f("data-x0"), svg.f("data-x1")
         marks = svg.all("g", cls="rel")
         # v1 came before the axis: named at its left edge, no line
         assert [m.attrs["data-release"] for m in marks] == ["v2", NASTY_RELEASE]
         for m, r in zip(marks, trend.releases[1:]):
             line = m.one("line")
-            want = x0 + (x1 - x0) * (r.at - t0) / (t1 - t0)
+            want = axis_x(svg, r.at)
             assert float(line.attrs["x1"]) == float(line.attrs["x2"]) == pytest.approx(
                 want, abs=0.06)
             assert m.f("data-at") == r.at
@@ -473,13 +486,18 @@ def test_trend_per_hour_labels_hours() -> None:
     svg = root.one("svg", cls="trend")
     assert (svg.f("data-t0"), svg.f("data-t1")) == (T0, T0 + 21 * HOUR)
     ticks = [t.text for t in svg.all("text", cls="ax") if ":" in t.text]
+    # the time ticks lie on the axis, on bucket boundaries, evenly spaced
+    marks = [float(t.attrs["x1"]) for t in svg.all("line", cls="tick")]
+    assert marks[0] == pytest.approx(svg.f("data-x0"), abs=0.06)
+    assert marks[-1] <= svg.f("data-x1") + 0.06 and len(marks) <= 7
+    # 21 hours: a tick every 4 hours (at most 7 ticks)
+    assert [axis_x(svg, T0 + h * HOUR) for h in range(0, 22, 4)] == pytest.approx(marks,
+                                                                                 abs=0.06)
     assert ticks and ticks[0].endswith("00:00") and all(t.endswith(":00") for t in ticks)
     assert "per hour (UTC)" in root.text
     # a threshold inside the scale is a line at its height
     thr = svg.one("line", cls="thr")
-    ph = H.TH - H.TPAD_T - H.TPAD_B
-    want = H.TPAD_T + ph * (1 - (0.75 - svg.f("data-ylo")) / (svg.f("data-yhi") - svg.f("data-ylo")))
-    assert float(thr.attrs["y1"]) == pytest.approx(want, abs=0.06)
+    assert float(thr.attrs["y1"]) == pytest.approx(trend_y(svg, 0.75), abs=0.06)
 
 
 def test_trend_monitor_states_and_history() -> None:
@@ -556,9 +574,9 @@ def test_comparison_interval_bars() -> None:
     for t, r in zip(root.all("tr", data_verdict=None), c.rows):
         svg = t.one("svg", cls="diff")
         scale = svg.f("data-scale")
-        x0, x1 = svg.f("data-x0"), svg.f("data-x1")
 
-        def x(v: float, scale: float = scale) -> float:
+        def x(v: float, svg: Node = svg, scale: float = scale) -> float:
+            x0, x1 = svg.f("data-x0"), svg.f("data-x1")
             return x0 + (x1 - x0) * (v + scale) / (2 * scale)
 
         d = r.diff
@@ -702,3 +720,85 @@ def test_css_helper_reads_rules() -> None:
     css = _css("<style>.a,.b{x:1}svg .c{y:2}@media (x){.a{z:3}}</style>")
     assert css == {".a": "x:1", ".b": "x:1", "svg .c": "y:2"}
     assert math.isclose(H._nice_up(0.31), 0.5) and H._nice_up(12.0) == 20.0
+
+
+# -- end to end: the real pipeline, the real store, the data builder ---------------------------
+def test_trend_from_a_database_with_two_releases(make_ts: Any, db_path: Any) -> None:
+    """Records logged by two releases through the real pipeline; a monitor evaluated by the
+    real evaluator; build_trend reads them back and the page draws them."""
+    import sqlite3
+    import statistics
+
+    from scipy import stats
+
+    from tracescore.monitor.config import monitors_from_objects
+    from tracescore.monitor.evaluate import Evaluator
+    from tracescore.reports.db import open_db
+    from tracescore.reports.report import monitor_statuses
+    from tracescore.reports.trend import build_trend
+    from tracescore.testing import ScriptedMetric
+
+    values = {"v1": [0.9, 0.8, 0.85, 0.95, 0.7, 0.9], "v2": [0.6, 0.5, 0.7, 0.65, 0.55, 0.6]}
+    for release, vals in values.items():
+        it = iter(vals)
+        metric = ScriptedMetric(lambda r, it=it: next(it), name="grounded")
+        ts, _ = make_ts(release=release, environment="prod", metrics=[metric])
+        for i in range(len(vals)):
+            ts.log_record(query=f"{release} question {i} <script>", answer="an answer")
+        assert ts.flush(timeout=60)
+        ts.shutdown(timeout=30)
+    monitors = monitors_from_objects([{"name": "grounded-low", "score": "grounded",
+                                       "threshold": 0.8, "min_n": 5, "notify": []}])
+    ev = Evaluator(str(db_path), monitors)
+    try:
+        ev.run_once()
+    finally:
+        ev.release()
+        ev.close()
+
+    conn = open_db(db_path)
+    try:
+        trend = build_trend(conn, db=str(db_path))
+        daily = build_trend(conn, by_hour=False)
+        only_v2 = build_trend(conn, where={"release": "v2"})
+        statuses = monitor_statuses(conn)
+    finally:
+        conn.close()
+    raw = sqlite3.connect(db_path)
+    stored = {r[0]: r[1] for r in raw.execute(
+        "SELECT release, min(created_at) FROM records GROUP BY release")}
+    raw.close()
+
+    # a short span: per hour; every value in its hour's mean, with the Student t interval
+    assert (trend.bucket_s, trend.bucket_label) == (HOUR, "hour")
+    (series,) = trend.series
+    assert (series.name, series.kind, series.ci_method) == ("grounded", "mean", "t")
+    everything = values["v1"] + values["v2"]
+    assert sum(p.n for p in series.points) == len(everything)
+    if len(series.points) == 1:  # (unless the run straddled an hour)
+        p = series.points[0]
+        n = len(everything)
+        half = stats.t.ppf(0.975, n - 1) * statistics.stdev(everything) / math.sqrt(n)
+        assert p.value == pytest.approx(statistics.fmean(everything))
+        assert (p.lo, p.hi) == pytest.approx((p.value - half, p.value + half))
+    assert [r.release for r in trend.releases] == ["v1", "v2"]
+    assert [r.at for r in trend.releases] == pytest.approx([stored["v1"], stored["v2"]],
+                                                           abs=2.0)
+    # per day on request; a filter keeps its segment's scores and releases only
+    assert daily.bucket_s == DAY and all(p.start % DAY == 0 for p in daily.series[0].points)
+    assert sum(p.n for p in only_v2.series[0].points) == len(values["v2"])
+    assert [r.release for r in only_v2.releases] == ["v2"]
+    # the monitor's state and the change that led to it
+    assert [(m.name, m.state) for m in trend.monitors] == [(m.name, m.state) for m in statuses]
+    assert trend.monitors and trend.history
+    assert {h.monitor for h in trend.history} == {"grounded-low"}
+
+    html = H.render_trend_html(trend)
+    root = dom(html)
+    svg = root.one("svg", cls="trend", data_series="grounded")
+    assert [float(c.attrs["data-value"]) for c in svg.all("circle", cls="pt")] == [
+        p.value for p in series.points]
+    assert {g.attrs["data-release"] for g in svg.all("g", cls="rel")} | {
+        t.attrs["data-release-start"] for t in svg.all("text", cls="rel0")} <= {"v1", "v2"}
+    assert root.one("tr", data_monitor="grounded-low")
+    assert "<script>" not in html

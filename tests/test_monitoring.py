@@ -212,6 +212,34 @@ def test_same_answers_before_and_after_prune(two_releases: str) -> None:
                 assert g_after["metrics"][name][k] == pytest.approx(m[k]), (name, k)
 
 
+def test_report_since_filters_on_creation_times(db: str, clock: _Clock) -> None:
+    """``--since`` at the real time: full hours from the rollups, the cut hour from raw rows."""
+    real = _time.time()
+    old = feed(db, clock, release="v1", n=20, start=real - 3 * 3600, spread=600,
+               quality=beta(0.8), grounded=0.9, seed=11)
+    feed(db, clock, release="v1", n=30, start=real - 1800, spread=1200,
+         quality=beta(0.8), grounded=0.9, seed=12)
+    clock.t = real
+
+    def rep(*args: str) -> dict[str, Any]:
+        r = CliRunner().invoke(main, ["report", "--db", db, "--json", *args])
+        assert r.exit_code == 0, r.output
+        return json.loads(r.output)  # type: ignore[no-any-return]
+
+    recent = rep("--since", "1h")
+    assert recent["records"] == 30 and recent["sampled"] == 30
+    assert recent["scores"] == 2 * 30
+    assert {m["count"] for m in recent["metrics"].values()} <= {30}
+    worst = {w["trace_id"] for ws in recent["worst"].values() for w in ws}
+    assert worst and not worst & set(old)
+    window, everything = rep("--since", "4h"), rep("--since", "all")
+    assert everything["since"] is None and window["since"] is not None
+    assert window["records"] == everything["records"] == 50
+    assert window["metrics"] == everything["metrics"]
+    bad = CliRunner().invoke(main, ["report", "--db", db, "--since", "yesterday"])
+    assert bad.exit_code == 2 and "not a duration" in bad.output
+
+
 def test_report_by_release_with_intervals(two_releases: str) -> None:
     result = CliRunner().invoke(main, ["report", "--db", two_releases, "--by", "release",
                                        "--json"])

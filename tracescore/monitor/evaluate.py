@@ -397,6 +397,8 @@ def _test_for(ctx: _Context, m: Monitor, direction: str) -> tuple[Any, str, floa
 
 
 def _stat_name(m: Monitor) -> str:
+    if m.score == "error_rate":
+        return "share of records with an error"
     if m.statistic in ("p10", "p50", "p90"):
         side = "below" if _pct_side(m) == "below" else "above"
         return f"share {side} {m.threshold}"
@@ -415,6 +417,7 @@ def _baseline_moments(ctx: _Context, m: Monitor, start: float) -> tuple[Moments,
         window, text = Q.Window(start - m.window_s, start), "the previous window"
     elif m.baseline == "previous_release":
         releases = [v for v, _ in Q.values_of(ctx.reader, "release", Q.Window(), ctx.seg)]
+        cur: str | None
         if "release" in where:
             cur = where["release"]
             older = releases[:releases.index(cur)] if cur in releases else []
@@ -513,7 +516,7 @@ def _measure(ctx: _Context, m: Monitor, prior: S.StateRow | None) -> _Result:
                 return _Result("NO_DATA", None, None, None, 0, f"no baseline: {exc}", "-",
                                None, detail={"condition": f"regressed against {m.baseline}"})
             if test is None:
-                test = confseq.BaselineMonitor(mom, direction, m.alpha,  # type: ignore[arg-type]
+                test = confseq.BaselineMonitor(mom, direction, m.alpha,
                                                float(m.min_effect or 0.0), None, m.min_n)
             else:
                 test.new_window(mom)

@@ -186,9 +186,12 @@ def build_comparison(
             kind = "mean"
         pending.append((name, a.metric, kind, hib, ea, eb, diff, a.n_ok, b.n_ok))
     # pipeline rows: errors and skips over every job, lower is better
-    for kind, k_of in (("error rate", lambda x, s: sum(v.n_error for v in x.values())),
-                       ("skip rate", lambda x, s: sum(s.values()))):
-        kc, kb = k_of(cur, cur_skips), k_of(base, base_skips)
+    for kind in ("error rate", "skip rate"):
+        if kind == "error rate":
+            kc = sum(v.n_error for v in cur.values())
+            kb = sum(v.n_error for v in base.values())
+        else:
+            kc, kb = sum(cur_skips.values()), sum(base_skips.values())
         nc = sum(v.n_ok + v.n_error for v in cur.values()) + (
             sum(cur_skips.values()) if kind == "skip rate" else 0)
         nb = sum(v.n_ok + v.n_error for v in base.values()) + (

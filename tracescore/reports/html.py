@@ -228,18 +228,19 @@ def _monitor_table(monitors: Sequence[MonitorStatus],
         strip = "" if strips is None else f'<td class="stripcell">{strips.get(m.name, "")}</td>'
         rows.append(
             f'<tr data-monitor="{escape(m.name)}" data-state="{escape(m.state)}">'
-            f"<td>{_badge(m.state)}</td><td class=\"mname\">{escape(m.name)}</td>"
+            f'<td>{_badge(m.state)}</td><td><div class="mname">{escape(m.name)}</div>'
+            f'{f"<div class=msum>{escape(m.summary)}</div>" if m.summary else ""}</td>'
             f'<td class="num" data-value="{_attr(m.value)}" data-lo="{_attr(m.lo)}" '
             f'data-hi="{_attr(m.hi)}">{escape(est)}</td>'
             f'<td class="num">{"—" if m.n is None else f"n = {m.n:,}"}</td>'
-            f'<td class="when">since {escape(_when(m.since))}</td>{strip}'
-            f'<td class="msum">{escape(m.summary)}</td></tr>')
+            f'<td class="when">since {escape(_when(m.since))}</td>{strip}</tr>')
     head = "" if strips is None else "<th>over the trend's span</th>"
     worst = next((s for s in STATES if counts[s]), "OK")
     return (f'<section class="card monitors worst-{worst}" data-monitors="{len(monitors)}">'
             f'<div class="mhead"><h3>Monitors</h3><p class="mcounts">{summary}</p></div>'
-            "<table><thead><tr><th>state</th><th>monitor</th><th class=num>value [95% CI]</th>"
-            f"<th class=num>n</th><th>since</th>{head}<th>why</th></tr></thead>"
+            "<table><thead><tr><th>state</th><th>monitor · why</th>"
+            "<th class=num>value [95% CI]</th>"
+            f"<th class=num>n</th><th>since</th>{head}</tr></thead>"
             f'<tbody>{"".join(rows)}</tbody></table>'
             '<p class="note">states as the last <code>tracescore check</code> / '
             "<code>tracescore monitor</code> left them; an alert fires when the interval lies "
@@ -470,10 +471,10 @@ def _nice_step(top: int, ticks: int = 3) -> int:
         step *= 10
 
 
-def _nice_up(x: float) -> float:
-    """The smallest 1/2/2.5/5×10^k at or above ``x`` (> 0)."""
+def _nice_up(x: float, mantissas: tuple[float, ...] = (1, 2, 2.5, 5)) -> float:
+    """The smallest 1/2/2.5/5×10^k (or other ``mantissas``) at or above ``x`` (> 0)."""
     k = 10.0 ** math.floor(math.log10(x))
-    for m in (1, 2, 2.5, 5, 10):
+    for m in (*mantissas, 10):
         if m * k >= x * (1 - 1e-12):
             return m * k
     return 10 * k
@@ -482,19 +483,36 @@ def _nice_up(x: float) -> float:
 def _zoom_range(values: Iterable[float | None]) -> tuple[float, float, float]:
     """(lo, hi, step) around the values and their intervals, on round gridlines: a trend is
     read for its changes, so its scale follows the data (kept within [0, 1] for scores
-    there; at least 0.05 high, so noise is not blown up into a cliff)."""
+    there; at least 0.1 high, so noise is not blown up into a cliff)."""
     vals = [v for v in values if v is not None and math.isfinite(v)]
     if not vals:
         return 0.0, 1.0, 0.25
     lo, hi = min(vals), max(vals)
     unit = lo >= -1e-9 and hi <= 1 + 1e-9
-    span = max(hi - lo, 0.05 if unit else max(abs(hi), abs(lo)) * 0.1 or 1.0)
-    step = _nice_up(span / 4)
-    lo = math.floor((lo - span * 0.04) / step) * step
-    hi = math.ceil((hi + span * 0.04) / step) * step
+    span = max(hi - lo, 0.1 if unit else max(abs(hi), abs(lo)) * 0.1 or 1.0)
+    mid = (lo + hi) / 2
+    lo, hi = min(lo, mid - span / 2), max(hi, mid + span / 2)
+    if unit and lo < 0:
+        lo, hi = 0.0, hi - lo
+    elif unit and hi > 1:
+        lo, hi = lo - (hi - 1), 1.0
+    step = _nice_up(span / 4, (1, 2, 5))  # gridlines at 0.05, not 0.025: short labels
+    lo = math.floor(round((lo - span * 0.04) / step, 9)) * step
+    hi = math.ceil(round((hi + span * 0.04) / step, 9)) * step
     if unit:
         lo, hi = max(0.0, lo), min(1.0, hi)
     return lo, hi, step
+
+
+def _tick(v: float, step: float, rate: bool = False) -> str:
+    """A gridline's label with the decimals its step needs (0.875, not 0.88)."""
+    if rate:
+        v, step = 100 * v, 100 * step
+    places = 0
+    while places < 6 and abs(step * 10 ** places - round(step * 10 ** places)) > 1e-9:
+        places += 1
+    text = f"{v:.{places}f}" if abs(v) < 1000 else f"{v:,.{places}f}"
+    return text + ("%" if rate else "")
 
 
 def _y_range(values: Iterable[float]) -> tuple[float, float]:
@@ -727,7 +745,7 @@ def _trend_card(s: TrendSeries, trend: TrendPage, axis: tuple[float, float]) -> 
 def _time_ticks(t0: float, t1: float, bucket_s: float, most: int = 6) -> list[float]:
     n = max(1, round((t1 - t0) / bucket_s))
     step = max(1, math.ceil(n / most))
-    return [t0 + i * step * bucket_s for i in range(0, n + 1, step)]
+    return [t0 + i * bucket_s for i in range(0, n + 1, step)]
 
 
 def _tick_label(t: float, bucket_s: float, prev: float | None) -> str:
@@ -760,7 +778,7 @@ def _trend_svg(s: TrendSeries, trend: TrendPage, axis: tuple[float, float]) -> s
            f'data-points="{len(s.points)}">']
     for i in range(round((hi - lo) / step) + 1):
         v = lo + i * step
-        tick = f"{100 * v:.{0 if step >= 0.01 else 1}f}%" if rate else _fmt_axis(v)
+        tick = _tick(v, step, rate)
         out.append(f'<line class="grid" x1="{TPAD_L}" x2="{TW - TPAD_R}" y1="{y(v):.1f}" '
                    f'y2="{y(v):.1f}"/><text class="ax" x="{TPAD_L - 5}" y="{y(v) + 3:.1f}" '
                    f'text-anchor="end">{tick}</text>')
@@ -1423,9 +1441,10 @@ letter-spacing:.04em;white-space:nowrap;line-height:1.7}
 .monitors.card.worst-NO_DATA{border-left-color:var(--none)}
 .mhead{display:flex;justify-content:space-between;align-items:baseline;gap:12px;flex-wrap:wrap}
 .mcounts{margin:0;font-size:13px}.mcounts b{margin-right:8px}
-.mname{font-weight:600;overflow-wrap:anywhere}
-.msum{color:var(--muted)}.when{color:var(--muted);white-space:nowrap;font-size:12.5px}
-.stripcell{min-width:200px;width:30%}
+.mname{font-weight:600;white-space:nowrap}
+.msum{color:var(--muted);font-size:13px}
+.monitors td{vertical-align:top}.when{color:var(--muted);white-space:nowrap;font-size:12.5px}
+.stripcell{min-width:180px;width:24%}
 svg.strip{width:100%;height:14px;display:block}
 svg .sbg{fill:var(--soft)}
 svg .s-OK{fill:var(--good);opacity:.75}svg .s-WARNING{fill:var(--warn)}

@@ -589,13 +589,16 @@ def time_span(conn: Any, window: Window = Window()) -> tuple[float, float] | Non
     h = conn.execute(
         "SELECT min(hour), max(hour) FROM hourly_scores WHERE hour >= ? AND hour < ?",
         (_num(math.floor(lo / HOUR) * HOUR if math.isfinite(lo) else lo), _num(hi))).fetchone()
-    firsts = [float(x) for x in (row[0], h[0]) if x is not None]
-    lasts = [float(x) for x in (row[1],) if x is not None]
-    if h[1] is not None and not lasts:
-        lasts.append(float(h[1]) + HOUR - 1)
-    if not firsts or not lasts:
+    first = None if row[0] is None else float(row[0])
+    # rollup hours before the first raw row's hour were pruned: they start the span
+    if h[0] is not None and (first is None or float(h[0]) < _floor_hour(first)):
+        first = max(float(h[0]), lo) if math.isfinite(lo) else float(h[0])
+    last = None if row[1] is None else float(row[1])
+    if last is None and h[1] is not None:
+        last = float(h[1]) + HOUR - 1
+    if first is None or last is None:
         return None
-    return min(firsts), max(lasts)
+    return first, last
 
 
 def merge(groups: Iterable[Mapping[str, Agg]]) -> dict[str, Agg]:

@@ -57,7 +57,8 @@ def summarise(a: Q.Agg, info: MetricInfo, skipped: int = 0,
     binary = info.binary(a.metric, a.n_ok > 0 and abs(a.ss - a.s) < 1e-9, a.n_ok)
     yes = a.yes if binary else None
     est = a.estimate(binary)
-    has_bins = bool(a.bins)
+    # percentiles come from bins over [0, 1]: meaningless for scores outside it
+    has_bins = bool(a.bins) and a.unit_range
     jobs = a.n_ok + a.n_error
     return MetricSummary(
         name=a.name, metric=a.metric, higher_is_better=info.higher_is_better(a.metric),
@@ -236,9 +237,10 @@ def histogram(conn: Any, name: str, *, since: float | None = None, bins: int = 1
 
 
 def timeline(conn: Any, name: str, *, bucket_s: float, since: float | None = None,
-             where: Mapping[str, str] | None = None,
-             seg: Q.SegmentIndex | None = None) -> list[TimeBucket]:
-    """Mean ok value of score ``name`` per ``bucket_s`` seconds, with its 95 % interval."""
+             where: Mapping[str, str] | None = None, seg: Q.SegmentIndex | None = None,
+             binary: bool = False) -> list[TimeBucket]:
+    """Mean ok value of score ``name`` per ``bucket_s`` seconds, with its 95 % interval
+    (Wilson for a yes/no metric's rate)."""
     series = Q.score_series(conn, [name], Q.Window(since, None), bucket_s, where=where,
                             seg=seg)
     merged: dict[float, Q.Agg] = {}
@@ -247,11 +249,11 @@ def timeline(conn: Any, name: str, *, bucket_s: float, since: float | None = Non
             if t not in merged:
                 merged[t] = Q.Agg(name, a.metric)
             merged[t].add(a)
-    return [_bucket(t, a) for t, a in sorted(merged.items()) if a.n_ok]
+    return [_bucket(t, a, binary) for t, a in sorted(merged.items()) if a.n_ok]
 
 
-def _bucket(t: float, a: Q.Agg) -> TimeBucket:
-    est = a.estimate()
+def _bucket(t: float, a: Q.Agg, binary: bool = False) -> TimeBucket:
+    est = a.estimate(binary)
     return TimeBucket(float(t), a.n_ok, a.s / a.n_ok, a.n_fail, a.n_labelled, est.lo, est.hi)
 
 
@@ -312,7 +314,7 @@ def build_page(conn: Any, report: Report, *, bins: int = 10) -> ReportPage:
                            sum(h.unlabelled[len(h.unlabelled) // 2:])])
         hists[m.name] = h
         lines[m.name] = (timeline(conn, m.name, bucket_s=bucket[0], since=report.since,
-                                  where=where, seg=seg) if bucket else [])
+                                  where=where, seg=seg, binary=m.binary) if bucket else [])
     records: dict[str, dict[str, Any]] = {}
     for items in report.worst.values():
         for w in items:
