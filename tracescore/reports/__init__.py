@@ -20,6 +20,6 @@ Query (blocking I/O, returns data):
 Data and renderers (no I/O):
 - :mod:`.model` — the dataclasses every renderer takes.
 - :mod:`.report_text`, :mod:`.textfmt` — the human text output.
-- :mod:`.html` — ``report --html`` and ``compare --html``: self-contained pages with charts.
+- :mod:`.html` — ``report --html``, ``compare --html``: self-contained pages (a module per page).
 - :mod:`.ui` — ``tracescore ui``: the database in Datasette, with canned queries.
 """

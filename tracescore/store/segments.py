@@ -58,7 +58,8 @@ OVERFLOW_COUNTER = "segments.overflow."
 #: The segment with no value at all (release, environment, model unknown, no metadata key).
 NONE_SEG = 0
 NONE_KEY = "{}"
-#: Segment ids a resolver keeps in memory (least recently used go first).
+#: Segment ids a resolver keeps in memory (least recently used go first); also the size of
+#: its cache of raw values → segment (emptied when full).
 MAX_CACHED_SEGMENTS = 4096
 #: pg_advisory_xact_lock(key, hashtext(dim)) while a dimension admits new values.
 _PG_LOCK_KEY = 0x7473  # "ts"
@@ -145,6 +146,24 @@ def ddl(dialect: str) -> tuple[str, ...]:
     )
 
 
+def _raw_key(record: RagRecord, spec: SegmentSpec) -> tuple[Any, ...] | None:
+    """What a record's segment depends on, when every value is a str or None (else None: the
+    full path; 1, 1.0 and True are equal keys but different values)."""
+    model = record.model
+    if model is not None and type(model) is not str:
+        return None
+    if not spec.keys:
+        return (spec, model)
+    md = record.metadata
+    if not isinstance(md, Mapping):
+        return None
+    vals = tuple(md.get(k) for k in spec.keys)
+    for v in vals:
+        if v is not None and type(v) is not str:
+            return None
+    return (spec, model, vals)
+
+
 def _marks(n: int) -> str:
     return ",".join("?" * n)
 
@@ -171,6 +190,9 @@ class SegmentResolver:
         #: dimensions that hold ``limit`` values: every value not known here is OTHER
         self._full: set[str] = set()
         self._ids: OrderedDict[str, int] = OrderedDict({NONE_KEY: NONE_SEG})
+        #: (spec, model, metadata values) → resolution, for records whose values are all
+        #: str or None (the writer's hot loop: no cleaning, no JSON on a hit)
+        self._fast: dict[tuple[Any, ...], tuple[int, tuple[str, ...]]] = {}
 
     def known_values(self, dim: str) -> int:
         """How many values of ``dim`` this resolver holds in memory."""
@@ -179,8 +201,28 @@ class SegmentResolver:
     def resolve(self, store: Any, records: Sequence[RagRecord], spec: SegmentSpec,
                 now: float) -> list[tuple[int, tuple[str, ...]]]:
         """Per record: (seg_id, the dimensions whose value became :data:`OTHER`)."""
-        raw = [spec.dims(r) for r in records]
-        return self.resolve_dims(store, raw, spec.limit, now)
+        out: list[tuple[int, tuple[str, ...]] | None] = []
+        keys: list[tuple[Any, ...] | None] = []
+        todo: list[int] = []
+        fast = self._fast
+        for i, r in enumerate(records):
+            key = _raw_key(r, spec)
+            hit = fast.get(key) if key is not None else None
+            keys.append(key)
+            out.append(hit)
+            if hit is None:
+                todo.append(i)
+        if todo:
+            got = self.resolve_dims(store, [spec.dims(records[i]) for i in todo], spec.limit,
+                                    now)
+            if len(fast) + len(todo) > self.max_segments:
+                fast.clear()  # bounded: a flood of distinct values empties it, never grows it
+            for i, res in zip(todo, got):
+                out[i] = res
+                key = keys[i]
+                if key is not None:
+                    fast[key] = res
+        return out  # type: ignore[return-value]  # (every slot is filled above)
 
     def resolve_dims(self, store: Any, raw: Sequence[Mapping[str, str | None]], limit: int,
                      now: float) -> list[tuple[int, tuple[str, ...]]]:

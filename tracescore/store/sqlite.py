@@ -311,22 +311,19 @@ class Store:
             rows = [record_row(r, d, now, keep_full_text, spec, seg_id)
                     for (r, d), (seg_id, _) in zip(records, segs)]
             with self.transaction():
-                existing = self._existing_records([row[0] for row in rows])
-                self.conn.executemany(
+                inserted = self._insert_or_ignore(
+                    "records", "record_id",
                     "INSERT OR IGNORE INTO records(" + ",".join(_RECORD_COLS) + ") VALUES ("
                     + ",".join("?" * len(_RECORD_COLS)) + ")",
-                    rows,
-                )
+                    rows, [row[0] for row in rows])
                 delta = Delta()
                 overflow: dict[str, int] = {}
                 facts: dict[str, tuple[float, int]] = {}
-                for row, (_, over) in zip(rows, segs):
-                    if row[0] in existing:
-                        continue  # a replay, or twice in the batch: INSERT OR IGNORE kept one
-                    existing.add(row[0])
+                for i in inserted:
+                    row = rows[i]
                     add_record_row(delta, row)
                     facts[row[0]] = (row[_CREATED], row[_SEG])
-                    for dim in over:
+                    for dim in segs[i][1]:
                         overflow[OVERFLOW_COUNTER + dim] = overflow.get(OVERFLOW_COUNTER + dim,
                                                                         0) + 1
                 created = self._insert_jobs(jobs, now)
@@ -339,13 +336,25 @@ class Store:
             self.segmenter.reset()
             raise
 
-    def _existing_records(self, ids: Sequence[str]) -> set[str]:
-        out: set[str] = set()
-        for chunk in _chunks(list(dict.fromkeys(ids))):
-            out.update(r[0] for r in self.conn.execute(
-                "SELECT record_id FROM records WHERE record_id IN (" + ",".join("?" * len(chunk))
-                + ")", chunk))
-        return out
+    def _insert_or_ignore(self, table: str, key_cols: str, sql: str,
+                          rows: Sequence[Sequence[Any]], keys: Sequence[Any]) -> list[int]:
+        """``executemany`` an ``INSERT OR IGNORE`` into ``table`` (inside the caller's write
+        transaction, which no other connection can interleave); the indexes of the rows it
+        inserted (the first row of each key). The common case — every key new — costs one
+        ``max(rowid)`` lookup: the row count says so. Otherwise (a replay) the rows inserted
+        are those with a rowid above the maximum before the insert (SQLite gives a new row
+        the largest rowid + 1)."""
+        first: dict[Any, int] = {}
+        for i, k in enumerate(keys):
+            first.setdefault(k, i)
+        if not first:
+            return []
+        before = self.conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0]
+        if self.conn.executemany(sql, rows).rowcount != len(first):
+            new = {r[0] if len(r) == 1 else tuple(r) for r in self.conn.execute(
+                f"SELECT {key_cols} FROM {table} WHERE rowid > ?", (before,))}
+            return sorted(i for k, i in first.items() if k in new)
+        return sorted(first.values())
 
     def _existing_jobs(self, jobs: Sequence[NewJob]) -> dict[tuple[str, str, str],
                                                             tuple[str, str | None]]:
@@ -360,22 +369,14 @@ class Store:
 
     def _insert_jobs(self, jobs: Sequence[NewJob], now: float) -> list[NewJob]:
         """INSERT OR IGNORE ``jobs`` (inside the caller's transaction); the ones created."""
-        if not jobs:
-            return []
-        existing = self._existing_jobs(jobs)
-        self.conn.executemany(
+        inserted = self._insert_or_ignore(
+            "jobs", "record_id, metric, metric_version",
             "INSERT OR IGNORE INTO jobs(record_id, metric, metric_version, status, attempts,"
             " reason, created_at, updated_at) VALUES (?,?,?,?,0,?,?,?)",
             [(j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now)
              for j in jobs],
-        )
-        created = []
-        for j in jobs:
-            key = (j.record_id, j.metric, j.metric_version)
-            if key not in existing:
-                existing[key] = (j.status, j.reason)
-                created.append(j)
-        return created
+            [(j.record_id, j.metric, j.metric_version) for j in jobs])
+        return [jobs[i] for i in inserted]
 
     def _record_facts(self, ids: Iterable[str]) -> dict[str, tuple[float, int]]:
         """record_id → (created_at, seg_id) of the stored records among ``ids``."""
@@ -718,7 +719,9 @@ _OLD_SCORES = ("SELECT name, created_at, seg_id, metric_version, judge_model, me
 
 def add_record_row(delta: Delta, row: Sequence[Any]) -> None:
     """A :func:`record_row` tuple into ``delta`` (both backends)."""
-    delta.add_record(*(row[i] for i in _FACT_COLS))
+    c = _FACT_COLS
+    delta.add_record(row[c[0]], row[c[1]], row[c[2]], row[c[3]], row[c[4]], row[c[5]],
+                     row[c[6]], row[c[7]])
 
 
 def _chunks(items: Sequence[Any], n: int = 500) -> Iterable[Sequence[Any]]:
