@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from tracescore.cli import main
 from tracescore.monitor.config import monitors_from_objects
-from tracescore.monitor.evaluate import Evaluator
+from tracescore.monitor.evaluate import GRACE_S, Evaluator
 from tracescore.record import RagRecord
 from tracescore.reports.compare import build_comparison
 from tracescore.reports.db import open_db
@@ -409,3 +409,62 @@ def test_two_evaluators_one_lease(db: str, clock: _Clock, hook: _Hook) -> None:
     finally:
         a.close()
         b.close()
+
+
+def _wait(cond: Any, timeout: float = 60.0) -> None:
+    deadline = _time.monotonic() + timeout
+    while not cond():
+        assert _time.monotonic() < deadline, "timed out waiting"
+        _time.sleep(0.05)
+
+
+def test_init_monitors_run_beside_scoring_and_alert(db: str, hook: _Hook) -> None:
+    """``init(monitors=...)``: the real pipeline scores, the background evaluator alerts, the
+    notifier posts the alert to a real webhook once; release and segments come from init."""
+    import tracescore
+    from tracescore.monitor import state as S
+    from tracescore.testing import ScriptedMetric
+
+    rng = random.Random(13)
+    metric = ScriptedMetric(lambda r: rng.betavariate(6, 14), name="helpfulness")
+    ts = tracescore.init(
+        db=db, metrics=[metric], release="2026.11", environment="staging",
+        segments=["route"], hold_seconds=0,
+        monitors={"monitor": [{"name": "helpful", "score": "helpfulness", "window": "1h",
+                               "threshold": 0.6, "min_n": 30, "notify": ["team"],
+                               "where": {"environment": "staging",
+                                         "metadata.route": "search"}}],
+                  "channels": {"team": {"kind": "webhook", "url": hook.url}}})
+    try:
+        for i in range(120):
+            ts.log_record(query=f"q{i}", answer="a", metadata={"route": "search"})
+        assert ts.flush(60)
+        assert ts.monitors is not None
+        _time.sleep(GRACE_S)  # scores younger than the evaluator's grace wait a round
+        ts.monitors.wake()
+        _wait(lambda: any(e.state == "ALERT" for e in ts.monitors.last))
+        _wait(lambda: len(hook.bodies) == 1)
+    finally:
+        ts.shutdown(30)
+    body = hook.bodies[0]
+    assert body["state"] == "ALERT" and body["monitor"] == "helpful"
+    assert body["where"] == {"environment": "staging", "metadata.route": "search"}
+    assert body["estimate"]["hi"] < 0.6
+    store = open_store(db)
+    try:
+        assert S.load_states(store)["helpful"].state == "ALERT"
+    finally:
+        store.close()
+
+
+def test_init_rejects_a_bad_monitor_naming_it(tmp_path: Path) -> None:
+    import tracescore
+    from tracescore.testing import ScriptedMetric
+
+    with pytest.raises(ValueError) as err:
+        tracescore.init(db=str(tmp_path / "x.db"), metrics=[ScriptedMetric(name="helpfulness")],
+                        monitors={"monitor": [{"name": "m1", "score": "helpfulnes",
+                                               "threshold": 0.5}]})
+    text = str(err.value)
+    assert "'m1'" in text and "helpfulnes" in text and "helpfulness" in text
+    assert not (tmp_path / "x.db").exists()  # refused before anything was created

@@ -460,3 +460,32 @@ def test_judge_model_is_a_score_dimension_and_release_is_on_the_histogram(db, ma
     assert points and all(p.attributes["service.version"] == "v9"
                           and p.attributes["deployment.environment.name"] == "canary"
                           for p in points)
+
+
+def test_a_partly_replayed_batch_counts_each_new_row_once(db):
+    """A batch written again with new records among the old ones, and a record twice: only
+    the rows actually inserted count (records, their skipped jobs, overflow counters)."""
+    from tracescore.store import SKIPPED, NewJob
+
+    spec = SegmentSpec(keys=("tenant",), limit=2)
+    old = _recs(5, 0, lambda i: f"t{i}")  # t0, t1 admitted; t2..t4 overflow
+    new = _recs(3, 100, lambda i: "t0")
+
+    def skipped(batch: list[tuple[RagRecord, Decision]]) -> list[NewJob]:
+        return [NewJob(r.record_id, "m", "1", SKIPPED, "record has no contexts")
+                for r, _ in batch]
+
+    store = open_store(db)
+    try:
+        store.write_batch(old, skipped(old), segments=spec)
+        batch = [*old[:3], *new, new[0]]
+        store.write_batch(batch, skipped(batch), segments=spec)
+        store.write_batch(batch, skipped(batch), segments=spec)
+        assert store.insert_jobs_if_missing(skipped(batch)) == 0
+    finally:
+        store.close()
+    assert rows(db, "SELECT sum(records) AS n FROM hourly_records") == [{"n": 8}]
+    assert rows(db, "SELECT sum(n) AS n FROM hourly_skips") == [{"n": 8}]
+    assert counter(db, "segments.overflow.metadata.tenant") == 3
+    assert stored_rollups(db) == {k: {key: pytest.approx(v) for key, v in t.items()}
+                                  for k, t in recompute(db).items()}

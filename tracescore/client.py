@@ -90,6 +90,11 @@ class Tracescore:
     metadata=...)``, LangChain ``config={"metadata": ...}``, LlamaIndex ``instrument_tags``)
     that become dimensions ``metadata.<key>``. Past ``segment_limit`` distinct values of a
     dimension, new ones count as ``"other"`` (counter ``segments.overflow.<dim>``).
+
+    ``monitors``: a monitors file (TOML) or a list of dicts / ``Monitor`` objects, validated at
+    ``init``; evaluated every minute in a background thread (where scoring runs; on PostgreSQL
+    one evaluator per database at a time), with notifications sent from another
+    (docs/monitoring.md).
     """
 
     def __init__(
@@ -132,6 +137,7 @@ class Tracescore:
         environment: str | None = None,
         segments: Sequence[str] = (),
         segment_limit: int = 100,
+        monitors: Any = None,
     ) -> None:
         args = dict(locals())
         del args["self"]
@@ -250,6 +256,16 @@ class Tracescore:
                 log.warning("tracescore: %s", PG_NO_MAX_BYTES)
             self.retention = RetentionThread(self.db_path, s.retention, s.compact_after_s)
             self.retention.start()
+        # monitors: evaluated in the background where scoring runs (on PostgreSQL, the
+        # workers of a fleet; any process on SQLite); one evaluator per database (a lease).
+        self.monitors: Any = None
+        if s.monitors is not None and (self.scoring or not pg):
+            from .monitor.runner import MonitorRunner
+
+            self.monitors = MonitorRunner(
+                self.db_path, s.monitors, otel_logger=self.telemetry.logger,
+                meter=self.telemetry.meter)
+            self.monitors.start()
         self.export_metrics.bind(self._snapshot)
         if s.score:
             self.worker.start()
@@ -756,6 +772,8 @@ class Tracescore:
         self.uninstrument_llama_index()
         if self.retention is not None:
             self.retention.stop(left())
+        if self.monitors is not None:
+            self.monitors.stop(min(5.0, left()))
         # (what the writer could not store by then is counted as lost when it stops)
         ok = self.queue.shutdown(left()) and ok
         self.worker.stop(left())

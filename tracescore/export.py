@@ -500,6 +500,8 @@ class Telemetry:
             meter = self.meter_provider.get_meter("tracescore", _version)
         else:
             meter = NoOpMeterProvider().get_meter("tracescore", _version)
+        #: tracescore's own meter (a no-op without a metric reader), for more instruments
+        self.meter = meter
         self.metrics = ExportMetrics(meter, loss=self.loss)
         if release is not None:
             self.metrics.base_attributes[RELEASE_ATTRIBUTE] = release
@@ -566,6 +568,11 @@ class Telemetry:
                     log.warning("tracescore metrics flush failed: %r", exc)
                     ok = False
         return ok
+
+    @property
+    def logger(self) -> Any:
+        """tracescore's own OTel logger (None without a log exporter)."""
+        return self._logger
 
     def shutdown(self, timeout_millis: int = 30_000) -> None:
         with self._lock:

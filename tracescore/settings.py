@@ -94,6 +94,9 @@ class Settings:
     segments: tuple[str, ...] = ()
     #: Distinct values admitted per dimension; further ones count as "other".
     segment_limit: int = DEFAULT_LIMIT
+    #: Monitors to evaluate in the background (a :class:`~.monitor.config.MonitorSet` once
+    #: validated): a TOML path, a list of dicts / ``Monitor`` objects, or None.
+    monitors: Any = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are written once, here
@@ -124,6 +127,25 @@ class Settings:
         if self.segment_limit > MAX_LIMIT:
             raise ValueError(f"segment_limit must be <= {MAX_LIMIT:,} (distinct values kept per "
                              f"dimension), got {self.segment_limit!r}")
+        set_(self, "monitors", self._monitors())
+
+    def _monitors(self) -> Any:
+        """The monitors, validated against the configured metrics and segments (a
+        :class:`~.monitor.config.MonitorConfigError`, a ``ValueError``, naming the monitor and
+        the key). Scores of metrics that workers elsewhere run are unknown here: a
+        capture-only process (``score=False``) checks only the file itself."""
+        if self.monitors is None:
+            return None
+        from .monitor.config import monitors_from_objects
+
+        mons = monitors_from_objects(self.monitors)
+        if self.score:
+            known: dict[str, bool | None] = {}
+            for m in self.metrics:
+                for name in m.names():
+                    known[name] = m.higher_is_better
+            mons.check_against(known, [f"metadata.{k}" for k in self.segments])
+        return mons
 
     @property
     def compact_after_s(self) -> float | None:

@@ -671,12 +671,16 @@ def prune(db: Path | str, older_than: str, max_size: str | None, batch_size: int
 @click.option("--judge-daily-budget-usd", type=click.FloatRange(min=0.0, min_open=True),
               default=None, help="Judge spend per UTC day for the whole fleet.")
 @click.option("--no-judge-canary", is_flag=True, help="Skip the judge's start-up canary.")
+@click.option("--monitors", "monitors", metavar="FILE", default=None,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Also evaluate these monitors every minute and send their notifications "
+                   "(one evaluator per database at a time: the fleet's workers share it).")
 def worker(db: Path | str, metrics: tuple[str, ...], metrics_module: str | None,
            judge: str | None, embedder: str | None, concurrency: int, lease_seconds: float,
            exporter: str | None, stop_timeout: float, health_port: int | None,
            health_file: Path | None, judge_calls_per_minute: float | None,
            judge_price: str | None, judge_daily_budget_usd: float | None,
-           no_judge_canary: bool) -> None:
+           no_judge_canary: bool, monitors: Path | None) -> None:
     """Run a scoring worker until SIGTERM: lease jobs from the database, score them, store
     the scores and export them on carrier spans and evaluation log records. Run as many
     copies as the queue needs (docs/fleet.md); app processes then use init(score=False).
@@ -706,7 +710,8 @@ def worker(db: Path | str, metrics: tuple[str, ...], metrics_module: str | None,
             exporter=None if exporter == "none" else exporter, stop_timeout=stop_timeout,
             health_port=health_port, health_file=health_file,
             judge_calls_per_minute=judge_calls_per_minute, judge_price=price,
-            judge_daily_budget_usd=judge_daily_budget_usd, judge_canary=not no_judge_canary)
+            judge_daily_budget_usd=judge_daily_budget_usd, judge_canary=not no_judge_canary,
+            monitors=None if monitors is None else str(monitors))
     except (ValueError, TypeError) as exc:
         raise click.UsageError(str(exc)) from None
     raise SystemExit(code)

@@ -95,7 +95,7 @@ def run_worker(*, db: str, metrics: list[Any], judge: str | None, embedder: str 
                stop_timeout: float, health_port: int | None, health_file: Path | None,
                judge_calls_per_minute: float | None, judge_price: tuple[float, float] | None,
                judge_daily_budget_usd: float | None, judge_canary: bool,
-               on_ready: Any = None) -> int:
+               on_ready: Any = None, monitors: Any = None) -> int:
     """Run until SIGTERM/SIGINT; returns the exit code."""
     import tracescore
 
@@ -112,6 +112,7 @@ def run_worker(*, db: str, metrics: list[Any], judge: str | None, embedder: str 
         lease_seconds=lease_seconds, exporter=exporter, hold_seconds=0.0,
         judge_calls_per_minute=judge_calls_per_minute, judge_price=judge_price,
         judge_daily_budget_usd=judge_daily_budget_usd, judge_canary=judge_canary,
+        monitors=monitors,
     )
     ts.worker.stop_grace_s = stop_timeout
     health = WorkerHealth(ts.worker)

@@ -178,7 +178,7 @@ def _v3(store: Any, dialect: str) -> None:
     from .rollup import Delta, qmark
 
     conn = qmark(store)
-    for stmt in (*segments.ddl(dialect), *rollup.DDL):
+    for stmt in (*segments.ddl(dialect), *rollup.ddl(dialect)):
         conn.execute(stmt)
     conn.execute("CREATE INDEX IF NOT EXISTS idx_records_seg_created ON records(seg_id, "
                  "created_at)")

@@ -142,7 +142,8 @@ def ddl(dialect: str) -> tuple[str, ...]:
             seg_id {seg_id}, seg_key TEXT NOT NULL UNIQUE, release TEXT, environment TEXT,
             model TEXT, meta TEXT NOT NULL DEFAULT '{{}}', first_seen DOUBLE PRECISION)""",
         """CREATE TABLE IF NOT EXISTS segment_values (
-            dim TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (dim, value))""",
+            dim TEXT NOT NULL, value TEXT NOT NULL, PRIMARY KEY (dim, value))"""
+        + (" WITHOUT ROWID" if dialect == "sqlite" else ""),
     )
 
 

@@ -15,7 +15,7 @@ import json
 import math
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -315,7 +315,7 @@ class Store:
                     "records", "record_id",
                     "INSERT OR IGNORE INTO records(" + ",".join(_RECORD_COLS) + ") VALUES ("
                     + ",".join("?" * len(_RECORD_COLS)) + ")",
-                    rows, [row[0] for row in rows])
+                    rows, lambda i: rows[i][0])
                 delta = Delta()
                 overflow: dict[str, int] = {}
                 facts: dict[str, tuple[float, int]] = {}
@@ -337,24 +337,25 @@ class Store:
             raise
 
     def _insert_or_ignore(self, table: str, key_cols: str, sql: str,
-                          rows: Sequence[Sequence[Any]], keys: Sequence[Any]) -> list[int]:
+                          rows: Sequence[Sequence[Any]],
+                          key: Callable[[int], Any]) -> Sequence[int]:
         """``executemany`` an ``INSERT OR IGNORE`` into ``table`` (inside the caller's write
         transaction, which no other connection can interleave); the indexes of the rows it
-        inserted (the first row of each key). The common case — every key new — costs one
-        ``max(rowid)`` lookup: the row count says so. Otherwise (a replay) the rows inserted
-        are those with a rowid above the maximum before the insert (SQLite gives a new row
-        the largest rowid + 1)."""
-        first: dict[Any, int] = {}
-        for i, k in enumerate(keys):
-            first.setdefault(k, i)
-        if not first:
+        inserted (``key(i)``: row i's key; of equal keys the first row goes in). The common
+        case — every row new — costs one ``max(rowid)`` lookup: the row count says so.
+        Otherwise (a replay) the rows inserted are those with a rowid above the maximum before
+        the insert (SQLite gives a new row the largest rowid + 1)."""
+        if not rows:
             return []
         before = self.conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0]
-        if self.conn.executemany(sql, rows).rowcount != len(first):
-            new = {r[0] if len(r) == 1 else tuple(r) for r in self.conn.execute(
-                f"SELECT {key_cols} FROM {table} WHERE rowid > ?", (before,))}
-            return sorted(i for k, i in first.items() if k in new)
-        return sorted(first.values())
+        if self.conn.executemany(sql, rows).rowcount == len(rows):
+            return range(len(rows))
+        new = {r[0] if len(r) == 1 else tuple(r) for r in self.conn.execute(
+            f"SELECT {key_cols} FROM {table} WHERE rowid > ?", (before,))}
+        first: dict[Any, int] = {}
+        for i in range(len(rows)):
+            first.setdefault(key(i), i)
+        return sorted(i for k, i in first.items() if k in new)
 
     def _existing_jobs(self, jobs: Sequence[NewJob]) -> dict[tuple[str, str, str],
                                                             tuple[str, str | None]]:
@@ -375,7 +376,7 @@ class Store:
             " reason, created_at, updated_at) VALUES (?,?,?,?,0,?,?,?)",
             [(j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now)
              for j in jobs],
-            [(j.record_id, j.metric, j.metric_version) for j in jobs])
+            lambda i: (jobs[i].record_id, jobs[i].metric, jobs[i].metric_version))
         return [jobs[i] for i in inserted]
 
     def _record_facts(self, ids: Iterable[str]) -> dict[str, tuple[float, int]]:
@@ -522,9 +523,8 @@ class Store:
 
     def _complete_many(self, owner: str, items: Sequence[tuple[Job, Sequence[Score], str]],
                        delivery: str | None) -> list[list[tuple[int, Score]] | None]:
-        # (inside the caller's transaction)
+        # (inside the caller's transaction, which is exclusive on SQLite)
         now = time.time()
-        facts = self._record_facts(job.record_id for job, _, _ in items)
         delta = Delta()
         out: list[list[tuple[int, Score]] | None] = []
         for job, scores, judge_model in items:
@@ -536,43 +536,46 @@ class Store:
             if cur.rowcount != 1:
                 out.append(None)
                 continue
-            seg_id = facts.get(job.record_id, (0.0, NONE_SEG))[1]
-            names = {s.name for s in scores}
-            for row in self.conn.execute(_OLD_SCORES, (job.record_id,)).fetchall():
-                if row[0] in names and row[2] is not None:  # NULL seg_id: never rolled up
-                    delta.add_score(row[1], row[0], row[2], row[3], row[4], row[5], row[6],
-                                    row[7], row[8], -1)
             trace_id = job.record_id.split("-", 1)[0]
-            self.conn.executemany(
-                "INSERT INTO scores(job_id, record_id, trace_id, name, metric, metric_version,"
-                " value, label, explanation, status, error, duration_ms, details, created_at,"
-                " delivery, seg_id, judge_model) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
-                "ON CONFLICT(record_id, name) DO UPDATE SET job_id=excluded.job_id, "
-                "metric_version=excluded.metric_version, "
-                "value=excluded.value, label=excluded.label, explanation=excluded.explanation,"
-                " status=excluded.status, error=excluded.error,"
-                " duration_ms=excluded.duration_ms, details=excluded.details,"
-                " created_at=excluded.created_at, delivery=excluded.delivery,"
-                " seg_id=excluded.seg_id, judge_model=excluded.judge_model",
-                [
-                    (job.job_id, job.record_id, trace_id, s.name, s.metric or job.metric,
-                     s.metric_version, s.value, s.label,
-                     clean_text(s.explanation) if s.explanation else None, s.status,
-                     clean_text(scrub(s.error)) if s.error else None, s.duration_ms,
-                     dumps(_json_safe(dict(s.details))), now, delivery, seg_id, judge_model)
-                    for s in scores
-                ],
-            )
+            ids: dict[str, int] = {}
             for s in scores:
-                delta.add_score(now, s.name, seg_id, s.metric_version, judge_model,
-                                s.metric or job.metric, s.value, s.label, s.status)
-            ids = dict(self.conn.execute(
-                "SELECT name, score_id FROM scores WHERE record_id=? AND job_id=?",
-                (job.record_id, job.job_id),
-            ).fetchall())
+                metric = s.metric or job.metric
+                values = (job.job_id, job.record_id, trace_id, s.name, metric, s.metric_version,
+                          s.value, s.label,
+                          clean_text(s.explanation) if s.explanation else None, s.status,
+                          clean_text(scrub(s.error)) if s.error else None, s.duration_ms,
+                          dumps(_json_safe(dict(s.details))), now, delivery)
+                # The common case in one statement: a new (record, name) row, with its
+                # record's segment looked up on the way (RETURNING tells both).
+                row = self.conn.execute(_INSERT_SCORE, (*values, job.record_id, NONE_SEG,
+                                                        judge_model)).fetchone()
+                if row is None:  # the record has this score already: replace the row
+                    row = self._replace_score(job.record_id, values, judge_model, delta)
+                ids[s.name], seg_id = int(row[0]), int(row[1])
+                delta.add_score(now, s.name, seg_id, s.metric_version, judge_model, metric,
+                                s.value, s.label, s.status)
             out.append([(ids[s.name], s) for s in scores])
         delta.write(self.conn)
         return out
+
+    def _replace_score(self, record_id: str, values: tuple[Any, ...], judge_model: str,
+                       delta: Delta) -> tuple[int, int]:
+        """Replace the record's stored score of the same name (an earlier job's, or a
+        re-scored one): its contribution leaves the rollups first. (score_id, seg_id)."""
+        name = values[3]
+        prev = self.conn.execute(_OLD_SCORES + " AND name = ?", (record_id, name)).fetchone()
+        if prev is not None and prev[2] is not None:  # NULL seg_id: never rolled up
+            delta.add_score(prev[1], prev[0], prev[2], prev[3], prev[4], prev[5], prev[6],
+                            prev[7], prev[8], -1)
+        seg = self.conn.execute("SELECT seg_id FROM records WHERE record_id = ?",
+                                (record_id,)).fetchone()
+        seg_id = NONE_SEG if seg is None or seg[0] is None else int(seg[0])
+        row = self.conn.execute(
+            "UPDATE scores SET job_id=?, metric_version=?, value=?, label=?, explanation=?,"
+            " status=?, error=?, duration_ms=?, details=?, created_at=?, delivery=?, seg_id=?,"
+            " judge_model=? WHERE record_id=? AND name=? RETURNING score_id",
+            (values[0], *values[5:], seg_id, judge_model, record_id, name)).fetchone()
+        return int(row[0]), seg_id
 
     def renew_leases(self, owner: str, job_ids: Sequence[int], lease_s: float) -> None:
         """Extend the leases ``owner`` holds on ``job_ids`` (jobs still being scored)."""
@@ -712,7 +715,15 @@ _FACT_COLS = tuple(_RECORD_COLS.index(c) for c in (
     "latency_ms"))
 _NO_SEGMENTS = SegmentSpec()
 
-#: The stored scores of a record, as :meth:`.rollup.Delta.add_score` takes them (both backends).
+#: A new score row, its segment its record's (``NONE_SEG`` for a record not stored); returns
+#: nothing when the record has a score of that name already.
+_INSERT_SCORE = (
+    "INSERT INTO scores(job_id, record_id, trace_id, name, metric, metric_version, value, label,"
+    " explanation, status, error, duration_ms, details, created_at, delivery, seg_id,"
+    " judge_model) SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+    " coalesce((SELECT seg_id FROM records WHERE record_id = ?), ?), ? WHERE true"
+    " ON CONFLICT(record_id, name) DO NOTHING RETURNING score_id, seg_id")
+#: The stored scores of a record, as :meth:`.rollup.Delta.add_score` takes them.
 _OLD_SCORES = ("SELECT name, created_at, seg_id, metric_version, judge_model, metric, value,"
                " label, status FROM scores WHERE record_id = ?")
 
