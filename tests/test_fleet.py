@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +61,26 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def _worker(db: str, tmp_path: Path, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+    """A worker process; its health file (``p.health``) exists once it is live and ready."""
+    health = tmp_path / f"worker-{uuid.uuid4().hex[:8]}.ready"
+    p = subprocess.Popen(
         [*cli_script(), "worker", "--db", db, "--lease-seconds", "2", "--stop-timeout", "2",
-         *args], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True)
+         "--health-file", str(health), *args], cwd=tmp_path, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p.health = health  # type: ignore[attr-defined]
+    return p
+
+
+def _wait_ready(workers: list[subprocess.Popen[str]], timeout: float = 120.0) -> None:
+    """Wait until every worker has started (its health file exists): a SIGTERM before the
+    worker installs its handler would end it like an unhandled signal (a loaded machine
+    takes seconds to import), which is not the graceful stop under test."""
+    deadline = time.monotonic() + timeout
+    for w in workers:
+        while not w.health.exists():  # type: ignore[attr-defined]
+            assert w.poll() is None, w.stderr.read() if w.stderr else ""
+            assert time.monotonic() < deadline, "worker not ready"
+            time.sleep(0.05)
 
 
 def test_three_apps_three_workers_sigkilled_every_job_scored_exactly_once(
@@ -100,6 +117,7 @@ def test_three_apps_three_workers_sigkilled_every_job_scored_exactly_once(
                 next_kill = time.monotonic() + rng.uniform(0.8, 2.0)
             time.sleep(0.1)
         # a graceful stop: SIGTERM, exit 0, no lease left behind
+        _wait_ready(workers)
         for w in workers:
             w.send_signal(signal.SIGTERM)
         for w in workers:
@@ -150,6 +168,7 @@ def test_three_workers_share_one_judge_budget(pg_url: str, tmp_path: Path) -> No
         workers = [_worker(pg_url, tmp_path, *args, env=env) for _ in range(3)]
         try:
             time.sleep(20)
+            _wait_ready(workers)
         finally:
             for w in workers:
                 w.send_signal(signal.SIGTERM)

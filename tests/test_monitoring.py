@@ -468,3 +468,30 @@ def test_init_rejects_a_bad_monitor_naming_it(tmp_path: Path) -> None:
     text = str(err.value)
     assert "'m1'" in text and "helpfulnes" in text and "helpfulness" in text
     assert not (tmp_path / "x.db").exists()  # refused before anything was created
+
+
+def test_two_runners_on_one_database_send_each_alert_once(db: str, clock: _Clock,
+                                                          hook: _Hook) -> None:
+    """Two evaluator+notifier pairs (as two workers with --monitors) on one database,
+    evaluating over and over: one state change, one webhook POST."""
+    from tracescore.monitor.runner import MonitorRunner
+
+    real = _time.time()
+    feed(db, clock, release="v1", n=150, start=real - 3 * 3600, spread=2 * 3600,
+         quality=beta(0.5), grounded=0.9, seed=21)
+    mons = _monitors(hook.url)
+    runners = [MonitorRunner(db, mons, interval_s=0.2) for _ in range(2)]
+    for r in runners:
+        r.start()
+    try:
+        _wait(lambda: all(r.evaluations >= 5 for r in runners))
+        _wait(lambda: len(hook.bodies) >= 1)
+        # keep both evaluating a while longer: nothing more may be sent
+        seen = [r.evaluations for r in runners]
+        _wait(lambda: all(r.evaluations >= s + 5 for r, s in zip(runners, seen)))
+    finally:
+        for r in runners:
+            r.stop()
+    assert [b["state"] for b in hook.bodies] == ["ALERT"]
+    saved = [e for r in runners for e in r.last if e.saved]
+    assert saved and all(e.state == "ALERT" for e in saved)

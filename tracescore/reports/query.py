@@ -283,6 +283,15 @@ def _seg_clause(ids: set[int] | None, col: str = "seg_id") -> tuple[str, list[An
     return f" AND {col} IN ({','.join('?' * len(ordered))})", list(ordered)
 
 
+def _names_clause(names: Sequence[str] | None, col: str = "name") -> tuple[str, list[Any]]:
+    """`` AND name IN (...)`` for a list of score names (None: no filter)."""
+    if names is None:
+        return "", []
+    if not names:
+        return " AND 1 = 0", []
+    return f" AND {col} IN ({','.join('?' * len(names))})", list(names)
+
+
 def _score_dim_clause(where: Mapping[str, str] | None, prefix: str = ""
                       ) -> tuple[str, list[Any]]:
     sql, args = "", []
@@ -323,10 +332,7 @@ def score_aggs(conn: Any, window: Window = Window(), *, where: Mapping[str, str]
     lo, hi = _hours(window)
     seg_sql, seg_args = _seg_clause(ids)
     dim_sql, dim_args = _score_dim_clause(where)
-    name_sql, name_args = "", []
-    if names is not None:
-        name_sql = f" AND name IN ({','.join('?' * len(names))})" if names else " AND 1 = 0"
-        name_args = list(names)
+    name_sql, name_args = _names_clause(names)
     if lo < hi:
         for (name, seg_id, jm, mv, metric, n_ok, s, ss, n_lab, n_fail, n_err,
              n_skip) in conn.execute(
@@ -350,7 +356,7 @@ def score_aggs(conn: Any, window: Window = Window(), *, where: Mapping[str, str]
             bin_sql = (
                 "SELECT b.name, b.seg_id, b.bin, sum(b.n) FROM hourly_bins b"
                 " WHERE b.hour >= ? AND b.hour < ?" + seg_sql.replace("seg_id", "b.seg_id")
-                + name_sql.replace("name", "b.name") + " GROUP BY b.name, b.seg_id, b.bin")
+                + _names_clause(names, "b.name")[0] + " GROUP BY b.name, b.seg_id, b.bin")
             if by in SCORE_DIMS or dim_sql:
                 # bins are kept per record segment, not per judge model / metric version:
                 # split or filtered by those, percentiles are not available (None)
@@ -393,10 +399,7 @@ def _score_edge(conn: Any, seg: SegmentIndex, out: dict[Group, dict[str, Agg]], 
         return
     seg_sql, seg_args = _seg_clause(ids)
     dim_sql, dim_args = _score_dim_clause(where)
-    name_sql, name_args = "", []
-    if names is not None:
-        name_sql = f" AND name IN ({','.join('?' * len(names))})" if names else " AND 1 = 0"
-        name_args = list(names)
+    name_sql, name_args = _names_clause(names)
     for name, metric, seg_id, jm, mv, value, label, status in conn.execute(
         "SELECT name, metric, seg_id, judge_model, metric_version, value, label, status"
         " FROM scores WHERE created_at >= ? AND created_at < ?" + seg_sql + dim_sql + name_sql,
@@ -529,10 +532,7 @@ def score_series(conn: Any, names: Sequence[str] | None, window: Window, bucket_
 
     seg_sql, seg_args = _seg_clause(ids)
     dim_sql, dim_args = _score_dim_clause(where)
-    name_sql, name_args = "", []
-    if names is not None:
-        name_sql = f" AND name IN ({','.join('?' * len(names))})" if names else " AND 1 = 0"
-        name_args = list(names)
+    name_sql, name_args = _names_clause(names)
     lo = -math.inf if window.since is None else window.since
     hi = math.inf if window.until is None else window.until
     if bucket_s >= HOUR:
