@@ -85,7 +85,7 @@ def _register(store: Any) -> None:
 def feed(db: str, clock: _Clock, *, release: str, environment: str = "prod", n: int,
          start: float, spread: float, quality: Any, grounded: float, seed: int,
          errors: float = 0.0, metadata: dict[str, str] | None = None,
-         keys: Sequence[str] = ()) -> list[str]:
+         keys: Sequence[str] = (), app_errors: float = 0.0) -> list[str]:
     """Write ``n`` records of ``release`` between ``start`` and ``start + spread`` through
     the store's write path, then score each (quality ~ ``quality(rng)``, grounded ~
     Bernoulli(``grounded``)); returns the trace ids."""
@@ -101,7 +101,8 @@ def feed(db: str, clock: _Clock, *, release: str, environment: str = "prod", n: 
             trace = f"{seed:08x}{i:024x}"
             rec = RagRecord(trace_id=trace, span_id=f"{i:016x}", query=f"q{i}", answer="a",
                             end_time_ns=int(t * 1e9), start_time_ns=int((t - 0.5) * 1e9),
-                            metadata=dict(metadata or {}), model="app-model")
+                            metadata=dict(metadata or {}), model="app-model",
+                            error="Timeout" if rng.random() < app_errors else None)
             store.write_batch([(rec, Decision(0.1, METRICS))],
                               [NewJob(rec.record_id, m, "1") for m in METRICS], None,
                               segments=spec)
@@ -495,3 +496,38 @@ def test_two_runners_on_one_database_send_each_alert_once(db: str, clock: _Clock
     assert [b["state"] for b in hook.bodies] == ["ALERT"]
     saved = [e for r in runners for e in r.last if e.saved]
     assert saved and all(e.state == "ALERT" for e in saved)
+
+
+def test_pipeline_figure_monitors(db: str, clock: _Clock) -> None:
+    """error_rate (anytime-valid, on records), backlog_age and dropped_records (counts)."""
+    real = _time.time()
+    feed(db, clock, release="v1", n=200, start=real - 3 * 3600, spread=2 * 3600,
+         quality=beta(0.8), grounded=0.9, seed=31, app_errors=0.3)
+    store = open_store(db)
+    try:  # a job nobody scores: the backlog's age grows
+        clock.t = real - 3600
+        rec = RagRecord(trace_id="f" * 32, span_id="1" * 16, query="q", answer="a",
+                        end_time_ns=int(clock.t * 1e9))
+        store.write_batch([(rec, Decision(0.1, ("quality",)))],
+                          [NewJob(rec.record_id, "quality", "1")], None)
+    finally:
+        store.close()
+    clock.t = real
+    mons = monitors_from_objects({"monitor": [
+        {"name": "errors", "score": "error_rate", "window": "1d", "threshold": 0.1},
+        {"name": "backlog", "score": "backlog_age", "threshold": "15m", "rule": "fixed"},
+        {"name": "drops", "score": "dropped_records", "window": "1h", "threshold": 0,
+         "rule": "fixed"}]})
+    ev = Evaluator(db, mons)
+    try:
+        states = {e.monitor: e for e in ev.run_once()}
+        assert states["errors"].state == "ALERT", states["errors"].summary
+        assert 0.2 < states["errors"].value < 0.4 and states["errors"].lo > 0.1
+        assert states["backlog"].state == "ALERT" and states["backlog"].value > 3000
+        assert states["drops"].state == "OK" and states["drops"].value == 0
+        store = ev._open()[0]
+        store.bump_counters({"records_dropped": 3})
+        states = {e.monitor: e for e in ev.run_once()}
+        assert states["drops"].state == "ALERT" and states["drops"].value == 3
+    finally:
+        ev.close()

@@ -471,7 +471,7 @@ def _worst(ctx: _Context, m: Monitor, start: float, direction: str) -> list[str]
 
 def _measure(ctx: _Context, m: Monitor, prior: S.StateRow | None) -> _Result:
     if m.score in ("skip_rate", "dropped_records", "backlog_age", "judge_cost_per_day"):
-        return _figure(ctx, m)
+        return _figure(ctx, m, prior)
     direction = m.direction or ("above" if m.score == "error_rate" or m.statistic == "fail_rate"
                                 else m.direction_for(ctx.info.higher_is_better(
                                     _metric_of(ctx, m.score))))
@@ -610,11 +610,12 @@ def _fixed(ctx: _Context, m: Monitor, direction: str) -> _Result:
                    {"condition": f"{m.statistic} {direction} {thr}"})
 
 
-def _figure(ctx: _Context, m: Monitor) -> _Result:
+def _figure(ctx: _Context, m: Monitor, prior: S.StateRow | None = None) -> _Result:
     """Pipeline figures: counts and ages, compared with the threshold as they are."""
     from ..reports import query as Q
 
     r = ctx.reader
+    test_state: Any = None
     direction = m.direction or "above"
     since = ctx.now - m.window_s
     n = 0
@@ -628,9 +629,18 @@ def _figure(ctx: _Context, m: Monitor) -> _Result:
         value: float | None = k / n if n else None
         what = "share of scoring jobs skipped"
     elif m.score == "dropped_records":
-        value = float(r.execute("SELECT coalesce(max(value), 0) FROM counters"
+        # the counter is a running total: the figure is its growth over the window, from
+        # the total seen at the window's start (kept in the monitor's state)
+        total = float(r.execute("SELECT coalesce(max(value), 0) FROM counters"
                                 " WHERE name = 'records_dropped'").fetchone()[0])
-        what = "records dropped (all time)"
+        saved = prior.test_state if prior is not None and isinstance(prior.test_state, dict) \
+            else {}
+        base_t, base = float(saved.get("t", ctx.now)), float(saved.get("total", total))
+        if ctx.now - base_t >= m.window_s or total < base:
+            base_t, base = ctx.now, total
+        test_state = {"t": base_t, "total": base}
+        value = total - base
+        what = f"records dropped since {_dur(ctx.now - base_t) if ctx.now > base_t else 'now'}"
         n = 1
     elif m.score == "backlog_age":
         oldest = r.execute("SELECT min(created_at) FROM jobs WHERE status IN"
@@ -649,14 +659,14 @@ def _figure(ctx: _Context, m: Monitor) -> _Result:
         n = 1
     thr = float(m.threshold if m.threshold is not None else 0.0)
     if value is None:
-        return _Result("NO_DATA", None, None, None, 0, f"{what}: no data", "count", None)
+        return _Result("NO_DATA", None, None, None, 0, f"{what}: no data", "count", test_state)
     bad = value < thr if direction == "below" else value > thr
     warn = m.warning is not None and (value < m.warning if direction == "below"
                                       else value > m.warning)
     state = "ALERT" if bad else "WARNING" if warn else "OK"
     return _Result(state, value, None, None, n,
                    f"{what}: {value:.4g} {'is' if bad else 'is not'} {direction} {thr:g}",
-                   "count (no interval: a pipeline figure, not an estimate)", None,
+                   "count (no interval: a pipeline figure, not an estimate)", test_state,
                    detail={"condition": f"{m.score} {direction} {thr:g}"})
 
 
