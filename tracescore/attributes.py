@@ -91,3 +91,20 @@ def evaluation(i: int, field: str) -> str:
 
 def score_attribute(name: str) -> str:
     return SCORE_PREFIX + name
+
+#: Score-point attributes for the process's release and environment: the OTel resource
+#: semantic-convention names (the values may come from ``init`` rather than the resource, and
+#: Prometheus drops resource attributes unless asked, so they go on each point too).
+RELEASE = "service.version"
+ENVIRONMENT = "deployment.environment.name"
+#: Monitors: the state-change log record's event name and attributes, and the state gauge.
+MONITOR_STATE_CHANGE = "tracescore.monitor.state_change"
+MONITOR_STATE_GAUGE = "tracescore.monitor.state"
+MONITOR_NAME = "tracescore.monitor.name"
+MONITOR_STATE = "tracescore.monitor.state"
+MONITOR_PREVIOUS = "tracescore.monitor.previous"
+MONITOR_SCORE = "tracescore.monitor.score"
+MONITOR_VALUE = "tracescore.monitor.value"
+MONITOR_LO = "tracescore.monitor.lo"
+MONITOR_HI = "tracescore.monitor.hi"
+MONITOR_N = "tracescore.monitor.n"

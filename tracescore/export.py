@@ -73,11 +73,8 @@ SIGNALS = (TRACES, LOGS, METRICS)
 HTTP_PROTOBUF, GRPC = "http/protobuf", "grpc"
 #: Bucket boundaries of the score histogram: most metrics score in [0, 1].
 SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-#: Score-point attributes for the process's release and environment: the OTel resource
-#: semantic-convention names (the values may come from ``init`` rather than the resource, and
-#: Prometheus drops resource attributes unless asked, so they go on each point too).
-RELEASE_ATTRIBUTE = "service.version"
-ENVIRONMENT_ATTRIBUTE = "deployment.environment.name"
+RELEASE_ATTRIBUTE = A.RELEASE
+ENVIRONMENT_ATTRIBUTE = A.ENVIRONMENT
 #: The circuit-breaker gauge's values.
 BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = 0, 1, 2
 

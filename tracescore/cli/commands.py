@@ -565,9 +565,10 @@ def prune(db: Path | str, older_than: str, max_size: str | None, batch_size: int
     the oldest records beyond the size), with their scores, finished jobs and judge-call log
     rows, plus judge-cache entries and feedback older than AGE that nothing references.
 
-    Safe while an app writes and a worker scores: small batches, each one transaction that
-    first adds the batch to hourly rollups (so `tracescore report --since 90d` still counts
-    it) and then deletes it. A record with an open scoring job or a score not yet exported
+    Safe while an app writes and a worker scores: small batches, one transaction each. The
+    hourly rollups the store keeps as it writes already count every record and score, so
+    `tracescore report --since 90d`, `compare` and the monitors give the same answers after
+    pruning. A record with an open scoring job or a score not yet exported
     is kept. A running app with init(retention=...) does the same in the background.
 
     On PostgreSQL several pruners (this command, every `tracescore worker`) may run at once:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from .. import attributes as A
 from .._internal.errors import handle_internal_errors, record_internal_error
 from .._internal.secrets import scrub
 from . import state as _state
@@ -64,15 +65,15 @@ KINDS = (WEBHOOK, SLACK)
 PAYLOAD_VERSION = 1
 
 # OTel log record of a state change (to move to tracescore.attributes with the other names)
-EVENT_NAME = "tracescore.monitor.state_change"
-ATTR_NAME = "tracescore.monitor.name"
-ATTR_STATE = "tracescore.monitor.state"
-ATTR_PREVIOUS = "tracescore.monitor.previous"
-ATTR_SCORE = "tracescore.monitor.score"
-ATTR_VALUE = "tracescore.monitor.value"
-ATTR_LO = "tracescore.monitor.lo"
-ATTR_HI = "tracescore.monitor.hi"
-ATTR_N = "tracescore.monitor.n"
+EVENT_NAME = A.MONITOR_STATE_CHANGE
+ATTR_NAME = A.MONITOR_NAME
+ATTR_STATE = A.MONITOR_STATE
+ATTR_PREVIOUS = A.MONITOR_PREVIOUS
+ATTR_SCORE = A.MONITOR_SCORE
+ATTR_VALUE = A.MONITOR_VALUE
+ATTR_LO = A.MONITOR_LO
+ATTR_HI = A.MONITOR_HI
+ATTR_N = A.MONITOR_N
 
 #: Delivery retries: base and cap of the exponential backoff (seconds), attempts in all.
 BASE_S, CAP_S, MAX_ATTEMPTS = 2.0, 600.0, 12

@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from .. import attributes as A
 from .._internal.errors import record_internal_error
 from .config import MonitorSet
 from .evaluate import RANK, Evaluation, Evaluator
@@ -28,7 +29,7 @@ log = logging.getLogger("tracescore")
 
 __all__ = ["GAUGE", "MonitorRunner"]
 
-GAUGE = "tracescore.monitor.state"
+GAUGE = A.MONITOR_STATE_GAUGE
 
 
 class MonitorRunner:
@@ -64,8 +65,8 @@ class MonitorRunner:
         from opentelemetry.metrics import Observation
 
         def observe(_options: Any) -> list[Any]:
-            return [Observation(RANK.get(e.state, 0), {"tracescore.monitor.name": e.monitor,
-                                                       "tracescore.monitor.state": e.state})
+            return [Observation(RANK.get(e.state, 0), {A.MONITOR_NAME: e.monitor,
+                                                       A.MONITOR_STATE: e.state})
                     for e in list(self.last)]
 
         meter.create_observable_gauge(

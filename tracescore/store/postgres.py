@@ -6,7 +6,9 @@ Same method set and semantics as the SQLite :class:`~.sqlite.Store` (see
 distributed queue: :meth:`PostgresStore.lease_jobs` is one ``UPDATE … WHERE job_id IN
 (SELECT … FOR UPDATE SKIP LOCKED) RETURNING …`` statement, so any number of workers on any
 number of hosts lease disjoint jobs without waiting on each other; completion is guarded by the
-lease owner exactly as on SQLite, so each persisted job is scored once.
+lease owner exactly as on SQLite, so each persisted job is scored once. The hourly rollups are
+updated in the writing transaction as on SQLite (:mod:`.rollup`); locks are taken in one order
+everywhere — records (by id), jobs, rollup rows (by key) — so concurrent writers never deadlock.
 
 One store per thread (one connection, autocommit; :meth:`transaction` opens a real
 transaction, nested ones are savepoints). A broken connection (the server restarted, a
@@ -26,7 +28,7 @@ from ..record import RagRecord
 from ..sampling import Decision
 from ..score import Score
 from .migrations import migrate_postgres
-from .rollup import Delta, QmarkConnection
+from .rollup import Delta, QmarkConnection, count_skips
 from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
 from .sqlite import (
     _CREATED,
@@ -35,7 +37,6 @@ from .sqlite import (
     _RECORD_COLS,
     _SEG,
     METRIC_COLS,
-    SKIPPED,
     Job,
     NewJob,
     _json_safe,
@@ -342,7 +343,7 @@ class PostgresStore:
                         overflow[OVERFLOW_COUNTER + dim] = overflow.get(OVERFLOW_COUNTER + dim,
                                                                         0) + 1
                 created = self._insert_jobs(jobs, now)
-                self._count_skips(delta, [(j, None) for j in created], facts)
+                count_skips(delta, [(j, None) for j in created], facts, self._record_facts)
                 delta.write(QmarkConnection(self.conn))
                 if counters or overflow:
                     self.bump_counters({**(counters or {}), **overflow})
@@ -394,25 +395,6 @@ class PostgresStore:
         return {rid: (created or 0.0, NONE_SEG if seg is None else int(seg))
                 for rid, created, seg in rows}
 
-    def _count_skips(self, delta: Delta, changes: Sequence[tuple[NewJob, Any]],
-                     facts: dict[str, tuple[float, int]]) -> None:
-        """As the SQLite store's: skipped jobs created (+1) or re-opened (−1)."""
-        todo = [(j, old) for j, old in changes
-                if j.status == SKIPPED or (old is not None and old[0] == SKIPPED)]
-        if not todo:
-            return
-        missing = [j.record_id for j, _ in todo if j.record_id not in facts]
-        if missing:
-            facts.update(self._record_facts(missing))
-        for j, old in todo:
-            fact = facts.get(j.record_id)
-            if fact is None:
-                continue
-            if old is not None and old[0] == SKIPPED:
-                delta.add_skip(fact[0], j.metric, fact[1], old[1], -1)
-            if j.status == SKIPPED:
-                delta.add_skip(fact[0], j.metric, fact[1], j.reason, 1)
-
     def set_ground_truths(self, trace_id: str, ground_truths: Sequence[str]) -> list[RagRecord]:
         self._x("UPDATE records SET ground_truths = %s WHERE trace_id = %s",
                 (_nul_free(dumps([clean_text(g) for g in ground_truths])), trace_id))
@@ -423,7 +405,7 @@ class PostgresStore:
         with self.transaction():
             created = self._insert_jobs(jobs, time.time())
             delta = Delta()
-            self._count_skips(delta, [(j, None) for j in created], {})
+            count_skips(delta, [(j, None) for j in created], {}, self._record_facts)
             delta.write(QmarkConnection(self.conn))
         return len(created)
 
@@ -461,7 +443,7 @@ class PostgresStore:
                         n += 1
                     break
             delta = Delta()
-            self._count_skips(delta, changes, {})
+            count_skips(delta, changes, {}, self._record_facts)
             delta.write(QmarkConnection(self.conn))
         return n
 

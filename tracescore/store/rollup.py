@@ -36,11 +36,14 @@ Which rows count: ``hourly_scores`` counts score rows (``n_ok`` with a value, ``
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
 from .compat import translate
+
+#: a skipped job's status (as the stores write it)
+SKIPPED = "skipped"
 
 __all__ = ["BINS", "DDL", "HOUR", "V2_DDL", "Delta", "QmarkConnection", "bin_mid", "ddl",
            "hour_of", "qmark", "qmark_tx", "value_bin"]
@@ -306,3 +309,27 @@ class Delta:
                 conn.execute(sql, rows[0])
             elif rows:
                 conn.executemany(sql, rows)
+
+
+def count_skips(delta: Delta, changes: Sequence[tuple[Any, Any]],
+                facts: dict[str, tuple[float, int]],
+                record_facts: Callable[[list[str]], dict[str, tuple[float, int]]]) -> None:
+    """Skipped jobs into ``delta`` (both stores): each change is (the job as now stored,
+    (old status, old reason) or None) — +1 for a skip created, −1 for one re-opened. ``facts``
+    (record id → (created_at, seg_id)) is filled through ``record_facts`` where missing; a
+    skip of a record not stored is not counted (as readers join)."""
+    todo = [(j, old) for j, old in changes
+            if j.status == SKIPPED or (old is not None and old[0] == SKIPPED)]
+    if not todo:
+        return
+    missing = [j.record_id for j, _ in todo if j.record_id not in facts]
+    if missing:
+        facts.update(record_facts(missing))
+    for j, old in todo:
+        fact = facts.get(j.record_id)
+        if fact is None:
+            continue
+        if old is not None and old[0] == SKIPPED:
+            delta.add_skip(fact[0], j.metric, fact[1], old[1], -1)
+        if j.status == SKIPPED:
+            delta.add_skip(fact[0], j.metric, fact[1], j.reason, 1)

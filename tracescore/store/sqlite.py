@@ -4,7 +4,8 @@ One :class:`Store` per thread (SQLite connections are not shared across threads)
 the writer, the scoring worker and readers (CLI, reports) work at once. The database is the
 source of truth: the full context text of sampled records lives here even when span attributes
 are truncated (unsampled records are compact: :mod:`.compact`; old ones are pruned:
-:mod:`.retention`).
+:mod:`.retention`). Each write also updates the hourly rollups per segment in the same
+transaction (:mod:`.rollup`, :mod:`.segments`).
 
 Every method does blocking I/O and must never be called on the app's request path.
 """
@@ -29,7 +30,7 @@ from ..score import Score
 from . import migrations as _migrations
 from .compact import COMPACT_COLUMNS, compact_contexts, should_compact, text_facts
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
-from .rollup import Delta
+from .rollup import Delta, count_skips
 from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
 
 #: 1: the first schema; 2: compact rows and rollups of pruned rows; 3: segments and hourly
@@ -327,7 +328,7 @@ class Store:
                         overflow[OVERFLOW_COUNTER + dim] = overflow.get(OVERFLOW_COUNTER + dim,
                                                                         0) + 1
                 created = self._insert_jobs(jobs, now)
-                self._count_skips(delta, [(j, None) for j in created], facts)
+                count_skips(delta, [(j, None) for j in created], facts, self._record_facts)
                 delta.write(self.conn)
                 if counters or overflow:
                     self.bump_counters({**(counters or {}), **overflow})
@@ -389,26 +390,6 @@ class Store:
                 out[rid] = (created or 0.0, NONE_SEG if seg is None else int(seg))
         return out
 
-    def _count_skips(self, delta: Delta, changes: Sequence[tuple[NewJob, Any]],
-                     facts: dict[str, tuple[float, int]]) -> None:
-        """Skipped jobs into ``delta``: each change is (job as now stored, (old status, old
-        reason) or None); a skip of a record not stored is not counted (as readers join)."""
-        todo = [(j, old) for j, old in changes
-                if j.status == SKIPPED or (old is not None and old[0] == SKIPPED)]
-        if not todo:
-            return
-        missing = [j.record_id for j, _ in todo if j.record_id not in facts]
-        if missing:
-            facts.update(self._record_facts(missing))
-        for j, old in todo:
-            fact = facts.get(j.record_id)
-            if fact is None:
-                continue
-            if old is not None and old[0] == SKIPPED:
-                delta.add_skip(fact[0], j.metric, fact[1], old[1], -1)
-            if j.status == SKIPPED:
-                delta.add_skip(fact[0], j.metric, fact[1], j.reason, 1)
-
     def bump_counters(self, counters: Mapping[str, int]) -> None:
         self.conn.executemany(
             "INSERT INTO counters(name, value) VALUES (?, ?) "
@@ -435,7 +416,7 @@ class Store:
         with self.transaction():
             created = self._insert_jobs(jobs, now)
             delta = Delta()
-            self._count_skips(delta, [(j, None) for j in created], {})
+            count_skips(delta, [(j, None) for j in created], {}, self._record_facts)
             delta.write(self.conn)
         return len(created)
 
@@ -464,7 +445,7 @@ class Store:
                     existing[key] = (j.status, j.reason)
                 n += cur.rowcount
             delta = Delta()
-            self._count_skips(delta, changes, {})
+            count_skips(delta, changes, {}, self._record_facts)
             delta.write(self.conn)
         return n
 
