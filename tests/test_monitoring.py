@@ -531,3 +531,52 @@ def test_pipeline_figure_monitors(db: str, clock: _Clock) -> None:
         assert states["drops"].state == "ALERT" and states["drops"].value == 3
     finally:
         ev.close()
+
+
+def test_hysteresis_worse_at_once_better_after_a_streak() -> None:
+    from tracescore.monitor.config import Monitor
+    from tracescore.monitor.evaluate import _hysteresis
+    from tracescore.monitor.state import StateRow
+
+    m = Monitor("m", "quality", threshold=0.8, hysteresis=3)
+
+    def row(state: str, pending: str | None = None, streak: int = 0) -> StateRow:
+        return StateRow("m", state, 0.0, 0.0, None, None, None, None, {}, None, streak,
+                        pending, None)
+
+    assert _hysteresis(m, None, "OK") == ("OK", None, 0)  # a first state is taken as it is
+    assert _hysteresis(m, row("OK"), "ALERT") == ("ALERT", None, 0)  # worse: at once
+    assert _hysteresis(m, row("WARNING"), "ALERT") == ("ALERT", None, 0)
+    # better: held until 3 evaluations in a row agree
+    assert _hysteresis(m, row("ALERT"), "OK") == ("ALERT", "OK", 1)
+    assert _hysteresis(m, row("ALERT", "OK", 1), "OK") == ("ALERT", "OK", 2)
+    assert _hysteresis(m, row("ALERT", "OK", 2), "OK") == ("OK", None, 0)
+    # a different better state restarts the streak; the stored state agreeing resets it
+    assert _hysteresis(m, row("ALERT", "OK", 2), "WARNING") == ("ALERT", "WARNING", 1)
+    assert _hysteresis(m, row("ALERT", "OK", 2), "ALERT") == ("ALERT", None, 0)
+
+
+def test_renotify_while_alert_persists(db: str, clock: _Clock, hook: _Hook) -> None:
+    from tracescore.monitor.notify import deliver_due
+
+    real = _time.time()
+    feed(db, clock, release="v1", n=150, start=real - 3 * 3600, spread=2 * 3600,
+         quality=beta(0.5), grounded=0.9, seed=41)
+    mons = _monitors(hook.url, renotify="1h")
+    t = [real]
+    ev = Evaluator(db, mons, clock=lambda: t[0])
+    try:
+        (e,) = ev.run_once()
+        assert e.state == "ALERT"
+        store = ev._open()[0]
+        deliver_due(store, mons.channels, now=t[0])
+        t[0] += 1800  # half an hour later: still alerting, no reminder yet
+        ev.run_once()
+        assert deliver_due(store, mons.channels, now=t[0]) == 0
+        t[0] += 1900  # over an hour since the notification: one reminder
+        (e,) = ev.run_once()
+        assert e.state == "ALERT" and not e.changed
+        assert deliver_due(store, mons.channels, now=t[0]) == 1
+    finally:
+        ev.close()
+    assert [b["state"] for b in hook.bodies] == ["ALERT", "ALERT"]
