@@ -298,7 +298,8 @@ def recompute(db: str) -> dict[str, dict[tuple[Any, ...], list[Any]]]:
             if s["label"] is not None:
                 a[3] += 1
                 a[4] += s["label"] == "fail"
-            b = min(max(int(math.floor(v * 100)), 0), 99)
+            # 0 and 1 exactly in their own bins, else 1..100 for (0, 1) in 0.01 steps
+            b = 0 if v <= 0 else 101 if v >= 1 else 1 + min(int(math.floor(v * 100)), 99)
             bins[(h, s["name"], s["seg_id"], b, s["label"] or "")][0] += 1
         elif s["status"] == "error":
             a[5] += 1

@@ -168,7 +168,7 @@ class Agg:
     @property
     def yes(self) -> int:
         """Values in the upper half of [0, 1] (a yes/no metric's 1s: exact)."""
-        return sum(n for b, n in self.bins.items() if b >= BINS // 2)
+        return sum(n for b, n in self.bins.items() if bin_mid(b) >= 0.5)
 
     @property
     def n_jobs(self) -> int:

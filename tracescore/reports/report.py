@@ -18,6 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from ..store.rollup import bin_mid
 from . import query as Q
 from .metric_info import MetricInfo
 from .model import (
@@ -232,7 +233,7 @@ def histogram(conn: Any, name: str, *, since: float | None = None, bins: int = 1
     passed, failed, unlabelled = [0] * bins, [0] * bins, [0] * bins
     for (b100, label), n in counts.items():
         target = {"pass": passed, "fail": failed}.get(label, unlabelled)
-        target[min(b100 * bins // Q.BINS, bins - 1)] += n
+        target[min(int(bin_mid(b100) * bins), bins - 1)] += n
     return Histogram(0.0, 1.0, passed, failed, unlabelled)
 
 

@@ -252,7 +252,7 @@ def _has_table(conn: Any, dialect: str, name: str) -> bool:
 
 def _fold_v2(conn: Any, store: Any, resolver: Any, delta: Any, now: float) -> None:
     """The version-2 rollups (pruned hours) into ``delta`` (see :func:`_v3`)."""
-    from .rollup import bin_mid
+    from .rollup import bin_mid, v2_bin
     from .segments import DEFAULT_LIMIT, NONE_SEG, clean_value
 
     models: dict[int, dict[str | None, int]] = {}
@@ -281,7 +281,7 @@ def _fold_v2(conn: Any, store: Any, resolver: Any, delta: Any, now: float) -> No
     bins: dict[tuple[int, str], list[tuple[int, int]]] = {}
     for hour, name, b, label, n in conn.execute(
             "SELECT hour, name, bin, label, n FROM rollup_score_bins").fetchall():
-        delta.merge_raw("bins", (int(hour), name, NONE_SEG, int(b), label), [int(n)])
+        delta.merge_raw("bins", (int(hour), name, NONE_SEG, v2_bin(int(b)), label), [int(n)])
         bins.setdefault((int(hour), name), []).append((int(b), int(n)))
     for hour, name, metric, n_ok, vsum, n_lab, n_fail, n_err, n_skip in conn.execute(
             "SELECT hour, name, metric, n_ok, value_sum, n_labelled, n_fail, n_error, n_skipped"
@@ -294,7 +294,7 @@ def _fold_v2(conn: Any, store: Any, resolver: Any, delta: Any, now: float) -> No
             ss = vsum
         else:  # binned variance around the exact mean
             mean = vsum / n_ok
-            var = sum(k * (bin_mid(b) - mean) ** 2 for b, k in hb) / n_ok
+            var = sum(k * (bin_mid(v2_bin(b)) - mean) ** 2 for b, k in hb) / n_ok
             ss = n_ok * var + vsum * vsum / n_ok
         delta.merge_raw("scores", (int(hour), name, NONE_SEG, "", ""),
                         [metric, n_ok, vsum, ss, int(n_lab), int(n_fail), int(n_err),

@@ -25,8 +25,9 @@ SET n = table.n + excluded.n`` with ``?`` placeholders, run as is on SQLite and 
 order, so concurrent writers on PostgreSQL lock rollup rows in the same order (no deadlock);
 every transaction writes the tables in the same order too (records, scores, bins, skips).
 
-Hours are UTC hours, ``hour = floor(t / 3600) * 3600`` (an integer). Bins: 100 equal bins over
-[0, 1] per (hour, name, segment, label); values outside [0, 1] land in the first/last bin.
+Hours are UTC hours, ``hour = floor(t / 3600) * 3600`` (an integer). Bins per (hour, name,
+segment, label): bin 0 holds values of exactly 0 (or below), bin 101 values of exactly 1 (or
+above), bins 1..100 the 0.01-wide intervals of (0, 1) (:func:`value_bin`).
 Which rows count: ``hourly_scores`` counts score rows (``n_ok`` with a value, ``n_error``,
 ``n_skipped`` — a metric that skipped a record it was asked to score); ``hourly_skips`` counts
 *jobs* that were never run because the record lacks what the metric needs (status
@@ -159,11 +160,29 @@ def hour_of(ts: float) -> int:
 
 
 def value_bin(value: float) -> int:
-    return min(max(int(math.floor(value * BINS)), 0), BINS - 1)
+    """A score's histogram bin: 0 for exactly 0 (or below), ``BINS + 1`` for exactly 1 (or
+    above), else 1..``BINS`` for the 0.01-wide bins of (0, 1) — so the many scores of exactly
+    0 or 1 keep their value, and a p90 of perfect answers reads 1.000, not 0.995."""
+    if value <= 0.0:
+        return 0
+    if value >= 1.0:
+        return BINS + 1
+    return 1 + min(int(math.floor(value * BINS)), BINS - 1)
 
 
 def bin_mid(b: int) -> float:
-    return (b + 0.5) / BINS
+    """The value a bin stands for: 0, 1, or the middle of its 0.01-wide interval."""
+    if b <= 0:
+        return 0.0
+    if b >= BINS + 1:
+        return 1.0
+    return (b - 0.5) / BINS
+
+
+def v2_bin(b: int) -> int:
+    """A schema-2 bin (100 bins over [0, 1], clamped) in the schema-3 numbering: its end bins
+    held the 0s and 1s of yes/no scores, so they become the exact-0 and exact-1 bins."""
+    return 0 if b <= 0 else BINS + 1 if b >= BINS - 1 else b + 1
 
 
 _UPSERT_RECORDS = (
