@@ -1,16 +1,26 @@
-"""Scrub API keys and bearer tokens out of every error text tracescore stores, exports or logs.
+"""Scrub API keys and bearer tokens out of every text tracescore stores, exports or logs.
 
 A judge that answers 401 may echo the key it was sent; a proxy may put the Authorization
 header in its error page. :func:`scrub` replaces the keys tracescore was configured with
-(:func:`register_secret`) and anything shaped like a bearer token or an OpenAI-style key.
+(:func:`register_secret`, and ``OPENAI_API_KEY``) and anything shaped like a bearer token or
+an OpenAI-style key.
 A :class:`logging.Filter` on the ``tracescore`` logger applies it to log messages too.
+A judge with a valid reply may quote the key in its reason as well, so the stores apply
+:func:`scrub_score` to every score (error, explanation and details) before it is stored and
+exported.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import re
 import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..score import Score
 
 MASK = "[REDACTED]"
 _PATTERNS = (
@@ -30,11 +40,27 @@ def register_secret(secret: str | None) -> None:
             _secrets.add(secret)
 
 
+#: Keys tracescore reads from the environment: secret even in a process that never built the
+#: judge (a worker elsewhere did, and its scores pass through here).
+_ENV_KEYS = ("OPENAI_API_KEY",)
+
+
+def _known() -> list[str]:
+    with _lock:
+        known = set(_secrets)
+    for name in _ENV_KEYS:
+        value = os.environ.get(name)
+        if value and len(value) >= 6 and value != "not-needed":
+            known.add(value)
+    return sorted(known, key=len, reverse=True)
+
+
 def scrub(text: str) -> str:
+    """``text`` with the configured keys (and the environment's), bearer tokens and
+    OpenAI-style keys replaced by ``[REDACTED]``."""
     if not text:
         return text
-    with _lock:
-        secrets = sorted(_secrets, key=len, reverse=True)
+    secrets = _known()
     for s in secrets:
         if s in text:
             text = text.replace(s, MASK)
@@ -45,6 +71,30 @@ def scrub(text: str) -> str:
 
 def scrub_opt(text: str | None) -> str | None:
     return None if text is None else scrub(text)
+
+
+def scrub_value(value: Any) -> Any:
+    """``value`` with every string in it scrubbed (dicts, lists and tuples walked, keys too);
+    other values as they are."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {scrub_value(k): scrub_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [scrub_value(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(scrub_value(v) for v in value)
+    return value
+
+
+def scrub_score(s: Score) -> Score:
+    """``s`` with its error, explanation and details scrubbed (``s`` itself when clean)."""
+    error = scrub(s.error) if s.error else s.error
+    explanation = scrub(s.explanation) if s.explanation else s.explanation
+    details = scrub_value(dict(s.details)) if s.details else s.details
+    if error == s.error and explanation == s.explanation and details == s.details:
+        return s
+    return dataclasses.replace(s, error=error, explanation=explanation, details=details)
 
 
 class ScrubFilter(logging.Filter):

@@ -51,7 +51,9 @@ def _open(db: Path | str) -> Any:
         if isinstance(db, Path) and not db.exists():
             hint = (f"\nPass --db PATH (or set TRACESCORE_DB); `tracescore demo` writes "
                     f"{DEMO_DB}.")
-        raise DatabaseProblem(f"{exc}{hint}") from None
+        from ..store.base import redact_text
+
+        raise DatabaseProblem(f"{redact_text(str(exc), db)}{hint}") from None
 
 
 def _db_value(ctx: click.Context, param: click.Parameter, value: Any) -> Path | str:
@@ -94,13 +96,23 @@ def _db_option(default: str, help_text: str, envvar: str | None = "TRACESCORE_DB
 @contextlib.contextmanager
 def _output(path: Path) -> Iterator[TextIO]:
     """stdout for ``-``; else a file that appears only once complete (written beside it and
-    renamed), so a reader never sees half an export and a failure leaves no partial file."""
+    renamed), so a reader never sees half an export and a failure leaves no partial file.
+
+    A new file is created private (0600: it holds captured queries and documents); a file
+    that exists keeps its mode (``chmod`` it once to share it)."""
     if str(path) == "-":
         yield sys.stdout
         return
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8", newline="") as f:
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            mode = 0o600
+        tmp.unlink(missing_ok=True)  # a leftover of a killed run: O_EXCL below must create
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.fchmod(fd, mode)  # the existing file's mode, or 0600 (whatever the umask)
+        with open(fd, "w", encoding="utf-8", newline="") as f:
             yield f
         os.replace(tmp, path)
     except OSError as exc:
@@ -425,8 +437,12 @@ def show(trace_id: str, db: Path, as_json: bool, chars: int) -> None:
     Exits with code 1 when nothing matches.
     """
     from ..reports.show import find_records, format_records, record_details
+    from ..store.base import redact_text
 
-    conn = _open(db)
+    try:
+        conn = _open(db)
+    except DatabaseProblem as exc:  # a driver's message may quote a piece of the password
+        raise DatabaseProblem(redact_text(exc.message, db)) from None
     try:
         rows, candidates = find_records(conn, trace_id)
         recs = [record_details(conn, r) for r in rows]
@@ -436,10 +452,11 @@ def show(trace_id: str, db: Path, as_json: bool, chars: int) -> None:
         if candidates:
             more = "" if len(candidates) <= 10 else ", …"
             raise click.ClickException(
-                f"{trace_id!r} matches several traces in {db}: "
+                f"{trace_id!r} matches several traces in {_name(db)}: "
                 f"{', '.join(candidates[:10])}{more}; give more characters"
             )
-        raise click.ClickException(f"no record with trace or record id {trace_id!r} in {db}")
+        raise click.ClickException(
+            f"no record with trace or record id {trace_id!r} in {_name(db)}")
     if as_json:
         click.echo(json.dumps({"records": recs}, ensure_ascii=False))
     else:
@@ -464,9 +481,14 @@ def show(trace_id: str, db: Path, as_json: bool, chars: int) -> None:
                    "score row of a record): a much smaller file.")
 @click.option("--output", "-o", "output", metavar="FILE", default="-", show_default=True,
               type=click.Path(dir_okay=False, writable=True, allow_dash=True, path_type=Path),
-              help="File to write (replaced when complete); - for stdout.")
+              help="File to write (replaced when complete; a new file is private, 0600); - "
+                   "for stdout.")
+@click.option("--raw-csv", "raw_csv", is_flag=True,
+              help="CSV: write text cells exactly as stored. By default a cell starting with "
+                   "=, +, -, @, a tab or a carriage return gets a leading ' so that a "
+                   "spreadsheet shows it as text instead of running it as a formula.")
 def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
-           scored_only: bool, no_contexts: bool, output: Path) -> None:
+           scored_only: bool, no_contexts: bool, output: Path, raw_csv: bool) -> None:
     """Export records joined with their scores: one row per record and score name.
 
     Record fields (record_id, trace_id, span_id, created_at as ISO 8601 UTC, query,
@@ -475,7 +497,8 @@ def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
     then score fields (score_name, score_value, score_label, score_explanation,
     score_status, score_error, ...). A record without a score gets one row with empty
     score fields unless --scored-only. Rows are streamed, oldest record first, so the
-    database can be larger than memory.
+    database can be larger than memory. CSV text cells that a spreadsheet would run as a
+    formula are prefixed with ' (see --raw-csv).
     """
     from ..reports.rows import columns, iter_rows, write_csv, write_jsonl
 
@@ -487,7 +510,8 @@ def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
             if fmt == "jsonl":
                 n = write_jsonl(rows, out)
             else:
-                n = write_csv(rows, out, columns(contexts=not no_contexts))
+                n = write_csv(rows, out, columns(contexts=not no_contexts),
+                              neutralise_formulas=not raw_csv)
     except BrokenPipeError:  # `tracescore export ... | head`: the reader has all it wants
         _quiet_stdout()
         return
@@ -661,7 +685,10 @@ def prune(db: Path | str, older_than: str, max_size: str | None, batch_size: int
               help="On SIGTERM: seconds for jobs in flight to finish before the rest are given "
                    "back.")
 @click.option("--health-port", type=click.IntRange(0, 65535), default=None,
-              help="Serve GET /livez and /readyz on this port (0.0.0.0).")
+              help="Serve GET /livez and /readyz on this port (on --health-host).")
+@click.option("--health-host", metavar="ADDRESS", default="0.0.0.0", show_default=True,
+              help="Address the --health-port server listens on (all interfaces by default, "
+                   "for an orchestrator's probes; 127.0.0.1 keeps it on this host).")
 @click.option("--health-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Touch this file every 2 s while live and ready (for exec probes).")
 @click.option("--judge-calls-per-minute", type=click.FloatRange(min=0.0, min_open=True),
@@ -679,15 +706,17 @@ def prune(db: Path | str, older_than: str, max_size: str | None, batch_size: int
 def worker(db: Path | str, metrics: tuple[str, ...], metrics_module: str | None,
            judge: str | None, embedder: str | None, concurrency: int, lease_seconds: float,
            exporter: str | None, stop_timeout: float, health_port: int | None,
-           health_file: Path | None, judge_calls_per_minute: float | None,
+           health_host: str, health_file: Path | None, judge_calls_per_minute: float | None,
            judge_price: str | None, judge_daily_budget_usd: float | None,
            no_judge_canary: bool, monitors: Path | None) -> None:
     """Run a scoring worker until SIGTERM: lease jobs from the database, score them, store
     the scores and export them on carrier spans and evaluation log records. Run as many
     copies as the queue needs (docs/fleet.md); app processes then use init(score=False).
     """
-    from .worker import load_metrics, run_worker
+    from .worker import install_stop_handlers, load_metrics, run_worker
 
+    # first: a SIGTERM while the metrics module imports (or during init) is a clean stop
+    stop = install_stop_handlers()
     price = None
     if judge_price:
         try:
@@ -709,10 +738,10 @@ def worker(db: Path | str, metrics: tuple[str, ...], metrics_module: str | None,
             db=str(db), metrics=chosen, judge=judge, embedder=embedder,
             concurrency=concurrency, lease_seconds=lease_seconds,
             exporter=None if exporter == "none" else exporter, stop_timeout=stop_timeout,
-            health_port=health_port, health_file=health_file,
+            health_port=health_port, health_host=health_host, health_file=health_file,
             judge_calls_per_minute=judge_calls_per_minute, judge_price=price,
             judge_daily_budget_usd=judge_daily_budget_usd, judge_canary=not no_judge_canary,
-            monitors=None if monitors is None else str(monitors))
+            monitors=None if monitors is None else str(monitors), stop=stop)
     except (ValueError, TypeError) as exc:
         raise click.UsageError(str(exc)) from None
     raise SystemExit(code)

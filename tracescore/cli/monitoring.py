@@ -307,6 +307,9 @@ _BADGE = {"ALERT": "ALERT  ", "WARNING": "WARNING", "NO_DATA": "NO_DATA", "OK": 
 
 
 def format_states(evals: list[Any]) -> str:
+    """The monitors' states, alerts first; names and summaries escaped for the terminal."""
+    from ..reports.textfmt import printable
+
     lines = []
     for e in sorted(evals, key=lambda e: ({"ALERT": 0, "WARNING": 1, "NO_DATA": 2}.get(
             e.state, 3), e.monitor)):
@@ -317,7 +320,7 @@ def format_states(evals: list[Any]) -> str:
         if e.worst:
             lines.append(f"           worst: {', '.join(t[:12] for t in e.worst)} "
                          "(tracescore show TRACE)")
-    return "\n".join(lines)
+    return printable("\n".join(lines), keep="\n")
 
 
 @main.command(short_help="Evaluate the monitors on a schedule until stopped.")

@@ -456,5 +456,7 @@ def format_calibration(cal: Calibration) -> str:
             rows, "<>>>>><")]
         out += textwrap.wrap(f"(score scale: {m.scale}; predicted good when score >= "
                              "threshold)", 78, initial_indent="  ", subsequent_indent="  ")
-    return "\n".join(out)
+    from .textfmt import printable
+
+    return printable("\n".join(out), keep="\n")
 

@@ -64,6 +64,7 @@ def open_db(path: str | Path) -> sqlite3.Connection:
 
 def _open_pg(url: str) -> sqlite3.Connection:
     from ..store import redact_url
+    from ..store.base import redact_text
     from ..store.compat import PgConnection
     from ..store.migrations import POSTGRES_MIGRATIONS
 
@@ -73,7 +74,8 @@ def _open_pg(url: str) -> sqlite3.Connection:
     except ImportError as exc:
         raise DatabaseError(str(exc)) from None
     except Exception as exc:  # psycopg.Error: server down, no such database, auth
-        raise DatabaseError(f"cannot read {redact_url(url)}: {exc}".strip()) from None
+        raise DatabaseError(
+            f"cannot read {redact_url(url)}: {redact_text(str(exc), url)}".strip()) from None
     missing = {"records", "jobs", "scores", "counters", "meta"} - tables
     if missing:
         conn.close()

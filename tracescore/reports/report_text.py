@@ -1,5 +1,6 @@
 """The human ``tracescore report``: monitors first, a summary line, a table per score with its
-95 % interval, the worst records. Takes a :class:`~.model.Report`; no I/O."""
+95 % interval, the worst records. Takes a :class:`~.model.Report`; no I/O. Control characters
+in names and captured text come out as visible escapes (:func:`.textfmt.printable`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .model import MetricSummary, Report
-from .textfmt import WIDTH
+from .textfmt import WIDTH, printable
 from .textfmt import clip as _clip
 from .textfmt import num as _num
 from .textfmt import pct as _pct
@@ -16,6 +17,7 @@ from .textfmt import plural as _n
 from .textfmt import share as _share
 from .textfmt import table as _table
 from .textfmt import when as _when
+from .textfmt import wrap as _wrap
 
 __all__ = ["format_comparison", "format_report"]
 
@@ -39,9 +41,9 @@ def format_report(report: Report, width: int = WIDTH) -> str:
     scope = "".join(f", {k}={v}" for k, v in report.where.items())
     out = [f"tracescore report on {report.db} ({window}{scope})"]
     out += _monitor_lines(report, width)
-    out += [*textwrap.wrap(summary, width), ""]
+    out += [*_wrap(summary, width), ""]
     if report.overflow:
-        out += [*textwrap.wrap(
+        out += [*_wrap(
             "segments past their cardinality limit, counted as 'other': " + ", ".join(
                 f"{dim} ({n} records)" for dim, n in report.overflow.items()), width), ""]
     for j in report.judges:
@@ -49,12 +51,12 @@ def format_report(report: Report, width: int = WIDTH) -> str:
                 "cases")
         if j["degenerate"]:
             line = f"WARNING: {line}: DEGENERATE ({j['reason']}); do not trust its scores"
-        out += [*textwrap.wrap(line, width), ""]
+        out += [*_wrap(line, width), ""]
     if not report.metrics:
         out.append("No scores yet." if report.records else "No records yet.")
         if report.pending_jobs:
             out.append(f"{report.pending_jobs} scoring jobs are waiting for a running pipeline.")
-        return "\n".join(out)
+        return printable("\n".join(out), keep="\n")
 
     out += _score_tables(report.metrics)
     notes = []
@@ -66,7 +68,7 @@ def format_report(report: Report, width: int = WIDTH) -> str:
     if unlabelled:
         notes.append(f"no pass/fail threshold: {', '.join(unlabelled)}")
     if notes:
-        out += textwrap.wrap("; ".join(notes), width=width)
+        out += _wrap("; ".join(notes), width)
     out += _skip_notes(report.metrics, width)
 
     for g in report.groups:
@@ -86,7 +88,7 @@ def format_report(report: Report, width: int = WIDTH) -> str:
         for r in wrows:
             r[3] = _clip(r[3], room)
         out += _table(["score", "value", "trace", "query"], wrows, "<><<")
-    return "\n".join(out)
+    return printable("\n".join(out), keep="\n")
 
 
 _MARKS = {True: "", False: " ↓", None: " ·"}
@@ -142,7 +144,7 @@ def _monitor_lines(report: Report, width: int) -> list[str]:
             est += f" n={m.n}"
         text = f"{m.state} {m.name}:{est}" + (f" — {m.summary}" if m.summary else "")
         text += f" (since {_when(m.since)})"
-        lines += textwrap.wrap(text, width)
+        lines += _wrap(text, width)
     if ok:
         lines.append(f"OK: {len(ok)} monitor{'s' if len(ok) != 1 else ''}"
                      + ("" if lines else " (tracescore check for details)"))
@@ -163,8 +165,8 @@ def _skip_notes(metrics: Sequence[MetricSummary], width: int) -> list[str]:
             names.append(m.metric)
     lines: list[str] = []
     for text, names in alike.items():
-        lines += textwrap.wrap(f"{', '.join(names)}: {text}", width, initial_indent="  ",
-                               subsequent_indent="    ")
+        lines += textwrap.wrap(printable(f"{', '.join(names)}: {text}"), width,
+                               initial_indent="  ", subsequent_indent="    ")
     if lines:
         lines = ["", "Mostly skipped (these metrics could not run on most records):", *lines]
     return lines
@@ -202,7 +204,7 @@ def format_comparison(c: Any, width: int = WIDTH) -> str:
     for r in c.rows:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
     if c.regressed:
-        out += textwrap.wrap("REGRESSED: " + ", ".join(
+        out += _wrap("REGRESSED: " + ", ".join(
             r.name if r.kind in ("mean", "rate") else f"{r.kind} ({r.name})"
             for r in c.regressed), width)
     out.append("; ".join(f"{n} {v}" for v, n in sorted(counts.items())) or "no scores")
@@ -227,7 +229,7 @@ def format_comparison(c: Any, width: int = WIDTH) -> str:
         f"p-values adjusted across the {len(c.rows)} rows by {adjust}; alpha {c.alpha:g}; "
         f"'no change' = the interval lies inside ±{c.min_effect:g}; 'not enough data' = "
         f"fewer than {c.min_n} scored records on a side.", width)
-    return "\n".join(out)
+    return printable("\n".join(out), keep="\n")
 
 
 def _window(w: Any) -> str:

@@ -387,5 +387,7 @@ def format_rgb(live: RgbLive) -> str:
                    f"{_sources(live.sources.get('error_detection', {}))}")
     else:
         out.append("  n/a (no records)")
-    return "\n".join(out)
+    from .textfmt import printable
+
+    return printable("\n".join(out), keep="\n")
 

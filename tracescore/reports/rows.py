@@ -24,7 +24,8 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
 
-__all__ = ["COLUMNS", "FORMATS", "columns", "iter_rows", "write_csv", "write_jsonl"]
+__all__ = ["COLUMNS", "FORMATS", "FORMULA_STARTS", "columns", "iter_rows", "write_csv",
+           "write_jsonl"]
 
 #: Output columns, in order: the record's, then the score's (prefixed ``score_``).
 COLUMNS: tuple[str, ...] = (
@@ -119,29 +120,39 @@ def write_jsonl(rows: Iterator[dict[str, Any]], out: TextIO) -> int:
     return n
 
 
-def _csv_value(v: Any) -> Any:
+#: A text cell starting with one of these is run as a formula by spreadsheets (CSV
+#: injection: ``=HYPERLINK(...)``, ``@SUM(...)``, a DDE call); OWASP's list.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_value(v: Any, neutralise: bool = True) -> Any:
     if v is None:
         return ""
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (list, dict)):  # ground truths, contexts: JSON text in one field
         return json.dumps(v, ensure_ascii=False)
+    if neutralise and isinstance(v, str) and v.startswith(FORMULA_STARTS):
+        return "'" + v  # numbers are written as numbers: only captured text is touched
     return v
 
 
 def write_csv(rows: Iterator[dict[str, Any]], out: TextIO,
-              header: Sequence[str] = COLUMNS) -> int:
+              header: Sequence[str] = COLUMNS, *, neutralise_formulas: bool = True) -> int:
     """RFC 4180 CSV with a header row (fields with commas, quotes or newlines are quoted).
 
     ``header``: the columns, as :func:`columns` gives them. Missing values are empty
     fields; ``sampled`` is ``true``/``false``; lists (ground truths, contexts) are JSON
-    text. Open ``out`` with ``newline=""`` so the CRLF row endings stay as written.
+    text. A text cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return
+    gets a leading ``'`` (OWASP's rule against CSV injection: a spreadsheet shows it as text
+    rather than running it) unless ``neutralise_formulas`` is False; numeric cells are never
+    changed. Open ``out`` with ``newline=""`` so the CRLF row endings stay as written.
     Returns the number of rows.
     """
     writer = csv.writer(out)
     writer.writerow(header)
     n = 0
     for row in rows:
-        writer.writerow([_csv_value(row[c]) for c in header])
+        writer.writerow([_csv_value(row[c], neutralise_formulas) for c in header])
         n += 1
     return n

@@ -1,6 +1,7 @@
 """``tracescore show``: one record (or a trace's records) in full — query, contexts, answer,
 every score with its explanation, and its unscored jobs. Reads raw rows by primary key or
-trace id (indexed). Blocking I/O."""
+trace id (indexed). Blocking I/O. The human output shows control characters in captured text
+as visible escapes (:func:`.textfmt.printable`); the JSON output is left to JSON."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from .textfmt import WIDTH
+from .textfmt import WIDTH, printable
 from .textfmt import num as _num
 from .textfmt import table as _table
 from .textfmt import when as _when
@@ -73,8 +74,10 @@ def record_details(conn: sqlite3.Connection, row: dict[str, Any]) -> dict[str, A
 
 
 def _wrap(text: str, indent: str, width: int) -> list[str]:
+    # Escaped before wrapping: a lone \r, \v or \f is shown, not folded into a line break.
+    text = printable((text or "").replace("\r\n", "\n"), keep="\n\t")
     lines: list[str] = []
-    for para in (text or "").splitlines() or [""]:
+    for para in text.splitlines() or [""]:
         lines += textwrap.wrap(para, width=width, initial_indent=indent,
                                subsequent_indent=indent) or [indent.rstrip()]
     return lines
@@ -185,4 +188,4 @@ def format_records(recs: Sequence[dict[str, Any]], width: int = WIDTH,
         for j in rec["jobs"]:
             reason = f": {j['reason']}" if j.get("reason") else ""
             out.append(f"  {j['metric']}: {j['status']}{reason}")
-    return "\n".join(out)
+    return printable("\n".join(out), keep="\n")

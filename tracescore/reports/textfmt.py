@@ -1,14 +1,49 @@
-"""Text helpers shared by the human renderers (report, compare, check, show, calibrate)."""
+"""Text helpers shared by the human renderers (report, compare, check, show, calibrate).
+
+Captured text (queries, answers, contexts, a judge's reasons) and names a user chose (metrics,
+monitors, segments) reach the terminal through these renderers, so every one of them passes
+its text through :func:`printable`: a control character there could retitle the terminal,
+clear it, hide text or write the clipboard (OSC 52), and a bidi override reorder what is
+read. JSON output needs none of this (JSON escapes control characters itself).
+"""
 
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import re
 import textwrap
 from collections.abc import Sequence
 
-__all__ = ["WIDTH", "clip", "num", "pct", "plural", "share", "table", "when", "wrap"]
+__all__ = ["WIDTH", "clip", "num", "pct", "plural", "printable", "share", "table", "when",
+           "wrap"]
 
 WIDTH = 80
+
+# C0 controls, DEL, C1 controls (a UTF-8 terminal may read U+009B as CSI), and the bidi
+# embeddings, overrides and isolates (U+202A-202E, U+2066-2069: "Trojan Source").
+_UNSAFE = r"\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069"
+
+
+@functools.lru_cache(maxsize=8)
+def _unsafe(keep: str) -> re.Pattern[str]:
+    if not keep:
+        return re.compile(f"[{_UNSAFE}]")
+    return re.compile(f"(?![{re.escape(keep)}])[{_UNSAFE}]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` safe to write to a terminal: each control character shown as a visible
+    escape (ESC as ``\\x1b``, U+202E as ``\\u202e``), except those in ``keep`` (``"\\n"``
+    where the layout has lines). Idempotent; a text without any is returned as is."""
+    pattern = _unsafe(keep)
+    return pattern.sub(_escape, text) if pattern.search(text) else text
+
 
 def num(v: float | None, digits: int = 3) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
@@ -19,12 +54,16 @@ def pct(v: float | None) -> str:
 
 
 def clip(text: str | None, width: int) -> str:
-    text = " ".join((text or "").split())
+    """One line of at most ``width`` characters (whitespace folded, controls escaped)."""
+    text = printable(" ".join((text or "").split()))
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> list[str]:
-    """Columns padded to their widest cell; ``align`` has one ``<``/``>`` per column."""
+    """Columns padded to their widest cell; ``align`` has one ``<``/``>`` per column. Cells
+    are escaped (:func:`printable`) before they are measured, so columns stay aligned."""
+    headers = [printable(h) for h in headers]
+    rows = [[printable(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
               for i, h in enumerate(headers)]
 
@@ -51,4 +90,7 @@ def share(part: int, whole: int) -> str:
 
 
 def wrap(text: str, width: int = WIDTH, indent: str = "") -> list[str]:
-    return textwrap.wrap(text, width, initial_indent=indent, subsequent_indent=indent) or [""]
+    """``text`` wrapped to ``width`` (controls escaped first, so none is folded to a space
+    unseen)."""
+    return textwrap.wrap(printable(text), width, initial_indent=indent,
+                         subsequent_indent=indent) or [""]

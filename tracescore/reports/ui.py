@@ -8,6 +8,11 @@ The database is served *mutable* rather than ``--immutable``: Datasette then rea
 SQLite's ``mode=ro`` and sees rows still in the write-ahead log of a running app, whereas
 immutable mode would skip the log and could show a stale or torn view. No canned query
 writes. Everything here blocks (subprocess, HTTP polling).
+
+Datasette answers only requests whose ``Host`` header names the address it was started for
+(``127.0.0.1``, ``localhost``, ``[::1]``, any port): a page on another site that points its
+own name at 127.0.0.1 (DNS rebinding) gets 403 instead of the captured data. The check is
+:class:`HostGuard`, an ASGI wrapper loaded into Datasette as a one-file plugin.
 """
 
 from __future__ import annotations
@@ -25,13 +30,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "HOST",
     "DatasetteMissing",
+    "HostGuard",
     "canned_queries",
     "database_name",
     "datasette_available",
@@ -236,6 +242,86 @@ def metadata(db: Path, *, has_metrics_table: bool = True,
 
 
 # -- serving ----------------------------------------------------------------------------------
+#: The names a request to the bound address may carry in its ``Host`` header.
+LOCAL_HOSTS = (HOST, "localhost", "::1")
+
+_Scope = MutableMapping[str, Any]
+_Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+_Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+_App = Callable[[_Scope, _Receive, _Send], Awaitable[None]]
+
+
+def host_name(header: str) -> str:
+    """The host of a ``Host`` header without its port, lower case, without a trailing dot
+    (``[::1]:8001`` → ``::1``, ``LocalHost.:80`` → ``localhost``)."""
+    h = header.strip().lower()
+    if h.startswith("["):
+        h = h[1:h.find("]")] if "]" in h else h[1:]
+    elif h.count(":") == 1:
+        h = h.split(":", 1)[0]
+    return h.rstrip(".")
+
+
+class HostGuard:
+    """ASGI wrapper: requests whose ``Host`` header (without its port) is not one of
+    ``allowed`` get 403, as do requests without one; the rest go to ``app``. Defends a
+    server bound to a loopback address against DNS rebinding."""
+
+    def __init__(self, app: _App, allowed: Iterable[str] = LOCAL_HOSTS) -> None:
+        self.app = app
+        self.allowed = frozenset(host_name(h) for h in allowed)
+
+    def allows(self, header: str | None) -> bool:
+        return header is not None and host_name(header) in self.allowed
+
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            raw = dict(scope.get("headers") or ()).get(b"host")
+            if not self.allows(None if raw is None else raw.decode("latin-1")):
+                await self._refuse(scope, send)
+                return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    async def _refuse(scope: _Scope, send: _Send) -> None:
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        body = b"403 Forbidden: this server answers only requests to its local address\n"
+        await send({"type": "http.response.start", "status": 403,
+                    "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+# Loaded by Datasette from --plugins-dir: wraps its ASGI app in HostGuard. This module is
+# loaded by its path (it imports only the standard library at the top), so the plugin gets
+# this HostGuard even when the current directory holds another "tracescore".
+_PLUGIN = """\
+import importlib.util
+
+from datasette import hookimpl
+
+_spec = importlib.util.spec_from_file_location("_tracescore_ui_guard", {path!r})
+_ui = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_ui)
+ALLOWED = {allowed!r}
+
+
+@hookimpl
+def asgi_wrapper(datasette):
+    return lambda app: _ui.HostGuard(app, ALLOWED)
+"""
+
+
+def _write_host_plugin(directory: Path, allowed: Iterable[str]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "tracescore_host_guard.py").write_text(
+        _PLUGIN.format(path=str(Path(__file__).resolve()), allowed=tuple(allowed)),
+        encoding="utf-8")
+    return directory
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -267,6 +353,7 @@ def serve(db: Path, *, port: int, has_metrics_table: bool = True,
           metric: str = PREFERRED_METRIC) -> int:
     """Run Datasette on ``db`` at 127.0.0.1:``port`` until it exits or Ctrl-C; its exit code.
 
+    Only requests whose ``Host`` names a local address are answered (:class:`HostGuard`).
     ``port`` 0 picks a free port. ``on_ready(url)`` is called once Datasette answers HTTP.
     Raises :class:`DatasetteMissing` when Datasette is not installed.
     """
@@ -277,8 +364,9 @@ def serve(db: Path, *, port: int, has_metrics_table: bool = True,
         meta = Path(tmp) / "metadata.json"
         meta.write_text(json.dumps(metadata(db, has_metrics_table=has_metrics_table,
                                             metric=metric), indent=2), encoding="utf-8")
+        plugins = _write_host_plugin(Path(tmp) / "plugins", LOCAL_HOSTS)
         cmd = [sys.executable, "-m", "datasette", "serve", str(db), "--host", HOST,
-               "--port", str(port), "--metadata", str(meta)]
+               "--port", str(port), "--metadata", str(meta), "--plugins-dir", str(plugins)]
         proc = subprocess.Popen(cmd)
         restore = _stop_on_sigterm()
         try:

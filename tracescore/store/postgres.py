@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from .._internal.secrets import scrub_score
 from ..record import RagRecord
 from ..sampling import Decision
 from ..score import Score
@@ -514,6 +515,9 @@ class PostgresStore:
                                 row[8], -1)
         trace_id = job.record_id.split("-", 1)[0]
         ids: dict[str, int] = {}
+        # Keys out of the texts (a judge's reason may quote the key it was sent): stored and,
+        # through the returned scores, exported scrubbed.
+        scores = [scrub_score(s) for s in scores]
         for s in scores:
             row = self._row(
                 "INSERT INTO scores(job_id, record_id, trace_id, name, metric, "

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,7 +24,7 @@ from typing import Any
 
 import sqlite_utils
 
-from .._internal.secrets import scrub
+from .._internal.secrets import scrub, scrub_score
 from ..record import Context, RagRecord, TokenUsage
 from ..sampling import Decision
 from ..score import Score
@@ -97,6 +98,21 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def _create_private(path: str) -> None:
+    """Create a new database file readable by its owner only (0600): it holds every captured
+    query and document. SQLite creates the -wal and -shm files with the database file's
+    permissions, so they are private too. An existing file keeps its mode."""
+    if path in ("", ":memory:") or path.startswith("file:"):
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError:
+        return  # sqlite3.connect reports the problem (missing folder, no permission) itself
+    os.close(fd)
+
+
 class Store:
     """The SQLite backend of :class:`~.base.StoreAPI`."""
 
@@ -106,6 +122,7 @@ class Store:
 
     def __init__(self, path: str | Path, *, timeout_s: float = 30.0) -> None:
         self.path = str(path)
+        _create_private(self.path)
         conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
         self.db = sqlite_utils.Database(conn)
         self.conn = conn
@@ -519,12 +536,15 @@ class Store:
                 continue
             trace_id = job.record_id.split("-", 1)[0]
             ids: dict[str, int] = {}
+            # Keys out of the texts (a judge's reason may quote the key it was sent): stored
+            # and, through the returned scores, exported scrubbed.
+            scores = [scrub_score(s) for s in scores]
             for s in scores:
                 metric = s.metric or job.metric
                 values = (job.job_id, job.record_id, trace_id, s.name, metric, s.metric_version,
                           s.value, s.label,
                           clean_text(s.explanation) if s.explanation else None, s.status,
-                          clean_text(scrub(s.error)) if s.error else None, s.duration_ms,
+                          clean_text(s.error) if s.error else None, s.duration_ms,
                           dumps(_json_safe(dict(s.details))), now, delivery)
                 # The common case in one statement: a new (record, name) row, with its
                 # record's segment looked up on the way (RETURNING tells both).
