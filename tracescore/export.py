@@ -31,7 +31,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -54,9 +54,9 @@ from opentelemetry.sdk.metrics.export import (
     PeriodicExportingMetricReader,
 )
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
-from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, TraceFlags
 
 from . import __version__ as _version
 from . import attributes as A
@@ -79,6 +79,73 @@ ENVIRONMENT_ATTRIBUTE = A.ENVIRONMENT
 BREAKER_CLOSED, BREAKER_HALF_OPEN, BREAKER_OPEN = 0, 1, 2
 
 ScoreRef = tuple[int, "Score"]
+
+
+# -- strings that OTLP can encode --------------------------------------------------------------
+# A Python str may hold lone surrogates (a "\\ud800" JSON escape, a mis-decoded file name):
+# not UTF-8, so the OTLP encoder drops the attribute and logs a traceback per span. They are
+# escaped as the store escapes them (``\\ud800`` as text), so nothing is lost.
+def clean_text(s: str) -> str:
+    """``s`` encodable as UTF-8: lone surrogates become ``\\udXXX`` escapes (as stored)."""
+    if s.isascii():
+        return s
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _dirty(v: Any) -> bool:
+    if isinstance(v, str):
+        return clean_text(v) is not v
+    if isinstance(v, (tuple, list)):
+        return any(isinstance(x, str) and clean_text(x) is not x for x in v)
+    return False
+
+
+def _clean_value(v: Any) -> Any:
+    if isinstance(v, str):
+        return clean_text(v)
+    if isinstance(v, (tuple, list)):
+        return type(v)(clean_text(x) if isinstance(x, str) else x for x in v)
+    return v
+
+
+def clean_attributes(attrs: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A copy of ``attrs`` whose keys and string values (also inside sequences) are valid
+    UTF-8; None when there was nothing to clean (the common case: no copy)."""
+    if not attrs or not any(_dirty(k) or _dirty(v) for k, v in attrs.items()):
+        return None
+    return {clean_text(k) if isinstance(k, str) else k: _clean_value(v)
+            for k, v in attrs.items()}
+
+
+def clean_span(span: ReadableSpan) -> ReadableSpan:
+    """``span``, or a copy of it whose name, attributes, event attributes and status text are
+    valid UTF-8. Cheap when clean (a scan of its strings, no copy); never raises."""
+    try:
+        attrs = clean_attributes(span.attributes)
+        events = [clean_attributes(e.attributes) for e in span.events]
+        name = clean_text(span.name)
+        status = span.status
+        desc = status.description
+        if attrs is None and name is span.name and not any(e is not None for e in events) \
+                and (desc is None or clean_text(desc) is desc):
+            return span
+        if desc is not None:
+            status = Status(status.status_code, clean_text(desc))
+        return ReadableSpan(
+            name=name, context=span.context, parent=span.parent, resource=span.resource,
+            attributes=attrs if attrs is not None else span.attributes,
+            events=[e if c is None else Event(e.name, c, e.timestamp)
+                    for e, c in zip(span.events, events)],
+            links=span.links, kind=span.kind, status=status, start_time=span.start_time,
+            end_time=span.end_time, instrumentation_scope=span.instrumentation_scope,
+        )
+    except Exception as exc:  # the span as it is rather than no span
+        record_internal_error("export.clean_span", exc)
+        return span
 
 
 # -- OTLP exporters from the standard environment ---------------------------------------------
@@ -547,7 +614,7 @@ class Telemetry:
                                                           self.max_attribute_chars)
             if s.status == "error":
                 attrs[A.ERROR_TYPE] = "_OTHER"
-        return attrs
+        return clean_attributes(attrs) or attrs
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Export what is buffered. Blocks (not for the request path); never raises."""

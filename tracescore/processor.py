@@ -36,6 +36,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 from . import attributes as A
 from ._internal.errors import handle_internal_errors, record_internal_error
+from .export import clean_attributes, clean_span
 from .score import Score
 
 ScoreRef = tuple[int, Score]  # (score_id in the database, score)
@@ -126,6 +127,9 @@ class ScoreAttachingProcessor(SpanProcessor):
             on_ending(span)
 
     def on_end(self, span: ReadableSpan) -> None:
+        # Strings the OTLP encoder cannot take (lone surrogates) are escaped on every span,
+        # else the exporter drops the attribute (e.g. a query's input.value) with a traceback.
+        span = clean_span(span)
         # Membership first, without the lock: a hold is registered on this same thread before
         # its span ends, so a span that is not in the dict now is never held.
         if span.context is None or span.context.span_id not in self._holds:
@@ -244,6 +248,7 @@ class ScoreAttachingProcessor(SpanProcessor):
                 A.SCORED_SPAN_ID: format(span_id, "016x"),
                 **score_attributes([s for _, s in scores]),
             }
+            attrs = clean_attributes(attrs) or attrs
             span = self._tracer.start_span(
                 "tracescore.evaluation", context=parent, links=[Link(scored)], attributes=attrs
             )
@@ -262,7 +267,7 @@ class ScoreAttachingProcessor(SpanProcessor):
             if late:
                 extra[A.SCORES_LATE] = late
             attrs = dict(span.attributes or {})
-            attrs.update(extra)
+            attrs.update(clean_attributes(extra) or extra)
             copy = ReadableSpan(
                 name=span.name, context=span.context, parent=span.parent,
                 resource=span.resource, attributes=attrs, events=span.events,

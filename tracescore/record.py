@@ -7,6 +7,7 @@ decisions) make a new record with :func:`dataclasses.replace`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,14 @@ INPUTS = frozenset({QUERY, CONTEXTS, ANSWER, GROUND_TRUTHS})
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """One retrieved document, in the order the app retrieved it."""
+    """One retrieved document, in the order the app retrieved it.
+
+    ``score`` is the retriever's score of the document, or None. A score that is not a
+    finite number (NaN, ±inf — some vector stores answer so for a missing or degenerate
+    distance) is stored as None: no usable number, and the document and its record are kept
+    (neither JSON nor the databases hold NaN or infinity). Framework adapters build contexts
+    from store results too, so this is not an error that could lose their record.
+    """
 
     text: str
     id: str | None = None
@@ -29,6 +37,10 @@ class Context:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     #: Name of the retriever that returned it (several retrievers may feed one answer).
     source: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.score, float) and not math.isfinite(self.score):
+            object.__setattr__(self, "score", None)  # frozen: the one way to set it here
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,14 +6,20 @@ LiteLLM, llama.cpp's server. Structured output is asked for with ``response_form
 prompting, and the choice is remembered. The SDK's own retries are off: tracescore's
 :class:`~tracescore.judge.resilience.ResilientJudge` retries, honouring ``Retry-After``.
 The API key is read from the argument or ``OPENAI_API_KEY`` and never logged or stored.
+
+A reply body is read up to ``max_reply_bytes`` (1 MB by default, counted on the wire): a
+longer one (a declared ``Content-Length`` or the bytes as they arrive) stops the read, closes
+the connection and is a :class:`ReplyTooLarge` error score, "judge reply over 1 MB" — so a
+runaway server costs the app at most that much memory per concurrent call.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from .._internal.openai_errors import message as _message
@@ -22,6 +28,65 @@ from .._internal.secrets import register_secret, scrub
 from .base import JudgeError, JudgeReply, Message, TokenLogprob, TransientJudgeError
 
 _MODES = ("json_schema", "json_object", "none")
+
+#: The default cap on a judge reply's body, in bytes.
+MAX_REPLY_BYTES = 1_000_000
+
+
+class ReplyTooLarge(JudgeError):
+    """The judge's reply body is longer than the judge's ``max_reply_bytes``: not read
+    further, not retried (the same request would get the same reply)."""
+
+
+def _size(n: int) -> str:
+    return f"{n / 1_000_000:g} MB" if n >= 100_000 else f"{n} bytes"
+
+
+def _too_large(limit: int) -> ReplyTooLarge:
+    return ReplyTooLarge(f"judge reply over {_size(limit)} (max_reply_bytes={limit}); "
+                         "not read further")
+
+
+_CAPPED: dict[type, type] = {}
+
+
+def _capped_stream(response: Any, limit: int) -> Any:
+    """``response.stream`` wrapped so that reading past ``limit`` bytes raises
+    :class:`ReplyTooLarge`. The wrapper subclasses the ``AsyncByteStream`` of the HTTP
+    library the response comes from (httpx or httpx2: the SDK uses either)."""
+    base = importlib.import_module(type(response).__module__.split(".")[0]).AsyncByteStream
+    cls = _CAPPED.get(base)
+    if cls is None:
+        class Capped(base):  # type: ignore[valid-type,misc]
+            def __init__(self, inner: Any, limit: int) -> None:
+                self._inner = inner
+                self._limit = limit
+
+            async def __aiter__(self) -> AsyncIterator[bytes]:
+                seen = 0
+                async for chunk in self._inner:
+                    seen += len(chunk)
+                    if seen > self._limit:
+                        raise _too_large(self._limit)
+                    yield chunk
+
+            async def aclose(self) -> None:
+                await self._inner.aclose()
+
+        cls = _CAPPED[base] = Capped
+    return cls(response.stream, limit)
+
+
+def _reply_limit(limit: int) -> Callable[[Any], Awaitable[None]]:
+    """An HTTP client response hook: refuse a declared body over ``limit`` at once, cap the
+    rest while it is read (the client closes the connection when the cap raises)."""
+    async def hook(response: Any) -> None:
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise _too_large(limit)
+        response.stream = _capped_stream(response, limit)
+
+    return hook
 
 
 class OpenAIJudge:
@@ -34,6 +99,7 @@ class OpenAIJudge:
         temperature: float = 0.0,
         default_headers: Mapping[str, str] | None = None,
         structured_output: str = "json_schema",
+        max_reply_bytes: int = MAX_REPLY_BYTES,
     ) -> None:
         try:
             import openai
@@ -41,6 +107,9 @@ class OpenAIJudge:
             raise ImportError("the OpenAI judge needs the openai package") from exc
         if structured_output not in _MODES:
             raise ValueError(f"structured_output must be one of {_MODES}")
+        if isinstance(max_reply_bytes, bool) or not isinstance(max_reply_bytes, int) or \
+                max_reply_bytes < 1:
+            raise ValueError("max_reply_bytes must be a positive int (bytes)")
         base_url = base_url or os.environ.get("OPENAI_BASE_URL")
         api_key = api_key or os.environ.get("OPENAI_API_KEY")
         if not api_key:
@@ -55,15 +124,21 @@ class OpenAIJudge:
         self.temperature = temperature
         self._mode = structured_output
         self._openai = openai
+        self.max_reply_bytes = max_reply_bytes
         self._client_args: dict[str, Any] = dict(
             base_url=base_url, api_key=api_key, max_retries=0,
             default_headers=dict(default_headers or {}),
         )
-        self._client = openai.AsyncOpenAI(**self._client_args)
+        self._client = self._new_client()
+
+    def _new_client(self) -> Any:
+        http = self._openai.DefaultAsyncHttpxClient(
+            event_hooks={"response": [_reply_limit(self.max_reply_bytes)]})
+        return self._openai.AsyncOpenAI(**self._client_args, http_client=http)
 
     def after_fork(self) -> None:
         """A forked child gets a client of its own (the parent's pool holds its sockets)."""
-        self._client = self._openai.AsyncOpenAI(**self._client_args)
+        self._client = self._new_client()
 
     def __repr__(self) -> str:  # never show the key
         return f"OpenAIJudge(model={self.model!r}, base_url={str(self._client.base_url)!r})"

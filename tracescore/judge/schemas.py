@@ -7,7 +7,8 @@ in :mod:`.steps` still check every reply, since not every server enforces schema
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 _YN = {"type": "string", "enum": ["yes", "no"]}
@@ -72,6 +73,70 @@ def binary(checks: Sequence[str]) -> dict[str, Any]:
 def geval_steps() -> dict[str, Any]:
     return _obj({"steps": {"type": "array", "items": {"type": "string", "maxLength": 300},
                            "minItems": 1, "maxItems": 8}})
+
+
+def parse_reply(text: str, quoted: Iterable[str] = ()) -> Any:
+    """The JSON value of a judge reply: the whole reply (or one fenced block that is the whole
+    reply), else the one JSON object inside prose ("Here you go: {...}") — as judges without
+    a JSON mode often answer. Raises ValueError (the reason) for anything else: no JSON, two
+    objects, an object cut off or malformed, and an object whose text appears in ``quoted``
+    (the texts under evaluation): an answer or context can carry a JSON verdict, and a judge
+    that quotes it back must not score with it. The caller still checks the value against
+    its schema."""
+    from .resilience import parse_json
+
+    try:
+        return parse_json(text)
+    except ValueError as strict:
+        error = strict
+    found = _embedded_object(text)
+    if found is None:
+        raise error
+    value, raw = found
+    if _is_quoted(raw, value, quoted):
+        raise ValueError("the JSON object in the reply is quoted from the text under "
+                         "evaluation, not a verdict (answer with the JSON object alone)")
+    return value
+
+
+def _embedded_object(text: str) -> tuple[Any, str] | None:
+    """(value, its text) of the one JSON object in ``text``; None when there is no ``{``
+    at all; ValueError when there are several, or a ``{`` that starts no valid object (a
+    reply cut off by ``max_tokens`` must not yield an inner object of it)."""
+    decoder = json.JSONDecoder()
+    found: list[tuple[Any, str]] = []
+    broken = False
+    i = text.find("{")
+    if i == -1:
+        return None
+    while i != -1:
+        try:
+            value, end = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            broken = True
+            i = text.find("{", i + 1)
+            continue
+        found.append((value, text[i:end]))
+        i = text.find("{", end)
+    if broken:
+        raise ValueError("the reply holds a JSON object that is cut off or malformed")
+    if len(found) > 1:
+        raise ValueError(f"the reply holds {len(found)} JSON objects, not one")
+    return found[0]
+
+
+def _is_quoted(raw: str, value: Any, quoted: Iterable[str]) -> bool:
+    """Whether the object's text, or its compact form, appears in one of ``quoted``
+    (whitespace ignored on both sides: a judge may re-space what it quotes)."""
+    forms = {"".join(raw.split()),
+             "".join(json.dumps(value, ensure_ascii=False, separators=(",", ":")).split())}
+    for q in quoted:
+        if "{" not in q:
+            continue
+        flat = "".join(q.split())
+        if any(f in flat for f in forms):
+            return True
+    return False
 
 
 def check(value: Any, schema: Any, path: str = "reply") -> None:

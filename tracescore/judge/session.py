@@ -24,6 +24,7 @@ from ..sampling import TokenBucket
 from ..store import StoreAPI, is_postgres, open_store
 from .base import InvalidJudgeOutput, JudgeReply, Message, RetryLater
 from .resilience import ResilientJudge, Validator
+from .schemas import check, parse_reply
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,7 @@ class JudgeSession:
                 return await self._call_step(step, version, messages, validate, key, fut,
                                              json_schema=json_schema, max_tokens=max_tokens,
                                              record_id=record_id, logprobs=logprobs,
-                                             parse=parse)
+                                             parse=parse, quoted=_texts(payload))
             finally:
                 if slots is not None:
                     slots.release()
@@ -235,9 +236,13 @@ class JudgeSession:
         self, step: str, version: str, messages: Sequence[Message], validate: Validator,
         key: str, fut: asyncio.Future[StepResult], *, json_schema: Mapping[str, Any] | None,
         max_tokens: int, record_id: str | None, logprobs: int | None,
-        parse: Callable[[JudgeReply], Any] | None,
+        parse: Callable[[JudgeReply], Any] | None, quoted: Sequence[str] = (),
     ) -> StepResult:
-        """The call behind :meth:`step` (a concurrency slot held); resolves ``fut``."""
+        """The call behind :meth:`step` (a concurrency slot held); resolves ``fut``.
+
+        A JSON reply is read by :func:`.schemas.parse_reply`: the whole reply, or the one
+        object inside prose unless its text is in ``quoted`` (the step's input texts); then
+        checked against ``json_schema`` and ``validate``d; one repair call when it fails."""
         self._check_budget()
         t0 = time.perf_counter()
         error: BaseException | None = None
@@ -246,10 +251,14 @@ class JudgeSession:
             if parse is not None:
                 reply, data = await self._call_parsed(messages, parse, max_tokens, logprobs)
             else:
-                reply = await self.judge.call_json(messages, validate,
-                                                   json_schema=json_schema,
-                                                   max_tokens=max_tokens)
-                data = reply.data
+                def parse_json(r: JudgeReply) -> Any:
+                    value = parse_reply(r.text, quoted)
+                    if json_schema is not None:
+                        check(value, json_schema)
+                    return validate(value)
+
+                reply, data = await self._call_parsed(messages, parse_json, max_tokens, None,
+                                                      is_json=True, json_schema=json_schema)
         except BaseException as exc:
             error = exc
             raise
@@ -268,19 +277,30 @@ class JudgeSession:
         return result
 
     async def _call_parsed(self, messages: Sequence[Message], parse: Callable[[JudgeReply], Any],
-                           max_tokens: int, logprobs: int | None) -> tuple[JudgeReply, Any]:
-        """A call whose raw reply ``parse`` reads; one repair call when it cannot."""
+                           max_tokens: int, logprobs: int | None, *, is_json: bool = False,
+                           json_schema: Mapping[str, Any] | None = None,
+                           ) -> tuple[JudgeReply, Any]:
+        """A call whose raw reply ``parse`` reads; one repair call when it cannot.
+        ``is_json``: a JSON step (``json_schema`` goes to the judge for structured output;
+        the repair asks for the JSON object alone)."""
         from dataclasses import replace
 
-        reply = await self.judge.call(messages, max_tokens=max_tokens, logprobs=logprobs)
+        kw: dict[str, Any] = {"max_tokens": max_tokens}
+        if is_json:
+            kw["json_schema"] = json_schema
+        else:
+            kw["logprobs"] = logprobs
+        reply = await self.judge.call(messages, **kw)
         try:
             return reply, parse(reply)
         except ValueError as first:
+            want = "the JSON object that the instructions ask for" if is_json else \
+                "what the instructions ask for"
             repair = [*messages, {"role": "assistant", "content": reply.text[:4000]},
                       {"role": "user", "content": (
-                          f"That reply was not valid: {first}. Answer again with only what "
-                          "the instructions ask for, and nothing else.")}]
-            second = await self.judge.call(repair, max_tokens=max_tokens, logprobs=logprobs)
+                          f"That reply was not valid: {first}. Answer again with only {want}, "
+                          "and nothing else.")}]
+            second = await self.judge.call(repair, **kw)
             total = replace(second, calls=reply.calls + second.calls,
                             input_tokens=reply.input_tokens + second.input_tokens,
                             output_tokens=reply.output_tokens + second.output_tokens,
@@ -288,8 +308,9 @@ class JudgeSession:
             try:
                 return total, parse(second)
             except ValueError as again:
+                what = "returned invalid JSON" if is_json else "reply not usable"
                 raise InvalidJudgeOutput(
-                    f"judge reply not usable twice: {again} (first: {first})") from again
+                    f"judge {what} twice: {again} (first: {first})") from again
 
     def _account(self, step: str, record_id: str | None, reply: JudgeReply | None,
                  error: BaseException | None, latency_ms: float) -> None:
@@ -313,3 +334,18 @@ class JudgeSession:
                 self.on_call(step, reply, error)
             except Exception:
                 pass
+
+
+def _texts(payload: Any, limit: int = 10_000) -> list[str]:
+    """The strings of a step's payload (the texts under evaluation), at most ``limit``."""
+    out: list[str] = []
+    stack = [payload]
+    while stack and len(out) < limit:
+        x = stack.pop()
+        if isinstance(x, str):
+            out.append(x)
+        elif isinstance(x, Mapping):
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+    return out

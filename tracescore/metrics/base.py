@@ -9,11 +9,19 @@ awaitable of those. Configured metrics are small classes: ``__init__`` takes the
 Metrics run on the scoring worker, never on the app's request path. A local metric's
 ``__call__`` runs in a worker thread and may block on CPU; a judge metric's ``__call__`` returns
 an awaitable and must not block the event loop.
+
+What ``__call__`` returns is checked (:func:`check_output`; every subclass's ``__call__`` is
+wrapped when the class is defined): Scores named by the metric's own :meth:`Metric.names` only.
+Anything else — a bare number, None, a Score named for another metric — becomes an error score
+for each of the metric's names, with the reason, instead of a row under a foreign name (and
+none under its own) or a value nobody labelled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, Literal, Union
 
 from ..record import RagRecord
@@ -58,6 +66,12 @@ class Metric:
     #: values are only 0 or 1 (see the class docstring); instances may override it.
     binary: bool = False
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        call = cls.__dict__.get("__call__")
+        if call is not None and not getattr(call, "_tracescore_checked", False):
+            cls.__call__ = _checked(call)  # type: ignore[method-assign]
+
     def names(self) -> tuple[str, ...]:
         return self.score_names or (self.name,)
 
@@ -85,3 +99,66 @@ class Metric:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, version={self.version!r})"
+
+
+def check_output(metric: Metric, out: Any) -> Any:
+    """``out`` when it is a Score or a non-empty list of Scores named by ``metric.names()``
+    (and not attributed to another metric); else one error score per name of ``metric``
+    saying what was wrong. A bare number is not a Score: ``self.result(value, explanation)``
+    makes one (with its label against the threshold)."""
+    names = metric.names()
+    items = [out] if isinstance(out, Score) else out if isinstance(out, (list, tuple)) \
+        else None
+    reason: str | None = None
+    if items is None:
+        reason = (f"metric {metric.name!r} returned {_what(out)}, expected a Score "
+                  "(return self.result(value, explanation))")
+    elif not items:
+        reason = f"metric {metric.name!r} returned no score"
+    else:
+        for s in items:
+            if not isinstance(s, Score):
+                reason = (f"metric {metric.name!r} returned {_what(s)} in its list, "
+                          "expected a Score")
+            elif s.name not in names or s.metric not in (None, metric.name):
+                foreign = s.name if s.name not in names else s.metric
+                reason = (f"metric {metric.name!r} returned a score named {foreign!r}; it "
+                          f"emits only {', '.join(map(repr, names))} (declare more in "
+                          "score_names)")
+            if reason:
+                break
+    if reason is None:
+        return out
+    return [Score.failed(n, reason, metric=metric.name, metric_version=metric.version)
+            for n in names]
+
+
+def _what(x: Any) -> str:
+    text = repr(x)
+    return f"{type(x).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
+
+
+def _checked(call: Callable[..., Any]) -> Callable[..., Any]:
+    """``call`` (a ``__call__``) with its output passed through :func:`check_output`; a
+    coroutine function stays one (the worker awaits those on its loop)."""
+    if inspect.iscoroutinefunction(call):
+        @functools.wraps(call)
+        async def acall(self: Metric, record: RagRecord) -> Any:
+            return check_output(self, await call(self, record))
+
+        wrapped: Any = acall
+    else:
+        @functools.wraps(call)
+        def scall(self: Metric, record: RagRecord) -> Any:
+            out = call(self, record)
+            if inspect.isawaitable(out):
+                return _check_later(self, out)
+            return check_output(self, out)
+
+        wrapped = scall
+    wrapped._tracescore_checked = True
+    return wrapped  # type: ignore[no-any-return]
+
+
+async def _check_later(metric: Metric, out: Awaitable[Any]) -> Any:
+    return check_output(metric, await out)

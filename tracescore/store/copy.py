@@ -16,6 +16,9 @@ score and ``hourly_*`` row points at the target's segment. The source's hourly r
 include its pruned hours) are *added* to the target's: a record already in the target (left
 as it is) is then counted twice in the rollups — copy into a target that does not hold the
 same records.
+
+Only the columns the target's schema declares are copied, and every identifier is quoted on
+both sides: a crafted SQLite file cannot put SQL into either database through a column name.
 """
 
 from __future__ import annotations
@@ -46,7 +49,37 @@ def _chunks(conn: sqlite3.Connection, sql: str) -> Iterator[list[tuple[Any, ...]
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
-    return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+    return [str(r[0]) for r in conn.execute("SELECT name FROM pragma_table_info(?)", (table,))]
+
+
+def _shared_columns(src: sqlite3.Connection, dst: Any, table: str,
+                    skip: Sequence[str] = ()) -> list[str]:
+    """The columns of ``table`` that the target's schema declares and the source has, in the
+    source's order. Only these are copied: a column name is never taken from the source file
+    alone (a crafted file could name a column with SQL in it)."""
+    declared = {str(r[0]) for r in dst.execute(
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_schema = current_schema() AND table_name = %s", (table,)).fetchall()}
+    return [c for c in _columns(src, table) if c in declared and c not in skip]
+
+
+def _select(cols: Sequence[str], table: str) -> str:
+    """A SQLite SELECT of ``cols`` (quoted identifiers) from ``table``."""
+    return (f"SELECT {', '.join(_sqlite_ident(c) for c in cols)} "
+            f"FROM {_sqlite_ident(table)}")
+
+
+def _sqlite_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _insert(table: str, cols: Sequence[str], tail: str = "") -> Any:
+    """``INSERT INTO table(cols) VALUES (%s, ...) tail`` with quoted identifiers."""
+    from psycopg import sql
+
+    return sql.SQL("INSERT INTO {}({}) VALUES ({}) ").format(
+        sql.Identifier(table), sql.SQL(", ").join(sql.Identifier(c) for c in cols),
+        sql.SQL(", ").join(sql.Placeholder() for _ in cols)) + sql.SQL(tail)  # type: ignore[arg-type,unused-ignore]
 
 
 #: (table, SELECT of the source's rows: key columns first, then the values, number of key
@@ -86,6 +119,8 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
                             ) -> dict[str, int]:
     """Copy ``source`` (a SQLite file) into the PostgreSQL database at ``url`` (created or
     upgraded first). Returns rows copied per table."""
+    from psycopg import sql
+
     from .postgres import PostgresStore, _nul_free
     from .rollup import Delta, QmarkConnection
     from .sqlite import Store
@@ -100,11 +135,9 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
 
     def put(table: str, cols: Sequence[str], sql_tail: str,
             rows: Sequence[Sequence[Any]]) -> None:
-        marks = ",".join(["%s"] * len(cols))
         with dst.conn.cursor() as cur:
-            cur.executemany(
-                f"INSERT INTO {table}({','.join(cols)}) VALUES ({marks}) {sql_tail}",
-                [tuple(_nul_free(v) for v in r) for r in rows])
+            cur.executemany(_insert(table, cols, sql_tail),
+                            [tuple(_nul_free(v) for v in r) for r in rows])
         counts[table] = counts.get(table, 0) + len(rows)
         if progress is not None:
             progress(table, counts[table])
@@ -134,8 +167,8 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
             for table, (_, tail) in natural.items():
                 if table not in tables:
                     continue
-                cols = _columns(src, table)
-                for rows in _chunks(src, f"SELECT {','.join(cols)} FROM {table}"):
+                cols = _shared_columns(src, dst.conn, table)
+                for rows in _chunks(src, _select(cols, table)):
                     put(table, cols, tail, mapped(cols, rows))
             # jobs: new ids; open jobs arrive pending (their old leases mean nothing here)
             jcols = ["record_id", "metric", "metric_version", "status", "attempts", "reason",
@@ -145,25 +178,28 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
                                      "attempts, reason, created_at, updated_at FROM jobs"):
                 put("jobs", jcols, "ON CONFLICT (record_id, metric, metric_version) "
                                    "DO NOTHING", rows)
-            scols = [c for c in _columns(src, "scores") if c not in ("score_id", "job_id")]
-            sel = ", ".join(f"s.{c}" for c in scols)
+            scols = _shared_columns(src, dst.conn, "scores", skip=("score_id", "job_id"))
+            sel = ", ".join(f"s.{_sqlite_ident(c)}" for c in scols)
+            score_insert = sql.SQL(
+                "INSERT INTO scores({}, job_id) VALUES ({}, (SELECT job_id FROM jobs WHERE "
+                "record_id=%s AND metric=%s AND metric_version=%s)) "
+                "ON CONFLICT (record_id, name) DO NOTHING").format(
+                sql.SQL(", ").join(sql.Identifier(c) for c in scols),
+                sql.SQL(", ").join(sql.Placeholder() for _ in scols))
             for rows in _chunks(src, f"SELECT {sel}, j.metric, j.metric_version FROM scores s "
                                      "LEFT JOIN jobs j ON j.job_id = s.job_id"):
                 # the job id in the target, by the job's natural key
-                marks = ",".join(["%s"] * len(scols))
                 with dst.conn.cursor() as cur:
                     cur.executemany(
-                        f"INSERT INTO scores({','.join(scols)}, job_id) VALUES ({marks}, "
-                        "(SELECT job_id FROM jobs WHERE record_id=%s AND metric=%s AND "
-                        "metric_version=%s)) ON CONFLICT (record_id, name) DO NOTHING",
+                        score_insert,
                         [tuple(_nul_free(v) for v in r[:-2])
                          + (r[scols.index("record_id")], r[-2], r[-1])
                          for r in mapped([*scols, "", ""], rows)])
                 counts["scores"] = counts.get("scores", 0) + len(rows)
             for table, skip in (("feedback", "feedback_id"), ("judge_calls", "call_id")):
                 if table in tables:
-                    cols = [c for c in _columns(src, table) if c != skip]
-                    for rows in _chunks(src, f"SELECT {','.join(cols)} FROM {table}"):
+                    cols = _shared_columns(src, dst.conn, table, skip=(skip,))
+                    for rows in _chunks(src, _select(cols, table)):
                         put(table, cols, "", rows)
             for table, select, nkey in _HOURLY:
                 for rows in _chunks(src, select):
