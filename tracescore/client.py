@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
@@ -29,7 +29,13 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from . import __version__ as _version
 from ._internal.errors import handle_internal_errors, record_internal_error
 from ._internal.losses import Losses
-from ._internal.validate import check_context, check_id, check_metadata, hot_reason
+from ._internal.validate import (
+    TRUNCATED_KEY,
+    check_context,
+    check_id,
+    check_metadata,
+    hot_reason,
+)
 from .export import (
     CountingSpanExporter,
     ExportLoss,
@@ -57,6 +63,15 @@ log = logging.getLogger("tracescore")
 DEFAULT_METRICS = ("rouge", "bleu", "token_f1", "exact_match", "rgb_accuracy", "rgb_rejection")
 #: Span attribute values (contexts, answers) longer than this are cut, with a content hash.
 DEFAULT_MAX_ATTRIBUTE_CHARS = 4000
+#: :meth:`Tracescore.log_record` keeps at most this many contexts (and ground truths), and
+#: contexts of at most this many characters in all: the app thread's work stays bounded
+#: whatever the input (each kept context is checked, and redacted with ``redact``). What is
+#: beyond is dropped, counted in ``stats()["contexts_dropped"]``, and noted in the record's
+#: metadata (``tracescore.contexts_dropped``, ``tracescore.truncated``).
+MAX_LOG_CONTEXTS = 1_000
+MAX_LOG_CONTEXT_CHARS = 2_000_000
+#: the metadata key of a record whose contexts were cut: how many were dropped
+CONTEXTS_DROPPED_KEY = "tracescore.contexts_dropped"
 TEXT_INPUTS = frozenset({QUERY, CONTEXTS, ANSWER, GROUND_TRUTHS})
 
 
@@ -207,6 +222,10 @@ class Tracescore:
         self.export_metrics = self.telemetry.metrics
         self.records_seen = 0
         self.records_sampled = 0
+        #: contexts and ground truths log_record dropped beyond its bounds
+        self.contexts_dropped = 0
+        self._cut_lock = threading.Lock()
+        self._cut_logged_at = -1e9
 
         # score: the worker, with the models its metrics need
         self.worker = ScoringWorker(
@@ -451,12 +470,34 @@ class Tracescore:
         must be 32/16 hex characters (normalised to lower case), ``contexts`` a sequence of
         str or :class:`Context` (with a str ``text``), ``metadata`` a mapping (deeper than 16
         levels or bigger than 2,000 values it is cut, and marked ``"tracescore.truncated"``).
+        Bounded work on the caller's thread whatever the input: the first 1,000 contexts
+        (:data:`MAX_LOG_CONTEXTS`, and :data:`MAX_LOG_CONTEXT_CHARS` characters in all) and
+        ground truths are kept; the rest are dropped, counted in ``stats()["contexts_dropped"]``,
+        logged, and noted in the record's metadata (``"tracescore.contexts_dropped"``).
         """
-        record = _manual_record(query, answer, contexts, ground_truths, metadata,
-                                trace_id, span_id)
+        record, dropped = _manual_record(query, answer, contexts, ground_truths, metadata,
+                                         trace_id, span_id)
+        if dropped:
+            self._note_cut(dropped, record.record_id)
         # a span id of the caller's may belong to a span that is still to end: hold it
         self.submit(self.prepare(record), hold_span=span_id is not None)
         return record
+
+    def _note_cut(self, dropped: int, record_id: str) -> None:
+        import time
+
+        with self._cut_lock:
+            self.contexts_dropped += dropped
+            total = self.contexts_dropped
+            now = time.monotonic()
+            due = now - self._cut_logged_at >= 60.0
+            if due:
+                self._cut_logged_at = now
+        if due:  # rate-limited: a loop of huge records logs once a minute
+            log.warning("tracescore log_record: %d contexts/ground truths beyond the bounds "
+                        "(%d items, %d characters) were dropped from record %s (%d so far, "
+                        "stats()['contexts_dropped'])", dropped, MAX_LOG_CONTEXTS,
+                        MAX_LOG_CONTEXT_CHARS, record_id, total)
 
     def prepare(self, record: RagRecord) -> RagRecord:
         """Apply content capture/redaction to a record before anything stores or exports it.
@@ -729,8 +770,8 @@ class Tracescore:
                 pause = 0.005
                 while (self._metric_names and _has_open_jobs(store, self._metric_names)) \
                         or not self.worker.idle:
-                    if time.monotonic() > deadline:
-                        return False
+                    if time.monotonic() > deadline or self.worker.gave_up:
+                        return False  # (a scorer that is not restarted any more: at once)
                     self.worker.wake()
                     time.sleep(pause)
                     pause = min(pause * 2, 0.1)  # do not keep a core busy polling a backlog
@@ -801,7 +842,8 @@ class Tracescore:
         first read). ``lost`` counts, by reason, what was accepted and then could not be kept
         (``queue_full``, ``invalid_trace_id``, ``write_failed:<error>``,
         ``unwritten_at_shutdown``, ...); ``db_unavailable`` is the database error the writer is
-        waiting out, or None.
+        waiting out, or None. ``scorer`` is the scoring loop's health (``alive``, ``restarts``,
+        ``gave_up``, ``last_error``): a loop that dies is restarted with a backoff.
         """
         try:
             return self._stats()
@@ -834,6 +876,7 @@ class Tracescore:
             "open_jobs": db.get("open_jobs"),
             "records_seen": self.records_seen,
             "records_sampled": self.records_sampled,
+            "contexts_dropped": self.contexts_dropped,
             "export_failures": sum(self.export_loss.failures.values()),
             "export_lost": self.export_loss.lost,
             # scores whose span failed to export (they stay undelivered), and scores sent
@@ -844,6 +887,9 @@ class Tracescore:
             "spans_held": self.attacher.held if self.attacher is not None else 0,
             "deferred_jobs": self.worker.deferred,
             "judge": judge,
+            # the scoring loop's health (None in a capture-only process): alive, restarts
+            # (it is restarted after a fault), gave_up, last_error
+            "scorer": self.worker.health() if self.scoring else None,
             "db_counters": dict(db.get("counters") or {}),
             "db_checked_at": db.get("checked_at"),
         }
@@ -884,8 +930,9 @@ def _installed(module: str) -> bool:
 
 
 def _manual_record(query: Any, answer: Any, contexts: Any, ground_truths: Any, metadata: Any,
-                   trace_id: Any, span_id: Any) -> RagRecord:
-    """The record :meth:`Tracescore.log_record` describes, or a clear TypeError/ValueError."""
+                   trace_id: Any, span_id: Any) -> tuple[RagRecord, int]:
+    """The record :meth:`Tracescore.log_record` describes and how many contexts and ground
+    truths it dropped beyond the bounds; or a clear TypeError/ValueError."""
     for name, value in (("query", query), ("answer", answer)):
         if value is not None and not isinstance(value, str):
             raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
@@ -894,12 +941,15 @@ def _manual_record(query: Any, answer: Any, contexts: Any, ground_truths: Any, m
                 or not isinstance(seq, Iterable):
             got = "a single str" if isinstance(seq, str) else type(seq).__name__
             raise TypeError(f"{name} must be a sequence (list or tuple), not {got}")
-    ctxs = [check_context(c, i) for i, c in enumerate(contexts)]
-    gts = list(ground_truths)
-    for i, g in enumerate(gts):
-        if not isinstance(g, str):
-            raise TypeError(f"ground_truths[{i}] must be a str, got {type(g).__name__}")
+    ctxs, cut_ctxs = _bounded(contexts, check_context)
+    gts, cut_gts = _bounded(ground_truths, _check_ground_truth)
     md = check_metadata(metadata)
+    if cut_ctxs or cut_gts:
+        md[CONTEXTS_DROPPED_KEY] = cut_ctxs + cut_gts
+        hit = md.get(TRUNCATED_KEY)
+        md[TRUNCATED_KEY] = sorted({*(hit if isinstance(hit, list) else []),
+                                    *(["contexts"] if cut_ctxs else []),
+                                    *(["ground_truths"] if cut_gts else [])})
     from .integrations._ids import new_span_id, new_trace_id
 
     return RagRecord(
@@ -907,7 +957,39 @@ def _manual_record(query: Any, answer: Any, contexts: Any, ground_truths: Any, m
         span_id=new_span_id() if span_id is None else check_id(span_id, 16, "span_id"),
         query=query, answer=answer, contexts=tuple(ctxs), ground_truths=tuple(gts),
         metadata=md, source="manual",
-    )
+    ), cut_ctxs + cut_gts
+
+
+def _check_ground_truth(g: Any, i: int) -> str:
+    if not isinstance(g, str):
+        raise TypeError(f"ground_truths[{i}] must be a str, got {type(g).__name__}")
+    return g
+
+
+def _text_of(item: Any) -> str:
+    return item if isinstance(item, str) else str(getattr(item, "text", ""))
+
+
+def _bounded(items: Iterable[Any], check: Callable[[Any, int], Any]) -> tuple[list[Any], int]:
+    """The first items of ``items`` within :data:`MAX_LOG_CONTEXTS` and
+    :data:`MAX_LOG_CONTEXT_CHARS`, each checked; and how many were left out (counted without
+    being checked: a list's length, else by iterating, which is cheap per item)."""
+    kept: list[Any] = []
+    chars = 0
+    it = iter(items)
+    seen = 0
+    for i, item in enumerate(it):
+        seen = i + 1
+        if i >= MAX_LOG_CONTEXTS:
+            break
+        checked = check(item, i)
+        chars += len(_text_of(checked))
+        if chars > MAX_LOG_CONTEXT_CHARS:
+            break
+        kept.append(checked)
+    if isinstance(items, Sized):
+        return kept, len(items) - len(kept)
+    return kept, seen - len(kept) + sum(1 for _ in it)
 
 
 def _error_type(error: str | None) -> str | None:

@@ -114,6 +114,8 @@ class ScoringWorker:
         self.db_unavailable: str | None = None
         #: job releases/deferrals the database refused: retried until it takes them
         self._unreleased: list[tuple[Job, float | None, str]] = []
+        #: jobs leased by the loop and not finished by it (given back if the loop dies)
+        self._held: set[int] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -126,6 +128,19 @@ class ScoringWorker:
         #: (liveness and readiness of a `tracescore worker`)
         self.heartbeat = 0.0
         self.db_ok_at = 0.0
+        #: Supervision of the scoring loop: anything escaping it (a BaseException from code we
+        #: call) ends that run of the loop; the thread starts it again after a backoff
+        #: (``restart_backoff_s``: first and longest wait), at most ``max_restarts`` times in a
+        #: row (a run that lasted ``healthy_after_s`` resets the count), then stays dead.
+        self.restarts = 0
+        self.last_error: str | None = None
+        self.last_error_at: float | None = None
+        self.max_restarts = 10
+        self.restart_backoff_s = (0.5, 30.0)
+        self.healthy_after_s = 60.0
+        self._loop_running = False
+        self._gave_up = False
+        self._halt = threading.Event()
         os.register_at_fork(after_in_child=self._after_fork)
 
     def _after_fork(self) -> None:
@@ -144,6 +159,9 @@ class ScoringWorker:
         self._completions = []
         self._running_jobs = 0
         self._unreleased = []
+        self._loop_running = False
+        self._halt = threading.Event()
+        self._held = set()
         if self.judge_session is not None:
             self.judge_session.after_fork()
         if was_running:
@@ -157,6 +175,8 @@ class ScoringWorker:
         if self._thread is not None and self._thread.is_alive():
             return
         self._stopping = False
+        self._gave_up = False
+        self._halt.clear()
         self._started.clear()
         self._thread = threading.Thread(target=self._run, name="tracescore-scorer", daemon=True)
         self._thread.start()
@@ -174,6 +194,7 @@ class ScoringWorker:
         # in-flight jobs get part of the timeout to finish; the rest are given back
         self.stop_grace_s = max(0.0, min(5.0, timeout * 0.5))
         self._stopping = True
+        self._halt.set()
         self.wake()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -214,23 +235,82 @@ class ScoringWorker:
     def idle(self) -> bool:
         return self._idle.is_set()
 
+    @property
+    def alive(self) -> bool:
+        """The scoring loop is running (False before start, after stop, while it waits to be
+        restarted, and once it gave up)."""
+        return self._loop_running and self._thread is not None and self._thread.is_alive()
+
+    @property
+    def gave_up(self) -> bool:
+        """The loop died ``max_restarts`` times in a row and is not restarted any more."""
+        return self._gave_up
+
+    def health(self) -> dict[str, Any]:
+        """The scorer's health for ``stats()`` and ``/readyz`` (any thread; plain reads)."""
+        return {"alive": self.alive, "restarts": self.restarts, "gave_up": self._gave_up,
+                "last_error": self.last_error, "last_error_at": self.last_error_at}
+
     # -- the loop ---------------------------------------------------------------------------
     def _run(self) -> None:
+        """The thread's body: runs the loop, and supervises it. Metrics are isolated in
+        :meth:`score`; this catches what still escapes (a ``SystemExit`` from a ``redact``
+        function or an ``on_scores`` callback, a bug of ours), so one fault cannot end scoring
+        for the life of the process. Signals never arrive here (Python delivers them to the
+        main thread), so catching ``BaseException`` does not swallow the process's shutdown."""
         token = otel_context.attach(
             otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True)
         )
+        backoff: float | None = None  # None: the first wait, restart_backoff_s[0]
+        in_a_row = 0
         try:
-            asyncio.run(self._main())
-        except Exception as exc:
-            record_internal_error("worker.loop", exc)
+            while True:
+                began = time.monotonic()
+                try:
+                    asyncio.run(self._main(restarted=in_a_row > 0 or self.restarts > 0))
+                    return  # stopped
+                except BaseException as exc:  # noqa: BLE001 - supervised: see the docstring
+                    self._loop_running = False
+                    self.last_error = scrub(f"{type(exc).__name__}: {exc}")[:500]
+                    self.last_error_at = time.time()
+                    lo, hi = self.restart_backoff_s
+                    if backoff is None or time.monotonic() - began >= self.healthy_after_s:
+                        backoff, in_a_row = lo, 0
+                    self._release_held()
+                    if self._stopping:
+                        return
+                    if in_a_row >= self.max_restarts:
+                        self._gave_up = True
+                        log.error("tracescore scorer died %d times in a row and is not restarted"
+                                  " again; scoring has stopped in this process (pid %d). Last "
+                                  "error: %s", in_a_row + 1, os.getpid(), self.last_error)
+                        return
+                    log.error("tracescore scorer died (%s); restarting it in %.1fs (restart "
+                              "%d)", self.last_error, backoff, self.restarts + 1,
+                              exc_info=exc)
+                    if self._halt.wait(backoff):
+                        return  # stop() during the backoff
+                    self.restarts += 1
+                    in_a_row += 1
+                    backoff = min(backoff * 2, hi)
+                    self._completions = []
+                    self._running_jobs = 0
+                    if self.judge_session is not None:
+                        try:  # its locks, slots and client belong to the dead loop
+                            self.judge_session.after_fork()
+                        except Exception as reset_exc:
+                            record_internal_error("worker.judge_reset", reset_exc)
         finally:
+            self._loop_running = False
+            self._started.set()  # a start() waiting for a loop that died at once
             otel_context.detach(token)
 
-    async def _main(self) -> None:
+    async def _main(self, *, restarted: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tracescore-m")
         store = open_store(self.db_path, timeout_s=self.busy_timeout_s)
+        self._loop_running = True
         self._started.set()
         inflight: set[asyncio.Task[None]] = set()
         wake_task: asyncio.Task[Any] | None = None
@@ -245,8 +325,10 @@ class ScoringWorker:
         inflight_jobs: dict[int, asyncio.Task[None]] = {}
         last_renewal = time.monotonic()
         try:
-            self._redeliver(store, at_start=True)
-            if self.judge_session is not None and self.judge_canary:
+            # (after a restart, scores in flight in this process's attacher are not left behind)
+            self._redeliver(store, at_start=not restarted)
+            if self.judge_session is not None and self.judge_canary \
+                    and not self.canary_done.is_set():
                 canary = asyncio.create_task(self._canary())
             last_redelivery = time.monotonic()
             last_snapshot = 0.0
@@ -288,6 +370,7 @@ class ScoringWorker:
                     self._idle.clear()
                     records = store.load_records(j.record_id for j, _ in leased)
                     for job, tasks in leased:
+                        self._held.add(job.job_id)
                         task = asyncio.create_task(self._job(store, job, records.get(job.record_id)))
                         inflight.add(task)
                         tasks.add(task)
@@ -316,12 +399,14 @@ class ScoringWorker:
                     store.release_job(Job(job_id, "", "", "", 0), self.owner, "worker stopped")
                 except Exception as exc:
                     record_internal_error("worker.release", exc)
+            self._held.clear()
             if wake_task is not None:
                 wake_task.cancel()
             if canary is not None and not canary.done():
                 canary.cancel()
             self._flush_delivered(store)
         finally:
+            self._loop_running = False
             self._idle.set()
             self._executor.shutdown(wait=False, cancel_futures=True)
             if self.judge_session is not None:
@@ -456,8 +541,32 @@ class ScoringWorker:
         self._running_jobs += 1
         try:
             await self._job_body(store, job, record)
+            self._held.discard(job.job_id)  # stored, given back or taken over: not ours now
         finally:
             self._running_jobs -= 1
+
+    def _release_held(self) -> None:
+        """The loop died under its jobs: give them back now, not at the end of their lease
+        (attempts count, so a job that kills the loop each time ends in a "gave up" error
+        score instead of killing it forever). Releasing a finished job is a no-op (the lease
+        owner guards it)."""
+        held, self._held = self._held, set()
+        if not held:
+            return
+        try:
+            store = open_store(self.db_path, timeout_s=self.busy_timeout_s)
+        except Exception as exc:
+            record_internal_error("worker.release", exc)
+            return
+        try:
+            for job_id in sorted(held):
+                try:
+                    store.release_job(Job(job_id, "", "", "", 0), self.owner,
+                                      f"the scorer died: {self.last_error}"[:500])
+                except Exception as exc:
+                    record_internal_error("worker.release", exc)
+        finally:
+            store.close()
 
     async def _job_body(self, store: StoreAPI, job: Job, record: RagRecord | None) -> None:
         try:
@@ -495,9 +604,10 @@ class ScoringWorker:
             self._stored(job.record_id, refs)
             if self.attacher is not None:
                 self.attacher.job_done(job.record_id, refs)
-        except Exception as exc:
-            # Our own failure, not the metric's: give the job back so it is tried again
-            # (attempts count, so a persistent fault ends in a "gave up" error score).
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            # Our own failure, not the metric's (or the app's ``redact``/``on_scores`` calling
+            # sys.exit()): give the job back so it is tried again (attempts count, so a
+            # persistent fault ends in a "gave up" error score); the loop goes on.
             record_internal_error("worker.job", exc)
             self._release(store, job, None, f"{type(exc).__name__}: {exc}"[:500])
 
@@ -594,9 +704,10 @@ class ScoringWorker:
             else:
                 ctx = contextvars.copy_context()
                 assert self._loop is not None
-                out = self._loop.run_in_executor(self._executor, ctx.run, metric, record)
+                out = self._loop.run_in_executor(self._executor, ctx.run, _guarded, metric,
+                                                 record)
             if inspect.isawaitable(out):
-                out = await asyncio.wait_for(out, timeout)
+                out = await asyncio.wait_for(_awaited_guarded(out), timeout)
             scores = _normalise(metric, out)
         except RetryLater:
             raise  # the judge is unavailable or over budget: the job waits, it does not fail
@@ -604,12 +715,48 @@ class ScoringWorker:
             scores = [Score.failed(n, f"timed out after {timeout:g}s",
                                    metric=metric.name, metric_version=metric.version)
                       for n in metric.names()]
+        except (SystemExit, KeyboardInterrupt) as exc:  # raised by the sync part of a judge
+            scores = [Score.failed(n, _aborted(exc), metric=metric.name,
+                                   metric_version=metric.version) for n in metric.names()]
+        except MetricAborted as exc:
+            scores = [Score.failed(n, str(exc), metric=metric.name,
+                                   metric_version=metric.version) for n in metric.names()]
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"[:2000]
             scores = [Score.failed(n, reason, metric=metric.name, metric_version=metric.version)
                       for n in metric.names()]
         ms = (time.perf_counter() - t0) * 1000
         return [_with(s, duration_ms=ms) for s in scores]
+
+
+class MetricAborted(Exception):
+    """A metric raised a ``BaseException`` that is not an ``Exception`` (``SystemExit`` from
+    a ``sys.exit()`` in its code or a library's, ``KeyboardInterrupt``): carried back to the
+    loop as an ordinary exception, so it ends in an error score and never in the loop."""
+
+
+def _aborted(exc: BaseException) -> str:
+    return f"metric raised {exc!r}"[:2000]
+
+
+def _guarded(metric: Metric, record: RagRecord) -> Any:
+    """Run a sync metric (pool thread). A ``BaseException`` would otherwise cross to the
+    loop through the future and end it (asyncio re-raises ``SystemExit`` out of the loop)."""
+    try:
+        return metric(record)
+    except Exception:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - SystemExit and co. from the metric's code
+        raise MetricAborted(_aborted(exc)) from None
+
+
+async def _awaited_guarded(aw: Any) -> Any:
+    """Await a metric's coroutine; its ``SystemExit``/``KeyboardInterrupt`` becomes
+    :class:`MetricAborted`. Cancellation (timeout, stop) passes through."""
+    try:
+        return await aw
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise MetricAborted(_aborted(exc)) from None
 
 
 def _forget(jobs: dict[int, Any], job_id: int, _task: Any) -> None:

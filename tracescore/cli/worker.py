@@ -8,9 +8,13 @@ calls), over OTLP with the standard ``OTEL_*`` variables. Scale it by running mo
 
 Stopping: SIGTERM or SIGINT stops leasing; jobs in flight get ``--stop-timeout`` seconds to
 finish, the rest are given back at once (another worker takes them); spans and logs are
-flushed; exit code 0. Health: ``--health-port`` serves ``GET /livez`` (the scoring loop turned
-in the last 30 s) and ``GET /readyz`` (the database answered a lease query in the last 60 s,
-or jobs are running); ``--health-file`` is touched every few seconds while both hold.
+flushed; exit code 0 (also for a signal during start-up: the handlers are installed first).
+Health: ``--health-port`` serves ``GET /livez`` (the scoring loop turned in the last 30 s) and
+``GET /readyz`` (the scorer is alive, and the database answered a lease query in the last
+60 s or jobs are running) on ``--health-host``; ``--health-file`` is touched every few seconds
+while both hold. The health server spends no thread on an idle connection, closes one idle
+for ``conn_timeout_s``, and handles at most ``max_handlers`` requests at once (further ones
+are closed at once), so open connections cannot exhaust the process.
 """
 
 from __future__ import annotations
@@ -18,17 +22,25 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import selectors
 import signal
+import socket
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("tracescore")
 
-__all__ = ["WorkerHealth", "load_metrics", "run_worker"]
+__all__ = ["HealthServer", "WorkerHealth", "install_stop_handlers", "load_metrics",
+           "run_worker"]
+
+#: where ``--health-port`` listens unless ``--health-host`` says otherwise: all interfaces,
+#: as before (a Kubernetes httpGet probe connects to the pod's address, not to localhost)
+DEFAULT_HEALTH_HOST = "0.0.0.0"
+
 
 
 def load_metrics(names: tuple[str, ...], module: str | None) -> list[Any]:
@@ -55,18 +67,28 @@ class WorkerHealth:
         self.live_s = live_s
         self.ready_s = ready_s
         self.stopping = False
+        #: the health server's bounds (see :class:`HealthServer`)
+        self.conn_timeout_s = 5.0
+        self.max_handlers = 32
+        self.max_waiting = 256
 
     def live(self) -> bool:
-        return not self.stopping and time.time() - self.worker.heartbeat < self.live_s
+        # (a scorer that died for good is not live: the orchestrator restarts the process)
+        return not self.stopping and not self.worker.gave_up \
+            and time.time() - self.worker.heartbeat < self.live_s
 
     def ready(self) -> bool:
-        return self.live() and (time.time() - self.worker.db_ok_at < self.ready_s
-                                or self.worker._running_jobs > 0)
+        # not ready while the scoring loop is dead (between its restarts, or for good)
+        return self.live() and self.worker.alive \
+            and (time.time() - self.worker.db_ok_at < self.ready_s
+                 or self.worker._running_jobs > 0)
 
-    def serve(self, port: int) -> ThreadingHTTPServer:
+    def serve(self, port: int, host: str = DEFAULT_HEALTH_HOST) -> HealthServer:
         health = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = health.conn_timeout_s  # each read and write on the connection
+
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 check = {"/livez": health.live, "/healthz": health.live,
                          "/readyz": health.ready}.get(self.path.split("?")[0])
@@ -84,21 +106,111 @@ class WorkerHealth:
             def log_message(self, *args: Any) -> None:  # probes every few seconds: quiet
                 pass
 
-        server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+        server = HealthServer((host, port), Handler, conn_timeout_s=self.conn_timeout_s,
+                              max_handlers=self.max_handlers, max_waiting=self.max_waiting)
         threading.Thread(target=server.serve_forever, name="tracescore-health",
                          daemon=True).start()
         return server
 
 
-def run_worker(*, db: str, metrics: list[Any], judge: str | None, embedder: str | None,
-               concurrency: int, lease_seconds: float, exporter: str | None,
-               stop_timeout: float, health_port: int | None, health_file: Path | None,
-               judge_calls_per_minute: float | None, judge_price: tuple[float, float] | None,
-               judge_daily_budget_usd: float | None, judge_canary: bool,
-               on_ready: Any = None, monitors: Any = None) -> int:
-    """Run until SIGTERM/SIGINT; returns the exit code."""
-    import tracescore
+class HealthServer(HTTPServer):
+    """A small HTTP server for probes that open connections cannot exhaust.
 
+    One thread (:meth:`serve_forever`) accepts connections and waits on all of them with a
+    selector: a connection costs a thread only once its request has started to arrive, and
+    then one of at most ``max_handlers`` (a request beyond that is closed at once, counted in
+    ``refused``). A connection that sends nothing for ``conn_timeout_s`` is closed, as is the
+    oldest waiting one when ``max_waiting`` are open; a handler's reads and writes time out
+    after ``conn_timeout_s`` too. :meth:`shutdown` (any thread) stops the loop.
+    """
+
+    request_queue_size = 128  # the listen backlog: connections are accepted at once anyway
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
+                 conn_timeout_s: float = 5.0, max_handlers: int = 32,
+                 max_waiting: int = 256) -> None:
+        super().__init__(address, handler)
+        self.conn_timeout_s = conn_timeout_s
+        self.max_waiting = max(1, max_waiting)
+        self._slots = threading.BoundedSemaphore(max(1, max_handlers))
+        self._halt = threading.Event()
+        self._done = threading.Event()
+        self.refused = 0
+        self.timed_out = 0
+
+    def serve_forever(self, poll_interval: float = 0.25) -> None:
+        self.socket.setblocking(False)
+        sel = selectors.DefaultSelector()
+        sel.register(self.socket, selectors.EVENT_READ, None)
+        waiting: dict[socket.socket, tuple[float, Any]] = {}  # in order of arrival
+
+        def drop(conn: socket.socket) -> None:
+            sel.unregister(conn)
+            waiting.pop(conn, None)
+            self.shutdown_request(conn)
+
+        try:
+            while not self._halt.is_set():
+                for key, _ in sel.select(min(poll_interval, self.conn_timeout_s)):
+                    if key.data is None:
+                        self._accept(sel, waiting, drop)
+                        continue
+                    conn = key.fileobj
+                    assert isinstance(conn, socket.socket)
+                    sel.unregister(conn)
+                    _, addr = waiting.pop(conn)
+                    if not self._slots.acquire(blocking=False):
+                        self.refused += 1
+                        self.shutdown_request(conn)
+                        continue
+                    threading.Thread(target=self._handle, args=(conn, addr),
+                                     name="tracescore-health-req", daemon=True).start()
+                expired = time.monotonic() - self.conn_timeout_s
+                for conn, (since, _) in list(waiting.items()):
+                    if since > expired:
+                        break  # in order of arrival: the rest are younger
+                    self.timed_out += 1
+                    drop(conn)
+        finally:
+            for conn in list(waiting):
+                drop(conn)
+            sel.close()
+            self._done.set()
+
+    def _accept(self, sel: selectors.BaseSelector,
+                waiting: dict[socket.socket, tuple[float, Any]],
+                drop: Any) -> None:
+        for _ in range(self.request_queue_size):  # all that are queued, so none waits there
+            try:
+                conn, addr = self.socket.accept()
+            except OSError:  # BlockingIOError: none left
+                return
+            if len(waiting) >= self.max_waiting:
+                drop(next(iter(waiting)))
+            conn.setblocking(False)
+            waiting[conn] = (time.monotonic(), addr)
+            sel.register(conn, selectors.EVENT_READ, addr)
+
+    def _handle(self, conn: socket.socket, addr: Any) -> None:
+        try:
+            conn.settimeout(self.conn_timeout_s)
+            self.finish_request(conn, addr)
+        except Exception:  # noqa: S110 - a probe that went away, or timed out: nothing to say
+            pass
+        finally:
+            self.shutdown_request(conn)
+            self._slots.release()
+
+    def shutdown(self) -> None:
+        self._halt.set()
+        self._done.wait(5.0)
+
+
+def install_stop_handlers() -> threading.Event:
+    """SIGTERM and SIGINT set the returned event (main thread only). Called before anything
+    slow of the start-up (importing the metrics module, opening the database, loading models,
+    the judge canary), so that a stop request then ends the worker cleanly with exit code 0
+    instead of the signal's default action (exit code 143)."""
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -107,6 +219,27 @@ def run_worker(*, db: str, metrics: list[Any], judge: str | None, embedder: str 
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    return stop
+
+
+def run_worker(*, db: str, metrics: list[Any], judge: str | None, embedder: str | None,
+               concurrency: int, lease_seconds: float, exporter: str | None,
+               stop_timeout: float, health_port: int | None, health_file: Path | None,
+               judge_calls_per_minute: float | None, judge_price: tuple[float, float] | None,
+               judge_daily_budget_usd: float | None, judge_canary: bool,
+               on_ready: Any = None, monitors: Any = None,
+               health_host: str = DEFAULT_HEALTH_HOST,
+               stop: threading.Event | None = None) -> int:
+    """Run until SIGTERM/SIGINT; returns the exit code (0 for a stop by signal, also one
+    that arrives during start-up). Prints one start line to stderr once scoring runs.
+    ``stop``: the event of :func:`install_stop_handlers` when the caller installed them
+    earlier (before importing the metrics module); else they are installed here, first."""
+    if stop is None:
+        stop = install_stop_handlers()
+    import tracescore
+
+    from ..store import redact_url
+
     ts = tracescore.init(
         db=db, metrics=metrics, judge=judge, embedder=embedder, concurrency=concurrency,
         lease_seconds=lease_seconds, exporter=exporter, hold_seconds=0.0,
@@ -115,8 +248,14 @@ def run_worker(*, db: str, metrics: list[Any], judge: str | None, embedder: str 
         monitors=monitors,
     )
     ts.worker.stop_grace_s = stop_timeout
+    n = len(ts.worker.metrics)
+    print(f"tracescore worker: scoring {n} metric{'' if n == 1 else 's'} from "
+          f"{redact_url(str(db))} (pid {os.getpid()})", file=sys.stderr, flush=True)
+    if stop.is_set():  # a signal during the start-up: stop as for one arriving later
+        _stop(ts, stop_timeout)
+        return 0
     health = WorkerHealth(ts.worker)
-    server = health.serve(health_port) if health_port is not None else None
+    server = health.serve(health_port, health_host) if health_port is not None else None
     if on_ready is not None:
         on_ready(ts, server)
     try:
