@@ -34,7 +34,7 @@ from ._internal.secrets import scrub
 from ._internal.validate import valid_ids
 from .judge.base import RetryLater
 from .judge.session import JudgeSession
-from .metrics.base import Metric
+from .metrics.base import Metric, check_output
 from .processor import ScoreAttachingProcessor, ScoreRef
 from .record import RagRecord
 from .score import Score
@@ -770,15 +770,12 @@ def _with(s: Score, **kw: Any) -> Score:
 
 
 def _normalise(metric: Metric, out: Any) -> list[Score]:
-    """Accept a Score, a list of Scores, or a bare number; validate values."""
-    if isinstance(out, Score):
-        items: list[Any] = [out]
-    elif isinstance(out, (list, tuple)):
-        items = list(out)
-    elif isinstance(out, (int, float)) and not isinstance(out, bool):
-        items = [metric.result(float(out))]
-    else:
-        raise TypeError(f"metric {metric.name!r} returned {type(out).__name__}, expected a Score")
+    """A metric's output as its scores: a Score or a list of Scores named as the metric
+    declares (:func:`~.metrics.base.check_output` turns anything else — a bare number, a score
+    named for another metric — into one error score per name, with the reason); values
+    validated."""
+    out = check_output(metric, out)
+    items: list[Any] = [out] if isinstance(out, Score) else list(out)
     scores: list[Score] = []
     for s in items:
         if not isinstance(s, Score):

@@ -19,9 +19,7 @@ none under its own) or a value nobody labelled.
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, ClassVar, Literal, Union
 
 from ..record import RagRecord
@@ -65,12 +63,6 @@ class Metric:
     threshold: float | None = 0.5
     #: values are only 0 or 1 (see the class docstring); instances may override it.
     binary: bool = False
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        call = cls.__dict__.get("__call__")
-        if call is not None and not getattr(call, "_tracescore_checked", False):
-            cls.__call__ = _checked(call)  # type: ignore[method-assign]
 
     def names(self) -> tuple[str, ...]:
         return self.score_names or (self.name,)
@@ -138,27 +130,3 @@ def _what(x: Any) -> str:
     return f"{type(x).__name__} {text[:40]}{'...' if len(text) > 40 else ''}"
 
 
-def _checked(call: Callable[..., Any]) -> Callable[..., Any]:
-    """``call`` (a ``__call__``) with its output passed through :func:`check_output`; a
-    coroutine function stays one (the worker awaits those on its loop)."""
-    if inspect.iscoroutinefunction(call):
-        @functools.wraps(call)
-        async def acall(self: Metric, record: RagRecord) -> Any:
-            return check_output(self, await call(self, record))
-
-        wrapped: Any = acall
-    else:
-        @functools.wraps(call)
-        def scall(self: Metric, record: RagRecord) -> Any:
-            out = call(self, record)
-            if inspect.isawaitable(out):
-                return _check_later(self, out)
-            return check_output(self, out)
-
-        wrapped = scall
-    wrapped._tracescore_checked = True
-    return wrapped  # type: ignore[no-any-return]
-
-
-async def _check_later(metric: Metric, out: Awaitable[Any]) -> Any:
-    return check_output(metric, await out)
