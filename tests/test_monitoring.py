@@ -580,3 +580,41 @@ def test_renotify_while_alert_persists(db: str, clock: _Clock, hook: _Hook) -> N
     finally:
         ev.close()
     assert [b["state"] for b in hook.bodies] == ["ALERT", "ALERT"]
+
+
+def test_monitor_command_runs_until_sigterm_and_exits_0(db: str, clock: _Clock,
+                                                       tmp_path: Path) -> None:
+    """``tracescore monitor`` as a real process: it evaluates, stores states, and a SIGTERM
+    ends it with exit code 0."""
+    import signal
+    import subprocess
+
+    from helpers import cli_script
+
+    real = _time.time()
+    feed(db, clock, release="v1", n=80, start=real - 3 * 3600, spread=2 * 3600,
+         quality=beta(0.5), grounded=0.9, seed=51)
+    toml = tmp_path / "m.toml"
+    toml.write_text('[[monitor]]\nname = "q"\nscore = "quality"\nthreshold = 0.8\n')
+    p = subprocess.Popen([*cli_script(), "monitor", "--db", db, "--monitors", str(toml),
+                          "--interval", "1s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        def stored() -> bool:
+            store = open_store(db)
+            try:
+                from tracescore.monitor import state as S
+
+                return "q" in S.load_states(store)
+            except Exception:  # the tables appear with the first evaluation
+                return False
+            finally:
+                store.close()
+        _wait(stored, timeout=120)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert "ALERT" in out and "q" in out

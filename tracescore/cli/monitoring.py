@@ -334,6 +334,14 @@ def monitor(db: Path, monitors_path: Path | None, interval: str) -> None:
     """Evaluate the monitors every --interval, store their states and send notifications,
     until SIGTERM or Ctrl-C. One evaluator per database at a time: a second `monitor` (or a
     worker with --monitors) waits and takes over when the first stops."""
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop.set()
+
+    # first: a stop asked for while the monitors load is still a clean stop (exit 0)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     from ..monitor.runner import MonitorRunner
 
     every = _duration(interval)
@@ -346,24 +354,24 @@ def monitor(db: Path, monitors_path: Path | None, interval: str) -> None:
         check_monitors_against(conn, monitors)
     finally:
         conn.close()
+    if stop.is_set():
+        return
     runner = MonitorRunner(str(db), monitors, interval_s=every)
-    stop = threading.Event()
-
-    def on_signal(signum: int, _frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     click.echo(f"tracescore monitor: {len(monitors)} monitors on {_name(db)}, every "
                f"{interval}", err=True)
     runner.start()
-    seen = 0
+    seen = [0]
+
+    def report_changes() -> None:
+        if runner.evaluations != seen[0]:
+            seen[0] = runner.evaluations
+            changed = [e for e in runner.last if e.changed]
+            if changed:
+                click.echo(format_states(changed))
+
     try:
         while not stop.wait(0.5):
-            if runner.evaluations != seen:
-                seen = runner.evaluations
-                changed = [e for e in runner.last if e.changed]
-                if changed:
-                    click.echo(format_states(changed))
+            report_changes()
     finally:
         runner.stop()
+        report_changes()  # an evaluation that ended while stopping
