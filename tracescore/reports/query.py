@@ -283,6 +283,14 @@ def _seg_clause(ids: set[int] | None, col: str = "seg_id") -> tuple[str, list[An
     return f" AND {col} IN ({','.join('?' * len(ordered))})", list(ordered)
 
 
+def _names_in_hour(conn: Any, hour: int) -> list[str]:
+    """The score names with rows in ``hour`` (from the rollups): raw reads of that hour then
+    filter by name, which the (name, created_at) index serves — a bare time range would scan
+    the whole table (there is no index on scores.created_at alone)."""
+    return [str(r[0]) for r in conn.execute(
+        "SELECT DISTINCT name FROM hourly_scores WHERE hour = ?", (hour,)).fetchall()]
+
+
 def _names_clause(names: Sequence[str] | None, col: str = "name") -> tuple[str, list[Any]]:
     """`` AND name IN (...)`` for a list of score names (None: no filter)."""
     if names is None:
@@ -384,8 +392,11 @@ def _score_edge(conn: Any, seg: SegmentIndex, out: dict[Group, dict[str, Agg]], 
                 where: Mapping[str, str] | None, by: str | None,
                 names: Sequence[str] | None) -> None:
     """A cut hour: its raw rows inside the window, or the whole hour if they were pruned."""
-    raw_n = conn.execute("SELECT count(*) FROM scores WHERE created_at >= ? AND created_at < ?",
-                         (hour, hour + HOUR)).fetchone()[0]
+    if names is None:  # the hour's score names: the raw reads then use (name, created_at)
+        names = _names_in_hour(conn, hour)
+    in_sql, in_args = _names_clause(names)
+    raw_n = conn.execute("SELECT count(*) FROM scores WHERE created_at >= ? AND created_at < ?"
+                         + in_sql, (hour, hour + HOUR, *in_args)).fetchone()[0]
     rolled_n = conn.execute(
         "SELECT coalesce(sum(n_ok + n_error + n_skipped), 0) FROM hourly_scores WHERE hour = ?",
         (hour,)).fetchone()[0]
@@ -583,22 +594,25 @@ def time_span(conn: Any, window: Window = Window()) -> tuple[float, float] | Non
     raw rows at both ends (cheap: index range scans)."""
     lo = -math.inf if window.since is None else window.since
     hi = math.inf if window.until is None else window.until
-    row = conn.execute(
-        "SELECT min(created_at), max(created_at) FROM scores WHERE created_at >= ?"
-        " AND created_at < ?", (_num(lo), _num(hi))).fetchone()
     h = conn.execute(
         "SELECT min(hour), max(hour) FROM hourly_scores WHERE hour >= ? AND hour < ?",
         (_num(math.floor(lo / HOUR) * HOUR if math.isfinite(lo) else lo), _num(hi))).fetchone()
-    first = None if row[0] is None else float(row[0])
-    # rollup hours before the first raw row's hour were pruned: they start the span
-    if h[0] is not None and (first is None or float(h[0]) < _floor_hour(first)):
-        first = max(float(h[0]), lo) if math.isfinite(lo) else float(h[0])
-    last = None if row[1] is None else float(row[1])
-    if last is None and h[1] is not None:
-        last = float(h[1]) + HOUR - 1
-    if first is None or last is None:
+    if h[0] is None:
         return None
-    return first, last
+    h0, h1 = int(h[0]), int(h[1])
+
+    def raw(agg: str, hour: int) -> float | None:
+        in_sql, in_args = _names_clause(_names_in_hour(conn, hour))
+        v = conn.execute(
+            f"SELECT {agg}(created_at) FROM scores WHERE created_at >= ? AND created_at < ?"
+            + in_sql, (max(hour, lo), min(hour + HOUR, hi), *in_args)).fetchone()[0]
+        return None if v is None else float(v)
+
+    # the first and last hours' raw rows refine the span; pruned ones leave the hour's bound
+    first = raw("min", h0)
+    last = raw("max", h1)
+    return (first if first is not None else max(float(h0), lo),
+            last if last is not None else min(float(h1) + HOUR - 1, hi))
 
 
 def merge(groups: Iterable[Mapping[str, Agg]]) -> dict[str, Agg]:

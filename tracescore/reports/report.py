@@ -146,7 +146,11 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
 def worst_records(conn: Any, metrics: list[MetricSummary], n: int, since: float | None,
                   until: float | None, seg_ids: set[int] | None = None
                   ) -> dict[str, list[WorstRecord]]:
-    """The ``n`` worst stored records per score in the window (an index range per score)."""
+    """The ``n`` worst stored records per score in the window, at a cost that does not grow
+    with the score's row count: a window with few scores (``RANGE_MAX``, known from the
+    rollups) sorts its rows; a larger one walks the (name, value) index from the worst end and
+    stops after ``n`` rows in the window — about n × (all rows / rows in the window) index
+    entries when values do not depend on time."""
     out: dict[str, list[WorstRecord]] = {}
     if n <= 0:
         return out
@@ -157,16 +161,29 @@ def worst_records(conn: Any, metrics: list[MetricSummary], n: int, since: float 
         if not m.count or m.higher_is_better is None:
             continue
         order = "ASC" if m.higher_is_better else "DESC"
-        rows = conn.execute(
-            "SELECT s.value, s.label, s.trace_id, s.record_id, r.query FROM scores s"
-            " LEFT JOIN records r ON r.record_id = s.record_id"
-            " WHERE s.name = ? AND s.status = 'ok' AND s.value IS NOT NULL"
-            " AND s.created_at >= ? AND s.created_at < ?" + seg_sql
-            + f" ORDER BY s.value {order}, s.score_id DESC LIMIT ?",
-            (m.name, lo, hi, *seg_args, n),
-        ).fetchall()
+        sql = ("SELECT s.value, s.label, s.trace_id, s.record_id, r.query FROM scores s{hint}"
+               " LEFT JOIN records r ON r.record_id = s.record_id"
+               " WHERE s.name = ? AND s.status = 'ok' AND s.value IS NOT NULL"
+               " AND s.created_at >= ? AND s.created_at < ?" + seg_sql
+               # (value, score_id) in one direction: the order of the (name, value[, rowid])
+               # index, so the walk needs no sort
+               + f" ORDER BY s.value {order}, s.score_id {order} LIMIT ?")
+        args = (m.name, lo, hi, *seg_args, n)
+        rows = None
+        if m.count > RANGE_MAX:
+            try:  # SQLite's planner would pick the time range and sort it all: say which
+                rows = conn.execute(sql.format(hint=" INDEXED BY idx_scores_name_value"),
+                                    args).fetchall()
+            except sqlite3.OperationalError:  # a database without the index
+                rows = None
+        if rows is None:
+            rows = conn.execute(sql.format(hint=""), args).fetchall()
         out[m.name] = [WorstRecord(m.name, r[0], r[1], r[2], r[3], r[4]) for r in rows]
     return out
+
+
+#: Windows with at most this many scores of a name find their worst rows by sorting them.
+RANGE_MAX = 5000
 
 
 def judge_health(conn: Any) -> list[dict[str, Any]]:

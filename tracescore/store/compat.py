@@ -9,6 +9,7 @@ listed here, nowhere else:
 - placeholders: ``?`` → ``%s`` (and a literal ``%`` → ``%%``);
 - ``CAST(x AS INTEGER)`` truncates on SQLite but rounds on PostgreSQL → ``CAST(trunc(x) …)``;
 - ``CROSS JOIN … ON`` (SQLite's hint to keep the join order) → ``JOIN … ON``;
+- ``INDEXED BY name`` (SQLite's index hint) → nothing;
 - catalogue questions (``has_table``/``table_names``) go through methods, not
   ``sqlite_master``.
 
@@ -29,6 +30,7 @@ __all__ = ["PgConnection", "PgRow", "connect_reader", "has_table", "translate"]
 _TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"])*\"|\?|%")
 _CAST_INT = re.compile(r"CAST\((.+?) AS INTEGER\)", re.IGNORECASE)
 _CROSS = re.compile(r"\bCROSS JOIN\b", re.IGNORECASE)
+_INDEXED_BY = re.compile(r"\s+INDEXED BY \w+", re.IGNORECASE)
 
 
 def translate(sql: str) -> str:
@@ -42,6 +44,7 @@ def translate(sql: str) -> str:
         return tok.replace("%", "%%") if tok[0] == "'" else tok
     sql = _CAST_INT.sub(lambda m: f"CAST(trunc({m.group(1)}) AS INTEGER)", sql)
     sql = _CROSS.sub("JOIN", sql)
+    sql = _INDEXED_BY.sub("", sql)  # SQLite's index hint; PostgreSQL's planner has statistics
     return _TOKEN.sub(repl, sql)
 
 

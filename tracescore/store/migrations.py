@@ -182,6 +182,8 @@ def _v3(store: Any, dialect: str) -> None:
         conn.execute(stmt)
     conn.execute("CREATE INDEX IF NOT EXISTS idx_records_seg_created ON records(seg_id, "
                  "created_at)")
+    # the worst records of a score: an index walk in value order, stopped after a few rows
+    conn.execute("CREATE INDEX IF NOT EXISTS idx_scores_name_value ON scores(name, value)")
     conn.execute("INSERT INTO segments (seg_id, seg_key, meta, first_seen) VALUES (?, ?, '{}', ?)"
                  " ON CONFLICT DO NOTHING", (segments.NONE_SEG, segments.NONE_KEY, time.time()))
     for stmt in _monitor_ddl(dialect):
