@@ -39,10 +39,10 @@ statements that scan a raw table flagged; and the imports of a ``report`` proces
 
 Run from the repo root with the project's venv:
 
-    git worktree add /work/base 8a19e44        # the base tree ("today's" report)
-    python bench/read_scale.py --quick --base /work/base            # smoke test, < 60 s
-    python bench/read_scale.py --base /work/base --n 1000000 --backends sqlite,postgres
-    python bench/read_scale.py --base /work/base --n 10000000 --backends sqlite
+    git worktree add ../base 8a19e44        # the base tree ("today's" report)
+    python bench/read_scale.py --quick --base ../base            # smoke test, < 60 s
+    python bench/read_scale.py --base ../base --n 1000000 --backends sqlite,postgres
+    python bench/read_scale.py --base ../base --n 10000000 --backends sqlite
 
 PostgreSQL: ``--pg-url`` (a superuser URL), else a throwaway cluster is started with the
 machine's ``initdb``/``pg_ctl`` as tests/pg.py does (data under ``--workdir``). Databases are
@@ -1028,6 +1028,58 @@ def _slow_rows(slow: list[Stmt], top: int) -> list[list[Any]]:
     return out
 
 
+def sequential_base(be: Backend, n: int, a: argparse.Namespace, new: Tree, base: Tree,
+                    v2: str, cwd: Path, tracer: Tracer, monitors: Path,
+                    t_base: dict[str, Any], res: dict[str, Any], build: list[list[Any]],
+                    rows: list[list[Any]], inner_rows: list[list[Any]],
+                    mig_slow: list[list[Any]], base_runs: dict[str, list[Run]],
+                    checks: dict[str, bool]) -> None:
+    """--sequential: time the base commands alone on v2, then migrate v2 in place (timed) and
+    time this tree's ``report`` on it, then drop it: one database on disk at a time."""
+    html_base = cwd / "base.html"
+    for key, label, cmd in (
+            ("report", "base `report`", base.cli("report", "--db", v2)),
+            ("html", "base `report --html`", base.cli("report", "--html", str(html_base),
+                                                      "--db", v2)),
+            ("since", "base `report --since 1d`", base.cli("report", "--since", "1d", "--db",
+                                                           v2))):
+        p = pair(label, (cmd, base.env(), (0,)), None, cwd, a.runs, a.warmup)
+        base_runs[key] = p.a
+        print(f"  {label}: {mmm([r.wall for r in p.a])}", flush=True)
+    res["base_runs"] = {k: [r.wall for r in v] for k, v in base_runs.items()}
+    free = shutil.disk_usage(a.workdir).free
+    if free < 1.5 * be.size(v2):
+        print(f"  migration skipped: {free / 1e9:.0f} GB free", flush=True)
+        res["migration_s"] = "skipped: disk"
+    else:
+        l0 = load_average()[0]
+        whole, inner = migrate(new, v2, cwd)
+        build.append(["v3 migrated from v2 in place (`open_store`: the one-time migration)",
+                      f"{whole:.1f} (in process {inner:.1f})", round(n / inner),
+                      round(be.size(v2) / n), f"{l0:.1f}"])
+        res["migration_s"] = {"process": whole, "in_process": inner, "in_place": True}
+        print(f"  migration (in place): {whole:.1f} s (in process {inner:.1f} s)", flush=True)
+        t_mig = totals(output_of(new.cli("report", "--json", "--db", v2), new.env(), cwd))
+        checks["migrated v3 == base"] = t_mig == t_base
+        if t_mig != t_base:
+            print(f"  DIFFERENT totals: base {t_base}\n  migrated {t_mig}")
+        p = pair("`report` on the migrated v3 †", (new.cli("report", "--db", v2), new.env(),
+                                                   (0,)), None, cwd, a.runs, a.warmup)
+        row = _row(p.label, p)
+        med = statistics.median([r.wall for r in base_runs["report"]])
+        row[2] = mmm([r.wall for r in base_runs["report"]])
+        row[3] = f"{statistics.median([x.wall / med for x in p.a]):.2f}"
+        rows.append(row)
+        print(f"  {p.label}: {row[1]}", flush=True)
+        more, slow2 = inprocess(v2, False, a.reps, time.time(), tracer, monitors)
+        inner_rows += [[f"{r[0]} — migrated v3", *r[1:]] for r in more]
+        for st in slow2:
+            st.sql = st.sql.replace("] ", " — migrated v3] ", 1)
+        mig_slow += _slow_rows(slow2, a.top)
+    if not a.keep:
+        be.drop(v2)
+
+
 def one_size(be: Backend, n: int, a: argparse.Namespace, new: Tree, base: Tree | None,
              cwd: Path, tracer: Tracer, results: dict[str, Any]) -> None:
     """Build the databases of one (backend, N), check them, time them; in an order that
@@ -1049,6 +1101,7 @@ def one_size(be: Backend, n: int, a: argparse.Namespace, new: Tree, base: Tree |
     yard = (base.cli("report", "--db", v2), base.env(), (0,)) if base is not None else None
     t_base: dict[str, Any] | None = None
     checks: dict[str, bool] = {}
+    base_runs: dict[str, list[Run]] = {}  # --sequential: the base commands, timed alone
     print(f"\n## {be.name}, N = {n:,} records over {a.days:g} days\n", flush=True)
 
     if base is not None:
@@ -1063,12 +1116,15 @@ def one_size(be: Backend, n: int, a: argparse.Namespace, new: Tree, base: Tree |
                       round(be.size(v2) / n), f"{l0:.1f}"])
         print(f"  v2 written: {s:.0f} s, {be.size(v2) / 1e9:.2f} GB", flush=True)
         t_base = totals(output_of(base.cli("report", "--json", "--db", v2), base.env(), cwd))
+        if a.sequential:
+            sequential_base(be, n, a, new, base, v2, cwd, tracer, monitors, t_base, res,
+                            build, rows, inner_rows, mig_slow, base_runs, checks)
 
         # 2. a copy of it, migrated by this tree (then dropped: disk); a copy and the
         # migration's journal (it rewrites every row in one transaction) need ~2x its size
         free = shutil.disk_usage(a.workdir).free
-        if a.migrate_last:
-            pass  # v2 itself is migrated once every timing is done (step 4)
+        if a.migrate_last or a.sequential:
+            pass  # v2 itself is migrated: once every timing is done (step 4) / already
         elif free < 3.2 * be.size(v2):
             print(f"  migration skipped: {free / 1e9:.0f} GB free, the copy and its migration"
                   f" need ~{3.2 * be.size(v2) / 1e9:.0f} GB (try --migrate-last)", flush=True)
@@ -1130,43 +1186,49 @@ def one_size(be: Backend, n: int, a: argparse.Namespace, new: Tree, base: Tree |
 
     # -- whole processes ------------------------------------------------------------------------
     html_new, html_base = cwd / "new.html", cwd / "base.html"
-    cmds: list[tuple[str, tuple[list[str], dict[str, str], Sequence[int]], Any]] = [
-        ("`report`", (new.cli("report", "--db", v3), new.env(), (0,)), yard),
+    B = tuple[list[str], dict[str, str], Sequence[int]]
+    bhtml: B | None = ((base.cli("report", "--html", str(html_base), "--db", v2), base.env(),
+                        (0,)) if base else None)
+    bsince: B | None = ((base.cli("report", "--since", "1d", "--db", v2), base.env(), (0,))
+                        if base else None)
+    cmds: list[tuple[str, B, B | None, str]] = [
+        ("`report`", (new.cli("report", "--db", v3), new.env(), (0,)), yard, "report"),
         ("`report --html`", (new.cli("report", "--html", str(html_new), "--db", v3),
-                             new.env(), (0,)),
-         (base.cli("report", "--html", str(html_base), "--db", v2), base.env(), (0,))
-         if base else None),
+                             new.env(), (0,)), bhtml, "html"),
         ("`report --since 1d`", (new.cli("report", "--since", "1d", "--db", v3), new.env(),
-                                 (0,)),
-         (base.cli("report", "--since", "1d", "--db", v2), base.env(), (0,)) if base else None),
+                                 (0,)), bsince, "since"),
         ("`compare --current 1d --baseline 7d`",
          (new.cli("compare", "--current", "1d", "--baseline", "7d", "--db", v3), new.env(),
-          (0,)), yard),
+          (0,)), yard, "report"),
         ("`compare --by release`", (new.cli("compare", "--by", "release", "--db", v3),
-                                    new.env(), (0,)), yard),
+                                    new.env(), (0,)), yard, "report"),
         ("`check --compare release=v2:v1`",
          (new.cli("check", "--compare", "release=v2:v1", "--db", v3), new.env(), (0, 1)),
-         yard),
+         yard, "report"),
         ("`check --monitors FILE --no-notify` (reads the whole 1d window each time)",
          (new.cli("check", "--monitors", str(monitors), "--no-notify", "--db", v3), new.env(),
-          (0, 1)), yard),
+          (0, 1)), yard, "report"),
         ("`check --monitors FILE` (state stored: after the first, only new rows)",
-         (new.cli("check", "--monitors", str(monitors), "--db", v3), new.env(), (0, 1)), yard),
+         (new.cli("check", "--monitors", str(monitors), "--db", v3), new.env(), (0, 1)), yard,
+         "report"),
     ]
-    yard_runs: list[Run] = []
-    for label, ca, cb in cmds:
-        if a.pair_reports_only and cb is yard and yard_runs:
-            # the base `report` was timed in the `report` row: reuse its runs (marked *)
+    for label, ca, cb, bkey in cmds:
+        if (a.sequential and base_runs) or (a.pair_reports_only and cb is yard
+                                            and "report" in base_runs):
+            # not paired: compared with the base command's own runs (--sequential: timed
+            # before this database was built; --pair-reports-only: in the `report` row)
             p = pair(label, ca, None, cwd, a.runs, a.warmup)
-            ratios = [x.wall / statistics.median([r.wall for r in yard_runs]) for x in p.a]
-            row = _row(label + " \\*", p)
-            row[2] = mmm([r.wall for r in yard_runs])
-            row[3] = f"{statistics.median(ratios):.2f}"
+            ref = base_runs.get(bkey, [])
+            row = _row(label + (" †" if a.sequential else " \\*"), p)
+            if ref:
+                med = statistics.median([r.wall for r in ref])
+                row[2] = mmm([r.wall for r in ref])
+                row[3] = f"{statistics.median([x.wall / med for x in p.a]):.2f}"
             rows.append(row)
         else:
             p = pair(label, ca, cb, cwd, a.runs, a.warmup)
-            if cb is yard and not yard_runs:
-                yard_runs = list(p.b)
+            if cb is yard and "report" not in base_runs and cb is not None:
+                base_runs["report"] = list(p.b)
             rows.append(_row(label, p))
         print(f"  {label}: {rows[-1][1]} vs {rows[-1][2]}", flush=True)
     floor = pair("`python -c pass` (interpreter start)",
@@ -1177,9 +1239,13 @@ def one_size(be: Backend, n: int, a: argparse.Namespace, new: Tree, base: Tree |
           "alternately; new/base is the median of the per-pair ratios:\n")
     print(md_table(["command (new tree)", "new s", "base s", "new/base", "new CPU s", "load"],
                    rows))
-    if a.pair_reports_only:
+    if a.pair_reports_only and not a.sequential:
         print("\n\\* not paired (--pair-reports-only): the base `report`'s runs of the `report` "
               "row, and the ratio to their median.")
+    if a.sequential:
+        print("\n† not paired (--sequential): the base tree's command was timed alone on the v2 "
+              "database before the v3 one was built (the two do not fit on disk together); "
+              "the ratio is to the median of those runs.")
     res["processes"] = rows
 
     # -- in process -----------------------------------------------------------------------------
@@ -1215,7 +1281,7 @@ def one_size(be: Backend, n: int, a: argparse.Namespace, new: Tree, base: Tree |
         res["imports_base"] = impb
 
     # 4. --migrate-last: v2 migrated in place, once the native database is gone
-    if base is not None and a.migrate_last:
+    if base is not None and a.migrate_last and not a.sequential:
         if not a.keep:
             be.drop(v3)
         free = shutil.disk_usage(a.workdir).free
@@ -1265,6 +1331,11 @@ def main() -> None:
                     help="pair only the `report` rows with the base tree; the other commands "
                          "run alone and are compared with the base `report`'s runs (for sizes "
                          "where the base report takes minutes)")
+    ap.add_argument("--sequential", action="store_true",
+                    help="one database on disk at a time: the base commands are timed alone on "
+                         "v2, which is then migrated in place (timed) and dropped before the "
+                         "native v3 is built; the new commands are compared with those runs, "
+                         "not paired (for 10M rows on a small disk)")
     ap.add_argument("--migrate-last", action="store_true",
                     help="time the migration on the v2 database itself, after every other "
                          "timing (no copy: for sizes where three databases do not fit on disk)")
