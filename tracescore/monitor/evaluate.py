@@ -35,7 +35,6 @@ I/O; never on the app's request path. Not thread-safe: one thread owns an Evalua
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -377,23 +376,15 @@ def _pct_side(m: Monitor) -> str:
     return m.direction or "below"
 
 
-def _test_for(ctx: _Context, m: Monitor, direction: str) -> tuple[Any, str, float | str]:
-    """A fresh sequential test for ``m`` (threshold or baseline), what it estimates, and the
-    level it is compared with (for messages)."""
-    stat = m.statistic
-    if m.threshold is not None:
-        level: float | str = m.threshold
-        thr = float(m.threshold)
-        d = direction
-        if stat in ("p10", "p50", "p90"):
-            q = float(stat[1:]) / 100
-            # "p10 below t": more than 10 % of values lie below t; "p90 above t": more than
-            # 10 % lie above t
-            thr, d = (q, "above") if _pct_side(m) == "below" else (1 - q, "above")
-        thr = min(max(thr, 0.0), 1.0)
-        return (confseq.ThresholdMonitor(thr, d, m.alpha, None, m.min_n),  # type: ignore[arg-type]
-                _stat_name(m), level)
-    return None, _stat_name(m), "baseline"
+def _threshold_test(m: Monitor, direction: str) -> confseq.ThresholdMonitor:
+    """A fresh sequential test for a threshold monitor. ``pQ below t`` is tested as "more than
+    a share q of the values lie below t" (``pQ above t``: more than 1 − q lie above it)."""
+    thr, d = float(m.threshold if m.threshold is not None else 0.0), direction
+    if m.statistic in ("p10", "p50", "p90"):
+        q = float(m.statistic[1:]) / 100
+        thr, d = (q, "above") if _pct_side(m) == "below" else (1 - q, "above")
+    thr = min(max(thr, 0.0), 1.0)
+    return confseq.ThresholdMonitor(thr, d, m.alpha, None, m.min_n)  # type: ignore[arg-type]
 
 
 def _stat_name(m: Monitor) -> str:
@@ -521,7 +512,7 @@ def _measure(ctx: _Context, m: Monitor, prior: S.StateRow | None) -> _Result:
             else:
                 test.new_window(mom)
         elif test is None:
-            test, _, _ = _test_for(ctx, m, direction)
+            test = _threshold_test(m, direction)
         else:
             test.new_window()
     eff = m if cur_where is None else _with_where(m, cur_where)
@@ -535,7 +526,7 @@ def _measure(ctx: _Context, m: Monitor, prior: S.StateRow | None) -> _Result:
     if m.threshold is not None:
         level: float | str = m.threshold
         summary = _describe(m, stat, st, direction if m.statistic not in ("p10", "p50", "p90")
-                            else "above", _level_text(m), m.rule)
+                            else "above", str(m.threshold), m.rule)
         condition = f"{stat} {direction} {m.threshold}" if m.statistic not in (
             "p10", "p50", "p90") else f"{m.statistic} {_pct_side(m)} {m.threshold}"
     else:
@@ -563,10 +554,6 @@ def _measure(ctx: _Context, m: Monitor, prior: S.StateRow | None) -> _Result:
 def _window_start(t0: float, W: float, k: int) -> float:
     """Start of window ``k`` (1-based) of a monitor first evaluated at ``t0``."""
     return t0 - W if k <= 1 else t0 + (k - 1) * W
-
-
-def _level_text(m: Monitor) -> str:
-    return str(m.threshold)
 
 
 def _with_where(m: Monitor, where: Mapping[str, str]) -> Monitor:
@@ -668,7 +655,3 @@ def _figure(ctx: _Context, m: Monitor, prior: S.StateRow | None = None) -> _Resu
                    f"{what}: {value:.4g} {'is' if bad else 'is not'} {direction} {thr:g}",
                    "count (no interval: a pipeline figure, not an estimate)", test_state,
                    detail={"condition": f"{m.score} {direction} {thr:g}"})
-
-
-def states_json(evals: Sequence[Evaluation]) -> str:
-    return json.dumps([e.to_json() for e in evals], ensure_ascii=False)
