@@ -130,7 +130,8 @@ def test_a_scorer_that_keeps_dying_gives_up_visibly(make_ts: Any) -> None:
     server = health.serve(0, "127.0.0.1")
     port = server.server_address[1]
     try:
-        assert _get(port, "/readyz") == 200
+        # ready once the scorer has run and read the database (a loaded machine takes a while)
+        assert _wait(lambda: _get(port, "/readyz") == 200)
         worker.db_snapshot_every_s = 0.0
         worker._read_snapshot = boom
         assert _wait(lambda: worker.gave_up)
