@@ -52,6 +52,7 @@ __all__ = [
     "MonitorConfigError",
     "MonitorSet",
     "duration",
+    "format_duration",
     "load_monitors",
     "monitors_from_objects",
 ]
@@ -136,6 +137,15 @@ def duration(text: str) -> float:
                 return seconds
             raise ValueError(f"{text!r} is not a duration: it must be longer than 0")
     raise ValueError(f"{text!r:.60} is not a duration ({_DURATION_HINT})")
+
+
+def format_duration(seconds: float) -> str:
+    """:func:`duration`'s inverse for messages: ``3600`` → ``"1h"``, ``604800`` → ``"1w"``,
+    ``5400`` → ``"90m"``; seconds otherwise."""
+    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 # -- checking values ---------------------------------------------------------------------------

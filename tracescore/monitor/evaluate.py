@@ -47,7 +47,7 @@ from typing import Any
 
 from . import confseq
 from . import state as S
-from .config import Monitor, MonitorSet
+from .config import Monitor, MonitorSet, format_duration
 from .stats import Moments, mean_ci
 
 log = logging.getLogger("tracescore")
@@ -423,7 +423,7 @@ def _baseline_moments(ctx: _Context, m: Monitor, start: float) -> tuple[Moments,
     else:
         span = m.baseline_s or 7 * 86400.0
         window = Q.Window(start - span, start)
-        text = f"the {_dur(span)} before the window"
+        text = f"the {format_duration(span)} before the window"
     aggs = Q.merge(Q.score_aggs(ctx.reader, window, where=where, names=[m.score],
                                 seg=ctx.seg).values())
     a = aggs.get(m.score)
@@ -440,13 +440,6 @@ def _baseline_moments(ctx: _Context, m: Monitor, start: float) -> tuple[Moments,
 
 class _NoBaseline(Exception):
     pass
-
-
-def _dur(seconds: float) -> str:
-    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
 
 
 def _worst(ctx: _Context, m: Monitor, start: float, direction: str) -> list[str]:
@@ -627,7 +620,7 @@ def _figure(ctx: _Context, m: Monitor, prior: S.StateRow | None = None) -> _Resu
             base_t, base = ctx.now, total
         test_state = {"t": base_t, "total": base}
         value = total - base
-        what = f"records dropped since {_dur(ctx.now - base_t) if ctx.now > base_t else 'now'}"
+        what = f"records dropped since {format_duration(ctx.now - base_t) if ctx.now > base_t else 'now'}"
         n = 1
     elif m.score == "backlog_age":
         oldest = r.execute("SELECT min(created_at) FROM jobs WHERE status IN"

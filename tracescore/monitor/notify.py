@@ -49,6 +49,7 @@ from .. import attributes as A
 from .._internal.errors import handle_internal_errors, record_internal_error
 from .._internal.secrets import scrub
 from . import state as _state
+from .config import format_duration
 
 __all__ = [
     "ATTR_HI", "ATTR_LO", "ATTR_N", "ATTR_NAME", "ATTR_PREVIOUS", "ATTR_SCORE", "ATTR_STATE",
@@ -137,14 +138,6 @@ def _num(v: float | None) -> str:
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
 
 
-def _window(seconds: float) -> str:
-    """``3600`` → ``"1h"``, ``604800`` → ``"7d"``, ``5400`` → ``"90m"``."""
-    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
-
-
 def _estimate(e: AlertEvent) -> str:
     text = f"{_num(e.value)} [{_num(e.lo)}, {_num(e.hi)}] (n={e.n:,})"
     return f"{text}, {e.method}" if e.method else text
@@ -157,7 +150,7 @@ def summary(event: AlertEvent) -> str:
     where = " where " + ", ".join(f"{k}={v}" for k, v in e.where.items()) if e.where else ""
     was = f"; was {e.previous}" if e.previous else ""
     return (f"[{e.state}] monitor {e.monitor}: {e.score} {e.statistic} {_estimate(e)} over "
-            f"the last {_window(e.window_s)}{where} — {e.condition}: {e.verdict}{was}")
+            f"the last {format_duration(e.window_s)}{where} — {e.condition}: {e.verdict}{was}")
 
 
 def webhook_payload(event: AlertEvent) -> dict[str, Any]:
@@ -205,7 +198,7 @@ def slack_payload(event: AlertEvent) -> dict[str, Any]:
     the worst records' trace ids and the command that shows the breach."""
     e = event
     was = f" (was {e.previous})" if e.previous else ""
-    window = f"last {_window(e.window_s)}"
+    window = f"last {format_duration(e.window_s)}"
     if e.where:
         window += " where " + ", ".join(f"{k}={v}" for k, v in e.where.items())
     fields = [("Score", f"{e.score} ({e.statistic})"), ("Window", window),

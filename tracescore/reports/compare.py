@@ -17,12 +17,12 @@ before and after ``prune``, and the cost does not grow with the number of record
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..monitor.config import format_duration
 from . import query as Q
 from .metric_info import MetricInfo
 
@@ -132,8 +132,8 @@ def build_comparison(
         cw = Q.Window(now - current_window, now)
         bw = Q.Window(now - current_window - baseline_window, now - current_window)
         cur_where, base_where = where, where
-        cur_label = f"last {_dur(current_window)}"
-        base_label = f"the {_dur(baseline_window)} before"
+        cur_label = f"last {format_duration(current_window)}"
+        base_label = f"the {format_duration(baseline_window)} before"
     else:
         dims = seg.dims()
         if by not in dims:
@@ -209,13 +209,6 @@ def build_comparison(
     ]
     return Comparison(db, by, cur_label, base_label, cw, bw, where, min_n, min_effect, alpha,
                       adjust, rows, time.time(), cur_n, base_n)
-
-
-def _dur(seconds: float) -> str:
-    for unit, size in (("w", 7 * 86400), ("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and math.isclose(seconds / size, round(seconds / size)):
-            return f"{round(seconds / size)}{unit}"
-    return f"{seconds:g}s"
 
 
 def parse_where(items: Any) -> dict[str, str]:
