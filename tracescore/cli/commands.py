@@ -147,6 +147,23 @@ def _since(ctx: click.Context, param: click.Parameter, value: str) -> float | No
         raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
+def _where_value(ctx: click.Context, param: click.Parameter,
+                 value: tuple[str, ...]) -> dict[str, str]:
+    """``--where KEY=VALUE`` (repeatable) → a mapping; a malformed item is a usage error."""
+    from ..reports.compare import CompareError, parse_where
+
+    try:
+        return parse_where(value)
+    except CompareError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+def _where_option(help_text: str = "Only records with this segment value (repeatable), e.g. "
+                  "environment=production.") -> Callable[[F], F]:
+    return click.option("--where", "where", metavar="KEY=VALUE", multiple=True,
+                        callback=_where_value, help=help_text)
+
+
 class _Group(click.Group):
     """Turns a database that breaks mid-command (corrupt pages) into a clear message."""
 
@@ -321,11 +338,9 @@ def judge_check(judge: str, db: Path, as_json: bool) -> None:
               help="Also split the report by a segment: release, environment, model, "
                    "judge_model, metric_version or metadata.KEY; each number with its "
                    "interval.")
-@click.option("--where", "where", metavar="KEY=VALUE", multiple=True,
-              help="Only records with this segment value (repeatable), e.g. "
-                   "environment=production.")
+@_where_option()
 def report(db: Path, since: float | None, as_json: bool, worst: int,
-           html_path: Path | None, rgb: bool, by: str | None, where: tuple[str, ...]) -> None:
+           html_path: Path | None, rgb: bool, by: str | None, where: dict[str, str]) -> None:
     """Summarise the scores: per score count, mean with its 95 % interval, p10/p50/p90,
     fail rate, errors, skips; the monitors' states first.
 
@@ -352,31 +367,25 @@ def report(db: Path, since: float | None, as_json: bool, worst: int,
         click.echo(json.dumps(live.to_json(), ensure_ascii=False) if as_json
                    else format_rgb(live))
         return
-    from ..reports.compare import CompareError, parse_where
-
-    try:
-        filters = parse_where(where)
-    except CompareError as exc:
-        raise click.BadParameter(str(exc), param_hint="--where") from None
     conn = _open(db)
     try:
         from ..reports.query import dims_of
 
         dims = dims_of(conn)
-        for dim in ([by] if by else []) + list(filters):
+        for dim in ([by] if by else []) + list(where):
             if dim not in dims:
                 raise click.BadParameter(
                     f"unknown dimension {dim!r}; this database has: {', '.join(dims)}",
                     param_hint="--by" if dim == by else "--where")
         rep = build_report(conn, since=since, worst=worst, db=_name(db), by=by,
-                           where=filters)
+                           where=where)
         if html_path is not None:
             from ..reports.html import render_html
             from ..reports.report import build_page
             from ..reports.trend import build_trend
 
             page = render_html(build_page(conn, rep),
-                               build_trend(conn, since=since, where=filters or None))
+                               build_trend(conn, since=since, where=where or None))
     finally:
         conn.close()
     if html_path is not None:

@@ -27,6 +27,7 @@ from .commands import (
     _open,
     _output,
     _since,
+    _where_option,
     main,
 )
 
@@ -48,15 +49,6 @@ def _duration(text: str | None) -> float | None:
         return parse_duration(text)
     except ValueError:
         return None
-
-
-def _where(items: tuple[str, ...]) -> dict[str, str]:
-    from ..reports.compare import CompareError, parse_where
-
-    try:
-        return parse_where(items)
-    except CompareError as exc:
-        raise click.BadParameter(str(exc), param_hint="--where") from None
 
 
 def _comparison(conn: Any, db: Any, **kw: Any) -> Any:
@@ -89,9 +81,7 @@ _STATS_HELP = ("Per score: n and mean (or rate) on each side with 95 % intervals
               help="The baseline side (default: the second newest value of --by).")
 @click.option("--since", metavar="DURATION", default="all", show_default=True, callback=_since,
               help="Only records and scores from this recent window (segment comparisons).")
-@click.option("--where", "where", metavar="KEY=VALUE", multiple=True,
-              help="Only records with this segment value (repeatable), e.g. "
-                   "environment=production.")
+@_where_option()
 @click.option("--min-n", type=click.IntRange(min=1), default=30, show_default=True,
               help="Fewer scored records than this on a side: 'not enough data'.")
 @click.option("--min-effect", type=click.FloatRange(min=0.0), default=0.02, show_default=True,
@@ -107,7 +97,7 @@ _STATS_HELP = ("Per score: n and mean (or rate) on each side with 95 % intervals
               type=click.Path(dir_okay=False, writable=True, allow_dash=True, path_type=Path),
               help="Write a self-contained HTML page with an interval bar per score.")
 def compare(db: Path, by: str | None, current: str | None, baseline: str | None,
-            since: float | None, where: tuple[str, ...], min_n: int, min_effect: float,
+            since: float | None, where: dict[str, str], min_n: int, min_effect: float,
             alpha: float, adjust: str, as_json: bool, html_path: Path | None) -> None:
     """Compare two segments or two time windows, score by score.
 
@@ -117,7 +107,7 @@ def compare(db: Path, by: str | None, current: str | None, baseline: str | None,
     """
     if as_json and html_path is not None:
         raise click.UsageError("--json and --html cannot be combined")
-    kw: dict[str, Any] = dict(where=_where(where), min_n=min_n, min_effect=min_effect,
+    kw: dict[str, Any] = dict(where=where, min_n=min_n, min_effect=min_effect,
                               alpha=alpha, adjust=adjust)
     cw, bw = _duration(current), _duration(baseline)
     if by in (None, "time") and (cw is not None or bw is not None):
@@ -220,8 +210,7 @@ def _parse_gate(spec: str) -> tuple[str, str, str]:
 @click.option("--compare", "gates", metavar="DIM=CURRENT:BASELINE", multiple=True,
               help="A deployment gate: compare two segments (e.g. release=canary:stable) and "
                    "exit 1 if any score regressed (repeatable).")
-@click.option("--where", "where", metavar="KEY=VALUE", multiple=True,
-              help="With --compare: only records with this segment value.")
+@_where_option("With --compare: only records with this segment value.")
 @click.option("--min-n", type=click.IntRange(min=1), default=30, show_default=True,
               help="With --compare: fewer scored records on a side is 'not enough data'.")
 @click.option("--min-effect", type=click.FloatRange(min=0.0), default=0.02, show_default=True,
@@ -230,7 +219,7 @@ def _parse_gate(spec: str) -> tuple[str, str, str]:
               help="Evaluate and print, but store nothing and send nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def check(db: Path, monitors_path: Path | None, only: tuple[str, ...],
-          gates: tuple[str, ...], where: tuple[str, ...], min_n: int, min_effect: float,
+          gates: tuple[str, ...], where: dict[str, str], min_n: int, min_effect: float,
           no_notify: bool, as_json: bool) -> None:
     """Evaluate every monitor once, print the states, deliver due notifications.
 
@@ -254,7 +243,7 @@ def check(db: Path, monitors_path: Path | None, only: tuple[str, ...],
         comparisons = []
         for spec in gates:
             dim, cur, base = _parse_gate(spec)
-            c = _comparison(conn, db, by=dim, current=cur, baseline=base, where=_where(where),
+            c = _comparison(conn, db, by=dim, current=cur, baseline=base, where=where,
                             min_n=min_n, min_effect=min_effect)
             comparisons.append(c)
             alert = alert or bool(c.regressed)
