@@ -27,7 +27,11 @@ tracescore thread during the timed windows (must be 0).
 ``@tool(response_format="content_and_artifact")`` retrieval tool over the same BM25 retriever,
 then answers (two model calls, one tool call, ~4 graph steps per request).
 
-Run:  python bench/hot_path.py [--app chain|agent] [--quick] [--json out.json] [--profile]
+``--app compression`` measures the example chain over a ``ContextualCompressionRetriever``
+(``LLMChainFilter`` with a fake model over the BM25 retriever: a model call per candidate).
+
+Run:  python bench/hot_path.py [--app chain|agent|compression] [--quick] [--json out.json]
+      [--profile]
 """
 
 from __future__ import annotations
@@ -80,7 +84,8 @@ except ImportError:  # running from a checkout without the package installed
     from examples.langchain_rag import build_chain, load_questions  # type: ignore[no-redef]
 
 DEFAULT_METRICS = ("rouge", "bleu", "token_f1", "exact_match", "rgb_accuracy", "rgb_rejection")
-PROFILE_FILES = ("integrations/langchain.py", "tracescore/client.py", "tracescore/sampling.py",
+PROFILE_FILES = ("integrations/langchain.py", "integrations/langchain/", "integrations/_record.py",
+                 "tracescore/client.py", "tracescore/sampling.py",
                  "tracescore/processor.py", "tracescore/queue.py", "tracescore/record.py",
                  "integrations/_text.py", "tracescore/_internal/errors.py")
 
@@ -132,6 +137,37 @@ def build_agent_app() -> Any:
             return graph.invoke({"messages": [("user", question)]}, config=config)
 
     return AgentApp()
+
+
+def build_compression_app() -> Any:
+    """The example chain over a ``ContextualCompressionRetriever``: the BM25 retriever's hits
+    filtered by ``LLMChainFilter`` with a fake model (one model call per candidate, keeping
+    the documents that name a number), then the answering model."""
+    from langchain_classic.retrievers import ContextualCompressionRetriever
+    from langchain_classic.retrievers.document_compressors import LLMChainFilter
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+
+    try:
+        from tracescore.examples.langchain_rag import KeywordRetriever
+    except ImportError:
+        from examples.langchain_rag import KeywordRetriever  # type: ignore[no-redef]
+
+    class FilterModel(GenericFakeChatModel):
+        messages: Any = iter(())
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> ChatResult:
+            context = messages[-1].text.split("> Context:")[-1]
+            keep = any(ch.isdigit() for ch in context)
+            return ChatResult(generations=[ChatGeneration(
+                message=AIMessage(content="YES" if keep else "NO"))])
+
+    retriever = ContextualCompressionRetriever(
+        base_compressor=LLMChainFilter.from_llm(FilterModel()),
+        base_retriever=KeywordRetriever())
+    return build_chain(retriever)
 
 
 # -- comparison handlers ------------------------------------------------------------------------
@@ -575,8 +611,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-profile", action="store_true", help="never profile")
     ap.add_argument("--json", metavar="PATH", help="write all results as JSON")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--app", choices=("chain", "agent"), default="chain",
-                    help="the LCEL example chain (default) or an agent-shaped LangGraph app")
+    ap.add_argument("--app", choices=("chain", "agent", "compression"), default="chain",
+                    help="the LCEL example chain (default), an agent-shaped LangGraph app, or "
+                         "the chain over a ContextualCompressionRetriever (LLMChainFilter)")
     args = ap.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 30)
     per_round = args.per_round or (10 if args.quick else 50)
@@ -595,7 +632,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     guard = HotPathGuard()
     guard.install()
     tmp = tempfile.mkdtemp(prefix="tracescore-bench-")
-    chain = build_chain() if args.app == "chain" else build_agent_app()
+    chain = {"chain": build_chain, "agent": build_agent_app,
+             "compression": build_compression_app}[args.app]()
     print(f"app: {args.app}; tracescore from {Path(tracescore.__file__).parent}\n")
     questions = [q["question"] for q in load_questions()]
 

@@ -502,10 +502,10 @@ def test_judge_demo_asks_few_questions_and_counts_judge_calls(tmp_path: Path,
     assert f"A judge demo asks {JUDGE_QUESTIONS} questions" in result.output
     assert f"Ran {JUDGE_QUESTIONS} questions" in result.output
     assert rows(db, "SELECT count(*) AS n FROM records")[0]["n"] == JUDGE_QUESTIONS
-    # 3 shared calls per record and the canary's 6: every call the bar counted reached the
+    # 2 shared calls per record and the canary's 6: every call the bar counted reached the
     # server, and the report shows the canary's verdict (the demo waited for it).
     logged = rows(db, "SELECT count(*) AS n FROM judge_calls")[0]["n"]
-    assert srv.total_calls == logged == expected_judge_calls(JUDGE_QUESTIONS) == 15
+    assert srv.total_calls == logged == expected_judge_calls(JUDGE_QUESTIONS) == 12
     assert "Judge calls" in result.output  # the progress bar (stderr, mixed in here)
     assert "judge test-judge: agreed with" in result.output
     assert rows(db, "SELECT count(*) AS n FROM scores WHERE name='faithfulness'")[0]["n"] == 3
@@ -516,10 +516,10 @@ def test_local_judge_demo_plan_fits_in_two_minutes() -> None:
 
     # The bundled 135M model takes 5-45 s a call on 2 cores: one question, no canary.
     assert judge_plan("local", None) == (1, False)
-    assert expected_judge_calls_for("local") == 3
+    assert expected_judge_calls_for("local") == 2
     assert judge_plan("local", 5) == (5, False)  # --n still asks what it is told
     assert judge_plan("openai:gpt-4o-mini", None) == (3, True)
-    assert expected_judge_calls_for("openai:gpt-4o-mini") == 15
+    assert expected_judge_calls_for("openai:gpt-4o-mini") == 12
     assert judge_plan(None, None) == (None, False)
 
 

@@ -364,12 +364,14 @@ def test_stream_closed_early_records_the_partial_answer(make_li, db_path, index)
     assert rec["answer"] == first
     assert rec["metadata"] == {li.STREAM_INCOMPLETE_KEY: True}
     spans = trace_spans(exporter, rec["trace_id"])
-    tree_check(spans)
-    assert all(s.status.status_code.name != "ERROR" for s in spans)
+    root = tree_check(spans)
+    # issue 20: the cut-off is the root's status (incomplete), never a child step's error
+    assert [s.name for s in spans if s.status.status_code.name == "ERROR"] == [root.name]
+    assert root.status.description.startswith("incomplete")
     assert capture.open_spans == 0 and capture.open_runs == 0
 
 
-def test_never_consumed_stream_is_abandoned_without_leak(make_li, db_path, index):
+def test_never_consumed_stream_is_recorded_incomplete_without_leak(make_li, db_path, index):
     ts, exporter, capture = make_li()
     response = build_query_engine(index, streaming=True).query(Q)
     assert capture.open_runs == 1
@@ -377,11 +379,12 @@ def test_never_consumed_stream_is_abandoned_without_leak(make_li, db_path, index
     gc.collect()
     assert capture.open_spans == 0 and capture.open_runs == 0
     assert ts.flush(10)
-    assert records(db_path) == []
+    [rec] = records(db_path)  # issue 20: a record, with the nothing the client received
+    assert rec["answer"] == "" and rec["complete"] == 0
     [root] = [s for s in exporter.get_finished_spans() if s.parent is None]
     assert root.status.status_code.name == "ERROR"
-    assert "never consumed" in root.status.description
-    assert A.RAG_ROOT not in root.attributes
+    assert "after 0 characters" in root.status.description
+    assert root.attributes[A.RAG_ROOT] is True
 
 
 def test_open_runs_are_bounded(make_li, db_path, index, monkeypatch):

@@ -11,13 +11,35 @@ import pytest
 from helpers import rows, run_cli
 
 import tracescore
-from tracescore.store import migrations, open_store
+from tracescore.store import SCHEMA_VERSION, migrations, open_store
 from tracescore.store.migrations import Migration, SchemaTooNew
 from tracescore.testing import ScriptedMetric
 
 
 def _version(db: str) -> int:
     return int(rows(db, "SELECT value FROM meta WHERE key='schema_version'")[0]["value"])
+
+
+def _as_version_3(db: str) -> None:
+    """Turn a database written by today's code into what version 3 left: without version 4's
+    tables and version 5's record columns (today's write path cannot write a cut-down schema)."""
+    drops = ["DROP TABLE labels", "DROP TABLE label_plan", "DROP TABLE judge_canary",
+             *(f"ALTER TABLE records DROP COLUMN {c}" for c, _, _ in migrations.V5_COLUMNS),
+             "UPDATE meta SET value = '3' WHERE key = 'schema_version'"]
+    if db.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as conn:
+            for stmt in drops:
+                conn.execute(stmt)
+        return
+    conn = sqlite3.connect(db)
+    try:
+        for stmt in drops:
+            conn.execute(stmt)
+        conn.commit()
+    finally:
+        conn.close()
 
 
 def test_a_new_step_upgrades_an_existing_database_once(db: str,
@@ -62,7 +84,7 @@ def test_a_new_sqlite_file_has_every_step(tmp_path: Path) -> None:
     assert {"records", "jobs", "scores", "counters", "metrics", "meta", "judge_cache",
             "judge_calls", "feedback", "judge_health", "segments", "segment_values",
             "hourly_records", "hourly_scores", "hourly_bins", "hourly_skips",
-            "monitor_state"} <= tables
+            "monitor_state", "labels", "label_plan", "judge_canary"} <= tables
     # version 2's rollups of pruned rows were folded into hourly_* and dropped by version 3
     assert not {t for t in tables if t.startswith("rollup_")}
     assert _version(str(db)) == migrations.SQLITE_MIGRATIONS[-1].version
@@ -82,6 +104,11 @@ def test_copy_a_sqlite_history_into_postgres(tmp_path: Path, pg_url: str) -> Non
                          input_tokens=10, output_tokens=2, latency_ms=5.0, cost_usd=0.001,
                          error=None)
     store.write_batch([], [])
+    store.add_label(recs[0].trace_id, "m", 0.25, annotator="ann", comment="too short")
+    store.add_label_plan("p1", [{"trace_id": recs[1].trace_id, "name": "m", "stratum": "low",
+                                 "stratum_size": 7, "stratum_draws": 1}])
+    store.add_canary_run({"judge_model": "gpt", "trigger": "startup", "cases": 4, "agreed": 4,
+                          "details": {"cases": []}})
     store.close()
     # one job still open in the file (its process died): it must arrive pending
     conn = sqlite3.connect(src)
@@ -94,7 +121,8 @@ def test_copy_a_sqlite_history_into_postgres(tmp_path: Path, pg_url: str) -> Non
     result = run_cli("copy-to-postgres", "--db", src, "--to", pg_url)
     assert result.exit_code == 0, result.output
     assert "7 records" in result.output
-    for table in ("records", "feedback", "judge_cache", "judge_calls", "metrics"):
+    for table in ("records", "feedback", "judge_cache", "judge_calls", "metrics", "labels",
+                  "label_plan", "judge_canary"):
         assert rows(pg_url, f"SELECT count(*) AS n FROM {table}") == \
             rows(str(src), f"SELECT count(*) AS n FROM {table}"), table
     assert rows(pg_url, "SELECT status, count(*) AS n FROM jobs GROUP BY status ORDER BY 1") \
@@ -107,6 +135,11 @@ def test_copy_a_sqlite_history_into_postgres(tmp_path: Path, pg_url: str) -> Non
     for key in ("records", "scores", "metrics", "worst"):
         assert pg_report[key] == src_report[key], key
     # a second copy would double the counters: refused
+    label_cols = "trace_id, name, value, metric_version, annotator, comment, source, created_at"
+    assert rows(pg_url, f"SELECT {label_cols} FROM labels") == \
+        rows(str(src), f"SELECT {label_cols} FROM labels")
+    assert rows(pg_url, "SELECT stratum, stratum_size FROM label_plan") == [
+        {"stratum": "low", "stratum_size": 7}]
     again = run_cli("copy-to-postgres", "--db", src, "--to", pg_url)
     assert again.exit_code == 2 and "already copied" in again.output
     # the fleet's workers score the job that was open
@@ -215,7 +248,7 @@ def test_a_version_2_database_with_pruned_rollups_upgrades_with_identical_totals
     before = {c: raw[c] + sum(r[i + 1] for r in rolled) for i, c in enumerate(rec_cols)}
 
     open_store(db).close()  # the upgrade
-    assert _version(db) == 3
+    assert _version(db) == SCHEMA_VERSION  # up to the latest: 3, 4 (labels), 5 (candidates)
     from tracescore.store.compat import connect_reader, has_table
 
     conn = connect_reader(db)
@@ -281,3 +314,40 @@ def test_a_version_2_database_with_pruned_rollups_upgrades_with_identical_totals
     assert _sum(db, "SELECT sum(records) FROM hourly_records") == before["records"] + 1
     assert _sum(db, "SELECT sum(h.n_ok) FROM hourly_scores h JOIN segments s ON"
                     " s.seg_id = h.seg_id WHERE s.release = 'v3'") == 1
+
+
+# -- version 3 → 4: human labels, label plans, judge canary history --------------------------
+def test_a_version_3_database_upgrades_to_4_with_its_data_kept(
+        db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracescore.store.compat import connect_reader, has_table
+
+    ts = tracescore.init(db=db, metrics=[ScriptedMetric(lambda r: 0.5, name="m")])
+    recs = [ts.log_record(query=f"q{i}", answer="a") for i in range(3)]
+    assert ts.flush(20)
+    ts.shutdown()
+    _as_version_3(db)  # what a version-3 release left: no labels tables, no v5 columns
+    assert _version(db) == 3
+    tables = ("records", "scores", "jobs", "hourly_records", "hourly_scores", "segments")
+    before = {t: rows(db, f"SELECT * FROM {t} ORDER BY 1") for t in tables}
+    conn = connect_reader(db)
+    try:
+        assert not has_table(conn, "labels")
+    finally:
+        conn.close()
+
+    store = open_store(db)  # the upgrade
+    try:
+        assert _version(db) == SCHEMA_VERSION
+        after = {t: rows(db, f"SELECT * FROM {t} ORDER BY 1") for t in tables}
+        # the old columns keep their values; version 5's new ones have their defaults
+        assert {t: [{k: r[k] for k in old} for r, old in zip(after[t], before[t])]
+                for t in tables} == before
+        assert {(r["candidates"], r["complete"]) for r in after["records"]} == {(None, 1)}
+        store.add_label(recs[0].trace_id, "m", 1.0, annotator="ann")
+        [label] = store.labels()
+        assert (label["trace_id"], label["metric_version"]) == (recs[0].trace_id, "1")
+        assert store.label_plan("none") == [] and store.canary_runs() == []
+    finally:
+        store.close()
+    open_store(db).close()  # once: a second open applies nothing
+    assert _version(db) == SCHEMA_VERSION and len(rows(db, "SELECT * FROM labels")) == 1

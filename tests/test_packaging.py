@@ -25,7 +25,9 @@ def test_wheel_installs_into_a_fresh_venv_and_imports_the_langchain_adapter(tmp_
     )
     [wheel] = dist.glob("tracescore-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "tracescore/integrations/langchain.py" in names
+    assert "tracescore/integrations/langchain/__init__.py" in names
+    assert "tracescore/integrations/llama_index/__init__.py" in names
+    assert "tracescore/trust/ppi.py" in names
     assert "tracescore/examples/data/corpus.json" in names
     assert not any(n.startswith(("integrations/", "examples/", "tests/")) for n in names)
 
@@ -49,5 +51,5 @@ def test_wheel_installs_into_a_fresh_venv_and_imports_the_langchain_adapter(tmp_
     assert out.returncode == 0, out.stderr
     lines = out.stdout.split()
     assert lines[0].startswith(str(env_dir)) and lines[1].startswith(str(env_dir))
-    assert lines[1].endswith("tracescore/integrations/langchain.py")
+    assert lines[1].endswith("tracescore/integrations/langchain/__init__.py")
     assert lines[2] == "True"

@@ -354,3 +354,103 @@ def test_flush_sends_the_scores_of_a_record_whose_span_never_ends(make_ts):
     assert all(c.attributes[A.score_attribute("m")] == 0.5 for c in by_span.values())
     assert ts.flush(10)
     assert len(carriers(exporter)) == 2  # once each
+
+
+# -- issue 19: scores on the span at once, a writer that keeps up, a record's jobs together ---
+def test_scores_of_a_sampled_record_arrive_without_waiting_for_a_timer(make_ts):
+    """The writer and the scorer are woken by work: with both timers an hour long, a sampled
+    record is written, scored and its held root span exported (the old writer waited for a
+    full batch or its interval)."""
+    ts, exporter = make_ts(metrics=["token_f1"], hold_seconds=3600)
+    ts.queue.interval_s = 3600.0
+    ts.worker.poll_seconds = 3600.0
+    with ts.tracer.start_as_current_span("rag") as span:
+        ctx = span.get_span_context()
+        ts.log_record(query=Q, answer="60 Ah", contexts=["The Cargo has a 60 Ah battery."],
+                      ground_truths=["60 Ah"], trace_id=f"{ctx.trace_id:032x}",
+                      span_id=f"{ctx.span_id:016x}")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not rag_roots(exporter) and not [
+            s for s in exporter.get_finished_spans()
+            if A.score_attribute("token_f1") in (s.attributes or {})]:
+        time.sleep(0.02)
+    [root] = [s for s in exporter.get_finished_spans() if s.context.span_id == ctx.span_id]
+    assert root.attributes[A.score_attribute("token_f1")] == 1.0
+    assert carriers(exporter) == []
+
+
+def test_a_records_jobs_are_leased_together(db_path):
+    """A lease never splits a record's jobs (its judge jobs then share calls): the limit is
+    rounded up to the end of the last record, on both backends."""
+    from tracescore.record import RagRecord
+    from tracescore.sampling import Decision
+    from tracescore.store import NewJob, open_store
+
+    metrics = ("a", "b", "c")
+    store = open_store(str(db_path))
+    try:
+        recs = [RagRecord(trace_id=f"{i + 1:032x}", span_id=f"{i + 1:016x}", query="q")
+                for i in range(3)]
+        store.write_batch([(r, Decision(0.0, metrics)) for r in recs],
+                          [NewJob(r.record_id, m, "1") for r in recs for m in metrics])
+        first = store.lease_jobs("w", 1, 60.0, list(metrics))
+        assert [(j.record_id, j.metric) for j in first] == [
+            (recs[0].record_id, m) for m in metrics]
+        rest = store.lease_jobs("w", 4, 60.0, list(metrics))
+        assert sorted((j.record_id, j.metric) for j in rest) == sorted(
+            (r.record_id, m) for r in recs[1:] for m in metrics)
+        assert store.lease_jobs("w", 4, 60.0, list(metrics)) == []
+        # only the metrics asked for: a pool of one kind never takes the other kind's jobs
+        store.write_batch([(RagRecord(trace_id=f"{9:032x}", span_id=f"{9:016x}", query="q"),
+                            Decision(0.0, metrics))],
+                          [NewJob(f"{9:032x}-{9:016x}", m, "1") for m in metrics])
+        assert [j.metric for j in store.lease_jobs("w", 1, 60.0, ["a", "b"])] == ["a", "b"]
+    finally:
+        store.close()
+
+
+def test_the_writers_fast_path_stores_what_sanitizing_would():
+    """Records the writer stores as they are (already clean) are exactly what
+    ``sanitize_record`` would have made of them; anything else takes the full path."""
+    from tracescore._internal.validate import sanitize_record
+    from tracescore.queue import _clean
+    from tracescore.record import RagRecord
+
+    base = RagRecord(trace_id="ab" * 16, span_id="cd" * 8, query="q", answer="a",
+                     contexts=(Context("t", "id", 0.5, {"page": 3}, "retriever"),),
+                     ground_truths=("g",), metadata={"k": 1, "s": "x", "f": 1.5, "n": None},
+                     tags=("t",))
+    variants = [
+        base, base.replace(trace_id="AB" * 16), base.replace(span_id="0" * 16),
+        base.replace(metadata={"k": {"nested": 1}}), base.replace(metadata={"f": math.nan}),
+        base.replace(metadata={"s": "x" * 9000}), base.replace(metadata={1: "int key"}),
+        base.replace(contexts=(Context("t", metadata={"a": [1]}),)),
+        base.replace(tags=["list"]), base.replace(query=b"bytes"),  # type: ignore[arg-type]
+        base.replace(metadata={str(i): i for i in range(2500)}),
+    ]
+    clean = [r for r in variants if _clean(r)]
+    assert clean == [base]
+    for r in clean:
+        assert sanitize_record(r) == r
+
+
+def test_bulk_insert_stores_what_executemany_stores(tmp_path):
+    """The writer's few-statement insert keeps every value as a row-by-row insert would
+    (text with NUL and astral characters, big integers, floats, NULL), and counts only new
+    rows (INSERT OR IGNORE)."""
+    from tracescore.store.sqlite import _insert_rows
+
+    conn = sqlite3.connect(tmp_path / "b.db", isolation_level=None)
+    vals: list[tuple[Any, ...]] = [
+        (f"k{i}", i * 2**40, i / 7, None if i % 3 else f"t{i}\u00e9\U0001F600")
+        for i in range(300)]
+    vals[5] = ("k5", 1, math.pi, "nul\x00inside")
+    for t in ("a", "b"):
+        conn.execute(f"CREATE TABLE {t}(k TEXT PRIMARY KEY, i, f, s, z)")
+    sql = "INSERT OR IGNORE INTO {}(k, i, f, s, z) VALUES (?,?,?,?,0)"
+    conn.executemany(sql.format("a"), vals)
+    assert _insert_rows(conn, sql.format("b"), vals) == 300
+    assert _insert_rows(conn, sql.format("b"), vals[:10] + [("new", 1, 1.0, "x")]) == 1
+    conn.execute("DELETE FROM b WHERE k = 'new'")
+    dump = "SELECT k, i, typeof(i), f, typeof(f), s, typeof(s), length(s), z FROM {} ORDER BY k"
+    assert conn.execute(dump.format("a")).fetchall() == conn.execute(dump.format("b")).fetchall()

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from helpers import Script, rows, statements_reply, stored_scores, yes
+from judge_pairs import PAIR, ScriptedJudgeServer
 
 import tracescore
 from tracescore.embeddings import OpenAIEmbedder
@@ -31,7 +32,6 @@ from tracescore.metrics.ragas import (
     statement_f1,
 )
 from tracescore.testing.embeddings import ScriptedEmbeddingServer, hashed_bag_of_words
-from tracescore.testing.judge import ScriptedJudgeServer
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 RAGAS = [cls.name for cls in RAGAS_METRICS]
@@ -208,13 +208,26 @@ def test_every_ragas_metric_and_its_valor_counterpart(db_path: Path) -> None:
         [1, 2], [0, 1], [1, 3], [0, 1]]
     assert got["ragas_context_relevancy"]["label"] == "fail"  # 0.29 < 0.5
 
-    # Judge calls: the shared extract/contexts/statements (3) serve six of these metrics; each
-    # Ragas-only step is one more: 6 calls for 12 metrics.
-    assert dict(judge.calls) == {"extract": 1, "statements": 1, "contexts": 1,
-                                 "ragas_questions": 1, "ragas_entities": 1,
-                                 "ragas_sentences": 1}
+    # Judge calls: the shared extract/contexts/statements (3 steps, 2 calls: extract and
+    # contexts share one) serve six of these metrics; each Ragas-only step is one more: 5 calls
+    # for 12 metrics.
+    assert dict(judge.calls) == {PAIR: 1, "statements": 1, "ragas_questions": 1,
+                                 "ragas_entities": 1, "ragas_sentences": 1}
     # Each text embedded once, though three metrics embed the answer and references.
     assert sorted(emb.inputs) == sorted([Q, *GENERATED, ANSWER, GT0, GT1])
+
+
+#: Ragas' five classic metrics (issue 19: "the five Ragas metrics", Ragas itself: 10 calls)
+RAGAS_FIVE = ["ragas_faithfulness", "ragas_answer_relevancy", "ragas_context_precision",
+              "ragas_context_recall", "ragas_answer_correctness"]
+
+
+def test_the_five_ragas_metrics_cost_three_calls(db_path: Path) -> None:
+    """extract and contexts share one call; statements and ragas_questions are one each."""
+    (got,), (judge, _) = run(db_path, Script(**FULL), RAGAS_FIVE, [RECORD])
+    assert {k: r["status"] for k, r in got.items()} == {m: "ok" for m in RAGAS_FIVE}
+    assert dict(judge.calls) == {PAIR: 1, "statements": 1, "ragas_questions": 1}
+    assert sum(r["details"]["judge_calls"] for r in got.values()) == 3
 
 
 def test_rescoring_repeats_no_judge_call_and_no_embedding(db_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import threading
@@ -12,13 +13,14 @@ from typing import Any
 import pytest
 from helpers import rows, run_cli
 
-from tracescore.record import Context, RagRecord
+from tracescore.record import Candidate, Context, RagRecord
 from tracescore.reports.db import open_db
 from tracescore.reports.report import build_report
 from tracescore.reports.show import find_records, format_records, record_details
 from tracescore.store import Store, open_store
 from tracescore.store.compat import connect_reader
-from tracescore.store.retention import Retention, prune
+from tracescore.store.migrations import SQLITE_MIGRATIONS
+from tracescore.store.retention import Retention, count_eligible, prune
 from tracescore.testing import ScriptedMetric
 
 DAY = 86400.0
@@ -112,7 +114,9 @@ def test_keep_full_text_window_then_compacted_by_the_pruner(make_ts, db_path):
     m = ScriptedMetric(lambda r: 0.5, name="m")
     ts, _ = make_ts(metrics=[m], sample_rate=0.0, keep_full_text="1h", retention=None)
     now = time.time()
-    a, b = rec(1, now), rec(2, now)
+    dropped = Candidate("an unrelated page the reranker dropped", source="bm25", kept=False,
+                        dropped_by="reranker")
+    a, b = (dataclasses.replace(rec(i, now), candidates=(dropped,)) for i in (1, 2))
     ts.submit(a, hold_span=False)
     ts.submit(b, hold_span=False)
     assert ts.flush(10)
@@ -128,7 +132,9 @@ def test_keep_full_text_window_then_compacted_by_the_pruner(make_ts, db_path):
     assert res.compacted == 1
     kept = {r["record_id"]: r for r in rows(db_path, "SELECT * FROM records")}
     assert kept[a.record_id]["text_kept"] == 0 and kept[a.record_id]["query"] is None
+    assert kept[a.record_id]["candidates"] is None  # the candidates' text goes with the rest
     assert kept[b.record_id]["text_kept"] == 1 and kept[b.record_id]["query"] == b.query
+    assert "reranker dropped" in kept[b.record_id]["candidates"]
 
 
 # -- retention ---------------------------------------------------------------------------------
@@ -327,7 +333,8 @@ def test_a_version_1_database_is_upgraded_in_place(db_path):
     conn.close()
     store = Store(db_path)
     try:
-        assert store.conn.execute("SELECT value FROM meta").fetchone()[0] == "3"
+        latest = str(SQLITE_MIGRATIONS[-1].version)  # (schema 4 added labels: not 3)
+        assert store.conn.execute("SELECT value FROM meta").fetchone()[0] == latest
         [r] = store.load_records(["t-s"]).values()
         assert r.query == "q" and not r.compact  # old rows keep their text
         # ... and are counted in the hourly rollups (under the segment "nothing known")
@@ -418,3 +425,133 @@ def test_init_validates_retention_and_keep_full_text(db_path):
             tracescore.init(db=db_path, **bad)
     assert Retention.resolve("2w") == Retention(max_age_s=14 * DAY)
     assert Retention.resolve({"max_bytes": "1GB", "max_age_s": None}).max_bytes == 10**9
+
+
+# -- retention at scale (issue 19) -------------------------------------------------------------
+def old_and_held(make_ts: Any, db_path: Path | str, now: float) -> list[RagRecord]:
+    """fill_40_days, then three of the 40 old records held: an open job, an undelivered
+    score, a human label on the trace (the calibration set)."""
+    recs = fill_40_days(make_ts, db_path, now)
+    sampled = {r["record_id"] for r in rows(db_path, "SELECT record_id FROM records"
+                                                     " WHERE sampled = 1")}
+    old = [r for r in recs if (r.end_time_ns or 0) / 1e9 < now - 30 * DAY]
+    old_sampled = [r for r in old if r.record_id in sampled]
+    labelled = next(r for r in old if r not in (old[0], old_sampled[-1]))
+    sql(db_path,
+        ("INSERT INTO jobs(record_id, metric, metric_version, status, attempts,"
+         " created_at, updated_at) VALUES (?, 'other', '1', 'pending', 0, 0, 0)",
+         (old[0].record_id,)),
+        ("UPDATE scores SET delivery = NULL WHERE record_id = ?", (old_sampled[-1].record_id,)),
+        ("INSERT INTO labels(trace_id, name, value, annotator, source, created_at)"
+         " VALUES (?, 'm', 1, 'ann', 'manual', ?)", (labelled.trace_id, now - 35 * DAY)))
+    return [old[0], old_sampled[-1], labelled]
+
+
+def test_dry_run_counts_what_prune_deletes_without_reading_the_records(db, make_ts):
+    """The dry run's count is the real prune's count, and it is two aggregate queries: no
+    eligible id is fetched (a list of 610,000 ids was 140 MB and 4.7 s)."""
+    now = time.time()
+    held = old_and_held(make_ts, db, now)
+    store = open_store(db)
+    statements: list[str] = []
+    sqlite = not str(db).startswith("postgresql://")
+    try:
+        if sqlite:
+            store.conn.set_trace_callback(statements.append)
+        eligible, older = count_eligible(store, now - 30 * DAY)
+        if sqlite:
+            store.conn.set_trace_callback(None)
+        res = prune(store, Retention(max_age_s=30 * DAY, batch_size=4, pause_s=0), now=now)
+    finally:
+        store.close()
+    assert (eligible, older) == (37, 40)
+    assert res.records == eligible and res.held == older - eligible == len(held)
+    left = {r["record_id"] for r in rows(db, "SELECT record_id FROM records")}
+    assert {r.record_id for r in held} <= left  # the labelled trace's record stays
+    assert rows(db, "SELECT count(*) AS n FROM labels")[0]["n"] == 1  # labels are never pruned
+    reads = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+    assert reads or not sqlite
+    assert all(s.lstrip().startswith("SELECT count(*)") for s in reads), reads
+    dry = run_cli("prune", "--db", db, "--dry-run", "--json")  # the CLI: the held ones
+    assert dry.exit_code == 0, dry.output
+    out = json.loads(dry.output)
+    assert out["held"] == 3 and out["would_delete_records"] <= 1  # (the clock moved on)
+
+
+def test_prune_gives_space_back_many_pages_per_vacuum_step(make_ts, db_path):
+    """The freed pages go back to the file system in steps of ``vacuum_pages``: Python's
+    ``execute`` of ``PRAGMA incremental_vacuum(N)`` freed ONE page per call (then slept)."""
+    now = time.time()
+    ts, _ = make_ts(metrics=[], sample_rate=0.0, keep_full_text=True, retention=None)
+    for i in range(300):
+        ts.submit(rec(i, now - 40 * DAY + i), hold_span=False)
+    for i in range(20):
+        ts.submit(rec(1000 + i, now - 60 + i), hold_span=False)
+    assert ts.flush(20)
+    ts.shutdown(10)
+    store = Store(db_path)
+    steps: list[str] = []
+    try:
+        pages_before = int(store.conn.execute("PRAGMA page_count").fetchone()[0])
+        store.conn.set_trace_callback(
+            lambda s: steps.append(s) if "incremental_vacuum" in s else None)
+        res = prune(store, Retention(max_age_s=30 * DAY, batch_size=50, pause_s=0,
+                                     vacuum_pages=64), now=now)
+        store.conn.set_trace_callback(None)
+        pages_after = int(store.conn.execute("PRAGMA page_count").fetchone()[0])
+        assert int(store.conn.execute("PRAGMA freelist_count").fetchone()[0]) == 0
+    finally:
+        store.close()
+    assert res.records == 300
+    freed = pages_before - pages_after
+    assert freed > 300 and res.file_bytes_after < res.file_bytes_before  # the file shrank
+    assert 1 <= len(steps) <= freed // 64 + 2, (len(steps), freed)  # ~64 pages per step
+
+
+def test_flush_waits_for_a_backlog_without_polling_the_database(db, make_ts, monkeypatch):
+    """flush() while the scorer works through a backlog reads the scorer's in-memory idle
+    flag, and asks the database only when the scorer looks idle: a handful of queries however
+    long the backlog takes (it ran one every ≤ 100 ms). It still returns True only once
+    everything is scored."""
+    from tracescore.store.postgres import PostgresStore
+    from tracescore.store.sqlite import Store as SqliteStore
+
+    gate = threading.Event()
+    m = ScriptedMetric(lambda r: 0.5, name="m", gate=gate)
+    ts, _ = make_ts(db=db, metrics=[m], sample_rate=1.0, retention=None)
+    flusher: list[int] = []
+    asked: list[int] = []
+    for cls in (SqliteStore, PostgresStore):
+        real = cls.has_open_jobs
+
+        def counting(self: Any, metrics: Any, _real: Any = real) -> bool:
+            if threading.get_ident() in flusher:
+                asked.append(1)
+            return bool(_real(self, metrics))
+
+        monkeypatch.setattr(cls, "has_open_jobs", counting)
+    now = time.time()
+    recs = [rec(i, now) for i in range(60)]
+    for r in recs:
+        ts.submit(r, hold_span=False)
+    result: list[bool] = []
+
+    def flush() -> None:
+        flusher.append(threading.get_ident())
+        result.append(ts.flush(120))
+
+    t = threading.Thread(target=flush)
+    t.start()
+    deadline = time.monotonic() + 60
+    while m.calls == 0 and time.monotonic() < deadline:  # the scorer holds a backlog
+        time.sleep(0.01)
+    assert m.calls > 0
+    time.sleep(1.5)  # the flush waits for 1.5 s of backlog (the old loop asked ≥ 15 times)
+    during = len(asked)
+    gate.set()
+    t.join(120)
+    assert result == [True]
+    assert m.calls == len(recs)
+    assert rows(db, "SELECT count(*) AS n FROM jobs WHERE status <> 'done'")[0]["n"] == 0
+    assert rows(db, "SELECT count(*) AS n FROM scores")[0]["n"] == len(recs)
+    assert during <= 2 and len(asked) <= 4, (during, len(asked))

@@ -237,7 +237,7 @@ def test_rgb_noise_costs_one_call_when_the_rag_set_runs(make_ts: Any, db_path: P
         ts.log_record(query="Where?", contexts=rel(2) + noise(2), answer="Paris.",
                       ground_truths=["Paris"])
         assert ts.flush(timeout=60)
-        assert srv.calls == {"extract": 1, "contexts": 1, "statements": 1, "rgb": 1}
+        assert srv.calls == {"extract+contexts": 1, "statements": 1, "rgb": 1}
     got = {r["name"]: r["value"] for r in rows(db_path, "SELECT name, value FROM scores")}
     assert got["context_relevance"] == 0.5 and got["rgb_noise"] == 0.5
 

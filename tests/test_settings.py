@@ -31,6 +31,8 @@ BAD = [
     ({"judge_daily_budget_usd": 5.0}, "needs judge_price"),
     ({"judge_price": (1.0, 2.0), "judge_daily_budget_usd": -1}, "judge_daily_budget_usd must"),
     ({"judge_max_wait_s": 0}, "judge_max_wait_s must be a number > 0"),
+    ({"judge_canary": "often"}, "judge_canary must be True, False or how often"),
+    ({"judge_canary": 0}, "judge_canary must be True, False or how often"),
     ({"db": 42}, "db must be a path"),
     ({"db": ":memory:"}, "cannot be shared"),
 ]
@@ -69,3 +71,22 @@ def test_settings_are_normalised_and_frozen(tmp_path) -> None:
             s.concurrency = 8  # type: ignore[misc]
     finally:
         ts.shutdown()
+
+
+def test_judge_canary_takes_how_often_it_runs_again(tmp_path) -> None:
+    """``judge_canary="6h"``: the canary runs at start-up and every 6 hours (the session's
+    schedule), without the environment variable; ``True`` keeps the default day."""
+    from tracescore.judge.openai_judge import OpenAIJudge
+
+    judge = OpenAIJudge("j", base_url="http://127.0.0.1:9/v1")  # never called: no records
+    every = {}
+    for i, value in enumerate(("6h", 90, True)):
+        ts = tracescore.init(db=tmp_path / f"{i}.db", metrics=["rouge"], judge=judge,
+                             judge_canary=value)
+        try:
+            assert ts.settings.judge_canary is True and ts.worker.judge_canary is True
+            every[value] = ts.judge_session.canary_every_s
+        finally:
+            ts.shutdown(timeout=5)
+    assert every["6h"] == 6 * 3600.0 and every[90] == 90.0
+    assert every[True] == 86400.0  # the default day ($TRACESCORE_JUDGE_CANARY_EVERY unset)

@@ -22,17 +22,25 @@ ts.flush(timeout=30); ts.shutdown()
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from .metrics.base import Metric  # noqa: E402
 from .record import Context, RagRecord, TokenUsage  # noqa: E402
 from .score import Score  # noqa: E402
-from .store.retention import Retention  # noqa: E402
+
+#: Public names imported on first use (module ``__getattr__``, PEP 562): the store behind them
+#: loads sqlite-utils, which loads pandas and numpy — ~0.4 s that ``import tracescore`` (every
+#: CLI command, a worker's start-up before it can take a SIGTERM) must not pay up front.
+_LAZY = {
+    "Metric": ".metrics.base",
+    "Retention": ".store.retention",
+    "Tracescore": ".client",
+    "add_label": ".labels",  # human labels: docs/trust.md
+}
 
 __all__ = ["Context", "Metric", "RagRecord", "Retention", "Score", "TokenUsage", "Tracescore",
-           "init",
+           "init", "add_label",
            "available_metrics", "instrument", "__version__"]
 
 
@@ -61,12 +69,22 @@ def available_metrics() -> list[str]:
 
 
 def __getattr__(name: str) -> Any:
-    if name == "Tracescore":
-        from .client import Tracescore
+    module = _LAZY.get(name)
+    if module is None:  # (an AttributeError lets ``from tracescore import <submodule>`` work)
+        raise AttributeError(f"module 'tracescore' has no attribute {name!r}")
+    import importlib
 
-        return Tracescore
-    raise AttributeError(name)
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # looked up once
+    return value
 
 
-if False:  # pragma: no cover - for type checkers only
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers only
     from .client import Tracescore
+    from .labels import add_label
+    from .metrics.base import Metric
+    from .store.retention import Retention

@@ -55,6 +55,8 @@ SCORE_PREFIX = "tracescore.score."
 RECORD_ID = "tracescore.record_id"
 RAG_ROOT = "tracescore.rag_root"
 SAMPLED = "tracescore.sampled"
+#: False on a root span whose answer stream the client cut off (the record is incomplete).
+ANSWER_COMPLETE = "tracescore.answer.complete"
 RETRIEVER_NAME = "tracescore.retriever"
 SCORES_LATE = "tracescore.scores_late"
 SCORED_SPAN_ID = "tracescore.scored_span_id"

@@ -143,7 +143,7 @@ class Tracescore:
         judge_calls_per_minute: float | None = None,
         judge_price: tuple[float, float] | None = None,
         judge_daily_budget_usd: float | None = None,
-        judge_canary: bool = True,
+        judge_canary: bool | str | float = True,
         judge_max_wait_s: float = 6 * 3600.0,
         embedder: Any = None,
         retention: Retention | str | None = "30d",
@@ -246,7 +246,9 @@ class Tracescore:
         if s.judge is not None and s.score:
             self.judge_session = self._setup_judge(s)
             self.worker.judge_session = self.judge_session
-            self.worker.judge_canary = s.judge_canary
+            self.worker.judge_canary = bool(s.judge_canary)
+            if s.judge_canary_every_s is not None:
+                self.judge_session.canary_every_s = s.judge_canary_every_s
             self.worker.judge_max_wait_s = s.judge_max_wait_s
         self.worker.redact = s.redact
         if self.attacher is not None:
@@ -316,6 +318,7 @@ class Tracescore:
                                max_delay_s=max_s, timeout_s=s.judge_timeout_s),
             breaker=CircuitBreaker(failure_threshold=threshold, cooldown_s=cooldown_s),
         )
+        resilient.max_wait_s = s.judge_max_wait_s  # named in the outage WARNING
         metrics.observe_breaker(lambda: resilient.breaker.state)
         session = JudgeSession(
             resilient, self.db_path, price=Price(*s.judge_price) if s.judge_price else None,
@@ -366,7 +369,9 @@ class Tracescore:
         return self._langchain_handler
 
     def instrument_langchain(self) -> None:
-        """Trace every LangChain run in the process (through langchain_core's configure hook)."""
+        """Trace every LangChain run in the process (through langchain_core's configure hook).
+
+        Without LangChain: an ImportError that says ``pip install 'tracescore[langchain]'``."""
         from .integrations.langchain import instrument
 
         instrument(self.langchain_handler())
@@ -377,7 +382,9 @@ class Tracescore:
         uninstrument(self._langchain_handler)
 
     def instrument_llama_index(self) -> None:
-        """Trace every LlamaIndex query, retrieval and LLM call (root instrumentation dispatcher)."""
+        """Trace every LlamaIndex query, retrieval and LLM call (root instrumentation dispatcher).
+
+        Without LlamaIndex: an ImportError that says ``pip install 'tracescore[llama-index]'``."""
         from .integrations.llama_index import instrument
 
         self._llama_index = instrument(self)
@@ -514,7 +521,8 @@ class Tracescore:
             return record  # submit counts it
         if not self.capture_content:
             return record.replace(query=None, answer=None, contexts=(), ground_truths=(),
-                                  prompt=None, retrieval_queries=(), content_captured=False,
+                                  prompt=None, retrieval_queries=(), candidates=(),
+                                  content_captured=False,
                                   error=_error_type(record.error),
                                   metadata=self.redact_value(record.metadata),
                                   user_id=self.redact_id(record.user_id))
@@ -530,6 +538,9 @@ class Tracescore:
             ground_truths=tuple(r(g) for g in record.ground_truths),
             prompt=r(record.prompt) if record.prompt else record.prompt,
             retrieval_queries=tuple(r(q) for q in record.retrieval_queries),
+            candidates=tuple(c.__class__(r(c.text) if isinstance(c.text, str) else c.text,
+                                         c.id, c.score, c.source, c.kept, c.dropped_by)
+                             for c in record.candidates),
             error=r(record.error) if isinstance(record.error, str) else record.error,
             metadata=self.redact_value(record.metadata),
             user_id=self.redact_id(record.user_id),
@@ -683,6 +694,33 @@ class Tracescore:
         self.queue.put(FeedbackUpdate(trace_id.lower(), name, v, label, comment, time.time()),
                        record=False)
 
+    def add_label(self, trace_id: str | UUID, score_name: str, value: Any,
+                  annotator: str | None = None, comment: str | None = None) -> None:
+        """Record a person's label of score ``score_name`` on a trace (docs/trust.md).
+
+        ``value`` in the score's own scale: True/False, 1/0 or ``"yes"``/``"no"`` for a yes/no
+        metric, else a finite number (inside the metric's ``value_range`` if it declares
+        one). Bound to the metric version of the trace's stored score of that name. A new
+        label by the same ``annotator`` replaces their earlier one. Bad input (a score no
+        configured or registered metric emits, a non-finite or wrong-typed value) raises
+        here; the write itself is queued for the background writer, like
+        :meth:`add_feedback` (never blocks). ``comment`` is redacted, or dropped with
+        ``capture_content=False``.
+        """
+        import time
+
+        from .labels import LabelUpdate, check_text, label_value, scale_for
+
+        trace_id = self._trace_id(trace_id)
+        v = label_value(value, scale_for(score_name, self.metrics))
+        annotator = check_text(annotator, "annotator")
+        comment = check_text(comment, "comment")
+        if comment is not None:  # the annotator's own words: redacted, or not kept at all
+            comment = (None if not self.capture_content
+                       else self.redact(comment) if self.redact is not None else comment)
+        self.queue.put(LabelUpdate(trace_id.lower(), score_name, v, None, comment, time.time(),
+                                   annotator or ""), record=False)
+
     # -- pipeline callbacks (writer thread) ---------------------------------------------------
     def _plan_jobs(self, record: RagRecord, decision: Decision) -> list[NewJob]:
         jobs = []
@@ -707,6 +745,11 @@ class Tracescore:
         return jobs
 
     def _apply_ground_truth(self, store: StoreAPI, upd: GroundTruthUpdate | FeedbackUpdate) -> None:
+        from .labels import LabelUpdate
+
+        if isinstance(upd, LabelUpdate):  # a human label (add_label)
+            upd.apply(store)
+            return
         if isinstance(upd, FeedbackUpdate):
             store.add_feedback(upd.trace_id, upd.name, upd.value, upd.label, upd.comment,
                                upd.created_at)
@@ -759,24 +802,44 @@ class Tracescore:
         if not self.queue.flush(timeout):
             return False
         # Capture only (score=False): stored is this process's part; workers elsewhere score.
+        # Scored: the scorer is idle (it found nothing to lease and has nothing in flight) and
+        # the database has no open job of our metrics. While the scorer works through a
+        # backlog only its in-memory idle flag is read (issue 19: a query every poll, 262 of
+        # them while a 43k-job backlog drained); the database is asked when the scorer
+        # looks idle — a job deferred for the judge, leased by another process or committed
+        # after the scorer's last look is still open — at widening intervals while it stays so.
         if self.scoring:
             self.worker.wake()
-            try:  # bounded by the deadline, also when another process holds the database
-                store = open_store(self.db_path,
-                                   timeout_s=max(0.05, deadline - time.monotonic()))
-            except Exception:
-                return False
+            store: StoreAPI | None = None
             try:
-                pause = 0.005
-                while (self._metric_names and _has_open_jobs(store, self._metric_names)) \
-                        or not self.worker.idle:
-                    if time.monotonic() > deadline or self.worker.gave_up:
+                pause, db_gap, next_check, was_idle = 0.002, 0.005, 0.0, False
+                while True:
+                    if self.worker.gave_up:
                         return False  # (a scorer that is not restarted any more: at once)
-                    self.worker.wake()
+                    idle = self.worker.idle
+                    if idle and (not was_idle or time.monotonic() >= next_check):
+                        if not self._metric_names:
+                            break
+                        if store is None:
+                            try:  # bounded by the deadline, also when another process
+                                store = open_store(  # holds the database
+                                    self.db_path,
+                                    timeout_s=max(0.05, deadline - time.monotonic()))
+                            except Exception:
+                                return False
+                        if not _has_open_jobs(store, self._metric_names):
+                            break
+                        self.worker.wake()  # (it may not have looked since the last commit)
+                        db_gap = db_gap * 2 if was_idle else 0.005
+                        next_check = time.monotonic() + min(db_gap, 0.25)
+                    was_idle = idle
+                    if time.monotonic() > deadline:
+                        return False
                     time.sleep(pause)
-                    pause = min(pause * 2, 0.1)  # do not keep a core busy polling a backlog
+                    pause = min(pause * 2, 0.02)  # an in-memory flag: cheap to read often
             finally:
-                store.close()
+                if store is not None:
+                    store.close()
         ok = True
         # On helper threads: the SDK's batch processors ignore the flush timeout, and with the
         # backend down the exporters retry for their own timeout per batch.
@@ -840,9 +903,11 @@ class Tracescore:
         Never blocks on the database and never raises: ``open_jobs`` and ``db_counters`` are
         what the scoring worker last read (``db_checked_at``, a ``time.time()``; None before the
         first read). ``lost`` counts, by reason, what was accepted and then could not be kept
-        (``queue_full``, ``invalid_trace_id``, ``write_failed:<error>``,
-        ``unwritten_at_shutdown``, ...); ``db_unavailable`` is the database error the writer is
-        waiting out, or None. ``scorer`` is the scoring loop's health (``alive``, ``restarts``,
+        (``queue_full``, ``disk_full`` — records beyond the in-memory buffer while the disk was
+        full —, ``invalid_trace_id``, ``write_failed:<error>``, ``unwritten_at_shutdown``, ...);
+        ``db_unavailable`` is the database error the writer or the scorer is waiting out (a
+        full disk, a lock), or None: records and scores wait in memory meanwhile and are
+        written when it passes. ``scorer`` is the scoring loop's health (``alive``, ``restarts``,
         ``gave_up``, ``last_error``): a loop that dies is restarted with a backoff.
         """
         try:
@@ -854,8 +919,13 @@ class Tracescore:
     def _stats(self) -> dict[str, Any]:
         db = self.worker.db_snapshot
         lost = self.losses.snapshot()
-        if self.queue.dropped:
-            lost["queue_full"] = self.queue.dropped
+        # drops at the full buffer: under the database fault that filled it (``disk_full``,
+        # ``db_io_error``, ``db_unavailable``), else ``queue_full`` (the app outpaced the writer)
+        by_fault = dict(self.queue.dropped_by)
+        if self.queue.dropped - sum(by_fault.values()) > 0:
+            lost["queue_full"] = self.queue.dropped - sum(by_fault.values())
+        for reason, n in by_fault.items():
+            lost[reason] = lost.get(reason, 0) + n
         judge = None
         if self.judge_session is not None:
             j = self.judge_session.judge
@@ -863,6 +933,8 @@ class Tracescore:
                 "model": self.judge_session.model, "calls": j.calls, "failures": j.failures,
                 "breaker_state": j.breaker.state, "breaker_opened": j.breaker.opened,
                 "health": dict(self.judge_session.health),
+                # the current outage in one line (None while the judge answers)
+                "unavailable": j.outage.current,
             }
         return {
             "queue_depth": self.queue.depth,

@@ -7,12 +7,23 @@ woken by an ``Event`` when a batch is ready or every ``interval_s``, writes reco
 scoring jobs to SQLite in one transaction per batch, then wakes the scoring worker. Each
 record's segment (release, environment, model, declared metadata keys) is resolved there too,
 on the writer thread, never on the app's.
+
+When the database refuses writes for a reason that passes (a full disk, an I/O error, a lock:
+:func:`~tracescore._internal.db_faults.storage_fault`), the batch goes back to the front of the
+buffer and the writer retries with a backoff — on a new connection after a full disk or an I/O
+error, with smaller batches after a full disk (a batch larger than the room freed would never
+commit), and, once writes pass again, with the WAL checkpointed and truncated so its space goes
+back to the file system. Meanwhile the buffer stays bounded: records beyond it are dropped and
+counted under the fault's reason (``disk_full``, ...). One WARNING when writes start failing,
+one INFO when they resume (:data:`~tracescore._internal.db_faults.NOTICE`).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -20,10 +31,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._internal.db_faults import DISK_FULL, IO_ERROR, NOTICE, storage_fault
 from ._internal.errors import record_internal_error
 from ._internal.losses import Losses
-from ._internal.validate import InvalidRecord, sanitize_record
-from .record import RagRecord
+from ._internal.validate import (
+    MAX_METADATA_ITEMS,
+    MAX_METADATA_STRING,
+    InvalidRecord,
+    sanitize_record,
+)
+from .record import Context, RagRecord
 from .sampling import Decision
 from .store import NewJob, SegmentSpec, StoreAPI, open_store
 
@@ -95,6 +112,16 @@ class RecordQueue:
         self.losses = losses if losses is not None else Losses()
         #: the database refused writes (locked, full, I/O error): records wait in memory
         self.db_unavailable: str | None = None
+        #: records dropped at the full buffer while the database refused writes, by the
+        #: fault's kind (``disk_full``, ``db_io_error``, ``db_unavailable``); the other drops
+        #: are ``queue_full`` (the app outpaced the writer)
+        self.dropped_by: dict[str, int] = {}
+        self._drop_reason: str | None = None
+        self._unsaved_drop_reasons: dict[str, int] = {}
+        #: records per transaction now: halved at each full-disk refusal, doubled back to
+        #: ``batch_size`` at each write that passes
+        self._batch_limit = batch_size
+        self._truncate_wal = False
         self._unsaved_drops = 0
         self._last_warn = 0.0
         self._reset()
@@ -121,6 +148,14 @@ class RecordQueue:
                 return False
             self.dropped += 1
             self._unsaved_drops += 1
+            reason = self._drop_reason
+            if reason is not None:
+                # the database refuses writes: its one warning said records beyond the
+                # buffer are dropped and counted under this reason
+                self.dropped_by[reason] = self.dropped_by.get(reason, 0) + 1
+                unsaved = self._unsaved_drop_reasons
+                unsaved[reason] = unsaved.get(reason, 0) + 1
+                return False
             now = time.monotonic()
             if now - self._last_warn > 10.0:
                 self._last_warn = now
@@ -132,7 +167,11 @@ class RecordQueue:
         self._buf.append(item)
         if self._thread is None:
             self._start()
-        if len(self._buf) >= self.batch_size:
+        # Wake the writer at once for a full batch, and for a record some metric sampled: its
+        # scores wait on it (a span held for them). The others ride along with the next
+        # batch or the next ``interval_s``; a busy writer takes whatever has piled up.
+        if len(self._buf) >= self.batch_size or (
+                record and type(item) is tuple and item[1].metrics):
             self._event.set()
         return True
 
@@ -171,23 +210,30 @@ class RecordQueue:
     def _run(self) -> None:
         store: StoreAPI | None = None
         backoff = 0.0
+        retry_at = 0.0
         while True:
             self._event.wait(max(self.interval_s, backoff))
             self._event.clear()
+            # (a new batch or a flush must not cut a backoff short: no retry storm)
+            while not self._stop and time.monotonic() < retry_at:
+                self._event.wait(retry_at - time.monotonic())
+                self._event.clear()
             try:
                 if store is None:
-                    store = open_store(self.db_path, timeout_s=self.busy_timeout_s)
+                    store = self._open()
                 self._drain(store)
                 backoff = 0.0
-                self.db_unavailable = None
+                self._written_ok()  # (also when the buffer held only updates and markers)
+                if self._truncate_wal:
+                    self._give_back_wal(store)
             except _DbUnavailable as exc:
-                # Locked or full: the records are back at the front of the buffer (bounded:
-                # new ones are dropped and counted meanwhile); try again with backoff.
-                if self.db_unavailable is None:
-                    log.warning("tracescore cannot write its database (%s); records wait in "
-                                "memory (app fine, telemetry degraded)", exc)
-                self.db_unavailable = str(exc)
+                # Locked, full, I/O error: the records are back at the front of the buffer
+                # (bounded: new ones are dropped and counted meanwhile); try again with backoff.
+                if store is not None and exc.kind in (DISK_FULL, IO_ERROR):
+                    self._recover(store)
+                self._fault(exc)
                 backoff = min(max(0.1, backoff * 2), 2.0)
+                retry_at = time.monotonic() + backoff
                 if self._stop:
                     break  # shutting down: what is still buffered is counted as lost
             except Exception as exc:  # the db is unusable now; try again on the next wake
@@ -200,13 +246,82 @@ class RecordQueue:
         if store is not None:
             store.close()
 
+    def _open(self) -> StoreAPI:
+        try:
+            return open_store(self.db_path, timeout_s=self.busy_timeout_s)
+        except Exception as exc:
+            kind = storage_fault(exc)
+            if kind is None:
+                raise
+            raise _DbUnavailable(str(exc), kind) from exc
+
+    def _recover(self, store: StoreAPI) -> None:
+        """After a full disk or an I/O error: a new connection for the next try (SQLite may
+        leave the old one mid-transaction or with a stale snapshot)."""
+        recover = getattr(store, "recover", None)
+        if recover is None:
+            return
+        try:
+            recover()
+        except Exception as exc:  # cannot open again yet (still full): the next try does
+            if storage_fault(exc) is None:
+                record_internal_error("queue.recover", exc)
+
+    def _fault(self, exc: _DbUnavailable) -> None:
+        self.db_unavailable = str(exc)
+        self._drop_reason = exc.kind
+        if exc.kind == DISK_FULL:
+            self._batch_limit = max(1, self._batch_limit // 2)
+            self._truncate_wal = True
+        NOTICE.fault(self.db_path, "writer", exc.kind, str(exc))
+
+    def _written_ok(self) -> None:
+        """A batch was stored: batches grow back, and a fault, if any, is over."""
+        if self._batch_limit < self.batch_size:
+            self._batch_limit = min(self.batch_size, self._batch_limit * 2)
+        if self.db_unavailable is None:
+            return
+        self.db_unavailable = None
+        self._drop_reason = None
+        dropped = sum(self.dropped_by.values())
+        NOTICE.resumed(self.db_path, "writer",
+                       f"{len(self._buf)} records still wait in memory; {dropped} were dropped "
+                       "meanwhile or before (stats()['lost'])" if dropped else
+                       f"{len(self._buf)} records still wait in memory, none was dropped")
+
+    def _give_back_wal(self, store: StoreAPI) -> None:
+        """After a full disk, after each batch until batches are full-size again and once the
+        buffer is written: checkpoint the WAL and truncate it. Its frames (those of the failed
+        tries too) would otherwise keep their room while the checkpoint needs as much again in
+        the database file: on a tight disk the backlog then needs the database plus one batch,
+        not twice the backlog. Best effort: a reader holding an old snapshot makes it wait for
+        the next time."""
+        checkpoint = getattr(store, "checkpoint", None)
+        if checkpoint is None:
+            self._truncate_wal = False
+            return
+        try:
+            busy, _, _ = checkpoint("TRUNCATE")
+        except Exception as exc:
+            if storage_fault(exc) is None:
+                record_internal_error("queue.checkpoint", exc)
+            return
+        self._truncate_wal = bool(busy) or self._batch_limit < self.batch_size
+
     def _drain(self, store: StoreAPI) -> None:
         while self._buf:
             records: list[tuple[RagRecord, Decision]] = []
             markers: list[_Marker] = []
             taken: list[Any] = []
             n = 0
-            while self._buf and n < self.batch_size:
+            limit = self._batch_limit
+            if limit >= self.batch_size:
+                # A backlog goes in larger transactions (up to 8 batches): each statement
+                # costs the writer a wait for the GIL while the app's threads run, so fewer
+                # statements per record keep up with a busy app. Not after a full disk:
+                # then batches shrink (see _fault).
+                limit = max(limit, min(len(self._buf), self.batch_size * 8))
+            while self._buf and n < limit:
                 item = self._buf[0]
                 if isinstance(item, (GroundTruthUpdate, FeedbackUpdate)) and records:
                     break  # write the records before it first, so it finds them
@@ -247,20 +362,28 @@ class RecordQueue:
         good: list[tuple[RagRecord, Decision]] = []
         for rec, decision in records:
             try:
-                good.append((sanitize_record(rec), decision))
+                good.append((rec if _clean(rec) else sanitize_record(rec), decision))
             except InvalidRecord as exc:
                 self.failed += 1
                 self.losses.add(exc.reason, 1, str(exc))
         drops = self._unsaved_drops
         lost = self.losses.take_unsaved()
+        by_reason, self._unsaved_drop_reasons = self._unsaved_drop_reasons, {}
         counters = {"records_dropped": drops, "records_seen": len(records) + drops,
                     **{f"lost.{k}": v for k, v in lost.items()}}
+        for k, v in by_reason.items():
+            counters[f"lost.{k}"] = counters.get(f"lost.{k}", 0) + v
         try:
             self._write_good(store, good, counters)
         except BaseException:
             self.losses.give_back(lost)
+            for k, v in by_reason.items():
+                self._unsaved_drop_reasons[k] = self._unsaved_drop_reasons.get(k, 0) + v
             raise
         self._unsaved_drops -= drops
+        self._written_ok()
+        if self._truncate_wal:
+            self._give_back_wal(store)
 
     def _write_good(self, store: StoreAPI, records: list[tuple[RagRecord, Decision]],
                     counters: dict[str, int]) -> None:
@@ -274,7 +397,7 @@ class RecordQueue:
             return
         except Exception as exc:
             if store.unavailable(exc):
-                raise _DbUnavailable(str(exc)) from exc
+                raise _DbUnavailable.of(exc) from exc
             record_internal_error("queue.write_batch", exc)
         # The batch as a whole failed on its content: write one record at a time so a single
         # bad record costs only itself, and count what could not be stored, by reason.
@@ -285,7 +408,7 @@ class RecordQueue:
                 self.written += 1
             except Exception as exc:
                 if store.unavailable(exc):
-                    raise _DbUnavailable(str(exc)) from exc
+                    raise _DbUnavailable.of(exc) from exc
                 self._lose(exc)
         store.bump_counters({**counters, **{f"lost.{k}": v for k, v in
                                             self.losses.take_unsaved().items()}})
@@ -305,11 +428,73 @@ class RecordQueue:
             self.on_ground_truth(store, upd)
         except Exception as exc:
             if store.unavailable(exc):
-                raise _DbUnavailable(str(exc)) from exc
+                raise _DbUnavailable.of(exc) from exc
             self.losses.add(f"update_failed:{type(exc).__name__}", 1, str(exc))
             record_internal_error("queue.ground_truth", exc)
 
 
+def _clean(rec: Any) -> bool:
+    """``rec`` is already what :func:`sanitize_record` would make of it (the common case:
+    lower-case ids, text fields str, flat metadata within the bounds, plain contexts), so the
+    writer stores it as it is instead of copying it — that copy was a third of the writer's
+    Python time per record. Anything else takes the full path."""
+    if type(rec) is not RagRecord:
+        return False
+    t, s = rec.trace_id, rec.span_id
+    if not (type(t) is str and type(s) is str and len(t) == 32 and len(s) == 16
+            and _LOWER_HEX.fullmatch(t) and _LOWER_HEX.fullmatch(s)
+            and t != _ZERO_TRACE and s != _ZERO_SPAN):
+        return False
+    for v in (rec.query, rec.answer, rec.error, rec.prompt, rec.session_id, rec.user_id,
+              rec.model):
+        if v is not None and type(v) is not str:
+            return False
+    if not _flat(rec.metadata) or type(rec.tags) is not tuple or type(
+            rec.ground_truths) is not tuple:
+        return False
+    for c in rec.contexts:
+        if type(c) is not Context or type(c.text) is not str or not (
+                c.id is None or type(c.id) is str) or not (
+                c.source is None or type(c.source) is str) or not (
+                c.score is None or type(c.score) in (int, float)) or (
+                c.metadata and not _flat(c.metadata)) or type(c.metadata) is not dict:
+            return False
+    return all(type(x) is str for x in rec.tags) and all(
+        type(g) is str for g in rec.ground_truths) and type(rec.contexts) is tuple
+
+
+def _flat(md: Any) -> bool:
+    """A dict of str keys and scalar values that :func:`bound_metadata` copies unchanged."""
+    if type(md) is not dict or len(md) >= MAX_METADATA_ITEMS - 1:
+        return False
+    for k, v in md.items():
+        if type(k) is not str:
+            return False
+        tv = type(v)
+        if tv is str:
+            if len(v) > MAX_METADATA_STRING:
+                return False
+        elif tv is float:
+            if not math.isfinite(v):
+                return False
+        elif v is not None and tv is not int and tv is not bool:
+            return False
+    return True
+
+
+_LOWER_HEX = re.compile(r"[0-9a-f]+")
+_ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
+
+
 class _DbUnavailable(Exception):
-    """The database refused a write for a reason that passes (locked, busy, full, I/O)."""
+    """The database refused a write for a reason that passes (locked, busy, full, I/O);
+    ``kind``: :func:`~tracescore._internal.db_faults.storage_fault`'s name for it."""
+
+    def __init__(self, message: str, kind: str = "db_unavailable") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+    @classmethod
+    def of(cls, exc: BaseException) -> _DbUnavailable:
+        return cls(str(exc), storage_fault(exc) or "db_unavailable")
 

@@ -18,6 +18,8 @@ CONTEXTS = "contexts"
 ANSWER = "answer"
 GROUND_TRUTHS = "ground_truths"
 INPUTS = frozenset({QUERY, CONTEXTS, ANSWER, GROUND_TRUTHS})
+#: What :meth:`RagRecord.missing` names for an answer stream the client cut off.
+CUT_OFF_ANSWER = "complete answer (answer cut off: the client stopped reading the stream)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,29 @@ class Context:
     def __post_init__(self) -> None:
         if isinstance(self.score, float) and not math.isfinite(self.score):
             object.__setattr__(self, "score", None)  # frozen: the one way to set it here
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One document some retrieval step returned, whether or not it reached the model.
+
+    ``source`` is the step that produced it (a retriever, a vector-store search, a tool, a
+    graph node); ``kept`` tells whether it is among the record's contexts (it reached the
+    answering model); ``dropped_by`` names the step that left it out (a compressor, reranker
+    or filter wrapping the retriever, a later retrieval that replaced it) when it did not.
+    The same text found by two steps is two candidates: each step's hit is evidence.
+    """
+
+    text: str
+    id: str | None = None
+    score: float | None = None
+    source: str | None = None
+    kept: bool = True
+    dropped_by: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.score, float) and not math.isfinite(self.score):
+            object.__setattr__(self, "score", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +118,12 @@ class RagRecord:
     #: True when the record was loaded from a compact row (not sampled when it was written,
     #: ``keep_full_text=False``): its query, contexts and answer text were not kept.
     compact: bool = False
+    #: Every document the run's retrieval steps returned, with the step that produced it and,
+    #: if it did not reach the model, the step that dropped it. ``contexts`` are the kept ones.
+    candidates: tuple[Candidate, ...] = ()
+    #: False when the client stopped reading a streamed answer (a closed or cancelled stream):
+    #: ``answer`` then holds exactly the text the client received.
+    complete: bool = True
 
     @property
     def record_id(self) -> str:
@@ -117,7 +148,14 @@ class RagRecord:
         raise ValueError(f"unknown record input {what!r}; expected one of {sorted(INPUTS)}")
 
     def missing(self, requires: frozenset[str]) -> list[str]:
-        return sorted(r for r in requires if not self.has(r))
+        """The inputs of ``requires`` the record lacks. An answer the client cut off
+        (``complete=False``) is not an answer to score: metrics that require the answer are
+        skipped with the reason :data:`CUT_OFF_ANSWER`; metrics over the query and contexts
+        alone still score the record (its retrieval happened in full)."""
+        out = sorted(r for r in requires if not self.has(r))
+        if not self.complete and ANSWER in requires and ANSWER not in out:
+            out.append(CUT_OFF_ANSWER)
+        return out
 
     def replace(self, **changes: Any) -> RagRecord:
         return dataclasses.replace(self, **changes)

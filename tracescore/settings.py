@@ -8,6 +8,7 @@ path can be written (opening it is the client's first wiring step).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -76,7 +77,9 @@ class Settings:
     judge_calls_per_minute: float | None
     judge_price: tuple[float, float] | None
     judge_daily_budget_usd: float | None
-    judge_canary: bool
+    #: True: the canary runs at start-up and again every day ($TRACESCORE_JUDGE_CANARY_EVERY);
+    #: a duration ("6h", seconds): at start-up and that often; False: never.
+    judge_canary: bool | str | float
     judge_max_wait_s: float
     embedder: Any
     #: None: never prune; else a validated :class:`Retention` (default: 30 days).
@@ -97,6 +100,8 @@ class Settings:
     #: Monitors to evaluate in the background (a :class:`~.monitor.config.MonitorSet` once
     #: validated): a TOML path, a list of dicts / ``Monitor`` objects, or None.
     monitors: Any = None
+    #: How often the canary runs again, from ``judge_canary`` (None: the environment's default).
+    judge_canary_every_s: float | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are written once, here
@@ -224,6 +229,19 @@ class Settings:
             set_(self, "judge_daily_budget_usd",
                  _positive("judge_daily_budget_usd", self.judge_daily_budget_usd))
         set_(self, "judge_max_wait_s", _positive("judge_max_wait_s", self.judge_max_wait_s))
+        canary = self.judge_canary
+        if not isinstance(canary, bool):
+            from .store.retention import parse_duration
+
+            try:
+                every = float(canary) if is_number(canary) else parse_duration(canary)
+            except (TypeError, ValueError):
+                every = math.nan
+            if not math.isfinite(every) or every <= 0:
+                raise ValueError("judge_canary must be True, False or how often it runs again "
+                                 f"(a duration such as '6h', or seconds > 0), got {canary!r}")
+            set_(self, "judge_canary", True)
+            set_(self, "judge_canary_every_s", every)
 
 
 def _keep_full_text(value: Any) -> bool | float:

@@ -29,6 +29,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
+from ._internal.db_faults import DISK_FULL, IO_ERROR, NOTICE, storage_fault
 from ._internal.errors import record_internal_error
 from ._internal.secrets import scrub
 from ._internal.validate import valid_ids
@@ -112,6 +113,10 @@ class ScoringWorker:
         self.busy_timeout_s = 5.0
         #: the database error that stopped the last read/write here, or None
         self.db_unavailable: str | None = None
+        #: a write refused for a reason that passes (disk full, I/O error, lock) and not yet
+        #: followed by one that passed: scores wait in memory meanwhile (see _store_scores)
+        self._write_fault: str | None = None
+        self._recovered_at = 0.0
         #: job releases/deferrals the database refused: retried until it takes them
         self._unreleased: list[tuple[Job, float | None, str]] = []
         #: jobs leased by the loop and not finished by it (given back if the loop dies)
@@ -352,11 +357,17 @@ class ScoringWorker:
                     free = limit - len(tasks)
                     if free > 0 and names:
                         try:
-                            leased += [(j, tasks) for j in store.lease_jobs(
-                                self.owner, free, self.lease_seconds, names)]
+                            got = store.lease_jobs(self.owner, free, self.lease_seconds, names)
                             self.db_ok_at = time.time()
                         except Exception as exc:
-                            record_internal_error("worker.lease", exc)
+                            if not self._db_fault(store, exc):
+                                record_internal_error("worker.lease", exc)
+                            continue
+                        if got:
+                            self._db_ok()  # (an empty lease writes nothing: proves nothing)
+                        # a job of ours whose lease ran out while its scores waited for the
+                        # database is still in flight here: not a second task for it
+                        leased += [(j, tasks) for j in got if j.job_id not in inflight_jobs]
                 now = time.monotonic()
                 if inflight_jobs and now - last_renewal > self.lease_seconds / 3:
                     # Judge jobs can wait longer than a lease (slow judge, breaker open):
@@ -365,7 +376,8 @@ class ScoringWorker:
                     try:
                         store.renew_leases(self.owner, list(inflight_jobs), self.lease_seconds)
                     except Exception as exc:
-                        record_internal_error("worker.renew", exc)
+                        if not self._db_fault(store, exc):
+                            record_internal_error("worker.renew", exc)
                 if leased:
                     self._idle.clear()
                     records = store.load_records(j.record_id for j, _ in leased)
@@ -417,7 +429,7 @@ class ScoringWorker:
         try:
             self.db_snapshot = {"open_jobs": store.open_job_count(list(self.metrics)),
                                 "counters": store.counters(), "checked_at": time.time()}
-            self.db_unavailable = None
+            self.db_unavailable = self._write_fault  # (reads pass on a full disk)
         except Exception as exc:  # locked or broken: stats() shows the last good read
             self.db_unavailable = f"{type(exc).__name__}: {exc}"
 
@@ -430,6 +442,7 @@ class ScoringWorker:
             else:
                 store.defer_job(job, self.owner, delay_s, reason)
         except Exception as exc:
+            self._db_fault(store, exc)
             self.db_unavailable = f"{type(exc).__name__}: {exc}"
             self._unreleased.append((job, delay_s, reason))
 
@@ -459,7 +472,14 @@ class ScoringWorker:
             try:
                 store.mark_delivered_many(pending)  # one commit for all of them
             except Exception as exc:
+                if self._db_fault(store, exc):
+                    # kept for the next loop (else the sweep would export them a second time)
+                    with self._delivered_lock:
+                        self._delivered[:0] = pending
+                    return
                 record_internal_error("worker.mark_delivered", exc)
+            else:
+                self._db_ok()
         self._delivered_written = noted
 
     def _failed_export_due(self) -> bool:
@@ -596,7 +616,7 @@ class ScoringWorker:
                         f"(judge_max_wait_s): {later.reason}", metric=metric.name,
                         metric_version=metric.version) for n in metric.names()]
             scores = [self._clean(s) for s in scores]
-            refs = await self._complete(store, job, scores)
+            refs = await self._store_scores(store, job, scores)
             if refs is None:
                 return  # the lease went to another process, which stores the scores
             self.scored += 1
@@ -605,11 +625,61 @@ class ScoringWorker:
             if self.attacher is not None:
                 self.attacher.job_done(job.record_id, refs)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            if isinstance(exc, Exception) and _refused(store, exc):
+                # stopping while the database refuses the write (full disk): the job waits
+                # for the next process, and this attempt is not counted against it
+                self._release(store, job, 0.0, f"database unavailable: {exc}"[:500])
+                return
             # Our own failure, not the metric's (or the app's ``redact``/``on_scores`` calling
             # sys.exit()): give the job back so it is tried again (attempts count, so a
             # persistent fault ends in a "gave up" error score); the loop goes on.
             record_internal_error("worker.job", exc)
             self._release(store, job, None, f"{type(exc).__name__}: {exc}"[:500])
+
+    async def _store_scores(self, store: StoreAPI, job: Job,
+                            scores: list[Score]) -> list[ScoreRef] | None:
+        """:meth:`_complete`, retried with a backoff while the database refuses the write for
+        a reason that passes (a full disk, an I/O error, a lock): the scores wait here (bounded
+        by the jobs in flight), the job stays leased (renewed by the loop) and its attempt is
+        not spent, the metric does not run again. Raises when stopping."""
+        pause = 0.1
+        while True:
+            try:
+                refs = await self._complete(store, job, scores)
+            except Exception as exc:
+                if self._stopping or not self._db_fault(store, exc):
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+                continue
+            self._db_ok()
+            return refs
+
+    def _db_fault(self, store: StoreAPI, exc: BaseException) -> bool:
+        """Whether ``exc`` is a refusal that passes; if so it is noted (``stats()``, the one
+        warning of :data:`NOTICE`) and, after a full disk or an I/O error, the connection is
+        opened again (at most once a second) so the next try does not inherit a broken one."""
+        if not _refused(store, exc):
+            return False
+        kind = storage_fault(exc) or "db_unavailable"
+        self._write_fault = self.db_unavailable = f"{type(exc).__name__}: {exc}"
+        NOTICE.fault(self.db_path, "scorer", kind, str(exc))
+        recover = getattr(store, "recover", None)
+        if kind in (DISK_FULL, IO_ERROR) and recover is not None \
+                and time.monotonic() - self._recovered_at >= 1.0:
+            self._recovered_at = time.monotonic()
+            try:
+                recover()
+            except Exception as reopen_exc:  # still full: the next try opens it again
+                if storage_fault(reopen_exc) is None:
+                    record_internal_error("worker.recover", reopen_exc)
+        return True
+
+    def _db_ok(self) -> None:
+        """A write passed: a fault, if one was open, is over for the scorer."""
+        if self._write_fault is not None:
+            self._write_fault = self.db_unavailable = None
+            NOTICE.resumed(self.db_path, "scorer")
 
     def _clean(self, s: Score) -> Score:
         """Keys out of error texts; the app's ``redact`` over explanations and errors (a
@@ -671,7 +741,9 @@ class ScoringWorker:
         if m is None or m.kind != "judge" or session is None:
             return ""
         try:
-            return str(session.model or "")
+            # (H7, judge identity) the model the judge server reported behind this metric's
+            # last score when known, else the configured one (JudgeSession.model_of)
+            return str(session.model_of(metric) or "")
         except Exception:  # a judge without a model name: still a judge metric's score
             return ""
 
@@ -727,6 +799,14 @@ class ScoringWorker:
                       for n in metric.names()]
         ms = (time.perf_counter() - t0) * 1000
         return [_with(s, duration_ms=ms) for s in scores]
+
+
+def _refused(store: StoreAPI, exc: BaseException) -> bool:
+    """The store says ``exc`` is a fault that passes (never raises)."""
+    try:
+        return bool(store.unavailable(exc))
+    except Exception:
+        return False
 
 
 class MetricAborted(Exception):

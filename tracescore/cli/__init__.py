@@ -11,6 +11,16 @@
 
 from __future__ import annotations
 
+import sys
+
+if sys.argv[1:2] == ["worker"]:
+    # `tracescore worker`: the stop handlers before the imports below and click's parsing
+    # (tens of ms, seconds on a busy host), so that a SIGTERM then is a clean stop (exit 0)
+    from .worker import install_early_stop_handlers
+
+    install_early_stop_handlers()
+
+from . import label as _label  # noqa: F401  (registers label)
 from . import monitoring as _monitoring  # noqa: F401  (registers compare, check, monitor)
 from .commands import main
 

@@ -21,16 +21,26 @@ from typing import Any, TextIO, TypeVar
 import click
 
 from .. import __version__
-from ..reports.report import DEFAULT_WORST
+from ._messages import cli_message
 from .demo import DEFAULT_DB as DEMO_DB
 
 DEFAULT_DB = "tracescore.db"
+#: ``reports.report.DEFAULT_WORST`` (a test holds them equal), not imported from there: that
+#: module loads the store, sqlite-utils and pandas (~0.4 s) that every command, ``--help`` and
+#: a starting ``tracescore worker`` would pay before parsing its options
+DEFAULT_WORST = 3
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 class DatabaseProblem(click.ClickException):
     """A missing or unreadable database: exit code 2, like other usage errors."""
+
+    exit_code = 2
+
+
+class MissingExtra(click.ClickException):
+    """An optional framework that is not installed: exit code 2, with the pip command."""
 
     exit_code = 2
 
@@ -218,20 +228,21 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
     attaches the reference answer as ground truth, scores it with the default local metrics
     and stores everything in the database. Fully offline; takes a few seconds.
     """
+    from ..integrations import require
     from ..reports.report import build_report
     from ..reports.report_text import format_report
-    from .demo import DemoSetupError, expected_judge_calls, judge_plan, run_demo
+    from .demo import DemoSetupError, JudgeUnreachable, judge_intro, judge_plan, run_demo
+
+    try:  # the example app imports its framework: say which extra it needs, not a traceback
+        require("langchain_core" if framework == "langchain" else "llama_index.core", framework)
+    except ImportError as exc:
+        raise MissingExtra(str(exc)) from None
 
     def progress(items: Iterator[Any], count: int) -> Any:
         if judge is not None and n is None:  # said once tracescore (and the judge) started
             _, canary = judge_plan(judge, n)
-            click.echo(f"A judge demo asks {_n(count, 'question')} (about "
-                       f"{expected_judge_calls(count, canary)} judge calls, each taking seconds "
-                       "with a small local model); --n N asks more.")
-            if not canary:
-                click.echo("The judge canary is skipped to keep this short: `tracescore "
-                           f"judge-check --judge {judge}` runs it (the bundled model fails it: "
-                           "its scores prove the offline path, not the answers' quality).")
+            for line in judge_intro(judge, count, canary):  # wording that fits the judge
+                click.echo(line)
         return click.progressbar(items, length=count, label=f"Asking {_n(count, 'question')}",
                                  file=sys.stderr, show_pos=True)
 
@@ -250,8 +261,12 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
     try:
         result = run_demo(db, n, sample_rate, progress=progress, judge=judge,
                           framework=framework, judge_progress=judged)
+    except JudgeUnreachable as exc:  # one line, exit code 3 (as judge-check), no wait
+        from .judge_check import EXIT_UNREACHABLE, JudgeProblem
+
+        raise JudgeProblem(str(exc), EXIT_UNREACHABLE) from None
     except DemoSetupError as exc:
-        raise DatabaseProblem(str(exc)) from None
+        raise DatabaseProblem(cli_message(exc)) from None
     finally:
         if bars:
             bars[0].__exit__(None, None, None)
@@ -281,32 +296,40 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
 @_db_option("tracescore.db", "Database (SQLite file or postgresql:// URL) where the verdicts "
             "are cached and the result is stored (shown by `tracescore report`).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
-def judge_check(judge: str, db: Path, as_json: bool) -> None:
+@click.option("--timeout", "timeout", type=click.FloatRange(min=0.1), default=60.0,
+              show_default=True, metavar="SECONDS",
+              help="Seconds one judge call may take before it is retried (the up-front "
+                   "reachability check waits at most 10).")
+def judge_check(judge: str, db: Path, as_json: bool, timeout: float) -> None:
     """Run the judge canary: claims supported by, contradicted by or unrelated to a context,
-    and relevant or irrelevant contexts, all with known answers. Exits 1 when the judge is
-    degenerate (always the same verdict, or agreement near chance): its scores cannot be
-    trusted. Verdicts are cached in the database like any judge step.
-    """
-    import asyncio
+    and relevant or irrelevant contexts, all with known answers. Verdicts are cached in the
+    database like any judge step.
 
-    from ..judge import ResilientJudge, resolve_judge
-    from ..judge.canary import run_canary
-    from ..judge.session import JudgeSession
+    \b
+    Exit codes:
+      0  the judge agrees with the known answers
+      1  the judge is degenerate (always the same verdict, or agreement near
+         chance): its scores cannot be trusted
+      2  usage error (unknown --judge spec, missing key, unusable database)
+      3  the judge cannot be reached or does not answer (connection refused,
+         no answer within --timeout, server errors through every retry)
+      4  the judge answered but refused every request (bad key, unknown model),
+         or the check failed otherwise
+    """
+    from ..judge import resolve_judge
+    from .judge_check import JudgeProblem, run_judge_check
 
     try:
         backend = resolve_judge(judge)
     except (ValueError, ImportError, TypeError) as exc:
-        raise click.UsageError(str(exc)) from None
-
-    async def check() -> Any:
-        session = JudgeSession(ResilientJudge(backend), str(db))
-        try:
-            return await run_canary(session)
-        finally:
-            session.close()
-            await backend.aclose()
-
-    result = asyncio.run(check())
+        raise click.UsageError(cli_message(exc)) from None
+    try:
+        result = run_judge_check(backend, str(db), timeout)
+    except JudgeProblem as exc:
+        if as_json:
+            click.echo(json.dumps({"model": backend.model, "error": exc.message,
+                                   "exit_code": exc.exit_code}))
+        raise
     if as_json:
         click.echo(json.dumps({"model": backend.model, **result.as_dict()}))
     else:
@@ -402,33 +425,58 @@ def report(db: Path, since: float | None, as_json: bool, worst: int,
         click.echo(format_report(rep))
 
 
-@main.command(short_help="Check judge metrics against user feedback: precision, recall, AUC.")
+@main.command(short_help="Check judge metrics against human labels and user feedback.")
 @_db_option(DEFAULT_DB, "Database to read: a SQLite file or a postgresql:// URL.",
             demo_fallback=True)
 @click.option("--metric", "metrics", metavar="NAME", multiple=True,
-              help="Only this score name (repeatable); default: every judge metric with a "
-                   "pass/fail threshold.")
+              help="Only this score name (repeatable); default: every score name with human "
+                   "labels, and every judge metric with a pass/fail threshold for feedback.")
 @click.option("--feedback", "feedback", metavar="NAME", default="user", show_default=True,
               help="Which feedback to compare with: the name given to ts.add_feedback.")
+@click.option("--by", "by", metavar="DIM", default=None,
+              help="Also give the agreement with human labels per segment: judge_model, "
+                   "metric_version, release, environment, model or metadata.KEY.")
+@click.option("--since", metavar="DURATION", default="all", show_default=True, callback=_since,
+              help="Only labelled scores from this recent window: 30m, 1h, 2d, 1w, or all.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print one JSON object instead of the tables.")
-def calibrate(db: Path, metrics: tuple[str, ...], feedback: str, as_json: bool) -> None:
-    """Compare each binary or thresholded judge metric with users' feedback.
+def calibrate(db: Path, metrics: tuple[str, ...], feedback: str, by: str | None,
+              since: float | None, as_json: bool) -> None:
+    """Compare judge metrics with human labels and with users' feedback.
 
-    Pairs are the scored records of traces with feedback (positive: value >= 0.5 or a label
-    such as good/up). Per metric: n, precision, recall, F1 and accuracy at the metric's own
-    threshold, ROC AUC, a precision-recall curve over thresholds 0.05-0.95 and the threshold
-    with the best F1. Fewer than 5 pairs: "not enough feedback".
+    Human labels (ts.add_label, tracescore label), per score name: n, accuracy, Cohen's
+    kappa with its 95 % interval and the confusion matrix (yes/no scores), Spearman with its
+    interval and MAE (numeric scores), and the judge's bias (judge mean - human mean) with
+    its paired t interval; several annotators on a trace count as their mean (yes/no: the
+    majority). Fewer than 10 labelled pairs: "not enough labels". --by splits it per segment.
+
+    Feedback (ts.add_feedback): pairs are the scored records of traces with feedback
+    (positive: value >= 0.5 or a label such as good/up). Per binary or thresholded judge
+    metric: n, precision, recall, F1 and accuracy at the metric's own threshold, ROC AUC, a
+    precision-recall curve over thresholds 0.05-0.95 and the threshold with the best F1.
+    Fewer than 5 pairs: "not enough feedback".
     """
     from ..reports import calibration
+    from ..reports.trust_calibrate import calibrate_labels
+    from ..reports.trust_text import label_calibration_lines
 
     conn = _open(db)
     try:
+        try:
+            labels = calibrate_labels(conn, metrics=metrics, by=by, since=since)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--by") from None
         cal = calibration.calibrate(conn, metrics=metrics, feedback=feedback, db=_name(db))
     finally:
         conn.close()
-    click.echo(json.dumps(cal.to_json(), ensure_ascii=False) if as_json
-               else calibration.format_calibration(cal))
+    if as_json:
+        click.echo(json.dumps({**cal.to_json(), "labels": labels.to_json()},
+                              ensure_ascii=False))
+        return
+    from ..reports.textfmt import printable
+
+    click.echo(calibration.format_calibration(cal))
+    click.echo(printable("\n".join(["", *label_calibration_lines(labels)]), keep="\n"))
 
 
 @main.command(short_help="Show one trace: query, contexts, answer and every score.")
@@ -575,7 +623,7 @@ def ui(db: Path, port: int, no_open: bool) -> None:
 
 @main.command(short_help="Delete old records (keeping hourly rollups) and give space back.")
 @_db_option(DEFAULT_DB, "Database to prune (written to): a SQLite file or a postgresql:// "
-                        "URL.")
+                        "URL.", demo_fallback=True)
 @click.option("--older-than", "older_than", metavar="AGE", default="30d", show_default=True,
               help="Delete records older than this (at least 1d): 30d, 2w, 36h; 'none' for no "
                    "age limit (with --max-size).")
@@ -751,8 +799,8 @@ def worker(db: Path | str, metrics: tuple[str, ...], metrics_module: str | None,
             judge_calls_per_minute=judge_calls_per_minute, judge_price=price,
             judge_daily_budget_usd=judge_daily_budget_usd, judge_canary=not no_judge_canary,
             monitors=None if monitors is None else str(monitors), stop=stop)
-    except (ValueError, TypeError) as exc:
-        raise click.UsageError(str(exc)) from None
+    except (ValueError, TypeError, ImportError) as exc:  # init's checks, a missing extra
+        raise click.UsageError(cli_message(exc)) from None
     raise SystemExit(code)
 
 

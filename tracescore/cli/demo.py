@@ -4,6 +4,11 @@ Runs :mod:`tracescore.examples.langchain_rag` (BM25 retriever + extractive "LLM"
 LangChain objects, no network) on its bundled questions, attaches each question's reference
 answer as ground truth, and waits until every run is scored. ``tracescore demo`` prints the
 report afterwards. Blocks the calling thread for the whole run (a second or two).
+
+With a judge behind a URL (``openai:MODEL``), the demo first checks that the server answers at
+all (:func:`tracescore.judge.outage.check_reachable`, seconds): an unreachable judge is one
+line and exit code 3 (:class:`JudgeUnreachable`) before anything runs, never a wait; a judge
+that stops answering mid-run ends the wait for scores as soon as its circuit breaker opens.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["DEFAULT_DB", "JUDGE_QUESTIONS", "LOCAL_JUDGE_QUESTIONS", "DemoResult",
-           "DemoSetupError", "expected_judge_calls", "judge_plan", "run_demo"]
+           "DemoSetupError", "JudgeUnreachable", "expected_judge_calls", "judge_intro",
+           "judge_plan", "run_demo"]
 
 DEFAULT_DB = "tracescore-demo.db"
 FRAMEWORKS = ("langchain", "llama-index")
@@ -51,15 +57,78 @@ def judge_plan(judge: Any, n: int | None) -> tuple[int | None, bool]:
 
 def expected_judge_calls(records: int, canary: bool = True) -> int:
     """Judge calls (steps) a judge demo of ``records`` records makes on a fresh database: the
-    RAG set's 3 shared calls per record, plus the canary's two steps per case (cached steps
+    RAG set's 2 shared calls per record (extract+contexts, statements), plus the canary's two steps per case (cached steps
     cost none, so a rerun on the same database makes fewer)."""
     from tracescore.judge.canary import CASES
 
-    return 3 * records + (2 * len(CASES) if canary else 0)
+    return 2 * records + (2 * len(CASES) if canary else 0)
 
 
 class DemoSetupError(Exception):
     """tracescore could not start on the given database (bad path, not a tracescore db...)."""
+
+
+class JudgeUnreachable(DemoSetupError):
+    """The demo's judge does not answer: said before anything runs (exit code 3)."""
+
+    exit_code = 3
+
+
+#: How long the up-front check waits for the judge's server to answer.
+REACH_TIMEOUT_S = 10.0
+
+
+def _backend(judge: Any) -> Any:
+    """``judge`` as a backend when it is one behind a URL (an ``openai:`` spec or an object),
+    None for an in-process model or a spec ``init`` will refuse with its own message."""
+    if not isinstance(judge, str):
+        return judge
+    if not judge.startswith("openai:"):
+        return None  # 'local' / 'llama-cpp:': in-process, nothing to reach
+    from tracescore.judge import resolve_judge
+
+    try:
+        return resolve_judge(judge)
+    except (ValueError, ImportError, TypeError):
+        return None
+
+
+def check_judge(judge: Any, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Raise :class:`JudgeUnreachable` (one line: URL and cause) when ``judge``'s server
+    does not answer within ``timeout_s``; nothing for an in-process model."""
+    from tracescore.judge.outage import check_reachable
+
+    backend = None if judge is None else _backend(judge)
+    problem = None if backend is None else check_reachable(backend, timeout_s)
+    if problem is not None:
+        raise JudgeUnreachable(
+            f"{problem}. Start the judge's server, or point OPENAI_BASE_URL at one "
+            "(`tracescore judge-check --judge SPEC` checks it); the demo did not run.")
+
+
+def judge_intro(judge: Any, count: int, canary: bool) -> list[str]:
+    """What a judge demo says before it asks: how many judge calls, to what judge (the
+    bundled local model is slow; a server is as fast as it is), and whether the canary
+    runs."""
+    calls = expected_judge_calls(count, canary)
+    if judge == "local":
+        what = "each taking seconds with a small local model"
+    elif isinstance(judge, str) and judge.startswith("llama-cpp:"):
+        what = f"each taking seconds with the local model {judge.partition(':')[2]}"
+    else:
+        from tracescore.judge.outage import judge_url
+
+        url = judge_url(_backend(judge))
+        what = f"to the judge at {url}" if url else "to the judge"
+    q = f"{count} question{'s' if count != 1 else ''}"
+    lines = [f"A judge demo asks {q} (about {calls} judge calls, {what}); --n N asks more."]
+    if not canary:
+        lines.append(
+            "The judge canary is skipped to keep this short: `tracescore judge-check --judge "
+            f"{judge}` runs it"
+            + (" (the bundled model fails it: its scores prove the offline path, not the "
+               "answers' quality)." if judge == "local" else "."))
+    return lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +173,7 @@ def run_demo(
     count = len(questions) if n is None else n
     if count < 1:
         raise ValueError(f"n must be at least 1, got {n}")
+    check_judge(judge)  # seconds, before anything runs: never a silent wait on a dead judge
     metrics: list[Any] = list(DEFAULT_METRICS)
     if judge is not None:
         from tracescore.metrics.judged import RAG_SET
@@ -166,6 +236,8 @@ def _flush_showing_judge_calls(ts: Any, timeout: float, judge_progress: JudgePro
             done = ts.flush(timeout=min(1.0, max(left, 0.0)))
             # and the canary's verdict, so the report can say whether to trust this judge
             done = done and (not ts.worker.judge_canary or ts.worker.canary_done.is_set())
+            if not done and _judge_down(ts):
+                return False  # its jobs wait in the database; the report says for what
             try:
                 calls = conn.execute("SELECT count(*) FROM judge_calls WHERE created_at >= ?",
                                      (started,)).fetchone()[0]
@@ -176,6 +248,14 @@ def _flush_showing_judge_calls(ts: Any, timeout: float, judge_progress: JudgePro
                 return done
     finally:
         conn.close()
+
+
+def _judge_down(ts: Any) -> bool:
+    """The judge stopped answering mid-run (its breaker opened): waiting is pointless."""
+    judge = getattr(getattr(ts, "judge_session", None), "judge", None)
+    if judge is None or getattr(judge, "outage", None) is None:
+        return False
+    return judge.outage.current is not None and judge.breaker.state != 0
 
 
 def _langchain_asker(ts: Any) -> Callable[[Question], None]:

@@ -8,7 +8,8 @@ calls), over OTLP with the standard ``OTEL_*`` variables. Scale it by running mo
 
 Stopping: SIGTERM or SIGINT stops leasing; jobs in flight get ``--stop-timeout`` seconds to
 finish, the rest are given back at once (another worker takes them); spans and logs are
-flushed; exit code 0 (also for a signal during start-up: the handlers are installed first).
+flushed; exit code 0 (also for a signal during start-up: ``tracescore worker`` installs the
+handlers before it imports anything heavy). A start line and a stop line go to stderr.
 Health: ``--health-port`` serves ``GET /livez`` (the scoring loop turned in the last 30 s) and
 ``GET /readyz`` (the scorer is alive, and the database answered a lease query in the last
 60 s or jobs are running) on ``--health-host``; ``--health-file`` is touched every few seconds
@@ -34,8 +35,8 @@ from typing import Any
 
 log = logging.getLogger("tracescore")
 
-__all__ = ["HealthServer", "WorkerHealth", "install_stop_handlers", "load_metrics",
-           "run_worker"]
+__all__ = ["HealthServer", "WorkerHealth", "install_early_stop_handlers", "install_stop_handlers",
+           "load_metrics", "run_worker"]
 
 #: where ``--health-port`` listens unless ``--health-host`` says otherwise: all interfaces,
 #: as before (a Kubernetes httpGet probe connects to the pod's address, not to localhost)
@@ -206,19 +207,43 @@ class HealthServer(HTTPServer):
         self._done.wait(5.0)
 
 
+#: the event of :func:`install_early_stop_handlers`, until :func:`install_stop_handlers` takes it
+_early_stop: threading.Event | None = None
+
+
+def install_early_stop_handlers() -> None:
+    """Install the stop handlers at once, for :func:`install_stop_handlers` to take over.
+
+    Called by :mod:`tracescore.cli` on ``tracescore worker`` before it imports the commands
+    (the store, sqlite-utils, pandas: a few hundred ms, more on a busy host), so that a
+    SIGTERM in that time is a clean stop too. This module imports only the standard library.
+    """
+    global _early_stop
+    if _early_stop is None:
+        _early_stop = _install()
+
+
 def install_stop_handlers() -> threading.Event:
     """SIGTERM and SIGINT set the returned event (main thread only). Called before anything
     slow of the start-up (importing the metrics module, opening the database, loading models,
     the judge canary), so that a stop request then ends the worker cleanly with exit code 0
-    instead of the signal's default action (exit code 143)."""
+    instead of the signal's default action (exit code 143). Returns the event of
+    :func:`install_early_stop_handlers` when that ran (once: a signal it saw is kept)."""
+    global _early_stop
+    stop, _early_stop = _early_stop, None
+    return stop if stop is not None else _install()
+
+
+def _install() -> threading.Event:
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
         log.info("tracescore worker: signal %d, stopping", signum)
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    if threading.current_thread() is threading.main_thread():  # signal.signal's rule
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
     return stop
 
 
@@ -253,6 +278,7 @@ def run_worker(*, db: str, metrics: list[Any], judge: str | None, embedder: str 
           f"{redact_url(str(db))} (pid {os.getpid()})", file=sys.stderr, flush=True)
     if stop.is_set():  # a signal during the start-up: stop as for one arriving later
         _stop(ts, stop_timeout)
+        _stopped_line()
         return 0
     health = WorkerHealth(ts.worker)
     server = health.serve(health_port, health_host) if health_port is not None else None
@@ -269,7 +295,12 @@ def run_worker(*, db: str, metrics: list[Any], judge: str | None, embedder: str 
         _stop(ts, stop_timeout)
         if server is not None:
             server.shutdown()
+    _stopped_line()
     return 0
+
+
+def _stopped_line() -> None:
+    print(f"tracescore worker: stopped (pid {os.getpid()})", file=sys.stderr, flush=True)
 
 
 def _stop(ts: Any, stop_timeout: float) -> None:

@@ -20,13 +20,14 @@ import hashlib
 import math
 import os
 import sqlite3
-import sys
 import threading
 import time
-from array import array
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from .._internal.vectors import as_float32
+from .._internal.vectors import pack as _pack
+from .._internal.vectors import unpack as _unpack
 from . import Embedder, EmbeddingError
 
 Vector = list[float]
@@ -47,24 +48,6 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _pack(vec: Sequence[float]) -> bytes:
-    a = array("f", vec)
-    if sys.byteorder != "little":
-        a.byteswap()
-    return a.tobytes()
-
-
-def _unpack(blob: bytes) -> Vector:
-    a = array("f")
-    a.frombytes(blob)
-    if sys.byteorder != "little":
-        a.byteswap()
-    return a.tolist()
-
-
-def as_float32(vec: Sequence[float]) -> Vector:
-    """The vector as stored: float32 values (as Python floats)."""
-    return array("f", vec).tolist()
 
 
 class EmbeddingCache:

@@ -2,23 +2,42 @@
 
 A judge that always gives the same verdict, or agrees with the known answers about as often as
 a coin, gets a loud warning: in the logs, in ``tracescore report``, and as
-``tracescore.judge.degenerate`` on every score it produces. It runs in the background at
-start-up (never delaying the app) and on demand with ``tracescore judge-check``. The cases are
-our own: claims supported by, contradicted by, or unrelated to a context, and contexts relevant
-or irrelevant to a question. Results are cached like any judge step, so a restart with the same
-model costs nothing.
+``tracescore.judge.degenerate`` on every score it produces. The cases are our own: claims
+supported by, contradicted by, or unrelated to a context, and contexts relevant or irrelevant
+to a question.
+
+When it runs (in whichever process scores: the app's scorer or ``tracescore worker``):
+
+- at start-up, in the background (never delaying the app); its steps are cached like any
+  judge step, so a restart with the same model costs nothing;
+- again every ``JudgeSession.canary_every_s`` (default a day; ``$TRACESCORE_JUDGE_CANARY_EVERY``
+  sets it: ``"6h"``, ``"off"``), when the reported judge model changes and when a prompt
+  template changes — these runs ask the judge itself, never the cache (:meth:`.fresh`), since
+  a cached verdict cannot show the judge changing. They are started from the scoring loop
+  (:func:`maybe_run`, after a judge score), so a scorer with nothing to score runs none. In a
+  fleet, one worker runs a scheduled run: the others see the lease (``monitor_lease`` row
+  ``judge_canary:<model>``) or the stored run and skip it;
+- on demand with ``tracescore judge-check``.
+
+Every run is kept in the ``judge_canary`` table (schema 4): when, the configured and reported
+models, the prompt version, what triggered it, cases, agreed, the share of "yes", per-case
+expected/got. :mod:`tracescore.trust.drift` watches that history.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from ..record import Context, RagRecord
 from . import steps as S
-from .base import JudgeError
-from .session import JudgeSession, Usage
+from .base import JudgeError, RetryLater
+from .session import JudgeSession, Usage, prompt_version
 
 log = logging.getLogger("tracescore")
 
@@ -59,6 +78,13 @@ CASES: tuple[tuple[str, str, tuple[tuple[str, bool], ...], tuple[tuple[str, bool
 )
 
 
+TRIGGERS = ("startup", "schedule", "model_changed", "prompt_changed", "manual")
+#: How long a worker holds the fleet's canary lease (a run takes a few judge calls).
+LEASE_S = 600.0
+#: After a refused lease or a failed run, wait this long before trying again.
+RETRY_S = 60.0
+
+
 @dataclass(frozen=True)
 class CanaryResult:
     agreement: float
@@ -66,6 +92,10 @@ class CanaryResult:
     degenerate: bool
     reason: str
     yes_share: float
+    agreed: int = 0
+    trigger: str = "startup"
+    reported_model: str = ""
+    prompt_version: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {"agreement": round(self.agreement, 3), "cases": self.cases,
@@ -73,9 +103,28 @@ class CanaryResult:
                 "yes_share": round(self.yes_share, 3)}
 
 
-async def run_canary(session: JudgeSession, *, min_agreement: float = 0.75) -> CanaryResult:
+async def run_canary(session: JudgeSession, *, min_agreement: float = 0.75,
+                     trigger: str = "startup", fresh: bool | None = None) -> CanaryResult:
+    """Run the known-answer cases once, store the run in the history and the judge's health.
+
+    ``trigger``: why it runs (:data:`TRIGGERS`); ``fresh`` (default: for every trigger but
+    ``startup`` and ``manual``): ask the judge, not the cache. A start-up run is stored as
+    ``prompt_changed`` / ``model_changed`` when the prompts or the reported model differ from
+    the last stored run of this configured model."""
+    if trigger not in TRIGGERS:
+        raise ValueError(f"trigger must be one of {TRIGGERS}, got {trigger!r}")
+    if fresh is None:
+        fresh = trigger not in ("startup", "manual")
+    if fresh:
+        with session.fresh():
+            return await _run(session, min_agreement, trigger)
+    return await _run(session, min_agreement, trigger)
+
+
+async def _run(session: JudgeSession, min_agreement: float, trigger: str) -> CanaryResult:
     expected: list[bool] = []
     got: list[bool] = []
+    steps: list[str] = []
     invalid = 0  # steps whose replies were unusable
     usage = Usage()
     for ctx, question, claims, others in CASES:
@@ -91,6 +140,7 @@ async def run_canary(session: JudgeSession, *, min_agreement: float = 0.75) -> C
             invalid += 1
             got += [not w for w in want]
         expected += want
+        steps += ["statements"] * len(want)
         want = [True] + [rel for _, rel in others]
         try:
             cv = await S.context_verdicts(session, record, usage)
@@ -99,7 +149,9 @@ async def run_canary(session: JudgeSession, *, min_agreement: float = 0.75) -> C
             invalid += 1
             got += [not w for w in want]
         expected += want
-    agree = sum(e == g for e, g in zip(expected, got)) / len(expected)
+        steps += ["contexts"] * len(want)
+    agreed = sum(e == g for e, g in zip(expected, got))
+    agree = agreed / len(expected)
     yes = sum(got) / len(got)
     base = max(sum(expected), len(expected) - sum(expected)) / len(expected)
     if invalid:
@@ -112,7 +164,18 @@ async def run_canary(session: JudgeSession, *, min_agreement: float = 0.75) -> C
                   f"majority verdict scores {base:.0%}")
     else:
         reason = ""
-    result = CanaryResult(agree, len(expected), bool(reason), reason, yes)
+    reported = usage.reported or session.reported_model or ""
+    pv = prompt_version(usage.prompts)
+    trigger = _startup_trigger(session, trigger, reported, pv)
+    result = CanaryResult(agree, len(expected), bool(reason), reason, yes, agreed, trigger,
+                          reported, pv)
+    _store_run(session, result, [{"step": s, "expected": e, "got": g}
+                                 for s, e, g in zip(steps, expected, got)])
+    if trigger != "manual":
+        session.canary_armed = True
+        session.canary_prompts = dict(usage.prompts)
+        if session.canary_every_s:
+            session.canary_next_at = time.time() + session.canary_every_s
     session.health = result.as_dict()
     try:
         session.store().set_judge_health(session.model, agree, len(expected), bool(reason),
@@ -127,3 +190,112 @@ async def run_canary(session: JudgeSession, *, min_agreement: float = 0.75) -> C
         log.info("tracescore judge canary: %r agreed with %.0f%% of %d known answers",
                  session.model, agree * 100, len(expected))
     return result
+
+
+def _startup_trigger(session: JudgeSession, trigger: str, reported: str, pv: str) -> str:
+    """A start-up run is news when the prompts or the reported model changed since the last
+    stored run of this configured model: it is stored under that trigger."""
+    if trigger != "startup":
+        return trigger
+    try:
+        runs = session.store().canary_runs(judge_model=session.model)
+    except Exception:  # a database before schema 4, or away: a plain start-up run
+        return trigger
+    if not runs:
+        return trigger
+    last = runs[-1]
+    if pv and last.get("prompt_version") and last["prompt_version"] != pv:
+        return "prompt_changed"
+    if reported and last.get("reported_model") and last["reported_model"] != reported:
+        return "model_changed"
+    return trigger
+
+
+def _store_run(session: JudgeSession, r: CanaryResult, cases: list[dict[str, Any]]) -> None:
+    try:
+        session.store().add_canary_run({
+            "at": time.time(), "judge_model": session.model, "reported_model": r.reported_model,
+            "prompt_version": r.prompt_version, "trigger": r.trigger, "cases": r.cases,
+            "agreed": r.agreed, "yes_share": r.yes_share, "degenerate": r.degenerate,
+            "reason": r.reason, "details": {"cases": cases}})
+    except Exception as exc:  # history must not break the canary (e.g. a schema-3 database)
+        log.debug("could not store the canary run: %r", exc)
+
+
+# -- runs after start-up ------------------------------------------------------------------------
+def due(session: JudgeSession, now: float | None = None) -> str | None:
+    """Why the canary should run now (a trigger), or None. Cheap: memory only."""
+    if not session.canary_armed:
+        return None  # no start-up run (judge_canary=False, or not finished yet)
+    task = session.canary_task
+    if task is not None and not task.done():
+        return None
+    change = session.model_change
+    if change is not None and change != session.canary_seen_change:
+        return "model_changed"
+    if session.prompt_changed:
+        return "prompt_changed"
+    now = time.time() if now is None else now
+    if session.canary_every_s and now >= session.canary_next_at:
+        return "schedule"
+    return None
+
+
+def maybe_run(session: JudgeSession) -> None:
+    """Start a canary run in the background when one is due (called on the scoring loop after
+    a judge score; never blocks, never raises)."""
+    try:
+        trigger = due(session)
+        if trigger is None:
+            return
+        if trigger == "model_changed":
+            session.canary_seen_change = session.model_change
+        session.canary_task = asyncio.get_running_loop().create_task(
+            run_when_due(session, trigger))
+    except Exception as exc:  # pragma: no cover - scoring must go on
+        log.debug("tracescore: could not start the judge canary: %r", exc)
+
+
+async def run_when_due(session: JudgeSession, trigger: str) -> CanaryResult | None:
+    """Run the canary for ``trigger`` unless another worker of the fleet holds the canary
+    lease or already stored a run that covers it; returns the result, or None if skipped."""
+    from ..monitor import state as MS
+
+    every = session.canary_every_s or 0.0
+    now = time.time()
+    owner = f"{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    name = f"judge_canary:{session.model}"[:200]
+    store: Any = None
+    held = False
+    try:
+        store = session.store()
+        held = MS.acquire_lease(store, name, owner, LEASE_S)
+        if not held:  # another worker is running it
+            session.canary_next_at = now + min(every or RETRY_S, RETRY_S)
+            return None
+        runs = store.canary_runs(judge_model=session.model, since=now - max(every, RETRY_S))
+        if trigger == "schedule" and every and runs and runs[-1]["at"] > now - every:
+            session.canary_next_at = float(runs[-1]["at"]) + every
+            return None
+        change = session.model_change
+        if trigger == "model_changed" and change is not None and any(
+                r["reported_model"] == change[1] and r["at"] >= change[2] - 1.0
+                and r["trigger"] != "startup" for r in runs):
+            return None
+        return await run_canary(session, trigger=trigger)
+    except RetryLater as exc:  # judge down or over budget: try again later
+        log.info("tracescore judge canary (%s) postponed: %s", trigger, exc)
+        session.canary_next_at = now + RETRY_S
+        if trigger == "model_changed":
+            session.canary_seen_change = None
+        return None
+    except Exception as exc:
+        log.warning("tracescore judge canary (%s) could not run: %s", trigger, exc)
+        session.canary_next_at = now + max(RETRY_S, min(every, 3600.0))
+        return None
+    finally:
+        if held and store is not None:
+            try:
+                MS.release_lease(store, name, owner)
+            except Exception:  # the lease expires by itself
+                pass

@@ -3,7 +3,9 @@
 The model's own LangChain callbacks still fire, but the scoring worker runs with OpenTelemetry
 instrumentation suppressed, so tracescore's handler ignores these calls: the judge is never
 captured and scored in a loop. Errors whose type or status code says "rate limit", "timeout"
-or 5xx are treated as transient (retried); the rest are final.
+or 5xx are treated as transient (retried); the rest are final. The reply's model is the one the
+provider reported (``response_metadata["model_name"]`` or ``["model"]``) when it says, else
+the configured one.
 """
 
 from __future__ import annotations
@@ -55,12 +57,15 @@ class LangChainJudge:
             b.get("text", "") if isinstance(b, dict) else str(b) for b in msg.content)
         usage = getattr(msg, "usage_metadata", None) or {}
         lps = None
-        raw = (getattr(msg, "response_metadata", None) or {}).get("logprobs")
+        meta = getattr(msg, "response_metadata", None) or {}
+        reported = meta.get("model_name") or meta.get("model") if isinstance(meta, dict) \
+            else None
+        raw = meta.get("logprobs") if isinstance(meta, dict) else None
         if isinstance(raw, dict) and isinstance(raw.get("content"), list):
             lps = [TokenLogprob(t["token"], float(t["logprob"]),
                                 {a["token"]: float(a["logprob"]) for a in t.get("top_logprobs", [])})
                    for t in raw["content"]]
-        return JudgeReply(text=content, model=self.model,
+        return JudgeReply(text=content, model=str(reported or self.model),
                           input_tokens=int(usage.get("input_tokens", 0)),
                           output_tokens=int(usage.get("output_tokens", 0)),
                           latency_ms=latency, logprobs=lps)

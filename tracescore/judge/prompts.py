@@ -83,6 +83,25 @@ STATEMENTS_FORMAT = (
     '"attributable": "yes|no", "covered": "yes|no"}, ...], ...]} with one entry per statement.'
 )
 
+#: ``extract`` and ``contexts`` in one call (:mod:`.pairing`): both need nothing but the record,
+#: so a record whose metrics need both asks once. Each part is the single step's own task and
+#: reply format, word for word; its answer is checked as strictly as the single step's and
+#: cached under the single step's key. A part that fails is asked again alone (its own prompt).
+PAIR_STEP = "extract+contexts"
+PAIR_VERSION = f"pair-v1:{EXTRACT_VERSION}:{CONTEXTS_VERSION}"
+PAIR_TASK = (
+    "Do two independent tasks and answer both in one JSON object. DATA has one part per task "
+    "(`extract` and `contexts`); the names in backquotes inside a task are the fields of that "
+    "task's part of DATA.\n\n"
+    "Task `extract` (DATA.extract): " + EXTRACT_TASK + "\n\n"
+    "Task `contexts` (DATA.contexts): " + CONTEXTS_TASK
+)
+PAIR_FORMAT = (
+    '{"extract": <the reply of task `extract`>, "contexts": <the reply of task `contexts`>}. '
+    "The reply of task `extract`: " + EXTRACT_FORMAT + " The reply of task `contexts`: "
+    + CONTEXTS_FORMAT
+)
+
 OPINIONS_VERSION = "opinions-v1"
 OPINIONS_TASK = (
     "For each opinion in `opinions` (in order) give `biased`: 'yes' if it shows gender, "

@@ -10,12 +10,20 @@ up to ``max_retries`` times with exponential backoff and full jitter; a server's
 probe call is let through (half-open); success closes the breaker. A call whose retries run
 out while the breaker is open raises :class:`RetryLater` too: those failures are the judge's,
 not the record's.
+
+An outage is said out loud, once: when the breaker opens, one WARNING on the ``tracescore``
+logger names the judge (its base URL, never the key), the cause ("connection refused", "no
+answer within 60 s") and what happens to the jobs; one INFO when it answers again. While it is
+down, every deferred job's reason (stored in ``jobs.reason``, read by ``tracescore report`` in
+any process) is the same line: "waiting for the judge at URL (unreachable since T: cause)".
+:func:`judge_url` and :func:`check_reachable` serve the CLI (``judge-check``, ``demo``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import re
 import threading
@@ -33,8 +41,11 @@ from .base import (
     RetryLater,
     TransientJudgeError,
 )
+from .outage import Outage, judge_where
 
 Validator = Callable[[Any], Any]  # returns the cleaned value or raises ValueError(reason)
+
+log = logging.getLogger("tracescore")
 
 
 @dataclass(frozen=True)
@@ -156,6 +167,33 @@ class ResilientJudge:
         self._probe_done: tuple[Any, asyncio.Event] | None = None
         #: how many calls waited for a probe's outcome (instead of being deferred again)
         self.probe_waits = 0
+        #: the judge's current outage: its WARNING/INFO lines and the deferred jobs' reason
+        self.outage = Outage(judge_where(backend), self.breaker.cooldown_s)
+
+    @property
+    def max_wait_s(self) -> float | None:
+        """How long a job may wait for the judge (the worker's ``judge_max_wait_s``), named
+        in the outage WARNING; None: named by its option only."""
+        return self.outage.max_wait_s
+
+    @max_wait_s.setter
+    def max_wait_s(self, value: float | None) -> None:
+        self.outage.max_wait_s = value
+
+    def _waiting(self, fallback: str) -> str:
+        return self.outage.reason(fallback)
+
+    def _transient(self, exc: BaseException, reason: str) -> None:
+        """A transient failure: the breaker counts it; the outage says it once it opens."""
+        opened = self.breaker.opened
+        self.breaker.failure(reason)
+        self.outage.failed(exc, reason, self.policy.timeout_s)
+        if self.breaker.opened != opened:
+            self.outage.breaker_opened()
+
+    def _answered(self) -> None:
+        self.breaker.success()
+        self.outage.answered()
 
     def after_fork(self) -> None:
         """In a forked child: loop-bound state and the backend's connections are the parent's."""
@@ -199,7 +237,10 @@ class ResilientJudge:
     async def _once(self, messages: Sequence[Message], **kw: Any) -> JudgeReply:
         if self.admit is not None:
             self.admit()  # before the breaker: a refused request must not take the probe slot
-        probe = await self._breaker_admits()
+        try:
+            probe = await self._breaker_admits()
+        except RetryLater as exc:  # the breaker holds the call back: say for whom it waits
+            raise RetryLater(self._waiting(exc.reason), exc.delay_s) from None
         try:
             return await self._attempt(messages, **kw)
         finally:
@@ -216,23 +257,23 @@ class ResilientJudge:
         except asyncio.TimeoutError as exc:
             self.failures += 1
             reason = f"judge call timed out after {self.policy.timeout_s:g}s"
-            self.breaker.failure(reason)
+            self._transient(exc, reason)
             self._notify(None, exc)
             raise TransientJudgeError(reason) from exc
         except TransientJudgeError as exc:
             self.failures += 1
-            self.breaker.failure(str(exc))
+            self._transient(exc, str(exc))
             self._notify(None, exc)
             raise
         except JudgeError as exc:
             self.failures += 1
-            self.breaker.success()  # the judge answered; the request was bad
+            self._answered()  # the judge answered; the request was bad
             self._notify(None, exc)
             raise
         except BaseException:
             self.breaker.abandon()
             raise
-        self.breaker.success()
+        self._answered()
         self._notify(reply, None)
         return reply
 
@@ -255,8 +296,9 @@ class ResilientJudge:
                     if self.breaker.state != CircuitBreaker.CLOSED:
                         # These failures opened the breaker: the judge is down, not this
                         # request; the job waits for it instead of getting an error score.
-                        raise RetryLater(f"judge unavailable after {attempt + 1} tries: {exc}",
-                                         self.breaker.cooldown_s) from exc
+                        raise RetryLater(self._waiting(
+                            f"judge unavailable after {attempt + 1} tries: {exc}"),
+                            self.breaker.cooldown_s) from exc
                     raise JudgeError(f"judge failed after {attempt + 1} tries: {exc}") from exc
                 await asyncio.sleep(self.policy.delay(attempt, exc.retry_after))
                 attempt += 1

@@ -8,7 +8,7 @@ in :mod:`.steps` still check every reply, since not every server enforces schema
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 _YN = {"type": "string", "enum": ["yes", "no"]}
@@ -52,6 +52,19 @@ def statements(n: int, ref_lengths: Sequence[int]) -> dict[str, Any]:
     refs = {"type": "array", "prefixItems": [_array(ref_row, k) for k in ref_lengths],
             "minItems": len(ref_lengths), "maxItems": len(ref_lengths), "items": False}
     return _obj({"answer_statements": _array(row, n), "reference_verdicts": refs})
+
+
+def deferred(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """``schema`` as a part of a larger reply: the server still gets it exactly (``anyOf`` with
+    this one alternative), while :func:`check` leaves it to the step that owns the part, so a
+    part that fails costs only that part (asked again alone), not the parts beside it."""
+    return {"anyOf": [dict(schema)]}
+
+
+def pair(parts: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The reply of several steps in one call: one key per step, each the step's own exact
+    schema (:func:`deferred`); no other key. Each part is checked by its step."""
+    return _obj({name: deferred(schema) for name, schema in parts.items()}, optional=())
 
 
 def opinions(n: int) -> dict[str, Any]:
@@ -146,10 +159,11 @@ def check(value: Any, schema: Any, path: str = "reply") -> None:
     ``additionalProperties: false``, ``enum``, ``items`` (a schema or ``false``),
     ``prefixItems``, ``minItems``/``maxItems``, ``minimum``/``maximum``. ``maxLength`` is a
     cost bound for servers that enforce it, not a validity rule: longer strings pass here
-    (the steps cut reasons themselves). Not every server enforces schemas, so every reply is
+    (the steps cut reasons themselves). A :func:`deferred` part (``anyOf``) is not checked
+    here: the step that owns it checks it against its own schema. Not every server enforces schemas, so every reply is
     checked: no extra keys, no missing keys, no wrong types, no values outside an enum.
     """
-    if schema is True or schema is None or not isinstance(schema, dict):
+    if schema is True or schema is None or not isinstance(schema, dict) or "anyOf" in schema:
         return
     t = schema.get("type")
     if t == "object":

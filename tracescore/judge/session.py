@@ -5,17 +5,25 @@ Steps are cached by ``(step, model, prompt version, content hash)`` in the datab
 one process, concurrent requests for the same step share one in-flight call. Every call (and
 cache hit) is accounted in ``judge_calls`` with tokens, latency and cost.
 
+The session also knows who judges (:meth:`JudgeSession.identity`): the configured model, the
+model the server *reported* in its replies (a provider may change the model behind one name),
+and the version of the prompt templates each step sent (a short hash, :func:`prompt_id`). A
+change of either is noted here and makes the canary run again (:mod:`.canary`).
+
 Runs on the scoring worker's event loop only; its SQLite connection belongs to that thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import hashlib
 import json
+import os
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -48,6 +56,10 @@ class StepResult:
     logprobs: Any = None
     latency_ms: float = 0.0
     cost_usd: float | None = None
+    #: the model the judge server reported for this call (None: served from the cache)
+    model: str | None = None
+    #: the step's prompt template id, ``version@hash`` (:func:`prompt_id`)
+    prompt: str = ""
 
 
 @dataclass
@@ -61,9 +73,17 @@ class Usage:
     latency_ms: float = 0.0
     cost_usd: float | None = None
     steps: list[str] = field(default_factory=list)
+    #: the model the server reported in the last call behind this usage (None: all cached)
+    reported: str | None = None
+    #: step → the prompt template id it sent (``version@hash``)
+    prompts: dict[str, str] = field(default_factory=dict)
 
     def add(self, step: str, r: StepResult) -> None:
         self.steps.append(step)
+        if r.prompt:
+            self.prompts[step] = r.prompt
+        if r.model and not r.cached:
+            self.reported = r.model
         if r.cached:
             self.cached_steps += 1
         else:
@@ -82,6 +102,55 @@ class Usage:
         if self.cost_usd is not None:
             out["judge_cost_usd"] = self.cost_usd
         return out
+
+
+def prompt_id(version: str, messages: Sequence[Message]) -> str:
+    """``version@hash`` of a step's prompt *template*: its messages with the judged data cut
+    off (everything after the ``DATA`` line, see :func:`.prompts.messages`). The same
+    template gives the same id in every process; an edited prompt gives a new one even when
+    its version name was not bumped."""
+    h = hashlib.sha256(version.encode())
+    for m in messages:
+        text = str(m.get("content", ""))
+        cut = text.find("\n\nDATA\n")
+        h.update(f"\x00{m.get('role', '')}\x00{text if cut < 0 else text[:cut]}".encode(
+            "utf-8", "replace"))
+    return f"{version}@{h.hexdigest()[:8]}"
+
+
+def prompt_version(prompts: Mapping[str, str]) -> str:
+    """A short stable hash of the prompt templates behind a score (step → :func:`prompt_id`);
+    ``""`` when no step was asked."""
+    if not prompts:
+        return ""
+    blob = "\x00".join(f"{k}={v}" for k, v in sorted(prompts.items()))
+    return hashlib.sha256(blob.encode("utf-8", "replace")).hexdigest()[:10]
+
+
+#: Set while the canary must ask the judge itself (not the cache): see :meth:`JudgeSession.fresh`.
+_FRESH: contextvars.ContextVar[bool] = contextvars.ContextVar("tracescore_judge_fresh",
+                                                               default=False)
+#: How often the canary runs again (seconds) when ``$TRACESCORE_JUDGE_CANARY_EVERY`` is unset.
+DEFAULT_CANARY_EVERY_S = 86400.0
+
+
+def canary_every_from_env() -> float | None:
+    """``$TRACESCORE_JUDGE_CANARY_EVERY`` (``"24h"``, ``"30m"``, seconds; ``"off"``/``0``: no
+    scheduled runs) in seconds; default one day. A bad value raises ValueError."""
+    raw = os.environ.get("TRACESCORE_JUDGE_CANARY_EVERY", "").strip()
+    if not raw:
+        return DEFAULT_CANARY_EVERY_S
+    if raw.lower() in ("off", "0", "none", "never"):
+        return None
+    try:
+        return float(raw) if float(raw) > 0 else None
+    except ValueError:
+        from ..monitor.config import duration
+
+        try:
+            return duration(raw)
+        except ValueError as exc:
+            raise ValueError(f"TRACESCORE_JUDGE_CANARY_EVERY: {exc}") from None
 
 
 def content_key(step: str, model: str, version: str, payload: Any) -> str:
@@ -121,10 +190,63 @@ class JudgeSession:
             weakref.WeakValueDictionary()
         #: quality warning from the canary (set by the canary; put on every judge score)
         self.health: Mapping[str, Any] = {}
+        #: the model the server reported in its last reply (None: no call yet)
+        self.reported_model: str | None = None
+        #: (from, to, unix time) of the last change of the reported model seen here
+        self.model_change: tuple[str, str, float] | None = None
+        #: step → the prompt template id it last sent
+        self.prompts: dict[str, str] = {}
+        #: the canary's steps → their template ids at its last run (a change reruns it)
+        self.canary_prompts: dict[str, str] = {}
+        #: metric → the model behind its last score (the scores' ``judge_model`` segment)
+        self.metric_models: dict[str, str] = {}
+        #: the canary's schedule and state (:mod:`.canary`): seconds between runs (None: only
+        #: at start-up and on a change), armed once the start-up run happened
+        self.canary_every_s: float | None = canary_every_from_env()
+        self.canary_armed = False
+        self.canary_next_at = 0.0
+        self.canary_task: asyncio.Task[Any] | None = None
+        self.canary_seen_change: tuple[str, str, float] | None = None
 
     @property
     def model(self) -> str:
         return self.judge.model
+
+    # -- who judges ------------------------------------------------------------------------------
+    def note_reply(self, reply: JudgeReply) -> None:
+        """Remember the model the server reported (and a change of it)."""
+        model = reply.model or ""
+        if not model:
+            return
+        if self.reported_model is not None and model != self.reported_model:
+            self.model_change = (self.reported_model, model, time.time())
+        self.reported_model = model
+
+    @property
+    def prompt_changed(self) -> bool:
+        """Whether a step of the canary sent another template since the canary last ran."""
+        return any(self.prompts.get(k, v) != v for k, v in self.canary_prompts.items())
+
+    def identity(self, usage: Usage) -> dict[str, Any]:
+        """``{configured, reported, prompt_version}`` of the judge behind ``usage``'s steps.
+        ``reported``: what the server said in the calls behind them; served from the cache,
+        the model it reported last (None before any call)."""
+        return {"configured": self.model, "reported": usage.reported or self.reported_model,
+                "prompt_version": prompt_version(usage.prompts)}
+
+    def model_of(self, metric: str) -> str:
+        """The model behind ``metric``'s last score: reported when known, else configured."""
+        return self.metric_models.get(metric) or self.model
+
+    @contextlib.contextmanager
+    def fresh(self) -> Iterator[None]:
+        """Within this block (this task), steps ask the judge even when the cache has the
+        answer: a canary that read cached verdicts could not see the judge change."""
+        token = _FRESH.set(True)
+        try:
+            yield
+        finally:
+            _FRESH.reset(token)
 
     def store(self) -> StoreAPI:
         if self._store is None:
@@ -199,15 +321,19 @@ class JudgeSession:
         """Run (or reuse) one judge step. ``validate`` checks parsed JSON; ``parse`` instead
         turns the raw reply (text, logprobs) into the result. Both raise ValueError."""
         key = content_key(step, self.model, version, payload)
-        running = self._inflight.get(key)
+        pid = prompt_id(version, messages)
+        self.prompts[step] = pid
+        fresh = _FRESH.get()
+        running = None if fresh else self._inflight.get(key)
         if running is not None:
             r = await asyncio.shield(running)
-            return StepResult(r.data, cached=True, logprobs=r.logprobs)
-        hit = self.store().judge_cache_get(key)
+            return StepResult(r.data, cached=True, logprobs=r.logprobs, prompt=pid)
+        hit = None if fresh else self.store().judge_cache_get(key)
         if hit is not None:
-            return StepResult(hit, cached=True)
+            return StepResult(hit, cached=True, prompt=pid)
         fut: asyncio.Future[StepResult] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = fut
+        if not fresh:  # a fresh call is the canary's own: nobody else waits for it
+            self._inflight[key] = fut
         if self.max_concurrency and self._slots is None:
             self._slots = asyncio.Semaphore(self.max_concurrency)  # binds to the worker's loop
         slots = self._slots
@@ -230,7 +356,8 @@ class JudgeSession:
                 fut.exception()  # retrieved: waiters re-raise it, nobody else must log it
             raise
         finally:
-            self._inflight.pop(key, None)
+            if self._inflight.get(key) is fut:
+                del self._inflight[key]
 
     async def _call_step(
         self, step: str, version: str, messages: Sequence[Message], validate: Validator,
@@ -266,13 +393,15 @@ class JudgeSession:
             latency_ms = (time.perf_counter() - t0) * 1000
             self._account(step, record_id, reply, error, latency_ms)
         assert reply is not None
+        self.note_reply(reply)
         self.store().judge_cache_put(key, step, self.model, version, data,
                                      reply.input_tokens, reply.output_tokens)
         result = StepResult(data, reply.input_tokens, reply.output_tokens, calls=reply.calls,
                             logprobs=reply.logprobs, latency_ms=latency_ms,
                             cost_usd=self.price.cost(reply.input_tokens,
                                                      reply.output_tokens)
-                            if self.price else None)
+                            if self.price else None,
+                            model=reply.model or None, prompt=prompt_id(version, messages))
         fut.set_result(result)
         return result
 

@@ -1,7 +1,7 @@
 """Shared judge steps: each metric asks for steps, never calls the judge itself.
 
 One record's full RAG set (faithfulness, answer relevance, answer correctness, context
-precision, context recall, context relevance, hallucination) needs three calls:
+precision, context recall, context relevance, hallucination) needs three steps, in two calls:
 
 1. ``extract``: statements (and opinions) of the answer and of every reference, in one call;
    cached per text, so a text is never extracted twice.
@@ -9,6 +9,9 @@ precision, context recall, context relevance, hallucination) needs three calls:
    reference, contradicted by the answer.
 3. ``statements``: per answer statement: relevant, supported by the contexts, supported by each
    reference; per reference statement: attributable to the contexts, covered by the answer.
+
+Steps 1 and 2 need no statement list: when a record needs both and neither is cached, they
+share one call (:mod:`.pairing`), each part checked and cached as its own step.
 
 Each step asks every question its inputs allow, whichever metrics are configured, so its cache
 key is stable: adding a metric later reuses the cached verdicts (a few more output tokens per
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..record import RagRecord
+from . import pairing
 from . import prompts as P
 from . import schemas as SC
 from .base import JudgeReply
@@ -113,16 +117,33 @@ async def _extract(session: JudgeSession, record: RagRecord, usage: Usage) -> Ex
             return out
 
         payload = {"texts": missing, "opinions_for": opinions_for}
-        r = await session.step(
-            "extract", P.EXTRACT_VERSION, payload,
-            P.messages(P.EXTRACT_TASK, payload, P.EXTRACT_FORMAT), validate,
-            json_schema=SC.extract(list(missing), opinions_for), max_tokens=2048, record_id=record.record_id,
-        )
-        usage.add("extract", r)
-        for k, v in r.data.items():
-            store.judge_cache_put(_text_key(session, missing[k], k == "answer"), "extract-text",
-                                  session.model, P.EXTRACT_VERSION, v, 0, 0)
-            found[k] = v
+        key = content_key("extract", session.model, P.EXTRACT_VERSION, payload)
+
+        def remember(data: dict[str, Any], *, step_key: bool = True) -> None:
+            for k, v in data.items():
+                store.judge_cache_put(_text_key(session, missing[k], k == "answer"),
+                                      "extract-text", session.model, P.EXTRACT_VERSION, v, 0, 0)
+            if step_key:  # (the single step's own entry is written by session.step)
+                store.judge_cache_put(key, "extract", session.model, P.EXTRACT_VERSION, data,
+                                      0, 0)
+
+        schema = SC.extract(list(missing), opinions_for)
+        out = await pairing.ask(session, record.record_id, pairing.Part(
+            "extract", P.EXTRACT_VERSION, payload, P.EXTRACT_TASK, P.EXTRACT_FORMAT, schema,
+            validate, 2048, key, remember))
+        pairing.account(usage, "extract", out)
+        if out.data is not None:
+            data = out.data
+        else:
+            r = await session.step(
+                "extract", P.EXTRACT_VERSION, payload,
+                P.messages(P.EXTRACT_TASK, payload, P.EXTRACT_FORMAT), validate,
+                json_schema=schema, max_tokens=2048, record_id=record.record_id,
+            )
+            usage.add("extract", r)
+            data = r.data
+            remember(data, step_key=False)
+        found.update(data)
     else:
         usage.cached_steps += 1
     ans = found.get("answer", {"statements": [], "opinions": []})
@@ -170,13 +191,28 @@ async def context_verdicts(session: JudgeSession, record: RagRecord,
             })
         return out
 
-    r = await session.step("contexts", P.CONTEXTS_VERSION, payload,
-                           P.messages(P.CONTEXTS_TASK, payload, P.CONTEXTS_FORMAT), validate,
-                           json_schema=SC.contexts(n, m), max_tokens=256 + 96 * n,
-                           record_id=record.record_id)
-    usage.add("contexts", r)
+    key = content_key("contexts", session.model, P.CONTEXTS_VERSION, payload)
+    schema, max_tokens = SC.contexts(n, m), 256 + 96 * n
+
+    def remember(data: list[dict[str, Any]]) -> None:
+        session.store().judge_cache_put(key, "contexts", session.model, P.CONTEXTS_VERSION,
+                                        data, 0, 0)
+
+    out = await pairing.ask(session, record.record_id, pairing.Part(
+        "contexts", P.CONTEXTS_VERSION, payload, P.CONTEXTS_TASK, P.CONTEXTS_FORMAT, schema,
+        validate, max_tokens, key, remember))
+    pairing.account(usage, "contexts", out)
+    if out.data is not None:
+        data = out.data
+    else:
+        r = await session.step("contexts", P.CONTEXTS_VERSION, payload,
+                               P.messages(P.CONTEXTS_TASK, payload, P.CONTEXTS_FORMAT),
+                               validate, json_schema=schema, max_tokens=max_tokens,
+                               record_id=record.record_id)
+        usage.add("contexts", r)
+        data = r.data
     return [ContextVerdict(d["relevant"] == "yes", [u == "yes" for u in d["useful"]],
-                           d["contradicted"] == "yes", d["reason"]) for d in r.data]
+                           d["contradicted"] == "yes", d["reason"]) for d in data]
 
 
 _CONTEXTS_SCHEMA = {"type": "object", "properties": {"contexts": {"type": "array"}},

@@ -37,6 +37,9 @@ class Metric:
       version: bump when the formula changes; part of the job idempotency key.
       requires: record inputs the metric needs (``query``, ``contexts``, ``answer``,
         ``ground_truths``); a record lacking one is skipped with a reason, not scored 0.
+        A record whose answer stream the client cut off (``complete=False``) lacks a complete
+        answer: metrics requiring ``answer`` are skipped ("answer cut off"), the others score
+        it (:meth:`~tracescore.record.RagRecord.missing`; docs/metrics.md).
       uses: inputs the metric reads when present but can do without; when one arrives later
         (a reference through ``add_ground_truth``) the record is scored again.
       kind: ``"local"`` (pure computation) or ``"judge"`` (calls an LLM judge).

@@ -3,6 +3,13 @@
 Every metric here asks shared steps (:mod:`tracescore.judge.steps`) for what it needs; it never
 calls the judge itself. Formulas follow the suites' documented definitions; see
 docs/metrics.md for each metric's inputs, formula, edge cases and calls per record.
+
+Every judge score names its judge in its details: ``judge: {configured, reported,
+prompt_version}`` (the model as configured, the model the server reported in its replies, the
+hash of the prompt templates its steps sent) and ``judge_model`` (reported when known, else
+configured: the scores' ``judge_model`` segment, so a provider-side model change shows as a
+segment boundary in ``compare --by judge_model``). After a judge score the canary is started
+when it is due (:func:`tracescore.judge.canary.maybe_run`).
 """
 
 from __future__ import annotations
@@ -29,11 +36,18 @@ class JudgeMetric(Metric):
         if self.session is None:
             raise RuntimeError(f"metric {self.name!r} needs a judge: pass judge= to "
                                "tracescore.init")
+        from ..judge.canary import maybe_run
+
+        session = self.session
         usage = Usage()
-        out = await self.evaluate(record, self.session, usage)
-        extra = {**usage.details(), "judge_model": self.session.model}
-        if self.session.health:
-            extra["judge_health"] = dict(self.session.health)
+        out = await self.evaluate(record, session, usage)
+        judge = session.identity(usage)
+        model = judge["reported"] or session.model
+        session.metric_models[self.name] = model
+        extra = {**usage.details(), "judge_model": model, "judge": judge}
+        if session.health:
+            extra["judge_health"] = dict(session.health)
+        maybe_run(session)
         if isinstance(out, Score):
             return _with_details(out, extra)
         return [_with_details(s, extra) for s in out]

@@ -7,6 +7,11 @@ the notifier thread (:class:`.notify.Notifier`) delivers what the evaluator queu
 retries, so a slow or dead webhook never holds up evaluation or scoring. Both threads are
 daemons with their own database connections; nothing here touches the app's request path.
 
+Built in: after the declared monitors, the judge-drift monitor ``judge_drift``
+(:mod:`tracescore.trust.drift`: the judge canary's agreement against its baseline, and changes
+of the model the judge server reports) is evaluated on the same store, under the same lease,
+to every channel of the set — whenever the database has a canary history.
+
 OTel: one log record per state change (:func:`.notify.emit_state_change`) and, with a meter,
 an observable gauge ``tracescore.monitor.state`` per monitor (0 OK, 1 NO_DATA, 2 WARNING,
 3 ALERT), read from memory at collection time, so a Prometheus/Grafana alerting setup can use
@@ -90,7 +95,7 @@ class MonitorRunner:
         failures = 0
         while not self._stop.is_set():
             try:
-                self.last = self.evaluator.run_once()
+                self.last = self.evaluator.run_once() + self._builtin()
                 self.evaluations += 1
                 self.last_error = None
                 failures = 0
@@ -110,6 +115,19 @@ class MonitorRunner:
             self._wake.clear()
         self.evaluator.release()
         self.evaluator.close()
+
+    def _builtin(self) -> list[Evaluation]:
+        """The built-in monitors' evaluations (judge drift); a failure there is logged and
+        never stops the declared monitors."""
+        try:
+            from ..trust.drift import evaluate_with
+
+            return list(evaluate_with(self.evaluator))
+        except Exception as exc:
+            if not _passing(exc):
+                record_internal_error("monitor.judge_drift", exc)
+            log.warning("tracescore: the judge drift monitor could not be evaluated: %s", exc)
+            return []
 
     def stop(self, timeout: float | None = 10.0) -> None:
         self._stop.set()

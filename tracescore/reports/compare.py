@@ -26,7 +26,8 @@ from ..monitor.config import format_duration
 from . import query as Q
 from .metric_info import MetricInfo
 
-__all__ = ["Comparison", "CompareError", "ScoreComparison", "build_comparison"]
+__all__ = ["Comparison", "CompareError", "ScoreComparison", "TrustComparison",
+           "build_comparison"]
 
 #: Verdicts that fail a deployment gate.
 BAD = ("regressed",)
@@ -75,6 +76,8 @@ class Comparison:
     generated_at: float = 0.0
     current_records: int = 0
     baseline_records: int = 0
+    #: score names with human labels on either side: corrected estimates and their difference
+    trust: list[TrustComparison] = field(default_factory=list)
 
     @property
     def regressed(self) -> list[ScoreComparison]:
@@ -93,7 +96,34 @@ class Comparison:
             "scores": {r.name if r.kind in ("mean", "rate") else f"{r.name} ({r.kind})":
                        r.to_json() for r in self.rows},
             "regressed": [r.name for r in self.regressed],
+            "corrected": {t.name: t.to_json() for t in self.trust},
         }
+
+
+@dataclass(frozen=True, slots=True)
+class TrustComparison:
+    """A score with human labels on at least one side: each side's judge mean and corrected
+    estimate (:class:`.trust.TrustSummary`, None without labels there) and, when both sides
+    have a corrected estimate, current − baseline with SE = sqrt(se_a^2 + se_b^2)."""
+
+    name: str
+    current: Any
+    baseline: Any
+    diff: Any  # stats.Difference (estimate None unless both sides are corrected)
+
+    def to_json(self) -> dict[str, Any]:
+        def side(s: Any) -> Any:
+            if s is None:
+                return None
+            c = s.correction
+            return {"judge_mean": {"value": s.judge_mean, "n": s.judge_n,
+                                   "label": "judge mean (uncorrected)"},
+                    "labelled_traces": s.pairs,
+                    "corrected": None if c is None else c.to_json()}
+
+        return {"current": side(self.current), "baseline": side(self.baseline),
+                "difference": self.diff.to_json(),
+                "difference_label": "current - baseline of the corrected estimates"}
 
 
 def _side(conn: Any, seg: Q.SegmentIndex, window: Q.Window, where: Mapping[str, str]
@@ -208,7 +238,24 @@ def build_comparison(
         for (name, metric, kind, hib, ea, eb, diff, n_a, n_b), p_adj in zip(pending, adjusted)
     ]
     return Comparison(db, by, cur_label, base_label, cw, bw, where, min_n, min_effect, alpha,
-                      adjust, rows, time.time(), cur_n, base_n)
+                      adjust, rows, time.time(), cur_n, base_n,
+                      _trust(conn, seg, info, (cw, cur_where, cur), (bw, base_where, base),
+                             alpha))
+
+
+def _trust(conn: Any, seg: Q.SegmentIndex, info: MetricInfo, current: tuple[Any, Any, Any],
+           baseline: tuple[Any, Any, Any], alpha: float) -> list[TrustComparison]:
+    """Corrected estimates per side for the score names with human labels (:mod:`.trust`)."""
+    from .trust import corrected_difference, trust_summaries
+
+    cur = {t.name: t for t in trust_summaries(conn, current[0], current[2], where=current[1],
+                                              seg=seg, info=info)}
+    base = {t.name: t for t in trust_summaries(conn, baseline[0], baseline[2],
+                                               where=baseline[1], seg=seg, info=info)}
+    return [TrustComparison(name, cur.get(name), base.get(name), corrected_difference(
+        cur[name].correction if name in cur else None,
+        base[name].correction if name in base else None, alpha))
+        for name in sorted(set(cur) | set(base))]
 
 
 def parse_where(items: Any) -> dict[str, str]:

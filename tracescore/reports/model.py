@@ -11,8 +11,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-__all__ = ["GroupSummary", "Histogram", "JudgeUsage", "MetricSummary", "MonitorStatus",
-           "Report", "ReportPage", "TimeBucket", "Usage", "WorstRecord"]
+__all__ = ["FeedbackSummary", "GroupSummary", "Histogram", "JudgeUsage", "MetricSummary",
+           "MonitorStatus", "PendingReason", "Report", "ReportPage", "TimeBucket", "Usage",
+           "WorstRecord"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,47 @@ class WorstRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingReason:
+    """Open scoring jobs that share a state and a reason ("waiting for the judge at URL
+    (unreachable since T: connection refused)"; "not started: ..."; "being scored now")."""
+
+    state: str  # "pending" | "leased"
+    reason: str
+    jobs: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state, "reason": self.reason, "jobs": self.jobs}
+
+
+@dataclass(frozen=True, slots=True)
+class FeedbackSummary:
+    """Users' feedback of one name (``ts.add_feedback(name=...)``) in the report's window.
+
+    Positive: a value >= 0.5, or (no value) a label read as positive; negative likewise.
+    ``rate`` is positive / (positive + negative) with its Wilson 95 % interval."""
+
+    name: str
+    count: int  # feedback entries
+    traces: int  # distinct traces they are about
+    valued: int  # entries with a value
+    mean: float | None  # mean value of those
+    positive: int
+    negative: int
+    rate: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    comments: int = 0
+    last_at: float | None = None
+    #: the most frequent labels: (label, entries)
+    labels: tuple[tuple[str, int], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k not in ("name", "labels")}
+        out["labels"] = {label: n for label, n in self.labels}
+        return out
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     db: str
     since: float | None
@@ -93,6 +135,13 @@ class Report:
     by: str | None = None
     groups: list[GroupSummary] = field(default_factory=list)
     where: dict[str, str] = field(default_factory=dict)
+    #: why the open jobs are not scored, most jobs first (current, not windowed)
+    pending_reasons: list[PendingReason] = field(default_factory=list)
+    #: users' feedback in the window, per feedback name
+    feedback: list[FeedbackSummary] = field(default_factory=list)
+    #: score names with human labels in the window: agreement, corrected estimate
+    #: (:class:`.trust.TrustSummary`)
+    trust: list[Any] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +157,8 @@ class Report:
             "sampled": self.sampled,
             "dropped": self.dropped,
             "pending_jobs": self.pending_jobs,
+            "pending_reasons": [p.to_json() for p in self.pending_reasons],
+            "feedback": {f.name: f.to_json() for f in self.feedback},
             "scores": self.scores,
             "undelivered_scores": self.undelivered,
             "lost": dict(self.lost),
@@ -117,6 +168,7 @@ class Report:
                 for name, rows in self.worst.items()
             },
             "judges": self.judges,
+            "judge_vs_humans": {t.name: t.to_json() for t in self.trust},
         }
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from .model import (
     JudgeUsage,
     MetricSummary,
     MonitorStatus,
+    PendingReason,
     Report,
     ReportPage,
     TimeBucket,
@@ -35,8 +36,8 @@ from .model import (
 )
 
 __all__ = ["BUCKETS", "DEFAULT_WORST", "build_page", "build_report", "histogram",
-           "judge_health", "monitor_statuses", "percentile", "pick_bucket", "summarise",
-           "timeline", "usage_summary"]
+           "judge_health", "monitor_statuses", "pending_reasons", "percentile", "pick_bucket",
+           "summarise", "timeline", "usage_summary"]
 
 #: Worst records listed per score, by ``report`` and by the report ``demo`` prints.
 DEFAULT_WORST = 3
@@ -99,9 +100,13 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
     over the records matching ``where``; ``by``: also one summary per value of that dimension.
 
     Records are counted by ``records.created_at``, scores by ``scores.created_at``, skipped
-    jobs by their record's hour. ``dropped``, ``pending_jobs`` and ``lost`` are the
-    database's current totals. ``where``/``by`` name a dimension (:func:`.query.dims_of`).
+    jobs by their record's hour, feedback by its own time. ``dropped``, ``pending_jobs``
+    (with :func:`pending_reasons`) and ``lost`` are the database's current totals.
+    ``where``/``by`` name a dimension (:func:`.query.dims_of`).
     """
+    from .feedback import feedback_summary
+    from .trust import trust_summaries
+
     window = Q.Window(since, until)
     seg = Q.SegmentIndex(conn)
     where = dict(where or {})
@@ -140,7 +145,42 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
         worst=worst_records(conn, metrics, worst, since, until, seg.matching(where)),
         judges=judge_health(conn), lost=lost, monitors=monitor_statuses(conn),
         overflow=overflow, by=by, groups=groups, where=where,
+        pending_reasons=pending_reasons(conn) if pending else [],
+        feedback=feedback_summary(conn, since, until, seg.matching(where)),
+        trust=trust_summaries(conn, window, scores, where=where, seg=seg, info=info),
     )
+
+
+#: Distinct reasons listed for open jobs; the rest are summed into one line.
+MAX_PENDING_REASONS = 5
+
+
+def pending_reasons(conn: Any, now: float | None = None) -> list[PendingReason]:
+    """Why the open jobs are not scored yet, most jobs first: the reason a job was deferred
+    or given back with (``jobs.reason``: "waiting for the judge at URL (unreachable since T:
+    connection refused)", a budget, "worker stopped"), "not started" for a job no pipeline
+    has taken yet, "being scored now" for a leased one. Read from the database, so any
+    process shows what the scoring process knew."""
+    now = time.time() if now is None else now
+    groups: dict[tuple[str, str], int] = {}
+    for status, reason, expired, n in conn.execute(
+        "SELECT status, reason, CASE WHEN lease_until < ? THEN 1 ELSE 0 END, count(*)"
+        " FROM jobs WHERE status IN ('pending', 'leased') GROUP BY 1, 2, 3",
+        (now,)).fetchall():
+        if status == "leased":
+            why = ("lease expired (the process scoring it stopped): taken again by the next "
+                   "running pipeline" if expired else "being scored now")
+        else:
+            why = reason or ("not started: waiting for a running pipeline (the app with "
+                             "tracescore, or `tracescore worker`)")
+        groups[(str(status), why)] = groups.get((str(status), why), 0) + int(n)
+    ranked = sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))
+    out = [PendingReason(state, why, n) for (state, why), n in ranked[:MAX_PENDING_REASONS]]
+    rest = sum(n for _, n in ranked[MAX_PENDING_REASONS:])
+    if rest:
+        out.append(PendingReason("pending", f"{len(ranked) - MAX_PENDING_REASONS} other "
+                                 "reasons (`tracescore show TRACE_ID` names each job's)", rest))
+    return out
 
 
 def worst_records(conn: Any, metrics: list[MetricSummary], n: int, since: float | None,

@@ -8,7 +8,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from .model import MetricSummary, Report
+from .model import FeedbackSummary, MetricSummary, PendingReason, Report
 from .textfmt import WIDTH, printable
 from .textfmt import clip as _clip
 from .textfmt import num as _num
@@ -18,6 +18,7 @@ from .textfmt import share as _share
 from .textfmt import table as _table
 from .textfmt import when as _when
 from .textfmt import wrap as _wrap
+from .trust_text import compare_trust_lines, trust_lines
 
 __all__ = ["format_comparison", "format_report"]
 
@@ -41,7 +42,9 @@ def format_report(report: Report, width: int = WIDTH) -> str:
     scope = "".join(f", {k}={v}" for k, v in report.where.items())
     out = [f"tracescore report on {report.db} ({window}{scope})"]
     out += _monitor_lines(report, width)
-    out += [*_wrap(summary, width), ""]
+    out += _wrap(summary, width)
+    out += _pending_lines(report.pending_reasons, width)
+    out.append("")
     if report.overflow:
         out += [*_wrap(
             "segments past their cardinality limit, counted as 'other': " + ", ".join(
@@ -54,8 +57,9 @@ def format_report(report: Report, width: int = WIDTH) -> str:
         out += [*_wrap(line, width), ""]
     if not report.metrics:
         out.append("No scores yet." if report.records else "No records yet.")
-        if report.pending_jobs:
+        if report.pending_jobs and not report.pending_reasons:
             out.append(f"{report.pending_jobs} scoring jobs are waiting for a running pipeline.")
+        out += _feedback_lines(report.feedback, width)
         return printable("\n".join(out), keep="\n")
 
     out += _score_tables(report.metrics)
@@ -70,6 +74,8 @@ def format_report(report: Report, width: int = WIDTH) -> str:
     if notes:
         out += _wrap("; ".join(notes), width)
     out += _skip_notes(report.metrics, width)
+    out += _feedback_lines(report.feedback, width)
+    out += trust_lines(report.trust, width)
 
     for g in report.groups:
         out += ["", f"{report.by} = {g.value if g.value is not None else '(none)'}: "
@@ -151,6 +157,35 @@ def _monitor_lines(report: Report, width: int) -> list[str]:
     return lines
 
 
+def _pending_lines(reasons: Sequence[PendingReason], width: int) -> list[str]:
+    """Why the open jobs wait, one line per reason: "3 pending: waiting for the judge at URL
+    (unreachable since T: connection refused); retried when it answers"."""
+    lines: list[str] = []
+    for p in reasons:
+        head = f"{p.jobs} pending" if p.state == "pending" else f"{p.jobs} leased"
+        lines += textwrap.wrap(printable(f"{head}: {p.reason}"), width, initial_indent="  ",
+                               subsequent_indent="    ")
+    return lines
+
+
+def _feedback_lines(feedback: Sequence[FeedbackSummary], width: int) -> list[str]:
+    """Users' feedback in the window: one row per feedback name."""
+    if not feedback:
+        return []
+    rows = []
+    for f in feedback:
+        rate = "-" if f.rate is None else f"{100 * f.rate:.0f}%"
+        ci = "-" if f.lo is None or f.hi is None else \
+            f"{100 * f.lo:.1f}–{100 * f.hi:.1f}%"
+        labels = _clip(", ".join(f"{label} {n}" for label, n in f.labels) or "-", 30)
+        rows.append([f.name, str(f.count), str(f.traces), f"{f.positive}/{f.negative}", rate,
+                     ci, _num(f.mean), str(f.comments), labels])
+    out = ["", "User feedback (ts.add_feedback; up = value >= 0.5 or a positive label)"]
+    table = _table(["feedback", "n", "traces", "up/down", "up", "95% CI", "mean", "comments",
+                    "labels"], rows, "<>>>>>>><")
+    return out + table
+
+
 def _skip_notes(metrics: Sequence[MetricSummary], width: int) -> list[str]:
     """Why metrics skipped most of their records (once per metric, not per score name)."""
     # Metrics skipped alike (an agent without answers skips every answer metric) share a line.
@@ -229,6 +264,8 @@ def format_comparison(c: Any, width: int = WIDTH) -> str:
         f"p-values adjusted across the {len(c.rows)} rows by {adjust}; alpha {c.alpha:g}; "
         f"'no change' = the interval lies inside ±{c.min_effect:g}; 'not enough data' = "
         f"fewer than {c.min_n} scored records on a side.", width)
+    out += compare_trust_lines(getattr(c, "trust", []), c.current_label, c.baseline_label,
+                               width)
     return printable("\n".join(out), keep="\n")
 
 

@@ -1,5 +1,6 @@
 """``tracescore show``: one record (or a trace's records) in full — query, contexts, answer,
-every score with its explanation, and its unscored jobs. Reads raw rows by primary key or
+every score with its explanation, its unscored jobs (with why they wait) and the users'
+feedback on its trace (``ts.add_feedback``). Reads raw rows by primary key or
 trace id (indexed). Blocking I/O. The human output shows control characters in captured text
 as visible escapes (:func:`.textfmt.printable`); the JSON output is left to JSON."""
 
@@ -46,10 +47,13 @@ def find_records(conn: sqlite3.Connection, ident: str) -> tuple[list[dict[str, A
 
 
 def record_details(conn: sqlite3.Connection, row: dict[str, Any]) -> dict[str, Any]:
-    """A record as plain data: decoded JSON columns, its scores and its unscored jobs."""
+    """A record as plain data: decoded JSON columns, its scores, its unscored jobs and the
+    feedback on its trace."""
+    from .feedback import feedback_for_trace
+
     rec = dict(row)
     for key, default in (("contexts", "[]"), ("ground_truths", "[]"), ("metadata", "{}"),
-                         ("tags", "[]"), ("sampled_metrics", "[]")):
+                         ("tags", "[]"), ("sampled_metrics", "[]"), ("candidates", "[]")):
         try:
             rec[key] = json.loads(rec.get(key) or default)
         except (TypeError, ValueError):
@@ -70,6 +74,7 @@ def record_details(conn: sqlite3.Connection, row: dict[str, Any]) -> dict[str, A
             " WHERE record_id = ? AND status != 'done' ORDER BY metric", (rec["record_id"],),
         )
     ]
+    rec["feedback"] = feedback_for_trace(conn, rec.get("trace_id") or "")
     return rec
 
 
@@ -118,6 +123,9 @@ def format_records(recs: Sequence[dict[str, Any]], width: int = WIDTH,
         out += _field("tokens", usage, width)
         out += _field("model", rec.get("model"), width)
         out += _field("error", rec.get("error"), width)
+        if rec.get("complete", 1) == 0:  # schema v5: a stream the client cut off
+            out += _field("answer", "incomplete: the client stopped reading the stream "
+                          "(answer-based metrics skipped)", width)
         out += _field("sampling", sampling, width)
         for key in ("session_id", "user_id"):
             if rec.get(key):
@@ -168,6 +176,7 @@ def format_records(recs: Sequence[dict[str, Any]], width: int = WIDTH,
             if len(text) > context_chars:
                 text = text[:context_chars].rstrip() + f"… ({len(c['text'])} chars)"
             out += _wrap(text, "      ", width)
+        out += _candidates(rec.get("candidates"), width)
 
         scores = rec["scores"]
         out += ["", f"scores ({len(scores)})"]
@@ -187,5 +196,38 @@ def format_records(recs: Sequence[dict[str, Any]], width: int = WIDTH,
                                  "      ", width)
         for j in rec["jobs"]:
             reason = f": {j['reason']}" if j.get("reason") else ""
-            out.append(f"  {j['metric']}: {j['status']}{reason}")
+            out += _wrap(f"{j['metric']}: {j['status']}{reason}", "  ", width)
+        out += _feedback(rec.get("feedback") or [], width)
     return printable("\n".join(out), keep="\n")
+
+
+def _candidates(cands: Any, width: int) -> list[str]:
+    """Schema v5: the retrieved candidates that did not reach the model, with the step that
+    dropped them (the kept ones are the contexts above)."""
+    if not isinstance(cands, list) or not cands:
+        return []
+    dropped = [c for c in cands if isinstance(c, dict) and not c.get("kept", True)]
+    out = ["", f"candidates ({len(cands)} retrieved, {len(dropped)} did not reach the model)"]
+    for c in dropped:
+        text = str(c.get("text") or "")
+        text = text if len(text) <= 120 else text[:120].rstrip() + "…"
+        out += _wrap(f"- from {c.get('source')}, dropped by {c.get('dropped_by')}: {text}",
+                     "  ", width)
+    return out
+
+
+def _feedback(entries: Sequence[dict[str, Any]], width: int) -> list[str]:
+    """The trace's feedback: name, value, label, when, then the comment."""
+    if not entries:
+        return []
+    out = ["", f"feedback on the trace ({len(entries)})"]
+    rows = [[str(f["name"]), _num(f["value"], 2), f["label"] or "-", _when(f["created_at"])]
+            for f in entries]
+    table = _table(["feedback", "value", "label", "at"], rows, "<><<")
+    out += ["  " + line for line in table[:2]]
+    for line, f in zip(table[2:], entries):
+        out.append("  " + line)
+        if f.get("comment"):
+            note = f["comment"]
+            out += _wrap(note if len(note) <= 600 else note[:600] + "…", "      ", width)
+    return out

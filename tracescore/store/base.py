@@ -18,13 +18,15 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
+from .._internal.db_faults import storage_fault
 from ..record import RagRecord
 from ..sampling import Decision
 from ..score import Score
 from .segments import SegmentSpec
 from .sqlite import Job, NewJob
 
-__all__ = ["PG_SCHEMES", "StoreAPI", "is_postgres", "open_store", "redact_text", "redact_url"]
+__all__ = ["PG_SCHEMES", "StoreAPI", "is_postgres", "open_store", "redact_text", "redact_url",
+           "storage_fault"]
 
 PG_SCHEMES = ("postgresql://", "postgres://")
 
@@ -108,7 +110,9 @@ class StoreAPI(Protocol):
     def close(self) -> None: ...
     def unavailable(self, exc: BaseException) -> bool:
         """Whether ``exc`` is a fault that passes (locked, busy, full, server away), not a bad
-        statement: the writer then keeps its batch in memory and retries."""
+        statement: the writer then keeps its batch in memory and retries, the scorer keeps
+        its scores. :func:`storage_fault` names the kind (``disk_full``, ``db_io_error``,
+        ``db_unavailable``) for both backends."""
     def register_metrics(self, metrics: Sequence[Any]) -> None: ...
     def add_feedback(self, trace_id: str, name: str, value: float | None, label: str | None,
                      comment: str | None, created_at: float) -> None: ...
@@ -157,6 +161,20 @@ class StoreAPI(Protocol):
     def mark_delivered_many(self, batches: Sequence[tuple[Sequence[int], str]]) -> None: ...
     def undelivered_record_ids(self, limit: int = 1000,
                                older_than: float | None = None) -> list[str]: ...
+    # human labels, label plans, judge canary history (schema 4, :mod:`.labels`)
+    def add_label(self, trace_id: str, name: str, value: float | None, *,
+                  annotator: str | None = None, comment: str | None = None,
+                  source: str = "manual", created_at: float | None = None,
+                  metric_version: str | None = None) -> None:
+        """Replaces the same annotator's label; ``metric_version`` None: the stored score's."""
+    def add_labels(self, rows: Iterable[Mapping[str, Any]]) -> int: ...
+    def labels(self, name: str | None = None,
+               since: float | None = None) -> list[dict[str, Any]]: ...
+    def add_label_plan(self, plan_id: str, rows: Iterable[Mapping[str, Any]]) -> int: ...
+    def label_plan(self, plan_id: str) -> list[dict[str, Any]]: ...
+    def add_canary_run(self, row: Mapping[str, Any]) -> None: ...
+    def canary_runs(self, judge_model: str | None = None,
+                    since: float | None = None) -> list[dict[str, Any]]: ...
     # retention (:mod:`.retention`)
     def used_bytes(self) -> tuple[int, int]:
         """(bytes in use, bytes on disk)."""

@@ -2,7 +2,8 @@
 copy-to-postgres``).
 
 Everything a team's history holds goes across — records, jobs, scores, feedback, counters,
-declared metrics, judge cache, judge calls and health, embedding cache — in one PostgreSQL
+declared metrics, judge cache, judge calls and health, embedding cache, human labels, label
+plans, the judge canary's history — in one PostgreSQL
 transaction (all or nothing). Ids are re-issued by PostgreSQL (the target may already hold a
 fleet's data); a score keeps pointing at its job through the job's natural key (record,
 metric, version). Rows whose natural key exists in the target are left as they are. Jobs
@@ -93,6 +94,14 @@ _HOURLY = (
     ("skips", "SELECT hour, metric, seg_id, reason, n FROM hourly_skips", 4),
 )
 _SEG_POS = {"records": 1, "scores": 2, "bins": 2, "skips": 2}
+#: (table, its id column — re-issued by the target —, ON CONFLICT tail) of the tables copied
+#: row by row after the scores: a label or plan row whose natural key the target holds stays.
+_APPENDED = (
+    ("feedback", "feedback_id", ""), ("judge_calls", "call_id", ""),
+    ("labels", "id", "ON CONFLICT (trace_id, name, annotator) DO NOTHING"),
+    ("label_plan", "", "ON CONFLICT (plan_id, position) DO NOTHING"),
+    ("judge_canary", "id", ""),
+)
 
 
 def _copy_segments(src: sqlite3.Connection, dst: Any,
@@ -196,11 +205,11 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
                          + (r[scols.index("record_id")], r[-2], r[-1])
                          for r in mapped([*scols, "", ""], rows)])
                 counts["scores"] = counts.get("scores", 0) + len(rows)
-            for table, skip in (("feedback", "feedback_id"), ("judge_calls", "call_id")):
+            for table, skip, tail in _APPENDED:
                 if table in tables:
                     cols = _shared_columns(src, dst.conn, table, skip=(skip,))
                     for rows in _chunks(src, _select(cols, table)):
-                        put(table, cols, "", rows)
+                        put(table, cols, tail, rows)
             for table, select, nkey in _HOURLY:
                 for rows in _chunks(src, select):
                     delta = Delta()

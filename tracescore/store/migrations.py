@@ -130,6 +130,8 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "compact rows for unsampled records, hourly rollups", _sqlite_v2),
     Migration(3, "segments (release, environment, model, metadata keys), hourly rollups per "
                  "segment kept on write; monitor tables", _sqlite_v3),
+    Migration(4, "human labels, label plans, judge canary history", lambda s: _v4(s, "sqlite")),
+    Migration(5, "records: retrieval candidates, complete flag", lambda s: _v5(s, "sqlite")),
 )
 
 
@@ -224,6 +226,37 @@ def _v3(store: Any, dialect: str) -> None:
     delta.write(conn)
     for table in rollup.V2_TABLES:
         conn.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def _v4(store: Any, dialect: str) -> None:
+    """Version 4 (both backends): the tables ``labels``, ``label_plan`` and ``judge_canary``
+    (:mod:`.labels`); only ``CREATE``, existing rows untouched."""
+    from .labels import ddl
+    from .rollup import qmark
+
+    conn = qmark(store)
+    for stmt in ddl(dialect):
+        conn.execute(stmt)
+
+
+#: Columns version 5 adds to ``records``: every retrieved candidate with the step that produced
+#: or dropped it (JSON, NULL when the run had none or the row is compact) and whether the
+#: answer is complete (0 = a stream the client cut off). Rows before it were complete.
+V5_COLUMNS = (("candidates", "TEXT", "text"), ("complete", "INTEGER NOT NULL DEFAULT 1",
+                                                "integer NOT NULL DEFAULT 1"))
+
+
+def _v5(store: Any, dialect: str) -> None:
+    """Version 5 (both backends): ``records.candidates`` and ``records.complete``; only
+    ``ALTER TABLE … ADD COLUMN`` with a default, no rewrite of existing rows."""
+    if dialect == "postgres":
+        for name, _, pg_type in V5_COLUMNS:
+            store.conn.execute(f"ALTER TABLE records ADD COLUMN IF NOT EXISTS {name} {pg_type}")
+        return
+    cols = {r[1] for r in store.conn.execute("PRAGMA table_info(records)")}
+    for name, sql_type, _ in V5_COLUMNS:
+        if name not in cols:
+            store.conn.execute(f"ALTER TABLE records ADD COLUMN {name} {sql_type}")
 
 
 def _keyset(conn: Any, select: str, key: str) -> Any:
@@ -408,6 +441,9 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "compact rows, hourly rollups, retrieval queries, yes/no metric declarations",
               _pg_v2),
     Migration(3, "segments, hourly rollups per segment kept on write; monitor tables", _pg_v3),
+    Migration(4, "human labels, label plans, judge canary history",
+              lambda s: _v4(s, "postgres")),
+    Migration(5, "records: retrieval candidates, complete flag", lambda s: _v5(s, "postgres")),
 )
 
 #: pg_advisory_xact_lock key: "tracescore" as an int

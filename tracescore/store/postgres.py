@@ -25,9 +25,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from .._internal.secrets import scrub_score
+from .._internal.vectors import pack, unpack
 from ..record import RagRecord
 from ..sampling import Decision
 from ..score import Score
+from .labels import LabelsMixin
 from .migrations import migrate_postgres
 from .rollup import Delta, QmarkConnection, count_skips
 from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
@@ -61,7 +63,7 @@ __all__ = ["PostgresEmbeddingCache", "PostgresStore", "connect", "open_jobs"]
 TABLES = ("records", "jobs", "scores", "counters", "metrics", "judge_cache", "judge_calls",
           "feedback", "judge_health", "embedding_cache", "rate_limits", "meta",
           "segments", "segment_values", "hourly_records", "hourly_scores", "hourly_bins",
-          "hourly_skips")
+          "hourly_skips", "labels", "label_plan", "judge_canary")
 
 #: the database's clock (every host of a fleet agrees on it)
 NOW = "extract(epoch FROM clock_timestamp())::float8"
@@ -100,8 +102,21 @@ def _nul_free(value: Any) -> Any:
     return value
 
 
-class PostgresStore:
-    """The PostgreSQL backend of :class:`~.base.StoreAPI`."""
+#: The lease statement (``which``: the order and limit of the first pass, or the records of
+#: the second); rows another worker is leasing right now are skipped, not waited for.
+_LEASE = (
+    "UPDATE jobs SET status='leased', lease_owner=%(owner)s, lease_until=%(until)s, "
+    "attempts = attempts + 1, updated_at=%(now)s WHERE job_id IN ("
+    " SELECT job_id FROM jobs WHERE metric = ANY(%(metrics)s) AND ("
+    "  (status='pending' AND (lease_until IS NULL OR lease_until <= %(now)s))"
+    "  OR (status='leased' AND lease_until < %(now)s))"
+    " {which} FOR UPDATE SKIP LOCKED) "
+    "RETURNING job_id, record_id, metric, metric_version, attempts, created_at")
+
+
+class PostgresStore(LabelsMixin):
+    """The PostgreSQL backend of :class:`~.base.StoreAPI` (labels:
+    :class:`.labels.LabelsMixin`)."""
 
     dialect = "postgres"
     #: many hosts: redelivery must leave the scores of live workers alone
@@ -454,17 +469,16 @@ class PostgresStore:
         """Atomically take up to ``limit`` pending or expired-lease jobs of ``metrics``; rows
         another worker is leasing right now are skipped, not waited for."""
         now = time.time()
-        rows = self._x(
-            "UPDATE jobs SET status='leased', lease_owner=%(owner)s, lease_until=%(until)s, "
-            "attempts = attempts + 1, updated_at=%(now)s WHERE job_id IN ("
-            " SELECT job_id FROM jobs WHERE metric = ANY(%(metrics)s) AND ("
-            "  (status='pending' AND (lease_until IS NULL OR lease_until <= %(now)s))"
-            "  OR (status='leased' AND lease_until < %(now)s))"
-            " ORDER BY job_id LIMIT %(limit)s FOR UPDATE SKIP LOCKED) "
-            "RETURNING job_id, record_id, metric, metric_version, attempts, created_at",
-            {"owner": owner, "until": now + lease_s, "now": now, "metrics": list(metrics),
-             "limit": limit},
-        ).fetchall()
+        args = {"owner": owner, "until": now + lease_s, "now": now, "metrics": list(metrics),
+                "limit": limit}
+        with self.transaction():
+            rows = self._x(_LEASE.format(which="ORDER BY job_id LIMIT %(limit)s"),
+                           args).fetchall()
+            if rows:
+                # A record's jobs go out together (as on SQLite: its judge jobs then share
+                # calls, judge/pairing.py): the rest of the leased records' open jobs.
+                rows += self._x(_LEASE.format(which="AND record_id = ANY(%(records)s)"),
+                                {**args, "records": list({r[1] for r in rows})}).fetchall()
         return sorted((Job(*r) for r in rows), key=lambda j: j.job_id)
 
     def complete_jobs(self, owner: str, done: Sequence[tuple[Job, Sequence[Score]]],
@@ -658,19 +672,15 @@ class PostgresEmbeddingCache:
         return c
 
     def get_many(self, model: str, keys: Iterable[str]) -> dict[str, list[float]]:
-        from ..embeddings.cache import _unpack
-
         with self._lock:
             rows = self._db().execute(
                 "SELECT text_sha256, vector FROM embedding_cache WHERE model=%s "
                 "AND text_sha256 = ANY(%s)", (model, list(dict.fromkeys(keys)))).fetchall()
-        return {k: _unpack(bytes(blob)) for k, blob in rows}
+        return {k: unpack(bytes(blob)) for k, blob in rows}
 
     def put_many(self, model: str, items: Iterable[tuple[str, Sequence[float]]]) -> None:
-        from ..embeddings.cache import _pack
-
         now = time.time()
-        rows = [(model, key, len(vec), _pack(vec), now) for key, vec in items]
+        rows = [(model, key, len(vec), pack(vec), now) for key, vec in items]
         if not rows:
             return
         with self._lock:

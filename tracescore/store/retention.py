@@ -2,22 +2,28 @@
 
 :func:`prune` deletes records older than :attr:`Retention.max_age_s` (and, with
 :attr:`Retention.max_bytes`, the oldest records until the database's used space fits), with
-their scores, their finished jobs and their judge-call log rows; then judge-cache entries,
-judge calls and feedback older than the window that no remaining record references. Each batch
+their scores and their finished jobs; then judge-cache entries, judge calls (those of the
+pruned records included) and feedback older than the window that no remaining record
+references. Each batch
 is one transaction. The hourly rollups already hold every row (they are updated as rows are
 written: :mod:`.rollup`), so pruning only deletes raw rows and every aggregate is the same
 before and after it; deferred compaction (``keep_full_text="2h"``) counts the records it makes
 text-less in ``hourly_records.compact``.
 
 Never pruned: a record with an open job (pending or leased, including jobs waiting for the
-judge) or with a score not yet delivered to the span exporter; they go once that is done.
+judge) or with a score not yet delivered to the span exporter; they go once that is done. Nor
+labels, nor the records and scores of labelled traces (the calibration set).
 
 The background :class:`RetentionThread` runs :func:`prune` every ``interval_s`` on its own
 connection, ``batch_size`` records per transaction with a pause between batches, so the writer
 thread and the scoring worker take the write lock between batches and are never held up for
 more than one small batch. Space goes back to the file system by SQLite's incremental vacuum
-in small steps (a database created before schema version 2 reuses the freed pages instead,
-until ``tracescore prune --vacuum`` converts it once, offline).
+in steps of ``vacuum_pages`` (:func:`give_back_space`; a database created before schema
+version 2 reuses the freed pages instead, until ``tracescore prune --vacuum`` converts it
+once, offline). At scale (issue 19, bench/prune.py) a run's cost is the index pages it
+rewrites — about seven randomly placed ones per record — so a run reads each old record once
+(keyset continuation), pauses no longer than its batch took, and gives back pages by the
+thousand per step instead of one.
 
 Both backends: the SQL here is written once, with ``?`` placeholders; every dialect
 difference is in :func:`.rollup.qmark_tx` (``?`` → ``%s`` by :func:`.compat.translate`)
@@ -37,6 +43,8 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -176,6 +184,9 @@ class PruneResult:
     held: int = 0
     #: unsampled records whose text was dropped after the ``keep_full_text`` window
     compacted: int = 0
+    #: free pages returned to the file system (SQLite incremental vacuum), in how many steps
+    pages_given_back: int = 0
+    vacuum_steps: int = 0
     used_bytes_before: int = 0
     used_bytes_after: int = 0
     file_bytes_before: int = 0
@@ -206,24 +217,45 @@ def _lock(store: Any) -> str:
 
 
 # -- the batch -------------------------------------------------------------------------------
-#: Records that may go: older than the cutoff, no open job, no undelivered score.
+#: Records that may go: older than the cutoff, no open job, no undelivered score, no human
+#: label on their trace (labels and labelled traces are the calibration set: kept).
+#: Keyset continuation (``created_at >= ?``, the last batch's newest record): the records a
+#: batch skipped (held) are not read again by every later batch of the run.
 _ELIGIBLE = (
-    "SELECT r.record_id FROM records r WHERE r.created_at < ?"
+    "SELECT r.record_id, r.created_at FROM records r WHERE r.created_at < ?"
+    " AND r.created_at >= ?"
     " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.record_id = r.record_id"
     " AND j.status IN ('pending', 'leased'))"
     " AND NOT EXISTS (SELECT 1 FROM scores s WHERE s.record_id = r.record_id"
     " AND s.delivery IS NULL)"
+    " AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.trace_id = r.trace_id)"  # calibration set
     " ORDER BY r.created_at LIMIT ?"
 )
 
 
+#: Records kept whatever their age: an open job, an undelivered score, a label on the trace
+#: (the complement of :data:`_ELIGIBLE`'s conditions). Read from the indexes of those few
+#: rows (open jobs, undelivered scores, labels), never by visiting every old record.
+_HELD = (
+    "SELECT count(*) FROM records r WHERE r.created_at < ? AND r.record_id IN ("
+    "SELECT j.record_id FROM jobs j WHERE j.status IN ('pending', 'leased')"
+    " UNION SELECT s.record_id FROM scores s WHERE s.delivery IS NULL"
+    " UNION SELECT r2.record_id FROM labels l JOIN records r2 ON r2.trace_id = l.trace_id)"
+)
+
+
 def count_eligible(store: Any, cutoff: float) -> tuple[int, int]:
-    """(records older than ``cutoff`` that may go, all records older than it): a dry run."""
+    """(records older than ``cutoff`` that may go, all records older than it): a dry run.
+
+    Two counts in one transaction, in constant memory: all older records (an index range
+    count), minus the older ones held by an open job, an undelivered score or a label (found
+    from those rows' own indexes), so the cost follows the backlog, not the history (issue 19:
+    every eligible id used to be fetched into a list to be counted)."""
     with _tx(store) as conn:
-        eligible = len(conn.execute(_ELIGIBLE, (cutoff, 10**12)).fetchall())
         older = int(conn.execute("SELECT count(*) FROM records WHERE created_at < ?",
                                  (cutoff,)).fetchone()[0])
-    return eligible, older
+        held = int(conn.execute(_HELD, (cutoff,)).fetchone()[0]) if older else 0
+    return older - held, older
 
 
 #: Why ``max_bytes`` is not applied on PostgreSQL.
@@ -236,30 +268,35 @@ def _marks(n: int) -> str:
     return ",".join("?" * n)
 
 
-def prune_batch(store: Any, cutoff: float, limit: int, result: PruneResult) -> int:
-    """Delete up to ``limit`` eligible records older than ``cutoff`` (their rollups stay), in
-    one transaction. Returns how many records went."""
+def prune_batch(store: Any, cutoff: float, limit: int, result: PruneResult,
+                since: float = float("-inf")) -> tuple[int, float]:
+    """Delete up to ``limit`` eligible records with ``since <= created_at < cutoff`` (their
+    rollups stay), in one transaction. Returns (how many went, the newest one's created_at:
+    the next batch's ``since``).
+
+    Their judge-call log rows go in :func:`_prune_unreferenced` (by ``created_at``, which is
+    indexed): ``judge_calls.record_id`` has no index, so deleting them here scanned the whole
+    table once per batch."""
     with _tx(store) as conn:
-        ids = [r[0] for r in conn.execute(_ELIGIBLE + _lock(store),
-                                          (cutoff, limit)).fetchall()]
-        if not ids:
-            return 0
+        rows = conn.execute(_ELIGIBLE + _lock(store), (cutoff, since, limit)).fetchall()
+        if not rows:
+            return 0, since
+        ids = [r[0] for r in rows]
         m = _marks(len(ids))
         result.scores += conn.execute(f"DELETE FROM scores WHERE record_id IN ({m})",
                                       ids).rowcount
         result.jobs += conn.execute(f"DELETE FROM jobs WHERE record_id IN ({m})", ids).rowcount
-        result.judge_calls += conn.execute(
-            f"DELETE FROM judge_calls WHERE record_id IN ({m})", ids).rowcount
         n = int(conn.execute(f"DELETE FROM records WHERE record_id IN ({m})", ids).rowcount)
     result.records += n
     result.batches += 1
-    return n
+    return n, float(rows[-1][1])
 
 
 _COMPACTABLE = (
     "SELECT r.record_id, r.query, r.answer, r.contexts, r.created_at, r.seg_id FROM records r"
     " WHERE r.created_at < ? AND r.text_kept = 1 AND r.sampled = 0 AND r.content_captured = 1"
     " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.record_id = r.record_id)"
+    " AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.trace_id = r.trace_id)"
     " ORDER BY r.created_at LIMIT ?"
 )
 
@@ -285,7 +322,7 @@ def compact_batch(store: Any, before: float, limit: int, result: PruneResult) ->
                             q_chars, q_hash, a_chars, a_hash, record_id))
         conn.executemany(
             "UPDATE records SET query = NULL, answer = NULL, prompt = NULL, contexts = ?,"
-            " text_kept = 0, query_chars = ?, query_hash = ?, answer_chars = ?,"
+            " candidates = NULL, text_kept = 0, query_chars = ?, query_hash = ?, answer_chars = ?,"
             " answer_hash = ? WHERE record_id = ? AND text_kept = 1", updates)
         # (the rows are locked / the SQLite transaction is exclusive: every update applied)
         delta.write(conn)
@@ -296,7 +333,8 @@ def compact_batch(store: Any, before: float, limit: int, result: PruneResult) ->
 def _prune_unreferenced(store: Any, cutoff: float, limit: int, result: PruneResult,
                         stop: threading.Event | None, pause_s: float) -> None:
     """Judge calls, judge-cache entries and feedback older than ``cutoff`` that no remaining
-    record references (judge calls of pruned records went with their batch)."""
+    record references: the judge calls of the records just pruned (a call made after the
+    cutoff for a record pruned now goes in a later run, once it is older than the cutoff)."""
     steps = (
         ("judge_calls", "DELETE FROM judge_calls WHERE call_id IN (SELECT call_id FROM "
          "judge_calls c WHERE c.created_at < ? AND (c.record_id IS NULL OR NOT EXISTS "
@@ -307,14 +345,96 @@ def _prune_unreferenced(store: Any, cutoff: float, limit: int, result: PruneResu
          "feedback f WHERE f.created_at < ? AND NOT EXISTS (SELECT 1 FROM records r "
          "WHERE r.trace_id = f.trace_id) LIMIT ?)"),
     )
+    _run_steps(store, steps, cutoff, limit, result, stop, pause_s)
+
+
+def _run_steps(store: Any, steps: tuple[tuple[str, str], ...], cutoff: float, limit: int,
+               result: PruneResult, stop: threading.Event | None, pause_s: float) -> None:
     for attr, sql in steps:
         while not (stop is not None and stop.is_set()):
+            t = time.perf_counter()
             with _tx(store) as conn:
                 n = int(conn.execute(sql, (cutoff, limit)).rowcount)
             setattr(result, attr, getattr(result, attr) + n)
             if n < limit:
                 break
-            time.sleep(pause_s)
+            _rest(pause_s, time.perf_counter() - t)
+
+
+def _rest(pause_s: float, busy_s: float) -> None:
+    """The pause after a write transaction that took ``busy_s``: as long as the transaction,
+    at most ``pause_s``. The writer and the scoring worker get the lock at least half of the
+    time, and a short batch is not followed by a long sleep (issue 19: a fixed 50 ms after
+    each 500-record batch was a minute of sleeping per 600,000 records)."""
+    time.sleep(max(0.0, min(pause_s, busy_s)))
+
+
+#: Pages of SQLite page cache for a pruning connection, per record of a batch: deleting a
+#: record touches about seven randomly placed index pages (records by id and by trace, its
+#: scores by record and by value, its jobs by record); with SQLite's default 2 MB cache a
+#: batch spilled them to the WAL before its commit and read them back.
+_CACHE_PAGES_PER_RECORD = 16
+#: WAL frames before the pruner's own commits checkpoint (SQLite's default is 1,000 = 4 MB):
+#: a batch writes thousands of index pages and the next batches write many of the same
+#: pages again; checkpointing every ~64 MB copies each page back to the database once per
+#: checkpoint instead of once per batch. The WAL is truncated at the end of the run.
+_WAL_CHECKPOINT_PAGES = 16384
+
+
+@contextmanager
+def _pruning_connection(store: Any, batch: int) -> Iterator[None]:
+    """SQLite only: a page cache that holds one batch and fewer checkpoints, on the store's
+    own connection for the length of one run (restored after)."""
+    if _is_pg(store):
+        yield
+        return
+    conn = store.conn
+    cache = int(conn.execute("PRAGMA cache_size").fetchone()[0])
+    ckpt = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+    pages = max(2000, _CACHE_PAGES_PER_RECORD * batch)
+    conn.execute(f"PRAGMA cache_size={pages}")  # (> 0: pages, whatever their size)
+    conn.execute(f"PRAGMA wal_autocheckpoint={max(ckpt, _WAL_CHECKPOINT_PAGES)}")
+    try:
+        yield
+    finally:
+        conn.execute(f"PRAGMA cache_size={cache}")
+        conn.execute(f"PRAGMA wal_autocheckpoint={ckpt}")
+
+
+def give_back_space(store: Any, pages_per_step: int, *, pause_s: float,
+                    stop: threading.Event | None = None) -> tuple[int, int]:
+    """Return free pages to the file system: SQLite's incremental vacuum, ``pages_per_step``
+    pages per write transaction, then truncate the WAL. Returns (pages given back, steps).
+
+    ``PRAGMA incremental_vacuum(N)`` frees one page per ``sqlite3_step`` of its statement,
+    and Python's ``execute`` steps a statement that returns no rows exactly once: the
+    store's loop (``execute`` + ``fetchall``) freed ONE page per step and then slept, ~20
+    pages a second (issue 19). ``executescript`` steps each statement to its end, so a step
+    frees its N pages; it runs outside a transaction, so the pragma is its own write
+    transaction (and waits for the lock like any other). PostgreSQL, and a SQLite database
+    without incremental auto-vacuum: the store's own method (nothing to do)."""
+    if _is_pg(store) or store.auto_vacuum_mode() != "incremental":
+        return int(store.give_back_space(pages_per_step, pause_s=pause_s, stop=stop)), 0
+    conn = store.conn
+
+    def free_pages() -> int:
+        return int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+
+    done = steps = 0
+    free = free_pages()
+    while free and not (stop is not None and stop.is_set()):
+        t = time.perf_counter()
+        conn.executescript(f"PRAGMA incremental_vacuum({int(min(free, pages_per_step))});")
+        steps += 1
+        left = free_pages()
+        if left >= free:
+            break  # (nothing went: do not spin)
+        done += free - left
+        free = left
+        if free:
+            _rest(pause_s, time.perf_counter() - t)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    return done, steps
 
 
 def prune(store: Any, policy: Retention | None, *, now: float | None = None,
@@ -349,21 +469,48 @@ def prune(store: Any, policy: Retention | None, *, now: float | None = None,
             return False
         return max_batches is None or res.batches < max_batches
 
+    with _pruning_connection(store, policy.batch_size):
+        _prune_rows(store, policy, now, res, more, stop)
+        if vacuum and res.records and not res.stopped:
+            res.pages_given_back, res.vacuum_steps = give_back_space(
+                store, policy.vacuum_pages, pause_s=policy.pause_s, stop=stop)
+    res.used_bytes_after, res.file_bytes_after = store.used_bytes()
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _prune_rows(store: Any, policy: Retention, now: float, res: PruneResult,
+                more: Callable[[], bool], stop: threading.Event | None) -> None:
+    """By age, then by size, then unreferenced rows; one keyset position for the whole run
+    (a record a batch skipped is held: no later batch of this run reads it again)."""
+    since = float("-inf")
+
+    def batch(cutoff: float) -> int:
+        nonlocal since
+        t = time.perf_counter()
+        n, since = prune_batch(store, cutoff, policy.batch_size, res, since)
+        if n:
+            _rest(policy.pause_s, time.perf_counter() - t)
+        return n
+
     if policy.max_age_s is not None:
         cutoff = now - policy.max_age_s
-        while more() and prune_batch(store, cutoff, policy.batch_size, res) == policy.batch_size:
-            time.sleep(policy.pause_s)
+        while more() and batch(cutoff) == policy.batch_size:
+            pass
     if policy.max_bytes is not None and _is_pg(store):
         res.notes.append(PG_NO_MAX_BYTES)
     elif policy.max_bytes is not None:
         before = res.records
         while more() and store.used_bytes()[0] > policy.max_bytes:
-            if prune_batch(store, now, policy.batch_size, res) == 0:
+            if batch(now) == 0:
                 res.notes.append("the size limit cannot be met: every remaining record has an "
-                                 "open job or an undelivered score, or is newer than now")
+                                 "open job or an undelivered score, or is labelled, or is "
+                                 "newer than now")
                 break
-            time.sleep(policy.pause_s)
         res.by_size = res.records - before
+        if res.by_size and more():  # (their judge calls: no age cutoff to take them later)
+            _run_steps(store, (("judge_calls", _ORPHAN_CALLS),), now, policy.batch_size * 4,
+                       res, stop, policy.pause_s)
     if policy.max_age_s is not None and more():
         _prune_unreferenced(store, now - policy.max_age_s, policy.batch_size * 4, res, stop,
                             policy.pause_s)
@@ -371,11 +518,13 @@ def prune(store: Any, policy: Retention | None, *, now: float | None = None,
         with _tx(store) as conn:
             res.held = int(conn.execute("SELECT count(*) FROM records WHERE created_at < ?",
                                         (now - policy.max_age_s,)).fetchone()[0])
-    if vacuum and res.records and not res.stopped:
-        store.give_back_space(policy.vacuum_pages, pause_s=policy.pause_s, stop=stop)
-    res.used_bytes_after, res.file_bytes_after = store.used_bytes()
-    res.seconds = time.perf_counter() - t0
-    return res
+
+
+#: Judge calls of records that are gone (size pruning: there is no age cutoff for them).
+_ORPHAN_CALLS = (
+    "DELETE FROM judge_calls WHERE call_id IN (SELECT call_id FROM judge_calls c"
+    " WHERE c.created_at < ? AND c.record_id IS NOT NULL AND NOT EXISTS"
+    " (SELECT 1 FROM records r WHERE r.record_id = c.record_id) LIMIT ?)")
 
 
 # -- the background thread -------------------------------------------------------------------
@@ -443,4 +592,9 @@ class RetentionThread:
                     log.info("tracescore pruned %d records (%d scores) older than %s",
                              self.last.records, self.last.scores, self.policy.describe())
             except Exception as exc:
-                record_internal_error("retention.prune", exc)
+                from .._internal.db_faults import storage_fault
+
+                if storage_fault(exc) is not None:  # locked, disk full, I/O: the next run
+                    log.debug("tracescore prune deferred: %s", exc)  # (the writer says it)
+                else:
+                    record_internal_error("retention.prune", exc)

@@ -24,18 +24,21 @@ from typing import Any
 
 import sqlite_utils
 
+from .._internal.db_faults import TIGHT, storage_fault
 from .._internal.secrets import scrub, scrub_score
-from ..record import Context, RagRecord, TokenUsage
+from ..record import Candidate, Context, RagRecord, TokenUsage
 from ..sampling import Decision
 from ..score import Score
 from . import migrations as _migrations
 from .compact import COMPACT_COLUMNS, compact_contexts, should_compact, text_facts
+from .labels import LabelsMixin
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
 from .rollup import Delta, count_skips
 from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
 
 #: 1: the first schema; 2: compact rows and rollups of pruned rows; 3: segments and hourly
-#: rollups kept up to date on write (see .migrations).
+#: rollups kept up to date on write; 4: human labels, label plans, canary history (see
+#: .migrations).
 SCHEMA_VERSION = SQLITE_MIGRATIONS[-1].version
 MAX_METADATA_CHARS = 65_536
 
@@ -72,19 +75,22 @@ def clean_text(s: str) -> str:
 
 def dumps(value: Any, limit: int | None = None) -> str:
     """JSON for storage: never raises (unknown objects become their repr), bounded if asked."""
-    text = json.dumps(value, default=_fallback, ensure_ascii=False, allow_nan=False)
-    text = clean_text(text)
+    text = clean_text(_DUMPS.encode(value))
     if limit is not None and len(text) > limit:
         return json.dumps({"tracescore.truncated": True, "chars": len(text), "head": text[:1000]})
     return text
 
 
-def _fallback(o: Any) -> Any:
+def _fallback(o: Any) -> Any:  # (the ``default`` of _DUMPS, below)
     if isinstance(o, float) and not math.isfinite(o):
         return str(o)
     if isinstance(o, (set, frozenset, tuple)):
         return list(o)
     return repr(o)[:1000]
+
+
+#: :func:`dumps`' encoder, built once (``json.dumps`` with options builds one per call)
+_DUMPS = json.JSONEncoder(default=_fallback, ensure_ascii=False, allow_nan=False)
 
 
 def _json_safe(value: Any) -> Any:
@@ -113,8 +119,8 @@ def _create_private(path: str) -> None:
     os.close(fd)
 
 
-class Store:
-    """The SQLite backend of :class:`~.base.StoreAPI`."""
+class Store(LabelsMixin):
+    """The SQLite backend of :class:`~.base.StoreAPI` (labels: :class:`.labels.LabelsMixin`)."""
 
     dialect = "sqlite"
     #: one host: a process that starts may redeliver every score a dead one left
@@ -122,19 +128,73 @@ class Store:
 
     def __init__(self, path: str | Path, *, timeout_s: float = 30.0) -> None:
         self.path = str(path)
+        self.timeout_s = timeout_s
         _create_private(self.path)
-        conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
-        self.db = sqlite_utils.Database(conn)
-        self.conn = conn
+        #: a failed transaction could not be rolled back (the error): the connection is opened
+        #: again before the next transaction (see :meth:`recover`)
+        self.broken: BaseException | None = None
+        self._tx_depth = 0
+        self._connect()
         #: records → seg_id (cached per store object, so per thread)
         self.segmenter = SegmentResolver()
-        # Must come before the first table (and before WAL): on an existing database it is a
-        # no-op until a full VACUUM (`tracescore prune --vacuum`); pruned pages are reused.
-        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
         self._ensure_schema()
+
+    def _connect(self) -> None:
+        conn = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
+        try:
+            # Must come before the first table (and before WAL): on an existing database it is
+            # a no-op until a full VACUUM (`tracescore prune --vacuum`); pruned pages are reused.
+            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA busy_timeout={int(self.timeout_s * 1000)}")
+        except BaseException:
+            conn.close()
+            raise
+        self.conn = conn
+        self.db = sqlite_utils.Database(conn)
+
+    def recover(self) -> None:
+        """After a fault that passes (a full disk, an I/O error): open the connection again,
+        then try to checkpoint and truncate the WAL.
+
+        SQLite rolls a transaction back by itself on some of these errors and not on others,
+        and a connection that met an I/O error may keep a stale WAL index or an open read
+        snapshot (which stops every checkpoint, so the WAL would grow for ever). A fresh
+        connection is the one state known to be right; the old one is closed (which rolls back
+        whatever it still held). If opening fails, the old connection stays and the caller
+        retries later. The checkpoint matters on a full disk: the WAL holds every page written
+        since the last one (up to ~4 MB before SQLite checkpoints by itself), mostly pages the
+        database file already has room for, so truncating it is often what gives the next
+        write its room. Best effort: it fails when the database file itself cannot grow."""
+        old = self.conn
+        self._connect()
+        try:
+            old.close()
+        except sqlite3.Error:
+            pass
+        self.broken = None
+        self.segmenter.reset()
+        try:
+            self.checkpoint("TRUNCATE", wait_s=0.2)
+        except sqlite3.Error:
+            pass
+
+    def checkpoint(self, mode: str = "TRUNCATE", *,
+                   wait_s: float | None = None) -> tuple[int, int, int]:
+        """``PRAGMA wal_checkpoint(mode)``: (busy, WAL frames, frames checkpointed); busy is 1
+        when a reader or writer stopped it. ``wait_s``: how long to wait for them (default:
+        the store's lock timeout)."""
+        if mode not in ("PASSIVE", "FULL", "RESTART", "TRUNCATE"):
+            raise ValueError(f"unknown checkpoint mode {mode!r}")
+        if wait_s is not None:
+            self.conn.execute(f"PRAGMA busy_timeout={int(wait_s * 1000)}")
+        try:
+            row = self.conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        finally:
+            if wait_s is not None:
+                self.conn.execute(f"PRAGMA busy_timeout={int(self.timeout_s * 1000)}")
+        return int(row[0]), int(row[1]), int(row[2])
 
     # -- schema -------------------------------------------------------------------------------
     def _schema_ready(self) -> bool:
@@ -259,18 +319,9 @@ class Store:
         :meth:`vacuum_full`). Returns the pages given back."""
         if self.auto_vacuum_mode() != "incremental":
             return 0
-        done = 0
-        while not (stop is not None and stop.is_set()):
-            free = int(self.conn.execute("PRAGMA freelist_count").fetchone()[0])
-            if free == 0:
-                break
-            step = min(free, pages_per_step)
-            with self.transaction():
-                self.conn.execute(f"PRAGMA incremental_vacuum({int(step)})").fetchall()
-            done += step
-            time.sleep(pause_s)
-        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        return done
+        from .retention import give_back_space  # (each step frees its N pages: see there)
+
+        return give_back_space(self, pages_per_step, pause_s=pause_s, stop=stop)[0]
 
     def vacuum_full(self) -> None:
         """Switch to incremental auto-vacuum and rewrite the whole file (``VACUUM``): needs
@@ -281,16 +332,16 @@ class Store:
         self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def transaction(self) -> _Tx:
-        return _Tx(self.conn)
+        if self.broken is not None:  # (top level: a broken flag is set when the outer one ends)
+            self.recover()
+        return _Tx(self)
 
     def unavailable(self, exc: BaseException) -> bool:
-        """Whether ``exc`` is a fault that passes (another process's lock, a full disk, an I/O
-        error), not a bad statement: the writer then keeps its batch in memory and retries."""
-        if not isinstance(exc, sqlite3.OperationalError):
-            return False
-        msg = str(exc).lower()
-        return any(w in msg for w in ("locked", "busy", "full", "disk i/o", "readonly",
-                                      "unable to open"))
+        """Whether ``exc`` is a fault that passes (another process's lock, a full disk — the
+        database's, its WAL's or SQLite's temp directory's —, an I/O error), not a bad
+        statement: the writer then keeps its batch in memory and retries, the scorer keeps its
+        scores (:func:`~tracescore._internal.db_faults.storage_fault` names the kind)."""
+        return storage_fault(exc) is not None
 
     def close(self) -> None:
         self.conn.close()
@@ -366,7 +417,7 @@ class Store:
         if not rows:
             return []
         before = self.conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0]
-        if self.conn.executemany(sql, rows).rowcount == len(rows):
+        if _insert_rows(self.conn, sql, rows) == len(rows):
             return range(len(rows))
         new = {r[0] if len(r) == 1 else tuple(r) for r in self.conn.execute(
             f"SELECT {key_cols} FROM {table} WHERE rowid > ?", (before,))}
@@ -490,6 +541,20 @@ class Store:
                     update.format(cond="status='leased' AND lease_until < ?"),
                     (owner, now + lease_s, now, now, *metrics, limit - len(rows)),
                 ).fetchall()
+            if rows:
+                # A record's jobs go out together (the limit may cut the last record's jobs,
+                # and a pool with one free slot would take one job a time): its judge jobs
+                # then run at the same moment and share calls (judge/pairing.py). So up to
+                # len(metrics) - 1 jobs beyond ``limit``.
+                for chunk in _chunks(list(dict.fromkeys(r[1] for r in rows))):
+                    rows += self.conn.execute(
+                        "UPDATE jobs SET status='leased', lease_owner=?, lease_until=?, "
+                        "attempts = attempts + 1, updated_at=? WHERE record_id IN ("
+                        + ",".join("?" * len(chunk)) + ") AND metric IN (" + marks + ") AND "
+                        "((status='pending' AND (lease_until IS NULL OR lease_until <= ?)) OR "
+                        "(status='leased' AND lease_until < ?)) RETURNING job_id, record_id, "
+                        "metric, metric_version, attempts, created_at",
+                        (owner, now + lease_s, now, *chunk, *metrics, now, now)).fetchall()
         return sorted((Job(*r) for r in rows), key=lambda j: j.job_id)
 
     def complete_jobs(
@@ -681,25 +746,57 @@ class Store:
 
 
 class _Tx:
-    """BEGIN IMMEDIATE … COMMIT/ROLLBACK on an autocommit connection; re-entrant."""
+    """BEGIN IMMEDIATE … COMMIT/ROLLBACK on an autocommit connection; re-entrant.
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
+    A failed COMMIT is rolled back; a ROLLBACK is sent only while a transaction is open (after
+    ``SQLITE_FULL`` or ``SQLITE_IOERR`` SQLite may have rolled back already, and "cannot
+    rollback" would hide the error that matters); a ROLLBACK that fails marks the store
+    broken, so its next transaction starts on a new connection."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.conn = store.conn
         self.outer = False
 
     def __enter__(self) -> sqlite3.Connection:
-        self.outer = not self.conn.in_transaction
+        self.outer = self.store._tx_depth == 0
+        if self.outer and self.conn.in_transaction:
+            # a transaction left open outside any of ours (a failed one SQLite kept): the
+            # outer transaction must not run inside it and never commit
+            self._rollback()
+            if self.store.broken is not None:
+                self.store.recover()
+                self.conn = self.store.conn
         if self.outer:
             self.conn.execute("BEGIN IMMEDIATE")
+        self.store._tx_depth += 1
         return self.conn
 
     def __exit__(self, exc_type: Any, *_: Any) -> None:
+        self.store._tx_depth -= 1
         if not self.outer:
             return
         if exc_type is None:
-            self.conn.execute("COMMIT")
+            try:
+                self.conn.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+            if self.store.path in TIGHT:  # (see TightDisks: keep the WAL small)
+                try:
+                    self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error:
+                    pass  # committed all the same; the next commit tries again
         else:
+            self._rollback()
+
+    def _rollback(self) -> None:
+        if not self.conn.in_transaction:
+            return  # SQLite rolled back by itself
+        try:
             self.conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            self.store.broken = exc
 
 
 _RECORD_COLS = (
@@ -708,6 +805,7 @@ _RECORD_COLS = (
     "input_tokens", "output_tokens", "model", "error", "content_captured", "sample_u",
     "sampled", "sampled_metrics", "forced", "prompt", "retrieval_queries",
     *(name for name, _ in COMPACT_COLUMNS), "release", "environment", "seg_id",
+    "candidates", "complete",
 )
 _CREATED = _RECORD_COLS.index("created_at")
 _SEG = _RECORD_COLS.index("seg_id")
@@ -727,6 +825,42 @@ _INSERT_SCORE = (
 #: The stored scores of a record, as :meth:`.rollup.Delta.add_score` takes them.
 _OLD_SCORES = ("SELECT name, created_at, seg_id, metric_version, judge_model, metric, value,"
                " label, status FROM scores WHERE record_id = ?")
+
+
+def _insert_rows(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> int:
+    """``executemany(sql, rows)`` in a few statements: rows go in as multi-row ``VALUES``
+    lists of 2**k rows (``sql`` is an ``INSERT … VALUES (…)``; each statement text is cached
+    by the sqlite3 module). Returns the rows inserted.
+
+    Why: SQLite runs each row of an ``executemany`` as a step of its own and the sqlite3
+    module lets go of the GIL around every step; while the app's threads keep the GIL busy,
+    each step then waits for it (up to ``sys.getswitchinterval()``, 5 ms). Thousands of steps
+    per batch starved the writer behind a busy app (in a tight ``log_record`` loop it stored
+    ~170 records/s and dropped the rest); a dozen statements per batch do not."""
+    if len(rows) < 4:
+        return int(conn.executemany(sql, rows).rowcount)
+    head, _, rest = sql.partition(" VALUES (")
+    group, _, tail = rest.partition(")")
+    width = max(1, group.count("?"))
+    biggest = _MAX_ROWS
+    while biggest > 1 and biggest * width > _MAX_VARIABLES:
+        biggest //= 2
+    n = i = 0
+    while i < len(rows):
+        k = biggest
+        while k > len(rows) - i:
+            k //= 2
+        chunk = rows[i:i + k]
+        text = head + " VALUES " + ",".join(["(" + group + ")"] * k) + tail
+        n += conn.execute(text, [v for row in chunk for v in row]).rowcount
+        i += k
+    return n
+
+
+#: At most this many rows per statement of :func:`_insert_rows`, and bound values (SQLite's
+#: default limit is 32,766 since 3.32; 999 before)
+_MAX_ROWS = 256
+_MAX_VARIABLES = 32_766 if sqlite3.sqlite_version_info >= (3, 32) else 999
 
 
 def add_record_row(delta: Delta, row: Sequence[Any]) -> None:
@@ -780,7 +914,7 @@ def record_row(r: RagRecord, d: Decision, now: float, keep_full_text: bool = Tru
             dumps(_json_safe(dict(r.metadata)), MAX_METADATA_CHARS), dumps(list(r.tags)),
             r.session_id, r.user_id, r.latency_ms, *usage, r.model, _error(r),
             int(r.content_captured), d.u, 0, "[]", d.forced, None, None,
-            0, q_chars, q_hash, a_chars, a_hash, *seg,
+            0, q_chars, q_hash, a_chars, a_hash, *seg, None, int(r.complete),
         )
     contexts = [
         {"text": clean_text(c.text), "id": c.id, "score": c.score,
@@ -795,8 +929,26 @@ def record_row(r: RagRecord, d: Decision, now: float, keep_full_text: bool = Tru
         r.model, _error(r), int(r.content_captured), d.u, int(d.sampled),
         dumps(list(d.metrics)), d.forced, _opt(r.prompt),
         dumps([clean_text(q) for q in r.retrieval_queries]) if r.retrieval_queries else None,
-        1, None, None, None, None, *seg,
+        1, None, None, None, None, *seg, _candidates(r), int(r.complete),
     )
+
+
+def _candidates(r: RagRecord) -> str | None:
+    """``records.candidates``: every retrieved candidate and the step that produced or
+    dropped it (schema v5), NULL when the run had none."""
+    if not r.candidates:
+        return None
+    return dumps([{"text": clean_text(c.text), "id": c.id, "score": c.score,
+                   "source": c.source, "kept": c.kept, "dropped_by": c.dropped_by}
+                  for c in r.candidates])
+
+
+def _stored_candidates(raw: str | None) -> tuple[Candidate, ...]:
+    return tuple(
+        Candidate(text=c.get("text") or "", id=c.get("id"), score=c.get("score"),
+                  source=c.get("source"), kept=bool(c.get("kept", True)),
+                  dropped_by=c.get("dropped_by"))
+        for c in json.loads(raw or "[]"))
 
 
 def row_to_record(row: Mapping[str, Any]) -> RagRecord:
@@ -819,4 +971,6 @@ def row_to_record(row: Mapping[str, Any]) -> RagRecord:
         content_captured=bool(row["content_captured"]), prompt=row.get("prompt"),
         retrieval_queries=tuple(json.loads(row.get("retrieval_queries") or "[]")),
         compact=compact,
+        candidates=() if compact else _stored_candidates(row.get("candidates")),
+        complete=row.get("complete", 1) != 0,
     )

@@ -5,7 +5,10 @@ the real ``openai`` client talks to it over real HTTP), from a responder functio
 ``responder(step, data, request) -> dict | str``, where ``step`` is the tracescore judge step
 the prompt belongs to (``extract``, ``contexts``, ``statements``, ``opinions``, ``binary``,
 ``summary_coherence``, ``coherence``, ``geval_steps``, ``geval``, ``rgb``, or ``other``) and
-``data`` is the JSON document the prompt carries. It counts calls per step and injects faults:
+``data`` is the JSON document the prompt carries. The paired ``extract+contexts`` prompt
+(:mod:`tracescore.judge.pairing`) is counted under that name and answered part by part: the
+responder is asked for ``extract`` and for ``contexts`` with each part's data, and the two
+answers make the paired reply. It counts calls per step and injects faults:
 HTTP errors with ``Retry-After``, slow responses, truncated or malformed bodies.
 """
 
@@ -39,6 +42,7 @@ _STEP_BY_TASK = {
     RS.ENTITIES_TASK[:60]: "ragas_entities",
     RS.SENTENCES_TASK[:60]: "ragas_sentences",
     RGB_TASK[:60]: "rgb",
+    P.PAIR_TASK[:60]: P.PAIR_STEP,
 }
 
 
@@ -134,7 +138,13 @@ class ScriptedJudgeServer(ScriptedServer):
         out: Any = None
         if fault is None:
             # A responder may answer with a Fault too (fail only some requests).
-            out = self.responder(step.split(":")[0], data, req)
+            base = step.split(":")[0]
+            if base == P.PAIR_STEP and isinstance(data, dict):
+                parts = {name: self.responder(name, part, req) for name, part in data.items()}
+                fault = next((p for p in parts.values() if isinstance(p, Fault)), None)
+                out = None if fault is not None else parts
+            else:
+                out = self.responder(base, data, req)
             if isinstance(out, Fault):
                 fault, out = out, None
         pause(self, fault)

@@ -156,6 +156,7 @@ table.strips tr.scale td{padding-top:0;color:var(--muted);font-size:11.5px}
 table.strips tr.scale td span:last-child{float:right}
 .notices{margin-top:14px;border-color:var(--bad)}
 .notices ul{margin:0;padding-left:18px;font-size:14px}
+.notices.pending{border-color:var(--warn)}.notices h3{margin:0 0 6px;font-size:14px}
 .groups{display:grid;grid-template-columns:repeat(auto-fill,minmax(420px,1fr));gap:16px}
 .group .dim{color:var(--muted);font-weight:500}
 .v-regressed{--vc:var(--bad)}.v-improved{--vc:var(--good)}.v-changed{--vc:var(--warn)}

@@ -13,7 +13,15 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from ... import __version__
-from ..model import GroupSummary, Histogram, MetricSummary, Report, ReportPage, TimeBucket
+from ..model import (
+    FeedbackSummary,
+    GroupSummary,
+    Histogram,
+    MetricSummary,
+    Report,
+    ReportPage,
+    TimeBucket,
+)
 from ..textfmt import pct as _pct
 from ..textfmt import when as _when
 from ._charts import _histogram_svg, _timeline_svg
@@ -22,6 +30,7 @@ from ._monitors import _monitor_table
 from ._page import _attr, _clip, _document, _estimate, _scope, _stat, _tone, _val
 from ._records import _rec_anchor, _worst_records
 from ._trend import _trend_sections
+from ._trust import _trust_section
 
 if TYPE_CHECKING:
     from ..trend import TrendPage
@@ -59,8 +68,8 @@ def render_html(page: ReportPage, trend: TrendPage | None = None, *,
         _tile("Errors", f"{errors:,}", "metric raised or timed out", "errors",
               "bad" if errors else ""),
         _tile("Skipped", f"{skipped:,}", "missing inputs", "skipped"),
-        _tile("Pending jobs", f"{report.pending_jobs:,}", "not scored yet", "pending_jobs",
-              "warn" if report.pending_jobs else ""),
+        _tile("Pending jobs", f"{report.pending_jobs:,}",
+              _pending_note(report), "pending_jobs", "warn" if report.pending_jobs else ""),
         _tile("Dropped", f"{report.dropped:,}", "queue was full", "dropped",
               "bad" if report.dropped else ""),
     ]
@@ -73,11 +82,13 @@ def render_html(page: ReportPage, trend: TrendPage | None = None, *,
         _monitor_table(report.monitors),
         f'<section class="tiles">{"".join(tiles)}</section>',
         _notices(report),
+        _pending(report),
         _skip_banner(report.metrics),
     ]
     if not report.metrics:
         empty = "No scores yet." if report.records else "No records yet."
-        hint = ("Scoring jobs are waiting for a running pipeline." if report.pending_jobs
+        hint = ("Scoring jobs are waiting (see above)." if report.pending_reasons
+                else "Scoring jobs are waiting for a running pipeline." if report.pending_jobs
                 else "Run an app with tracescore, or try <code>tracescore demo</code>.")
         body.append(f'<p class="empty">{empty} {hint}</p>')
     else:
@@ -90,6 +101,9 @@ def render_html(page: ReportPage, trend: TrendPage | None = None, *,
             f'fail <span class="sw none"></span>no threshold{charts}</p></div>',
             f'<div class="grid">{"".join(cards)}</div>',
         ]
+    if report.feedback:
+        body.append(_feedback(report.feedback))
+    body.append(_trust_section(getattr(report, "trust", [])))
     if report.by is not None:
         body.append(_groups(report.by, report.groups))
     if trend is not None:
@@ -141,6 +155,52 @@ def _notices(report: Report) -> str:
     if not items:
         return ""
     return f'<section class="card notices"><ul>{"".join(items)}</ul></section>'
+
+
+def _pending_note(report: Report) -> str:
+    """The pending tile's note: the main reason the jobs wait, else "not scored yet"."""
+    waiting = [p for p in report.pending_reasons if p.state == "pending"]
+    if not waiting:
+        return "not scored yet"
+    return _clip(waiting[0].reason, 80)
+
+
+def _pending(report: Report) -> str:
+    """Why the open jobs are not scored: one line per reason (a judge that cannot be
+    reached, a budget, no running pipeline)."""
+    if not report.pending_reasons:
+        return ""
+    items = "".join(
+        f'<li data-pending="{escape(p.state)}"><b>{p.jobs:,} {escape(p.state)}</b>: '
+        f"{escape(p.reason)}</li>" for p in report.pending_reasons)
+    return (f'<section class="card notices pending"><h3>{report.pending_jobs:,} scoring '
+            f"job{'s' if report.pending_jobs != 1 else ''} not done yet</h3>"
+            f"<ul>{items}</ul></section>")
+
+
+def _feedback(feedback: Sequence[FeedbackSummary]) -> str:
+    """Users' feedback in the window (``ts.add_feedback``): one row per feedback name."""
+    rows = []
+    for f in feedback:
+        share = "-" if f.rate is None else f"{100 * f.rate:.0f}%"
+        if f.lo is not None and f.hi is not None:
+            share += f" [{100 * f.lo:.1f}, {100 * f.hi:.1f}]"
+        labels = ", ".join(f"{label} ({n:,})" for label, n in f.labels) or "-"
+        mean = "-" if f.mean is None else f"{f.mean:.3f}"
+        rows.append(
+            f'<tr data-feedback="{escape(f.name)}"><td>{escape(f.name)}</td>'
+            f'<td class="num">{f.count:,}</td><td class="num">{f.traces:,}</td>'
+            f'<td class="num">{f.positive:,} / {f.negative:,}</td><td class="num">'
+            f'{escape(share)}</td><td class="num">{mean}</td>'
+            f'<td class="num">{f.comments:,}</td><td>{escape(labels)}</td></tr>')
+    return ('<div class="h2row"><h2>User feedback</h2><p class="legend">'
+            "<code>ts.add_feedback</code> in the window · up = a value &ge; 0.5 or a positive "
+            "label · the share up with its 95 % Wilson interval</p></div>"
+            '<section class="card"><table><thead><tr><th>feedback</th>'
+            "<th class=num>n</th><th class=num>traces</th><th class=num>up / down</th>"
+            "<th class=num>up [95% CI]</th><th class=num>mean</th><th class=num>comments</th>"
+            "<th>labels</th></tr></thead><tbody>" + "".join(rows)
+            + "</tbody></table></section>")
 
 
 def _skip_text(m: MetricSummary) -> str:

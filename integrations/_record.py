@@ -1,0 +1,134 @@
+"""Record assembly shared by the framework adapters: which retrieved documents reached the
+answering model (the record's contexts) and every candidate beside them.
+
+An adapter notes each document-producing step of a run as a :class:`Retrieval` while the run
+goes on (cheap: a list append), and calls :func:`assemble` once, when the root run ends. The
+decision is made from the framework's own tree, never from prompt strings:
+
+1. **Outermost step wins.** A step inside another document-producing step (a base retriever
+   inside ``ContextualCompressionRetriever`` or ``EnsembleRetriever``, a retriever inside a
+   tool whose artifact holds documents, a vector-store search inside a graph node that returns
+   documents into the state) is *inner*: its documents are candidates; the outer step's output
+   is what went on towards the model. An inner document the outer step did not pass on was
+   dropped by the outer step (a compressor, reranker, filter, grader, fusion).
+2. **A step run again replaces itself.** A later retrieval of the same loop key (the same graph
+   node run again, the same state key written again — LangGraph's last-value channels)
+   supersedes the earlier one: the "grade → rewrite → retrieve again" loop answers from its
+   last retrieval. A superseded retrieval made by a tool call stays when the answering model's
+   prompt still holds that call's ``ToolMessage`` (a ReAct agent's several searches).
+3. **Tool calls the answering model never saw** (their ``ToolMessage`` is not in its prompt,
+   when that prompt holds tool messages at all) are dropped.
+4. Contexts are the kept documents in the order their steps ran (retrievers by start, tools
+   and nodes by end), **de-duplicated by content**: the same text found by two steps (BM25 and
+   a vector store in an ensemble; a copy a reranker made) is one context, with its first
+   step's source and the first id any copy had. Documents a tool or node passed on keep the
+   source of the retriever (tool, node) inside it that found them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from tracescore.record import Candidate, Context
+
+__all__ = ["MAX_CANDIDATES", "Retrieval", "assemble"]
+
+#: Candidates kept per record (the contexts are never cut; candidates beyond are not stored).
+MAX_CANDIDATES = 500
+
+#: Retrieval kinds. A "retriever" inside a tool or node gives its documents their source.
+RETRIEVER = "retriever"
+SEARCH = "search"
+TOOL = "tool"
+NODE = "node"
+EXTERNAL = "external"
+
+
+@dataclass(slots=True)
+class Retrieval:
+    """One step's documents, as noted while the run goes on."""
+
+    seq: int                      # order: retrievers at their start, other steps at their end
+    source: str                   # the step's name (retriever class, tool, node, store search)
+    contexts: Sequence[Context]
+    kind: str = RETRIEVER
+    #: Sequence numbers of the runs enclosing the step (to find the steps inside an outer one).
+    ancestors: frozenset[int] = frozenset()
+    #: The run that produced it (its own sequence number).
+    run_seq: int = -1
+    #: Set when an outer document-producing step encloses it: that step's name.
+    within: str | None = None
+    #: Supersession: a later retrieval with the same key and a later round replaces this one.
+    loop_key: str | None = None
+    loop_round: int = 0
+    #: The tool call whose result carried these documents, if any.
+    tool_call: str | None = None
+
+
+def enclose(retrievals: Iterable[Retrieval], outer_seq: int, outer_name: str) -> None:
+    """Mark the retrievals made inside the run ``outer_seq`` as inner to ``outer_name``."""
+    for r in retrievals:
+        if r.within is None and outer_seq in r.ancestors:
+            r.within = outer_name
+
+
+def assemble(retrievals: Sequence[Retrieval], prompt_tool_calls: frozenset[str] = frozenset()
+             ) -> tuple[tuple[Context, ...], tuple[Candidate, ...]]:
+    """(contexts, candidates) of a run from its retrievals (rules in the module docstring)."""
+    ordered = sorted(retrievals, key=lambda r: r.seq)
+    latest: dict[str, int] = {}
+    for r in ordered:
+        if r.within is None and r.loop_key is not None and r.contexts:
+            latest[r.loop_key] = max(latest.get(r.loop_key, r.loop_round), r.loop_round)
+    dropped: dict[int, str] = {}  # id(retrieval) → why its documents were not kept
+    for r in ordered:
+        if r.within is not None:
+            continue
+        seen_call = r.tool_call is not None and r.tool_call in prompt_tool_calls
+        if prompt_tool_calls and r.tool_call is not None and not seen_call:
+            dropped[id(r)] = "not in the answering model's prompt"
+        elif (r.loop_key is not None and r.loop_round < latest.get(r.loop_key, r.loop_round)
+              and not seen_call):
+            dropped[id(r)] = f"retrieved again ({r.loop_key})"
+    # provenance: a retriever (tool, node) inside a tool or node names the documents it found;
+    # a raw vector-store search inside one is that step's own implementation
+    by_text: dict[str, Context] = {}
+    for r in ordered:
+        if r.kind != SEARCH and r.within is not None:
+            for c in r.contexts:
+                by_text.setdefault(c.text, c)
+    contexts: list[Context] = []
+    index: dict[str, int] = {}
+    for r in ordered:
+        if r.within is not None or id(r) in dropped:
+            continue
+        for c in r.contexts:
+            i = index.get(c.text)
+            if i is not None:
+                if contexts[i].id is None and c.id is not None:
+                    contexts[i] = replace(contexts[i], id=c.id)
+                continue
+            if r.kind in (TOOL, NODE) and c.text in by_text:
+                c = by_text[c.text]
+            index[c.text] = len(contexts)
+            contexts.append(c)
+    kept = set(index)
+    if any(c.id is None for c in contexts):  # a reranker's copy: the id its original had
+        ids: dict[str, str] = {}
+        for r in ordered:
+            for c in r.contexts:
+                if c.id is not None:
+                    ids.setdefault(c.text, c.id)
+        contexts = [replace(c, id=ids.get(c.text)) if c.id is None else c for c in contexts]
+    candidates: list[Candidate] = []
+    for r in ordered:
+        why = dropped.get(id(r))
+        for c in r.contexts:
+            if len(candidates) >= MAX_CANDIDATES:
+                break
+            is_kept = c.text in kept
+            candidates.append(Candidate(
+                text=c.text, id=c.id, score=c.score, source=r.source, kept=is_kept,
+                dropped_by=None if is_kept else (why or r.within or "dropped")))
+    return tuple(contexts), tuple(candidates)

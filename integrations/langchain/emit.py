@@ -1,0 +1,149 @@
+"""The record of a LangChain root run, built once when the root ends; and the root's side of
+cross-framework ownership (:mod:`.._owner`).
+
+A root run inside another framework's run (a LlamaIndex workflow awaiting a chain) makes no
+record: it hands its contexts and answer to that run's owner. A root run asked for by another
+framework's run inside it (a tool calling a LlamaIndex query engine) becomes an owner: the
+documents the other framework hands over are document steps of this root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.runnables.config import var_child_runnable_config
+from opentelemetry.trace import Status, StatusCode
+
+from tracescore import attributes as A
+from tracescore.record import Context, RagRecord
+from tracescore.runs import ground_truths_from
+
+from .._owner import Owner, register_resolver
+from .._record import EXTERNAL, Retrieval, assemble
+from .._text import format_prompt
+from . import messages as M
+from .runs import _Root, _Run, _seq, streamed_text
+
+if TYPE_CHECKING:
+    from .handler import TracescoreCallbackHandler
+
+
+def emit_record(h: TracescoreCallbackHandler, run: _Run, outputs: Any,
+                error: BaseException | None, inputs: Any, end: int, cut: bool) -> None:
+    """Build the root's record and submit it (or hand it to another framework's owner).
+
+    ``cut``: the client stopped reading the stream; the answer is then the text the answering
+    model streamed to it, the record and span are marked incomplete.
+    """
+    root = run.root
+    if root.owner is not None:
+        root.owner.live = False
+    if inputs is not None:  # streamed runs only know their full input at the end
+        q = M.extract_query(inputs)
+        if q:
+            root.query = q
+    answer = M.extract_answer(outputs) if error is None else None
+    if cut:
+        answer = streamed_text(root) or answer
+    elif answer is None and error is None:
+        answer = root.offered_answer
+    contexts, candidates = assemble(root.retrievals, M.prompt_tool_calls(root.prompt))
+    span = run.span
+    if root.guest_of is not None:
+        owner = root.guest_of
+        owner.add_contexts(contexts, step=run.name, final=True)
+        dropped = [Context(c.text, c.id, c.score, source=c.source)
+                   for c in candidates if not c.kept]
+        owner.add_contexts(dropped, step=run.name, final=False)
+        owner.offer_answer(answer)
+        return
+    ctx = span.get_span_context()
+    md = root.metadata
+    scope = root.scope
+    session, user = M._session_user(md, scope)
+    if session is None and root.config_session is not None:
+        session = root.config_session
+        span.set_attribute(A.SESSION_ID, session)
+    metadata = {k: v for k, v in md.items()
+                if not k.startswith(("ls_", "langgraph_")) and k not in M.GROUND_TRUTH_KEYS}
+    ground_truths = ground_truths_from(md)
+    if scope is not None:
+        metadata.update(scope.metadata)
+        ground_truths = scope.ground_truths + ground_truths
+    record = RagRecord(
+        trace_id=format(ctx.trace_id, "032x"), span_id=format(ctx.span_id, "016x"),
+        query=root.query, contexts=contexts, answer=answer,
+        ground_truths=ground_truths, metadata=metadata, tags=root.tags,
+        session_id=session, user_id=user,
+        start_time_ns=root.start_ns, end_time_ns=end, usage=root.usage, model=root.model,
+        error=f"{type(error).__name__}: {error}" if error is not None else None,
+        source="langchain", prompt=format_prompt(root.prompt),
+        retrieval_queries=tuple(dict.fromkeys(root.retrieval_queries)),
+        candidates=candidates, complete=not cut,
+    )
+    span.set_attribute(A.RAG_ROOT, True)
+    span.set_attribute(A.RECORD_ID, record.record_id)
+    if cut:
+        span.set_attribute(A.ANSWER_COMPLETE, False)
+        span.set_status(Status(StatusCode.ERROR, "incomplete: the client stopped reading the "
+                               f"stream after {len(answer or '')} characters"))
+    if error is None and (outputs is not None or cut):
+        text = h._text(answer if answer is not None else outputs)
+        if text is not None:
+            span.set_attribute(A.OUTPUT_VALUE, text)
+    if inputs is not None and root.query is not None:  # streamed: the full input now
+        h._set_text(span, A.INPUT_VALUE, root.query)
+    elif root.inputs is not None:
+        h._set_text(span, A.INPUT_VALUE, root.inputs)
+    decision = h.ts.submit(h.ts.prepare(record))
+    if decision is not None:
+        span.set_attribute(A.SAMPLED, decision.sampled)
+
+
+# -- ownership ---------------------------------------------------------------------------------
+def _external(root: _Root, contexts: Sequence[Context], step: str, final: bool) -> None:
+    """Documents another framework retrieved inside ``root`` (the owner's context sink)."""
+    r = Retrieval(seq=next(_seq), source=step, contexts=list(contexts), kind=EXTERNAL,
+                  within=None if final else step)
+    root.retrievals.append(r)
+
+
+def _offered(root: _Root, answer: str) -> None:
+    if root.offered_answer is None:
+        root.offered_answer = answer
+
+
+def resolve_owner() -> Owner | None:
+    """The LangChain root run the calling code runs inside, as an owner (made on first ask).
+
+    Found from LangChain's own ``var_child_runnable_config`` (set for every step it runs):
+    its callbacks' parent run → the handler's run map → the root.
+    """
+    from .handler import TracescoreCallbackHandler
+
+    config = var_child_runnable_config.get()
+    callbacks = config.get("callbacks") if config else None
+    parent = getattr(callbacks, "parent_run_id", None)
+    if parent is None:
+        return None
+    for handler in getattr(callbacks, "handlers", ()):
+        if isinstance(handler, TracescoreCallbackHandler):
+            run = handler.live_run(parent)
+            if run is None:
+                continue
+            root = run.root
+            if root.guest_of is not None:
+                return root.guest_of  # the outermost run is another framework's
+            if root.done or root.span is None:
+                return None
+            if root.owner is None:
+                root.owner = Owner("langchain", format(root.span.get_span_context().trace_id,
+                                                       "032x"), root.span,
+                                   partial(_external, root), partial(_offered, root))
+            return root.owner
+    return None
+
+
+register_resolver(resolve_owner)

@@ -1,0 +1,410 @@
+"""LangChain capture: a callback handler that makes OTel spans and one `RagRecord` per root run.
+
+Why not ``BaseTracer``: it builds a full ``Run`` object (serialised inputs and outputs, events)
+for every step, which costs about twice what a plain ``BaseCallbackHandler`` costs on the
+request path. This handler keeps its own light run map: run id → (span, kind, root state).
+
+Spans are started with explicit parents (from the run map) and explicit timestamps taken when
+the callback fires; ``context.attach`` is never called inside a callback, so async and threaded
+runs (``batch``, ``ainvoke``, ``astream``) cannot corrupt the app's context. The root run's span
+parent is the app's current span, if any, so the RAG run joins the app's trace — or, inside
+another framework's run (a LlamaIndex workflow awaiting a chain), that run's span: the record
+is then the other framework's (:mod:`.._owner`).
+
+Every callback is wrapped by the internal-error funnel: an exception inside tracescore is logged
+and counted, never raised into the chain (under pytest it is re-raised so tests fail loudly).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
+from functools import partial
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler
+from opentelemetry import context as otel_context
+from opentelemetry import trace as trace_api
+from opentelemetry.trace import Status, StatusCode
+
+from tracescore import attributes as A
+from tracescore._internal.errors import handle_internal_errors, raise_internal_errors
+from tracescore.record import Context
+from tracescore.runs import current_scope
+
+from .._owner import current_owner
+from .._record import NODE, RETRIEVER, TOOL, enclose
+from .._spans import _materialize_all, _PendingSpan, usage_attributes
+from .._text import clip, json_attr, to_text
+from . import messages as M
+from .emit import emit_record
+from .runs import MAX_STREAM_TOKENS, _Root, _Run, _seq, new_retrieval
+
+if TYPE_CHECKING:
+    from tracescore.client import Tracescore
+
+MAX_OPEN_RUNS = 10_000
+#: The retriever run the calling context is inside (set at its start, in the context that
+#: runs its ``_get_relevant_documents``): a vector-store search there is the retriever's own.
+active_retriever: ContextVar[UUID | None] = ContextVar("tracescore_lc_retriever", default=None)
+#: Errors that mean the client stopped reading a stream, not that the app failed.
+CUT_OFF = (GeneratorExit, asyncio.CancelledError)
+
+
+def _dict_of(gen: Any, arg: Any) -> dict[str, Any]:
+    return dict(gen(arg))
+
+
+def _suppressed() -> bool:
+    return bool(otel_context.get_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY))
+
+
+class TracescoreCallbackHandler(BaseCallbackHandler):
+    """Captures LangChain runs for a :class:`~tracescore.client.Tracescore` pipeline.
+
+    Attach it per call (``config={"callbacks": [ts.langchain_handler()]}``) or process-wide with
+    ``ts.instrument_langchain()``. Runs inline on LangChain's callback path: every method only
+    touches the run map and OTel spans, never blocks, never does I/O.
+    """
+
+    run_inline = True  # keep callbacks ordered and in the caller's context for async runs
+
+    def __init__(self, ts: Tracescore) -> None:
+        super().__init__()
+        self.ts = ts
+        self.tracer = ts.tracer
+        self._runs: dict[UUID, _Run] = {}
+        self.evicted = 0
+        from .vectorstores import patch_vector_stores
+
+        patch_vector_stores()  # once per process: searches outside retrievers become steps
+
+    @property
+    def raise_error(self) -> bool:  # type: ignore[override]
+        return raise_internal_errors()
+
+    def live_run(self, run_id: UUID | None) -> _Run | None:
+        return self._runs.get(run_id) if run_id is not None else None
+
+    # -- run map ----------------------------------------------------------------------------
+    def _start(self, run_id: UUID, parent_run_id: UUID | None, name: str, kind: str,
+               metadata: Mapping[str, Any] | None, tags: Sequence[str] | None,
+               attrs: dict[str, Any]) -> _Run:
+        now = time.time_ns()
+        parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
+        attrs[A.SPAN_KIND] = kind
+        if parent is None:
+            scope = current_scope()
+            root = _Root(metadata=dict(metadata or {}), tags=tuple(tags or ()), start_ns=now,
+                         scope=scope)
+            session, user = M._session_user(root.metadata, scope)
+            if session is not None:
+                attrs[A.SESSION_ID] = session
+            if user is not None:
+                attrs[A.USER_ID] = self.ts.redact_id(user)
+            owner = current_owner()
+            if owner is not None and owner.framework != "langchain":
+                root.guest_of = owner  # inside another framework's run: its record
+                span: Any = self.tracer.start_span(
+                    name, context=trace_api.set_span_in_context(owner.span),
+                    attributes=attrs, start_time=now)
+            else:
+                span = self.tracer.start_span(name, attributes=attrs, start_time=now)
+            root.span = span
+            trace_hex = format(span.get_span_context().trace_id, "032x")
+            if scope is not None and root.guest_of is None:
+                scope.trace_ids.append(trace_hex)
+            self.ts.run_ids.note(run_id, trace_hex)
+            run = _Run(span, root, True, name, next(_seq))
+        else:
+            root = parent.root
+            if not root.config_read:
+                root.config_read = True
+                root.config_session = M._config_session()
+            pending = _PendingSpan(name, parent.span, attrs, now)
+            root.pending.append(pending)
+            root.open += 1
+            run = _Run(pending, root, False, name, next(_seq), parent, tool_call=parent.tool_call,
+                       retriever=parent.retriever, node_run=parent.node_run)
+        runs = self._runs
+        if len(runs) >= MAX_OPEN_RUNS:  # runs that never ended (abandoned streams): bound them
+            oldest = next(iter(runs))
+            stale = runs.pop(oldest, None)
+            if stale is not None:
+                self.evicted += 1
+                stale.span.set_status(Status(StatusCode.ERROR, "abandoned: run never ended"))
+                stale.span.end()
+        runs[run_id] = run
+        return run
+
+    def _set_text(self, span: Any, key: str, value: Any) -> None:
+        """Set a text attribute; on a pending span, build it later, off the request path."""
+        if not self.ts.capture_content:
+            return
+        if isinstance(span, _PendingSpan):
+            span.lazy.append(lambda: {k: v for k, v in {key: self._text(value)}.items()
+                                      if v is not None})
+        else:
+            text = self._text(value)
+            if text is not None:
+                span.set_attribute(key, text)
+
+    def _text(self, value: Any) -> str | None:
+        text = self.ts.redact_text(to_text(value))
+        return None if text is None else clip(text, self.ts.max_attribute_chars)
+
+    def _finish(self, run_id: UUID, outputs: Any, error: BaseException | None,
+                inputs: Any = None, streamed: bool = False) -> None:
+        run = self._runs.pop(run_id, None)
+        if run is None:
+            return
+        span = run.span
+        end = time.time_ns()
+        root = run.root
+        cut = run.is_root and ((error is not None and isinstance(error, CUT_OFF))
+                               or (error is None and streamed and root.open > 0))
+        if error is not None and not cut:
+            span.set_status(Status(StatusCode.ERROR, self.ts.redact_error(error)[:1000]))
+            span.set_attribute(A.ERROR_TYPE, type(error).__qualname__)
+        if run.is_root:
+            with handle_internal_errors("langchain.record"):
+                self._emit_record(run, outputs, None if cut else error, inputs, end, cut)
+            span.end(end_time=end)
+            root.done = True
+            if root.pending:
+                pending, root.pending = root.pending, []
+                self.ts.defer(partial(_materialize_all, self.tracer, pending))
+            return
+        root.open -= 1
+        span.end(end_time=end)
+        if root.done:  # a step that outlived its root (a detached thread): emit it now
+            span.materialize(self.tracer)
+
+    def _emit_record(self, run: _Run, outputs: Any, error: BaseException | None, inputs: Any,
+                     end: int, cut: bool = False) -> None:
+        """The root's record (:func:`.emit.emit_record`); one method, so a fault injected
+        here is the "record" stage's."""
+        emit_record(self, run, outputs, error, inputs, end, cut)
+
+    # -- chains -----------------------------------------------------------------------------
+    def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID,
+                       parent_run_id: UUID | None = None, tags: list[str] | None = None,
+                       metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if _suppressed():
+            return
+        with handle_internal_errors("langchain.on_chain_start"):
+            name = kwargs.get("name") or M._name(serialized) or "chain"
+            run = self._start(run_id, parent_run_id, name, A.KIND_CHAIN, metadata, tags, {})
+            if run.is_root:
+                run.root.query = M.extract_query(inputs)
+                run.root.inputs = inputs  # input.value is built when the root ends
+            elif metadata and metadata.get("langgraph_node") == name:
+                run.node = True
+                run.node_run = run
+
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
+                     **kwargs: Any) -> None:
+        with handle_internal_errors("langchain.on_chain_end"):
+            run = self._runs.get(run_id)
+            if run is not None and run.node:
+                for key, docs in M.state_updates(outputs):
+                    self._add_documents(run, docs, NODE, loop_key=f"state:{key or run.name}")
+            # a streamed run reports its full input at its end (``inputs``)
+            self._finish(run_id, outputs, None, kwargs.get("inputs"), "inputs" in kwargs)
+
+    def on_chain_error(self, error: BaseException, *, run_id: UUID,
+                       parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        with handle_internal_errors("langchain.on_chain_error"):
+            self._finish(run_id, None, error, kwargs.get("inputs"))
+
+    # -- retrievers -------------------------------------------------------------------------
+    def on_retriever_start(self, serialized: dict[str, Any] | None, query: str, *,
+                           run_id: UUID, parent_run_id: UUID | None = None,
+                           tags: list[str] | None = None,
+                           metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if _suppressed():
+            return
+        with handle_internal_errors("langchain.on_retriever_start"):
+            name = kwargs.get("name") or M._name(serialized) or "retriever"
+            attrs: dict[str, Any] = {A.RETRIEVER_NAME: name}
+            run = self._start(run_id, parent_run_id, name, A.KIND_RETRIEVER, metadata, tags,
+                              attrs)
+            run.retriever = run
+            if not kwargs.get("tracescore_search"):
+                active_retriever.set(run_id)
+            self._set_text(run.span, A.INPUT_VALUE, query)
+            if run.is_root:
+                run.root.query = query if isinstance(query, str) else None
+            elif isinstance(query, str) and query:
+                run.root.retrieval_queries.append(query)
+
+    def on_retriever_end(self, documents: Sequence[Any], *, run_id: UUID,
+                         parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        with handle_internal_errors("langchain.on_retriever_end"):
+            run = self._runs.get(run_id)
+            if run is not None:
+                kind = kwargs.get("tracescore_search") or RETRIEVER
+                self._add_documents(run, documents or (), kind, run.seq)
+            self._finish(run_id, documents, None)
+
+    def on_retriever_error(self, error: BaseException, *, run_id: UUID,
+                           parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        with handle_internal_errors("langchain.on_retriever_error"):
+            self._finish(run_id, None, error)
+
+    def _add_documents(self, run: _Run, documents: Sequence[Any], kind: str,
+                       seq: int | None = None, loop_key: str | None = None) -> None:
+        """Documents ``run`` produced: a document step of the root, and onto ``run``'s span.
+
+        Retrievers count at their start (parallel retrievers keep their start order); tools
+        and graph nodes at their end, after any retriever they ran. The steps ``run``
+        enclosed become its inner candidates (see :mod:`.._record`).
+        """
+        ctxs = [M.document_context(d, run.name) for d in documents]
+        root = run.root
+        if root.retrievals:
+            enclose(root.retrievals, run.seq, run.name)
+        root.retrievals.append(new_retrieval(run, run.name, ctxs, kind,
+                                             next(_seq) if seq is None else seq, loop_key))
+        if self.ts.capture_content and ctxs:
+            if isinstance(run.span, _PendingSpan):
+                run.span.lazy.append(partial(_dict_of, self.document_attrs, ctxs))
+            else:
+                run.span.set_attributes(dict(self.document_attrs(ctxs)))
+
+    def document_attrs(self, ctxs: Sequence[Context]) -> Any:
+        """OpenInference ``retrieval.documents.*`` of ``ctxs`` (the span keeps the first few)."""
+        yield A.RETRIEVAL_DOCUMENT_COUNT, len(ctxs)
+        for i, c in enumerate(ctxs[:A.MAX_SPAN_DOCUMENTS]):
+            # One bad document loses its own attributes, not the span.
+            with handle_internal_errors("langchain.document_attrs", reraise=False):
+                text = self._text(c.text)
+                if text is not None:
+                    yield A.retrieval_document(i, A.DOCUMENT_CONTENT), text
+                if c.id is not None:
+                    yield A.retrieval_document(i, A.DOCUMENT_ID), str(c.id)
+                if c.score is not None:
+                    yield A.retrieval_document(i, A.DOCUMENT_SCORE), float(c.score)
+                if c.metadata:
+                    yield (A.retrieval_document(i, A.DOCUMENT_METADATA),
+                           clip(json_attr(self.ts.redact_value(c.metadata))))
+
+    # -- LLMs -------------------------------------------------------------------------------
+    def on_chat_model_start(self, serialized: dict[str, Any] | None,
+                            messages: list[list[Any]], *, run_id: UUID,
+                            parent_run_id: UUID | None = None, tags: list[str] | None = None,
+                            metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if _suppressed():
+            return
+        with handle_internal_errors("langchain.on_chat_model_start"):
+            prompt = messages[-1] if messages else []
+            self._llm_start(serialized, prompt, "chat", run_id, parent_run_id, tags,
+                            metadata, kwargs)
+
+    def on_llm_start(self, serialized: dict[str, Any] | None, prompts: list[str], *,
+                     run_id: UUID, parent_run_id: UUID | None = None,
+                     tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
+                     **kwargs: Any) -> None:
+        if _suppressed():
+            return
+        with handle_internal_errors("langchain.on_llm_start"):
+            self._llm_start(serialized, prompts[-1] if prompts else "", "text_completion",
+                            run_id, parent_run_id, tags, metadata, kwargs)
+
+    def _llm_start(self, serialized: dict[str, Any] | None, prompt: Any, operation: str,
+                   run_id: UUID, parent_run_id: UUID | None, tags: list[str] | None,
+                   metadata: dict[str, Any] | None, kwargs: Mapping[str, Any]) -> None:
+        name = kwargs.get("name") or M._name(serialized) or "llm"
+        params = kwargs.get("invocation_params") or {}
+        model = (params.get("model") or params.get("model_name")
+                 or (metadata or {}).get("ls_model_name"))
+        attrs: dict[str, Any] = {A.GEN_AI_OPERATION_NAME: operation}
+        if isinstance(model, str):
+            attrs[A.GEN_AI_REQUEST_MODEL] = model
+            attrs[A.LLM_MODEL_NAME] = model
+        run = self._start(run_id, parent_run_id, name, A.KIND_LLM, metadata, tags, attrs)
+        self._set_text(run.span, A.INPUT_VALUE, prompt)
+        root = run.root
+        if run.retriever is None:  # a compressor's or filter's model is not the answering one
+            root.prompt = prompt
+            root.last_llm = run
+            if isinstance(model, str) and root.model is None:
+                root.model = model
+
+    def on_llm_new_token(self, token: str | list[str | dict[str, Any]], *, chunk: Any = None,
+                         run_id: UUID, parent_run_id: UUID | None = None,
+                         tags: list[str] | None = None, **kwargs: Any) -> None:
+        """A streamed token of the answering model: kept for a stream the client cuts off."""
+        with handle_internal_errors("langchain.on_llm_new_token"):
+            run = self._runs.get(run_id)
+            if run is None or run.root.last_llm is not run:
+                return
+            tokens = run.tokens
+            if tokens is None:
+                tokens = run.tokens = []
+            if len(tokens) < MAX_STREAM_TOKENS:
+                tokens.append(M.token_text(token, chunk))
+
+    def on_llm_end(self, response: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
+                   **kwargs: Any) -> None:
+        with handle_internal_errors("langchain.on_llm_end"):
+            run = self._runs.get(run_id)
+            if run is not None:
+                text, usage, model = M.llm_result_parts(response)
+                span = run.span
+                if text is not None:
+                    self._set_text(span, A.OUTPUT_VALUE, text)
+                if model:
+                    span.set_attribute(A.GEN_AI_RESPONSE_MODEL, model)
+                    if run.root.model is None and run.retriever is None:
+                        run.root.model = model
+                if usage is not None:
+                    span.set_attributes(usage_attributes(usage))
+                    root = run.root
+                    root.usage = usage if root.usage is None else root.usage + usage
+            self._finish(run_id, None, None)
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID,
+                     parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        with handle_internal_errors("langchain.on_llm_error"):
+            self._finish(run_id, None, error)
+
+    # -- tools ------------------------------------------------------------------------------
+    def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *,
+                      run_id: UUID, parent_run_id: UUID | None = None,
+                      tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
+                      **kwargs: Any) -> None:
+        if _suppressed():
+            return
+        with handle_internal_errors("langchain.on_tool_start"):
+            name = kwargs.get("name") or M._name(serialized) or "tool"
+            run = self._start(run_id, parent_run_id, name, A.KIND_TOOL, metadata, tags, {})
+            call = kwargs.get("tool_call_id")
+            if isinstance(call, str):
+                run.tool_call = call
+            inputs = kwargs.get("inputs")
+            run.tool_input = inputs if inputs is not None else input_str
+            if run.is_root:
+                run.root.query = M.tool_query(run.tool_input)
+                run.root.inputs = run.tool_input
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
+                    **kwargs: Any) -> None:
+        with handle_internal_errors("langchain.on_tool_end"):
+            run = self._runs.get(run_id)
+            if run is not None:
+                docs = M.artifact_documents(output)
+                if docs:
+                    self._add_documents(run, docs, TOOL)
+                    q = M.tool_query(run.tool_input)
+                    if q and not run.is_root:
+                        run.root.retrieval_queries.append(q)
+            self._finish(run_id, output, None)
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID,
+                      parent_run_id: UUID | None = None, **kwargs: Any) -> None:
+        with handle_internal_errors("langchain.on_tool_error"):
+            self._finish(run_id, None, error)

@@ -1,0 +1,107 @@
+"""The handler's light run map entries, and what a root run gathers for its record.
+
+A :class:`_Run` per open LangChain run (span, kind, its parent and the enclosing retriever,
+graph node and tool call); a :class:`_Root` per root run: what its record will hold. Document
+steps are noted as :class:`~.._record.Retrieval` entries (a list append on the request path)
+and assembled once, when the root ends (:mod:`.._record`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracescore.record import Context, TokenUsage
+from tracescore.runs import RunScope
+
+from .._owner import Owner
+from .._record import Retrieval
+from .._spans import _PendingSpan
+
+#: Sequence numbers: start order of runs, and the order of document steps.
+_seq = itertools.count()
+#: Streamed tokens kept per LLM run (for the text a cut-off stream's client received).
+MAX_STREAM_TOKENS = 100_000
+
+
+@dataclass(slots=True)
+class _Root:
+    query: str | None = None
+    retrievals: list[Retrieval] = field(default_factory=list)
+    usage: TokenUsage | None = None
+    model: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    start_ns: int = 0
+    pending: list[_PendingSpan] = field(default_factory=list)
+    inputs: Any = None
+    prompt: Any = None  # the answering model's raw prompt (formatted when the record is built)
+    done: bool = False  # the root ended: late child steps materialise at once
+    retrieval_queries: list[str] = field(default_factory=list)
+    scope: RunScope | None = None
+    #: A session id only the run's config holds (``RunnableWithMessageHistory``'s
+    #: ``configurable.session_id``), read once, when the root's first child starts.
+    config_session: str | None = None
+    config_read: bool = False
+    #: Child runs started and not ended yet: a streamed root that ends with some open was
+    #: cut off by its client (langchain-core then reports a normal end).
+    open: int = 0
+    #: The last LLM run outside retrievers (the answering model), for its streamed tokens.
+    last_llm: _Run | None = None
+    #: Ownership of the request's record (cross-framework): our owner, made when another
+    #: framework first asks (``_owner`` resolver), or the other framework's owner we report to.
+    owner: Owner | None = None
+    guest_of: Owner | None = None
+    #: The root run's span, for the owner (another framework's spans nest under it).
+    span: Any = None
+    #: An answer another framework's run inside this one offered (used if ours has none).
+    offered_answer: str | None = None
+
+
+@dataclass(slots=True)
+class _Run:
+    span: Any  # the root's real Span, or a _PendingSpan for every other step
+    root: _Root
+    is_root: bool
+    name: str
+    seq: int
+    parent: _Run | None = None
+    node: bool = False  # a LangGraph node: the documents it returns into the state count
+    tool_input: Any = None
+    tool_call: str | None = None  # the nearest enclosing tool run's tool-call id
+    retriever: _Run | None = None  # the nearest enclosing retriever run (itself if one)
+    node_run: _Run | None = None  # the nearest enclosing LangGraph node run (itself if one)
+    tokens: list[str] | None = None  # an LLM run's streamed tokens
+
+    def ancestors(self) -> frozenset[int]:
+        """Sequence numbers of this run and every enclosing run (walked once per retrieval)."""
+        out = []
+        run: _Run | None = self
+        while run is not None:
+            out.append(run.seq)
+            run = run.parent
+        return frozenset(out)
+
+
+def new_retrieval(run: _Run, source: str, ctxs: list[Context], kind: str, seq: int,
+                  loop_key: str | None = None) -> Retrieval:
+    """A document step of ``run``: inside a graph node, a later run of that node (or, for a
+    state update, a later write of that key) supersedes it."""
+    node = run.node_run
+    if loop_key is None and node is not None:
+        loop_key = f"node:{node.name}"
+    return Retrieval(seq=seq, source=source, contexts=ctxs, kind=kind,
+                     ancestors=run.parent.ancestors() if run.parent is not None else frozenset(),
+                     run_seq=run.seq, loop_key=loop_key,
+                     loop_round=node.seq if node is not None else run.seq,
+                     tool_call=run.tool_call)
+
+
+def streamed_text(root: _Root) -> str | None:
+    """The text the answering model streamed (what a cut-off stream's client received)."""
+    llm = root.last_llm
+    if llm is None or not llm.tokens:
+        return None
+    return "".join(llm.tokens)

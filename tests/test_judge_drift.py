@@ -1,0 +1,273 @@
+"""Judge drift (issue 17, section 4), end to end against a real OpenAI-compatible server.
+
+The scripted judge on 127.0.0.1 answers the canary's known-answer cases correctly and reports
+model "judge-a"; mid-stream it switches to answering "yes" to everything and reports
+"judge-b". The real pipeline (``tracescore.init`` with an OpenAI judge, a faithfulness metric,
+the canary every 0.3 s, the built-in monitors beside scoring) must: keep every canary run in
+``judge_canary``, put the reported model on each score (``scores.judge_model`` and the details'
+``judge``), raise the ``judge_drift`` ALERT naming the model change (monitor API, webhook,
+``report``), and show both models as segments in ``compare --by judge_model``. The same run
+with a stable judge over as many canary runs raises no alert. Waits poll for states with a
+generous deadline; nothing is timed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import rows, run_cli
+
+from tracescore.judge.canary import CASES
+from tracescore.judge.openai_judge import OpenAIJudge
+from tracescore.testing.judge import ScriptedJudgeServer, lexical_responder
+from tracescore.trust import drift
+
+DEADLINE_S = 180.0
+CONFIGURED = "provider/judge-latest"
+#: claim → supported?, (question, context) → relevant? — the canary's own answers
+CLAIMS = {c: ok for _, _, claims, _ in CASES for c, ok in claims}
+RELEVANT = {(q, o): rel for ctx, q, _, others in CASES for o, rel in [(ctx, True), *others]}
+QUESTIONS = {q for _, q, _, _ in CASES}
+
+
+class DriftingJudge(ScriptedJudgeServer):
+    """Answers correctly as "judge-a" until :meth:`switch`; then "yes" to every verdict as
+    "judge-b". Behaviour and reported name change together (one attribute read per request)."""
+
+    def __init__(self) -> None:
+        self.judge = ("correct", "judge-a")
+        self._local = threading.local()
+        super().__init__(self._respond)
+
+    def switch(self) -> None:
+        self.judge = ("yes", "judge-b")
+
+    def _answer(self, step: str, data: Any, req: dict[str, Any], fault: Any) -> Any:
+        self._local.judge = mode, model = self.judge
+        status, body, headers = super()._answer(step, data, req, fault)
+        if status == 200:
+            envelope = json.loads(body)
+            envelope["model"] = model
+            body = json.dumps(envelope).encode()
+        return status, body, headers
+
+    def _respond(self, step: str, data: Any, req: dict[str, Any]) -> Any:
+        mode = self._local.judge[0]
+        canary = isinstance(data, dict) and data.get("question") in QUESTIONS
+        if step == "statements" and (canary or mode == "yes"):
+            return {"answer_statements": [
+                {"index": i, "relevant": "yes",
+                 "supported": "yes" if mode == "yes" or CLAIMS[s] else "no",
+                 "in_reference": ["yes"] * len(data["reference_statements"])}
+                for i, s in enumerate(data["answer_statements"])],
+                "reference_verdicts": [[{"index": i, "attributable": "yes", "covered": "yes"}
+                                        for i, _ in enumerate(r)]
+                                       for r in data["reference_statements"]]}
+        if step == "contexts" and (canary or mode == "yes"):
+            q = data["question"]
+            return {"contexts": [
+                {"index": i, "relevant": "yes" if mode == "yes" or RELEVANT[(q, c)] else "no",
+                 "useful": ["yes"] * len(data["references"]), "contradicted": "no",
+                 "reason": "scripted"} for i, c in enumerate(data["contexts"])]}
+        return lexical_responder(step, data, req)
+
+
+class Hook:
+    """A real webhook receiver on 127.0.0.1 that keeps every POST body."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        hook = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                hook.bodies.append(json.loads(body))
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    h = Hook()
+    yield h
+    h.close()
+
+
+def wait_for(what: str, cond: Callable[[], Any], tick: Callable[[], None] = lambda: None) -> Any:
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        tick()
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def canary_runs(db: str) -> list[dict[str, Any]]:
+    return rows(db, "SELECT * FROM judge_canary ORDER BY at, id")
+
+
+class Traffic:
+    """App traffic in the background: a record every few ms, so the scorer keeps scoring (the
+    canary's schedule is checked after each judge score)."""
+
+    def __init__(self, ts: Any) -> None:
+        self.ts = ts
+        self.stop = threading.Event()
+        self.n = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            self.n += 1
+            self.ts.log_record(
+                query=f"What battery does the Cargo {self.n} have?",
+                contexts=["The Cargo ships with a 750 Wh battery.", "Warranty lasts two years."],
+                answer=f"The Cargo {self.n} ships with a 750 Wh battery.")
+            self.stop.wait(0.05)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+
+def start(db: str, srv: DriftingJudge, hook: Hook, monkeypatch: pytest.MonkeyPatch) -> Any:
+    import tracescore
+
+    monkeypatch.setenv("TRACESCORE_JUDGE_CANARY_EVERY", "0.3")
+    return tracescore.init(
+        db=db, metrics=["faithfulness"], judge=OpenAIJudge(CONFIGURED, base_url=srv.base_url),
+        hold_seconds=0, monitors={"monitor": [], "channels": {
+            "team": {"kind": "webhook", "url": hook.url}}})
+
+
+def drift_state(ts: Any) -> Any:
+    return next((e for e in ts.monitors.last if e.monitor == drift.MONITOR), None)
+
+
+def run_until(ts: Any, db: str, runs: int) -> None:
+    wait_for(f"{runs} canary runs", lambda: len(canary_runs(db)) >= runs, ts.monitors.wake)
+
+
+def test_a_judge_that_changes_mid_stream_raises_the_drift_alert(
+        db: str, hook: Hook, monkeypatch: pytest.MonkeyPatch) -> None:
+    with DriftingJudge() as srv:
+        ts = start(db, srv, hook, monkeypatch)
+        traffic = Traffic(ts)
+        try:
+            # the baseline: the start-up run and scheduled runs, all with judge-a
+            run_until(ts, db, drift.BASELINE_RUNS)
+            wait_for("the monitor's first verdict", lambda: (s := drift_state(ts)) is not None
+                     and s.state == "OK", ts.monitors.wake)
+            srv.switch()
+            alert = wait_for("the drift ALERT", lambda: (s := drift_state(ts)) is not None
+                             and s.state == "ALERT" and s, ts.monitors.wake)
+            wait_for("the webhook", lambda: any(b["state"] == "ALERT" for b in hook.bodies),
+                     ts.monitors.wake)
+        finally:
+            traffic.close()
+            ts.shutdown(30)
+    assert "judge model changed from judge-a to judge-b" in alert.summary
+    assert alert.detail["model_change"]["from"] == "judge-a"
+    assert alert.hi < alert.detail["baseline_bound"] - drift.MIN_EFFECT
+    [body] = [b for b in hook.bodies if b["state"] == "ALERT"]
+    assert body["monitor"] == drift.MONITOR and "judge-b" in json.dumps(body)
+
+    # the canary history holds both judges' runs, each with its reported model and trigger
+    runs = canary_runs(db)
+    a = [r for r in runs if r["reported_model"] == "judge-a"]
+    b = [r for r in runs if r["reported_model"] == "judge-b"]
+    assert len(a) >= drift.BASELINE_RUNS and b
+    assert {r["agreed"] for r in a} == {a[0]["cases"]}  # judge-a knows every answer
+    assert {r["yes_share"] for r in b} == {1.0} and all(r["degenerate"] for r in b)
+    assert a[0]["trigger"] == "startup" and "schedule" in {r["trigger"] for r in a}
+    assert b[0]["trigger"] == "model_changed"
+    assert {r["judge_model"] for r in runs} == {CONFIGURED}
+    assert len({r["prompt_version"] for r in runs}) == 1 and runs[0]["prompt_version"]
+
+    # every judge score names its judge; the reported model is the scores' segment
+    scores = rows(db, "SELECT judge_model, details, created_at FROM scores"
+                      " WHERE status = 'ok'")
+    assert {s["judge_model"] for s in scores} == {"judge-a", "judge-b"}
+    for s in scores:
+        s["judge"] = judge = json.loads(s["details"])["judge"]
+        assert judge["configured"] == CONFIGURED and judge["reported"] in ("judge-a", "judge-b")
+        assert judge["prompt_version"] == scores[0]["judge"]["prompt_version"] != ""
+    # The column comes from the worker's judge_model(metric): the model behind the metric's
+    # last score. Jobs stored together in one transaction share it, so only a batch that
+    # straddles the switch may carry the other model; the details are exact per score.
+    last_a = max(s["created_at"] for s in scores if s["judge"]["reported"] == "judge-a")
+    first_b = min(s["created_at"] for s in scores if s["judge"]["reported"] == "judge-b")
+    assert all(first_b - 1 <= s["created_at"] <= last_a + 1 for s in scores
+               if s["judge_model"] != s["judge"]["reported"])
+
+    # `compare --by judge_model` shows the two models as the two sides
+    out = run_cli("compare", "--db", db, "--by", "judge_model", "--min-n", "1", "--json")
+    assert out.exit_code == 0, out.output
+    cmp = json.loads(out.output)
+    assert (cmp["current"], cmp["baseline"]) == ("judge_model=judge-b", "judge_model=judge-a")
+    sides = cmp["scores"]["faithfulness"]
+    assert sides["current"]["n"] + sides["baseline"]["n"] == len(scores)
+    # `report` shows the stored state first
+    rep = run_cli("report", "--db", db)
+    assert "judge_drift" in rep.output and "ALERT" in rep.output, rep.output
+    # and `tracescore check` (cron, deployment gates) evaluates the built-in monitor too
+    toml = Path(db).with_name("monitors.toml") if "://" not in db else None
+    if toml is not None:
+        toml.write_text('[[monitor]]\nname = "faith"\nscore = "faithfulness"\n'
+                        'threshold = 0.1\n')
+        chk = run_cli("check", "--db", db, "--monitors", str(toml), "--no-notify", "--json")
+        assert chk.exit_code == 1, chk.output
+        states = {m["monitor"]: m["state"] for m in json.loads(chk.output)["monitors"]}
+        assert states["judge_drift"] == "ALERT", states
+
+
+def test_a_stable_judge_over_the_same_span_raises_no_alert(
+        db: str, hook: Hook, monkeypatch: pytest.MonkeyPatch) -> None:
+    states: list[str] = []
+    with DriftingJudge() as srv:
+        ts = start(db, srv, hook, monkeypatch)
+        traffic = Traffic(ts)
+
+        def tick() -> None:
+            ts.monitors.wake()
+            s = drift_state(ts)
+            if s is not None:
+                states.append(s.raw)
+
+        try:
+            # the span of the drifting test and more: the baseline and a whole window
+            n = drift.BASELINE_RUNS + drift.WINDOW_RUNS + 2
+            wait_for(f"{n} canary runs", lambda: len(canary_runs(db)) >= n, tick)
+            wait_for("an evaluation of them all", lambda: (s := drift_state(ts)) is not None
+                     and s.detail.get("runs", 0) >= n, tick)
+        finally:
+            traffic.close()
+            ts.shutdown(30)
+    assert "ALERT" not in states and states[-1] == "OK", states
+    assert not hook.bodies
+    runs = canary_runs(db)
+    assert {r["reported_model"] for r in runs} == {"judge-a"}
+    assert all(r["agreed"] == r["cases"] for r in runs)
