@@ -48,9 +48,10 @@ def _records(n: int) -> list[Any]:
 
 
 def child_latency(n: int) -> dict[str, Any]:
-    import tracescore
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    import tracescore
 
     arrived: dict[int, float] = {}
     cond = threading.Condition()
@@ -80,8 +81,9 @@ def child_latency(n: int) -> dict[str, Any]:
             ts.submit(rec)
             t_end = time.perf_counter()
             span.end()
+            sid = ctx.span_id
             with cond:
-                ok = cond.wait_for(lambda: ctx.span_id in arrived, timeout=5.0)
+                ok = cond.wait_for(lambda sid=sid: sid in arrived, timeout=5.0)
             if ok and i >= 3:  # (the first few warm the caches and the connections)
                 lat.append((arrived[ctx.span_id] - t_end) * 1000)
             elif not ok:

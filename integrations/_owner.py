@@ -44,8 +44,9 @@ ContextSink = Callable[[Sequence[Context], str, bool], None]
 AnswerSink = Callable[[str], None]
 
 _current: ContextVar[Owner | None] = ContextVar("tracescore_record_owner", default=None)
-#: Functions that find the live owner from a framework's own context (see the module doc).
-_resolvers: list[Callable[[], Owner | None]] = []
+#: Functions that find the live owner from a framework's own context (see the module doc),
+#: with the framework each belongs to.
+_resolvers: list[tuple[Callable[[], Owner | None], str | None]] = []
 
 
 class Owner:
@@ -98,13 +99,18 @@ class OwnerToken:
         self.token = token
 
 
-def current_owner() -> Owner | None:
+def current_owner(other_than: str | None = None) -> Owner | None:
     """The outermost live run of the calling context, of any framework: a claimed owner
-    first (claims are made by outer runs only), else what a registered resolver finds."""
+    first (claims are made by outer runs only), else what a registered resolver finds.
+
+    ``other_than``: the asking framework; its own resolver is skipped (a root run defers only
+    to another framework's owner, and asking its own tree costs a lookup per root run)."""
     owner = _current.get()
     if owner is not None and owner.live:
         return owner
-    for resolve in _resolvers:
+    for resolve, framework in _resolvers:
+        if framework is not None and framework == other_than:
+            continue
         try:
             found = resolve()
         except Exception:  # a resolver must never break the inner framework's run
@@ -114,10 +120,12 @@ def current_owner() -> Owner | None:
     return None
 
 
-def register_resolver(resolve: Callable[[], Owner | None]) -> None:
-    """Add a function that finds the live owner from a framework's own context (idempotent)."""
-    if resolve not in _resolvers:
-        _resolvers.append(resolve)
+def register_resolver(resolve: Callable[[], Owner | None], framework: str | None = None
+                      ) -> None:
+    """Add a function that finds the live owner from ``framework``'s own context
+    (idempotent)."""
+    if all(resolve is not r for r, _ in _resolvers):
+        _resolvers.append((resolve, framework))
 
 
 def claim(owner: Owner) -> OwnerToken:

@@ -174,3 +174,23 @@ def test_the_queue_resumes_where_the_annotator_left(tmp_path: Path,
     pane.send("q")
     pane.wait("bob's queue", lambda t: "[exit 0]" in t and _showing(1, 4, "no text")(t))
     pane.send("q")
+
+
+def test_a_huge_context_is_clipped_and_the_query_stays_on_screen(
+        tmp_path: Path, pane_factory: Callable[[str], Pane]) -> None:
+    """A 500,000-character context is shown clipped (saying how much more there is), so the
+    query is still on the visible screen when the prompt waits."""
+    db = tmp_path / "ts.db"
+    ts = tracescore.init(db=db, metrics=[Grounded()])
+    ts.log_record(query="the huge one?", answer="short answer",
+                  contexts=["word " * 100_000, "small context"])
+    assert ts.flush(30)
+    ts.shutdown()
+    cmd = shlex.join([*cli_script(), "label", "--db", str(db), "--metric", "grounded"])
+    pane = pane_factory(f"{cmd}; echo \"[exit $?]\"; sleep 600")
+    pane.wait("the record", _showing(1, 1, "small context"))
+    visible = pane.screen()  # the screen itself, not the scroll-back
+    assert "the huge one?" in visible and "short answer" in visible
+    assert "(498,000 more characters)" in visible
+    pane.send("q")
+    pane.wait("the end", lambda t: "[exit 0]" in t)

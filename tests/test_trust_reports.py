@@ -220,7 +220,9 @@ def test_calibrate_agreement_equals_statsmodels_and_scipy(
     assert "Judge vs human labels" in text.output
     assert "Cohen's kappa" in text.output and "Spearman" in text.output
     assert "judge no" in text.output  # the confusion matrix
-    assert "Judge calibration on" in text.output  # the feedback section is still there
+    # no feedback in this database: one line, not a section of empty tables before the labels
+    assert "Judge calibration on" not in text.output and "No usable feedback" not in text.output
+    assert text.output.startswith("Feedback: none named 'user'")
 
 
 def test_calibrate_by_release_and_not_enough_labels(db: str, clock: _Clock) -> None:
@@ -369,3 +371,49 @@ def test_html_report_has_the_judge_vs_humans_section(
     assert 'id="judge-vs-humans"' in page
     assert "corrected with 80 human labels" in page and "judge mean (uncorrected)" in page
     assert "Cohen" in page and "Spearman" in page
+
+
+def test_a_degenerate_judge_warns_once_per_model_and_prompt_version(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The canary's scheduled runs would repeat the full WARNING every day: it is logged once
+    per (model, prompt version), INFO after that; a recovery makes a relapse news again."""
+    import logging
+
+    from tracescore.judge import canary
+
+    canary._WARNED.clear()
+    caplog.set_level(logging.INFO, logger="tracescore")
+    why = "the judge gave the same verdict to all 16 canary cases"
+
+    def run(model: str, pv: str, reason: str, trigger: str = "schedule") -> list[str]:
+        caplog.clear()
+        canary.say_result(model, pv, trigger, reason, 0.5, 16)
+        return [r.levelname for r in caplog.records if "canary" in r.getMessage()]
+
+    assert run("m", "p1", why, "startup") == ["WARNING"]
+    assert run("m", "p1", why) == ["INFO"] and run("m", "p1", why) == ["INFO"]
+    assert run("m", "p2", why, "prompt_changed") == ["WARNING"]  # another prompt version
+    assert run("other", "p1", why) == ["WARNING"]
+    assert run("m", "p1", "") == ["INFO"]  # recovered
+    assert run("m", "p1", why) == ["WARNING"]  # relapse: news again
+    canary._WARNED.clear()
+
+
+def test_calibrate_json_says_majority_for_yes_no_scores() -> None:
+    from tracescore.reports.trust import LabelledPairs, Pair, summarise_pairs
+
+    yes_no = [Pair(f"{i:032x}", float(i % 2), float(i % 2), (("a", float(i % 2)),), "manual",
+                   None, None, "1", f"{i:032x}-{1:016x}") for i in range(12)]
+    numeric = [Pair(p.trace_id, 0.3, 0.4, (("a", 0.4),), "manual", None, None, "1",
+                    p.record_id) for p in yes_no]
+
+    class Seg:
+        def value(self, seg_id: Any, dim: str) -> None:
+            return None
+
+    for pairs, binary, want in ((yes_no, True, "majority"), (numeric, False, "mean")):
+        lp = LabelledPairs("x", "x", pairs)
+        s = summarise_pairs(None, lp, None, binary, None, None, Seg())  # type: ignore[arg-type]
+        text = s.to_json()["human_value"]
+        assert want in text and "per record" in text
+        assert ("mean" not in text) if binary else ("majority" not in text)

@@ -303,9 +303,16 @@ def test_ppi_edge_cases() -> None:
     for n in (0, 1, 49):
         few = ppi_mean(_moments(fu), f[:n].tolist(), y[:n].tolist())
         assert few.corrected.status == NOT_ENOUGH_DATA and few.corrected.value is None
-        assert few.labels.status == NOT_ENOUGH_DATA and f"{n} label" in (few.corrected.reason
-                                                                           or "")
+        assert f"{n} label" in (few.corrected.reason or "")
         assert few.judge.status == "ok"
+        if n < 2:
+            assert few.labels.status == NOT_ENOUGH_DATA
+        else:  # labels only: the t interval is valid below PPI's 50 labels (shown, not "-")
+            lo, hi = DescrStatsW(y[:n]).tconfint_mean(alpha=0.05)
+            assert few.labels.status == "ok" and few.labels.value == pytest.approx(
+                y[:n].mean(), abs=TOL)
+            assert (few.labels.lo, few.labels.hi) == (pytest.approx(lo, abs=TOL),
+                                                      pytest.approx(hi, abs=TOL))
     assert ppi_mean(_moments(fu), f[:2].tolist(), y[:2].tolist(), min_n=2).corrected.lo is not None
     assert tuned_lambda([0.5], [0.5], _moments(fu)) == 0.0
     nothing = ppi_mean(Moments(0, 0.0, 0.0), [], [])
@@ -438,8 +445,8 @@ def test_plan_allocation_strata_and_rows() -> None:
     assert np.all(np.abs(got - np.maximum(ideal, MIN_PER_STRATUM)) <= 1.5)
     assert all(s.sd_proxy >= math.sqrt(VARIANCE_FLOOR) for s in plan.strata)
     row = plan.table_rows("p1", "faithfulness", 123.0)[0]
-    assert set(row) == {"plan_id", "position", "trace_id", "name", "stratum", "stratum_size",
-                        "stratum_draws", "created_at"}
+    assert set(row) == {"plan_id", "position", "trace_id", "record_id", "name", "stratum",
+                        "stratum_size", "stratum_draws", "created_at"}
     assert row["plan_id"] == "p1" and row["name"] == "faithfulness"
 
 
@@ -542,3 +549,23 @@ def test_stratified_plan_estimate_covers() -> None:
         assert res.corrected.lo is not None and res.corrected.hi is not None
         hits += res.corrected.lo <= 0.75 <= res.corrected.hi
     assert hits / reps >= 0.88
+
+
+def test_kappa_interval_is_raw_as_statsmodels_and_clipped_for_display() -> None:
+    """A small, near-perfect table: the raw interval passes 1 (as statsmodels'); the JSON and
+    the text show it clipped to [-1, 1] and say so."""
+    from tracescore.reports.trust_text import agreement_lines
+    from tracescore.trust.agreement import binary_agreement
+
+    c = Confusion(both_no=5, judge_yes_human_no=0, judge_no_human_yes=1, both_yes=6)
+    k = cohens_kappa(c)
+    ref = sm_kappa(np.array(c.matrix))
+    assert (k.lo, k.hi) == (pytest.approx(ref.kappa_low, abs=1e-9),
+                            pytest.approx(ref.kappa_upp, abs=1e-9))
+    assert k.hi is not None and k.hi > 1.0  # the raw upper bound is past kappa's range
+    j = k.to_json()
+    assert j["hi"] == 1.0 and j["raw_hi"] == k.hi and "clipped" in j["method"]
+    ag = binary_agreement([0.0] * 5 + [0.0] + [1.0] * 6, [0.0] * 5 + [1.0] + [1.0] * 6,
+                          min_n=2)
+    text = " ".join(agreement_lines(ag))
+    assert f"{k.value:.3f} [{k.lo:.3f}, 1.000]" in text

@@ -1,10 +1,18 @@
 """Human labels at the public API: what scale a score's label is in, the checks a label gets
 before anything is queued or stored, and the writer-queue item that carries it.
 
-A label is a person's verdict on one score of one trace, in the score's own scale: 1/0 for a
+A label is a person's verdict on one score of one record, in the score's own scale: 1/0 for a
 yes/no metric (``Metric.binary``), else a finite number (inside the metric's ``value_range``
-when it declares one). It is bound to the metric version of the trace's stored score of that
-name (looked up when the label is written, see :mod:`tracescore.store.labels`).
+when it declares one — the built-in metrics do; a custom metric known only from the database's
+``metrics`` table has no declared range there, so only finiteness is checked). It is given by
+record id (``TRACE-SPAN``, as ``tracescore show`` prints) or by trace id (then it is about the
+trace's newest record at labelling time) and bound to the metric version of that record's
+stored score of that name (see :mod:`tracescore.store.labels`).
+
+One rule for every way in (the API, ``tracescore label --import`` JSONL and CSV): a yes/no
+label is a bool (numpy's too), an integer 0/1, the text ``yes``/``no``/``y``/``n`` or a number
+text ``1``/``0``; a numeric label is any real number that is not a bool (int, float, numpy
+scalars: ``numbers.Real``) or a text holding one (``"0.4"``, as CSV has only text).
 
 - :meth:`tracescore.client.Tracescore.add_label` — in an app: checks, then queues a
   :class:`LabelUpdate` for the background writer (never blocks the request path).
@@ -15,6 +23,7 @@ name (looked up when the label is written, see :mod:`tracescore.store.labels`).
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -23,7 +32,8 @@ from typing import Any
 
 from .queue import FeedbackUpdate
 
-__all__ = ["LabelUpdate", "Scale", "add_label", "check_text", "label_value", "scale_for"]
+__all__ = ["LabelUpdate", "Scale", "add_label", "check_text", "label_target", "label_value",
+           "scale_for"]
 
 #: words a yes/no label may be given as (case-insensitive)
 YES_NO = {"yes": 1.0, "y": 1.0, "no": 0.0, "n": 0.0}
@@ -37,11 +47,14 @@ class LabelUpdate(FeedbackUpdate):
 
     annotator: str = ""
     source: str = "manual"
+    #: the record labelled; None: the trace's newest record when the writer stores it
+    record_id: str | None = None
 
     def apply(self, store: Any) -> None:
         """Write it (the writer thread)."""
         store.add_label(self.trace_id, self.name, self.value, annotator=self.annotator,
-                        comment=self.comment, source=self.source, created_at=self.created_at)
+                        comment=self.comment, source=self.source, created_at=self.created_at,
+                        record_id=self.record_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,34 +110,72 @@ def scale_for(name: Any, metrics: Iterable[Any] = (),
                      f"it (configured: {', '.join(known) or 'none'})")
 
 
+def _is_bool(value: Any) -> bool:
+    """A Python or numpy bool (numpy not imported: recognised by its type)."""
+    t = type(value)
+    return isinstance(value, bool) or (t.__module__ == "numpy" and t.__name__ in ("bool_",
+                                                                                    "bool"))
+
+
+def _number_text(value: str) -> float | None:
+    try:
+        return float(value.strip())
+    except ValueError:
+        return None
+
+
 def label_value(value: Any, scale: Scale) -> float:
     """``value`` as stored (1.0/0.0 for yes/no, else the number); TypeError/ValueError with
-    what is accepted."""
+    what is accepted (the rule: module docstring)."""
     if scale.binary:
-        if isinstance(value, bool):
+        said = (f"{scale.name!r} is a yes/no score: label it True/False, 1/0 or 'yes'/'no', "
+                f"got {value!r:.40}")
+        if _is_bool(value):
             return 1.0 if value else 0.0
+        v: float | None
         if isinstance(value, str):
             v = YES_NO.get(value.strip().lower())
             if v is None:
-                raise ValueError(f"{scale.name!r} is a yes/no score: label it True/False, 1/0 "
-                                 f"or 'yes'/'no', got {value!r:.40}")
-            return v
-        if isinstance(value, (int, float)):
-            if value in (0, 1):
-                return float(value)
-            raise ValueError(f"{scale.name!r} is a yes/no score: label it True/False, 1/0 or "
-                             f"'yes'/'no', got {value!r}")
-        raise TypeError(f"{scale.name!r} is a yes/no score: label it True/False, 1/0 or "
-                        f"'yes'/'no', got {type(value).__name__}")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+                v = _number_text(value)
+        elif isinstance(value, numbers.Real):
+            v = float(value)
+        else:
+            raise TypeError(f"{said} ({type(value).__name__})")
+        if v not in (0.0, 1.0):
+            raise ValueError(said)
+        return float(v)
+    if isinstance(value, str):
+        v = _number_text(value)
+        if v is None:
+            raise ValueError(f"{scale.name!r} is a numeric score: label it with "
+                             f"{scale.describe()}, got {value!r:.40}")
+    elif _is_bool(value) or not isinstance(value, numbers.Real):
         raise TypeError(f"{scale.name!r} is a numeric score: label it with {scale.describe()},"
                         f" got {type(value).__name__} {value!r:.40}")
-    v = float(value)
+    else:
+        v = float(value)
     if not math.isfinite(v):
-        raise ValueError(f"a label must be a finite number, got {value!r}")
+        raise ValueError(f"a label must be a finite number, got {value!r:.40}")
     if (scale.low is not None and v < scale.low) or (scale.high is not None and v > scale.high):
-        raise ValueError(f"{scale.name!r} takes {scale.describe()}, got {value!r}")
+        raise ValueError(f"{scale.name!r} takes {scale.describe()}, got {value!r:.40}")
     return v
+
+
+def label_target(ident: Any) -> tuple[str, str | None]:
+    """(trace id, record id or None) of what a label is about: a trace id (32 hex) or a
+    record id ``TRACE-SPAN`` (32 hex, '-', 16 hex; as ``tracescore show`` prints it)."""
+    from ._internal.validate import check_id
+
+    if isinstance(ident, str) and "-" in ident:
+        trace, _, span = ident.partition("-")
+        try:
+            trace, span = check_id(trace, 32, "trace_id"), check_id(span, 16, "span_id")
+        except ValueError:
+            raise ValueError(f"a label's target is a trace id (32 hex characters) or a record "
+                             f"id TRACE-SPAN (32 + 16 hex characters), got {ident!r:.80}"
+                             ) from None
+        return trace, f"{trace}-{span}"
+    return check_id(ident, 32, "trace_id"), None
 
 
 def check_text(value: Any, what: str) -> str | None:
@@ -156,25 +207,29 @@ def declared_scales(store: Any) -> dict[str, tuple[str, bool]]:
 def add_label(trace_id: str, score_name: str, value: Any, annotator: str | None = None,
               comment: str | None = None, *, db: str | os.PathLike[str] | None = None,
               source: str = "manual") -> None:
-    """Store a human label of score ``score_name`` on trace ``trace_id`` in ``db`` (default
+    """Store a human label of score ``score_name`` on a record in ``db`` (default
     ``$TRACESCORE_DB``, else ``tracescore.db``), at once. Blocking: for scripts, notebooks
     and labelling tools — in a running app use ``ts.add_label`` (queued, never blocks).
 
-    ``value`` is in the score's own scale: True/False, 1/0 or ``"yes"``/``"no"`` for a yes/no
-    metric, else a finite number. A new label by the same ``annotator`` replaces their
-    earlier one. Raises TypeError/ValueError on a bad trace id, score name or value.
+    ``trace_id``: a record id ``TRACE-SPAN`` (the record labelled), or a trace id (its newest
+    record). ``value`` is in the score's own scale (module docstring: the rule). A new label
+    by the same ``annotator`` on the same record replaces their earlier one. Raises
+    TypeError/ValueError on a bad id, score name or value, FileNotFoundError when the SQLite
+    file ``db`` does not exist (no empty database is made).
     """
-    from ._internal.validate import check_id
     from .store import open_store
 
-    trace_id = check_id(trace_id, 32, "trace_id")
+    trace, record_id = label_target(trace_id)
     check_text(annotator, "annotator")
     check_text(comment, "comment")
-    store = open_store(db if db is not None else
-                       os.environ.get("TRACESCORE_DB") or "tracescore.db")
+    target = db if db is not None else os.environ.get("TRACESCORE_DB") or "tracescore.db"
+    if "://" not in str(target) and not os.path.exists(target):
+        raise FileNotFoundError(f"database not found: {os.fspath(target)} (labels go into the "
+                                "database holding the scored records)")
+    store = open_store(target)
     try:
         v = label_value(value, scale_for(score_name, (), declared_scales(store)))
-        store.add_label(trace_id, score_name, v, annotator=annotator, comment=comment,
-                        source=source, created_at=time.time())
+        store.add_label(trace, score_name, v, annotator=annotator, comment=comment,
+                        source=source, created_at=time.time(), record_id=record_id)
     finally:
         store.close()

@@ -146,4 +146,4 @@ def resolve_owner() -> Owner | None:
     return None
 
 
-register_resolver(resolve_owner)
+register_resolver(resolve_owner, "langchain")

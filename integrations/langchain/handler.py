@@ -13,6 +13,12 @@ is then the other framework's (:mod:`.._owner`).
 
 Every callback is wrapped by the internal-error funnel: an exception inside tracescore is logged
 and counted, never raised into the chain (under pytest it is re-raised so tests fail loudly).
+
+Cost per callback is what the request pays (bench/hot_path.py): the funnel is a plain
+``try``/``except`` (free when nothing raises), the run map is keyed by the run id's integer
+(``UUID.__hash__`` is Python code), and the OTel suppression flag is read only for a run with
+no live parent (a child of a live run cannot start in a suppressed context that its root did
+not — tracescore's own scoring thread suppresses whole threads).
 """
 
 from __future__ import annotations
@@ -31,7 +37,11 @@ from opentelemetry import trace as trace_api
 from opentelemetry.trace import Status, StatusCode
 
 from tracescore import attributes as A
-from tracescore._internal.errors import handle_internal_errors, raise_internal_errors
+from tracescore._internal.errors import (
+    handle_internal_errors,
+    raise_internal_errors,
+    record_internal_error,
+)
 from tracescore.record import Context
 from tracescore.runs import current_scope
 
@@ -58,8 +68,26 @@ def _dict_of(gen: Any, arg: Any) -> dict[str, Any]:
     return dict(gen(arg))
 
 
+_SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY
+_get_current = otel_context.get_current
+
+
 def _suppressed() -> bool:
-    return bool(otel_context.get_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY))
+    return bool(_get_current().get(_SUPPRESS_KEY))
+
+
+def _fault(where: str, exc: Exception) -> None:
+    """The internal-error funnel of a callback (``except Exception as exc: _fault(...)``):
+    counted and logged; re-raised under pytest. A ``try`` costs nothing until it raises,
+    a context manager per callback did (three calls)."""
+    record_internal_error(where, exc)
+    if raise_internal_errors():
+        raise exc
+
+
+def _key(run_id: Any) -> Any:
+    """The run map's key: the id's 128-bit integer (hashing an int is C; a UUID's is not)."""
+    return getattr(run_id, "int", run_id)
 
 
 class TracescoreCallbackHandler(BaseCallbackHandler):
@@ -87,14 +115,22 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         return raise_internal_errors()
 
     def live_run(self, run_id: UUID | None) -> _Run | None:
-        return self._runs.get(run_id) if run_id is not None else None
+        return self._runs.get(getattr(run_id, "int", run_id)) if run_id is not None else None
+
+    def _parent(self, parent_run_id: UUID | None) -> _Run | None:
+        """The live parent run, or None for a root; None too (and the run skipped) when a
+        root starts with instrumentation suppressed (raises :class:`_Skip`)."""
+        parent = (self._runs.get(getattr(parent_run_id, "int", parent_run_id))
+                  if parent_run_id is not None else None)
+        if parent is None and _suppressed():
+            raise _Skip
+        return parent
 
     # -- run map ----------------------------------------------------------------------------
-    def _start(self, run_id: UUID, parent_run_id: UUID | None, name: str, kind: str,
+    def _start(self, run_id: UUID, parent: _Run | None, name: str, kind: str,
                metadata: Mapping[str, Any] | None, tags: Sequence[str] | None,
                attrs: dict[str, Any]) -> _Run:
         now = time.time_ns()
-        parent = self._runs.get(parent_run_id) if parent_run_id is not None else None
         attrs[A.SPAN_KIND] = kind
         if parent is None:
             scope = current_scope()
@@ -105,7 +141,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                 attrs[A.SESSION_ID] = session
             if user is not None:
                 attrs[A.USER_ID] = self.ts.redact_id(user)
-            owner = current_owner()
+            owner = current_owner("langchain")
             if owner is not None and owner.framework != "langchain":
                 root.guest_of = owner  # inside another framework's run: its record
                 span: Any = self.tracer.start_span(
@@ -114,7 +150,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             else:
                 span = self.tracer.start_span(name, attributes=attrs, start_time=now)
             root.span = span
-            trace_hex = format(span.get_span_context().trace_id, "032x")
+            root.trace_hex = trace_hex = format(span.get_span_context().trace_id, "032x")
             if scope is not None and root.guest_of is None:
                 scope.trace_ids.append(trace_hex)
             self.ts.run_ids.note(run_id, trace_hex)
@@ -137,7 +173,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                 self.evicted += 1
                 stale.span.set_status(Status(StatusCode.ERROR, "abandoned: run never ended"))
                 stale.span.end()
-        runs[run_id] = run
+        runs[getattr(run_id, "int", run_id)] = run
         return run
 
     def _set_text(self, span: Any, key: str, value: Any) -> None:
@@ -158,7 +194,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
 
     def _finish(self, run_id: UUID, outputs: Any, error: BaseException | None,
                 inputs: Any = None, streamed: bool = False) -> None:
-        run = self._runs.pop(run_id, None)
+        run = self._runs.pop(getattr(run_id, "int", run_id), None)
         if run is None:
             return
         span = run.span

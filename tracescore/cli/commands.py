@@ -475,7 +475,13 @@ def calibrate(db: Path, metrics: tuple[str, ...], feedback: str, by: str | None,
         return
     from ..reports.textfmt import printable
 
-    click.echo(calibration.format_calibration(cal))
+    if cal.traces:
+        click.echo(calibration.format_calibration(cal))
+    else:  # no feedback: one line, not a section of empty tables
+        others = ", ".join(f"{k} ({v} traces)" for k, v in cal.other_feedback.items())
+        click.echo(printable(f"Feedback: none named {cal.feedback!r} in {cal.db}"
+                             + (f" (other names: {others}; use --feedback NAME)" if others
+                                else " (ts.add_feedback(trace_id, value) records some)")))
     click.echo(printable("\n".join(["", *label_calibration_lines(labels)]), keep="\n"))
 
 

@@ -1,18 +1,28 @@
 """``tracescore label``: human labels for one score, in the terminal; or in and out of files.
 
-- The queue (``--metric NAME``): one record at a time — its query, contexts and answer, never
-  the judge's verdict (it would anchor the annotator) — and a line-based prompt: ``y``/``n``
-  for a yes/no metric or a number for a numeric one, ``s`` skips, ``b`` goes back, ``q``
-  quits. Without a plan the queue is the records scored under that name that this annotator
-  has not labelled, newest first. A record with no text (``capture_content=False``, stored
-  compact, redacted away) says so instead of showing empty strings.
-- ``--plan N`` chooses which N records to label (:mod:`tracescore.trust.plan`: stratified so
-  the judge-corrected estimate is tight for the labels spent), stores the plan in
-  ``label_plan`` and walks it; ``--plan-id ID`` walks a stored plan again (to finish it).
+- The queue (``--metric NAME``): one **record** at a time (a label is about the record the
+  annotator read: a trace with two records is shown, and labelled, twice) — its query, its
+  contexts (each clipped to :data:`CONTEXT_CHARS` characters, saying how many more there are)
+  and its answer, never the judge's verdict (it would anchor the annotator) — and a line-based
+  prompt: ``y``/``n`` for a yes/no metric or a number for a numeric one, ``s`` skips, ``b``
+  goes back, ``q`` quits. Without a plan the queue is the records scored under that name that
+  this annotator has not labelled, newest first. A record with no text
+  (``capture_content=False``, stored compact, redacted away) says so instead of showing empty
+  strings. The count printed at the end is the records labelled (a record labelled again
+  after going back counts once: its label was replaced).
+- ``--plan N`` chooses which N records to label (:mod:`tracescore.trust.plan`: stratified over
+  the judge's score band × the release, so the judge-corrected estimate is tight for the
+  labels spent), stores the plan in ``label_plan`` and walks it; ``--plan-id ID`` walks a
+  stored plan again (to finish it). Records without text to label are not in the plan's
+  population (the count left out is printed).
 - ``--export FILE`` / ``--import FILE``: JSONL or CSV by extension, columns ``trace_id``,
-  ``name``, ``value``, ``annotator``, ``comment``, ``created_at``. An import is checked in
-  full first (trace ids, score names, values in the score's scale) and written in one
-  transaction, or not at all.
+  ``record_id``, ``name``, ``value``, ``annotator``, ``comment``, ``created_at``. An import is
+  checked in full first (ids, score names, values in the score's scale) and written in one
+  transaction, or not at all. Labels whose trace (or record) is not in the database are
+  stored — their records may arrive later — and counted in the output; ``--strict`` refuses
+  such an import instead. A CSV export neutralises formula cells as ``tracescore export
+  --format csv`` does (and shows control characters as visible escapes); ``--raw-csv`` writes
+  the cells exactly as stored.
 
 Labels are written at once (this is a CLI, not the app's request path). Text reaches the
 terminal through :func:`tracescore.reports.textfmt.printable` (no control characters).
@@ -34,8 +44,10 @@ import click
 from .commands import DEFAULT_DB, _db_option, _n, _name, _output, main
 
 #: what an export/import row holds, in order
-COLUMNS = ("trace_id", "name", "value", "annotator", "comment", "created_at")
+COLUMNS = ("trace_id", "record_id", "name", "value", "annotator", "comment", "created_at")
 WIDTH = 100
+#: characters of each context (and of the query and the answer) shown in the queue
+CONTEXT_CHARS = 2000
 
 
 class LabelProblem(click.ClickException):
@@ -52,11 +64,12 @@ class LabelProblem(click.ClickException):
               help="Who labels (a new label by the same annotator replaces the old one).")
 @click.option("--plan", "plan_n", type=click.IntRange(min=1), metavar="N", default=None,
               help="Choose N records to label with a stratified plan (over the judge's "
-                   "score and the segments), store it, and walk it.")
+                   "score band and the release), store it, and walk it. Records without "
+                   "text to label are left out.")
 @click.option("--plan-id", "plan_id", metavar="ID", default=None,
               help="Walk a stored plan again (the records of it still unlabelled).")
 @click.option("--seed", "seed", type=int, default=None,
-              help="Seed of the plan's random draws (reproducible plans).")
+              help="Seed of the plan's random draws (reproducible plans; with --plan).")
 @click.option("--import", "import_file", metavar="FILE", default=None,
               type=click.Path(dir_okay=False, path_type=Path),
               help="Import labels from FILE (.jsonl or .csv).")
@@ -64,9 +77,16 @@ class LabelProblem(click.ClickException):
               type=click.Path(dir_okay=False, path_type=Path),
               help="Export labels to FILE (.jsonl or .csv; '-' for JSONL on stdout); "
                    "with --metric, that score's only.")
+@click.option("--strict", "strict", is_flag=True,
+              help="--import: refuse the file when a label's trace or record is not in the "
+                   "database (by default such labels are stored and counted).")
+@click.option("--raw-csv", "raw_csv", is_flag=True,
+              help="CSV export: write text cells exactly as stored. By default a cell "
+                   "starting with =, +, -, @, a tab or a carriage return gets a leading ' "
+                   "(a spreadsheet shows it as text) and control characters are escaped.")
 def label(db: Path | str, metric: str | None, annotator: str, plan_n: int | None,
           plan_id: str | None, seed: int | None, import_file: Path | None,
-          export_file: Path | None) -> None:
+          export_file: Path | None, strict: bool, raw_csv: bool) -> None:
     """Label records by hand (an annotation queue in the terminal), or import/export labels.
 
     The queue shows each record's query, contexts and answer — not the judge's verdict —
@@ -74,15 +94,21 @@ def label(db: Path | str, metric: str | None, annotator: str, plan_n: int | None
     """
     if import_file is None and export_file is None and metric is None:
         raise LabelProblem("say which score to label (--metric NAME), or --import/--export")
-    if isinstance(db, Path) and not db.exists() and import_file is None:
-        raise LabelProblem(f"database not found: {db}")
+    if seed is not None and plan_n is None:
+        raise click.UsageError("--seed only applies to a new plan: use it with --plan N")
+    if "://" not in str(db) and not Path(db).exists():
+        raise LabelProblem(f"database not found: {db} (labels go into the database holding "
+                           "the scored records)")
     store = _open_store(db)
     try:
         if import_file is not None:
-            n = _import(store, import_file)
+            n, unknown = _import(store, import_file, strict)
             click.echo(f"imported {_n(n, 'label')} from {import_file} into {_name(db)}")
+            if unknown:
+                click.echo(f"  {unknown} of them match no record in the database (stored: "
+                           "they pair with their records' scores once those arrive)")
         if export_file is not None:
-            n = _export(store, export_file, metric)
+            n = _export(store, export_file, metric, raw_csv)
             if str(export_file) != "-":
                 click.echo(f"exported {_n(n, 'label')} to {export_file}")
         if metric is not None and import_file is None and export_file is None:
@@ -122,17 +148,23 @@ def _kind(path: Path) -> str:
     raise LabelProblem(f"{path}: use a .jsonl or .csv file")
 
 
-def _export(store: Any, path: Path, metric: str | None) -> int:
+def _export(store: Any, path: Path, metric: str | None, raw_csv: bool = False) -> int:
+    """Labels to ``path``; a CSV through :func:`tracescore.reports.rows.write_csv` (formula
+    cells neutralised unless ``raw_csv``; control characters escaped unless ``raw_csv``)."""
+    from ..reports.rows import write_csv
+    from ..reports.textfmt import printable
+
     kind = _kind(path)
     rows = [{c: r[c] for c in COLUMNS} for r in store.labels(name=metric)]
     with _output(path) as f:
-        if kind == "jsonl":
+        if kind == "jsonl":  # JSON escapes control characters itself
             for r in rows:
                 f.write(json.dumps(r, ensure_ascii=False) + "\n")
         else:
-            w = csv.DictWriter(f, fieldnames=COLUMNS)
-            w.writeheader()
-            w.writerows(rows)
+            if not raw_csv:
+                rows = [{k: printable(v, keep="\n\t") if isinstance(v, str) else v
+                         for k, v in r.items()} for r in rows]
+            write_csv(iter(rows), f, COLUMNS, neutralise_formulas=not raw_csv)
     return len(rows)
 
 
@@ -154,7 +186,10 @@ def _read_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                     yield i, obj
             else:
                 reader = csv.DictReader(f)
-                missing = {"trace_id", "name", "value"} - set(reader.fieldnames or ())
+                fields = set(reader.fieldnames or ())
+                missing = {"name", "value"} - fields
+                if not fields & {"trace_id", "record_id"}:
+                    missing.add("trace_id")
                 if missing:
                     raise LabelProblem(f"{path}: missing column(s) {', '.join(sorted(missing))}")
                 for row in reader:
@@ -167,9 +202,42 @@ def _read_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise LabelProblem(f"{path}: not UTF-8 text ({exc})") from None
 
 
-def _import(store: Any, path: Path) -> int:
-    """Check every row of ``path``, then write them all in one transaction."""
-    from .._internal.validate import check_id
+def _target(row: dict[str, Any]) -> tuple[str, str | None]:
+    """(trace id, record id or None) of an import row: ``record_id`` when given (its trace
+    must agree with ``trace_id`` when both are), else ``trace_id`` (which may be a record id)."""
+    from ..labels import label_target
+
+    record = row.get("record_id")
+    if record is None:
+        return label_target(row.get("trace_id"))
+    trace, record_id = label_target(record)
+    if record_id is None:
+        raise ValueError(f"record_id must be TRACE-SPAN, got {record!r:.80}")
+    given = row.get("trace_id")
+    if given is not None and str(given).lower() != trace:
+        raise ValueError(f"record {record_id} is not in trace {given!r:.40}")
+    return trace, record_id
+
+
+def _unknown(store: Any, rows: list[dict[str, Any]]) -> int:
+    """How many of ``rows`` name a trace (or a record) the database has no record of."""
+    from ..store.rollup import qmark
+
+    conn = qmark(store)
+    n = 0
+    for r in rows:
+        if r["record_id"] is not None:
+            sql, arg = "SELECT 1 FROM records WHERE record_id = ?", r["record_id"]
+        else:
+            sql, arg = "SELECT 1 FROM records WHERE trace_id = ? LIMIT 1", r["trace_id"]
+        n += conn.execute(sql, (arg,)).fetchone() is None
+    return n
+
+
+def _import(store: Any, path: Path, strict: bool = False) -> tuple[int, int]:
+    """Check every row of ``path``, then write them all in one transaction. Returns (labels
+    stored, how many of them match no record in the database); ``strict``: refuse the file
+    when any matches none."""
     from ..labels import check_text, label_value
 
     scales: dict[str, Any] = {}
@@ -182,14 +250,13 @@ def _import(store: Any, path: Path) -> int:
                 raise ValueError("needs a score name (column 'name')")
             if name not in scales:
                 scales[name] = _scale(store, name)
-            value = row.get("value")
-            if isinstance(value, str) and value.strip().lower() not in ("yes", "no", "y", "n"):
-                value = float(value)  # a number written as text (CSV)
+            value = row.get("value")  # label_value's one rule takes text as the API does
             created = row.get("created_at")
             created = None if created is None else float(created)
             if created is not None and not math.isfinite(created):
                 raise ValueError(f"created_at must be a finite number, got {created!r}")
-            out.append({"trace_id": check_id(row.get("trace_id"), 32, "trace_id"),
+            trace, record_id = _target(row)
+            out.append({"trace_id": trace, "record_id": record_id,
                         "name": name, "value": label_value(value, scales[name]),
                         "annotator": check_text(row.get("annotator"), "annotator") or "",
                         "comment": check_text(row.get("comment"), "comment"),
@@ -198,19 +265,32 @@ def _import(store: Any, path: Path) -> int:
             raise LabelProblem(f"{where}: {exc.message}") from None
         except (TypeError, ValueError) as exc:
             raise LabelProblem(f"{where}: {exc}") from None
-    return int(store.add_labels(out))
+    unknown = _unknown(store, list({(r["trace_id"], r["record_id"], r["name"],
+                                     r["annotator"]): r for r in out}.values()))
+    if strict and unknown:
+        raise LabelProblem(f"{path}: {unknown} of {len(out)} labels match no record in the "
+                           "database (--strict); nothing imported")
+    return int(store.add_labels(out)), unknown
 
 
 # -- the queue ----------------------------------------------------------------------------------
 #: The records scored under a name that this annotator has not labelled, newest first.
 _UNLABELLED = (
-    "SELECT r.record_id, r.trace_id FROM scores s JOIN records r ON r.record_id = s.record_id"
-    " WHERE s.name = ? AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.trace_id = r.trace_id"
-    " AND l.name = ? AND l.annotator = ?) ORDER BY r.created_at DESC, r.record_id")
-#: A trace's record scored under a name (the one a plan row stands for).
+    "SELECT DISTINCT r.record_id, r.trace_id, r.created_at FROM scores s JOIN records r"
+    " ON r.record_id = s.record_id WHERE s.name = ? AND NOT EXISTS (SELECT 1 FROM labels l"
+    " WHERE l.record_id = r.record_id AND l.name = ? AND l.annotator = ?)"
+    " ORDER BY r.created_at DESC, r.record_id DESC")
+#: The record a plan row without a record id stands for (plans stored before record ids):
+#: the trace's newest record scored under the name, as a label by trace id.
 _RECORD_OF_TRACE = (
     "SELECT r.record_id FROM records r JOIN scores s ON s.record_id = r.record_id"
-    " AND s.name = ? WHERE r.trace_id = ? ORDER BY r.created_at LIMIT 1")
+    " AND s.name = ? WHERE r.trace_id = ? ORDER BY r.created_at DESC, r.record_id DESC"
+    " LIMIT 1")
+#: SQL true when record ``r`` has text to label (captured, not compact, not all redacted).
+HAS_TEXT = (
+    "(COALESCE(r.content_captured, 1) <> 0 AND COALESCE(r.text_kept, 1) <> 0"
+    " AND (COALESCE(r.query, '') <> '' OR COALESCE(r.answer, '') <> ''"
+    " OR COALESCE(r.contexts, '[]') NOT IN ('', '[]')))")
 
 
 def _queue(store: Any, metric: str, annotator: str, plan_n: int | None, plan_id: str | None,
@@ -220,6 +300,7 @@ def _queue(store: Any, metric: str, annotator: str, plan_n: int | None, plan_id:
     scale = _scale(store, metric)
     conn = qmark(store)
     source = "manual"
+    items: list[tuple[str | None, str]]
     if plan_n is not None or plan_id is not None:
         if plan_id is None:
             plan_id = _make_plan(store, metric, int(plan_n or 0), seed)
@@ -227,14 +308,17 @@ def _queue(store: Any, metric: str, annotator: str, plan_n: int | None, plan_id:
         if not rows:
             raise LabelProblem(f"no plan {plan_id!r} in {_name(store.path)}")
         source = f"plan:{plan_id}"
-        done = {(r["trace_id"]) for r in store.labels(name=metric)
-                if r["annotator"] == annotator}
+        done = {r["record_id"] for r in store.labels(name=metric)
+                if r["annotator"] == annotator and r["record_id"] is not None}
         items = []
         for r in rows:
-            if r["name"] != metric or r["trace_id"] in done:
+            record_id = r.get("record_id")
+            if record_id is None:
+                found = conn.execute(_RECORD_OF_TRACE, (metric, r["trace_id"])).fetchone()
+                record_id = None if found is None else str(found[0])
+            if r["name"] != metric or (record_id is not None and record_id in done):
                 continue
-            found = conn.execute(_RECORD_OF_TRACE, (metric, r["trace_id"])).fetchone()
-            items.append((None if found is None else found[0], r["trace_id"]))
+            items.append((record_id, r["trace_id"]))
     else:
         items = [(r[0], r[1]) for r in conn.execute(_UNLABELLED, (metric, metric, annotator))]
     if not items:
@@ -247,38 +331,56 @@ def _queue(store: Any, metric: str, annotator: str, plan_n: int | None, plan_id:
 def _make_plan(store: Any, metric: str, n: int, seed: int | None) -> str:
     """A plan of ``n`` records for ``metric`` (:func:`tracescore.trust.plan.make_plan`:
     stratified over the judge's score band × release), stored in ``label_plan``; its id.
-    The population: every trace with an ok score of that name (its first record)."""
+    The population: every record with text to label and an ok score of that name (its
+    newest); records without text are left out and counted."""
     import secrets
 
     from ..store.rollup import qmark
-    from ..trust.plan import make_plan
+    from ..trust.plan import Candidate, make_plan
 
-    population: dict[str, tuple[str, float, str | None]] = {}
-    for t, v, release in qmark(store).execute(
-            "SELECT r.trace_id, s.value, g.release FROM scores s JOIN records r"
-            " ON r.record_id = s.record_id LEFT JOIN segments g ON g.seg_id = r.seg_id"
-            " WHERE s.name = ? AND s.status = 'ok' AND s.value IS NOT NULL"
-            " ORDER BY r.created_at, r.record_id", (metric,)):
-        population.setdefault(t, (t, float(v), None if release is None else f"release={release}"))
+    population: dict[str, Candidate] = {}
+    textless: set[str] = set()
+    for record_id, t, v, release, has_text in qmark(store).execute(
+            f"SELECT r.record_id, r.trace_id, s.value, g.release, {HAS_TEXT} FROM scores s"
+            " JOIN records r ON r.record_id = s.record_id LEFT JOIN segments g"
+            " ON g.seg_id = r.seg_id WHERE s.name = ? AND s.status = 'ok'"
+            " AND s.value IS NOT NULL ORDER BY s.created_at DESC, s.score_id DESC", (metric,)):
+        if not has_text:
+            textless.add(record_id)
+            continue
+        if record_id not in population:  # a record scored twice: its newest score
+            population[record_id] = Candidate(
+                t, float(v), None if release is None else f"release={release}", record_id)
     seed = secrets.randbelow(2**31) if seed is None else seed
+    left_out = (f"; {_n(len(textless), 'record')} without text to label left out"
+                if textless else "")
     try:
         plan = make_plan(population.values(), n, seed=seed)
     except ValueError as exc:
         raise LabelProblem(f"cannot plan {n} labels of {metric!r} from {len(population)} "
-                           f"scored traces: {exc}") from None
+                           f"scored records with text{left_out}: {exc}") from None
     plan_id = f"{metric}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:6]}"
     store.add_label_plan(plan_id, plan.table_rows(plan_id, metric, time.time()))
     click.echo(f"plan {plan_id}: {_n(len(plan.rows), 'record')} to label for {metric!r}, "
                f"drawn from {plan.population} in {len(plan.strata)} "
-               f"strat{'um' if len(plan.strata) == 1 else 'a'} "
+               f"strat{'um' if len(plan.strata) == 1 else 'a'}{left_out} "
                f"(seed {seed}; continue it later with --plan-id {plan_id})")
     for note in plan.notes:
         click.echo(f"  note: {note}")
     return plan_id
 
 
+def _clipped(text: str, limit: int = CONTEXT_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying how many more there are."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
 def _text_lines(rec: Any) -> list[str]:
-    """What the annotator reads: query, contexts, answer — or why there is nothing."""
+    """What the annotator reads: query, contexts, answer — or why there is nothing. Each is
+    clipped to :data:`CONTEXT_CHARS` characters so that a huge context cannot push the query
+    off the screen."""
     from ..reports.textfmt import wrap
 
     if rec is None:
@@ -289,11 +391,11 @@ def _text_lines(rec: Any) -> list[str]:
         return ["  no text to label (stored compact: not sampled, text not kept)"]
     if not rec.query and not rec.answer and not rec.contexts:
         return ["  no text to label (redacted)"]
-    out = ["Query:", *wrap(rec.query or "(none)", WIDTH, "  ")]
+    out = ["Query:", *wrap(_clipped(rec.query or "(none)"), WIDTH, "  ")]
     out.append(f"Contexts ({len(rec.contexts)}):")
     for i, c in enumerate(rec.contexts, 1):
-        out.extend(wrap(f"[{i}] {c.text}", WIDTH, "  "))
-    out += ["Answer:", *wrap(rec.answer or "(none)", WIDTH, "  ")]
+        out.extend(wrap(f"[{i}] {_clipped(c.text)}", WIDTH, "  "))
+    out += ["Answer:", *wrap(_clipped(rec.answer or "(none)"), WIDTH, "  ")]
     return out
 
 
@@ -304,20 +406,20 @@ def _has_text(rec: Any) -> bool:
 
 def _walk(store: Any, scale: Any, items: list[tuple[str | None, str]], annotator: str,
           source: str) -> None:
-    """The interactive loop over ``items`` ((record id, trace id), in order)."""
+    """The interactive loop over ``items`` ((record id, trace id), in order; one per record).
+    Each label is stored on its record at once; the count printed is the records labelled."""
     from ..labels import label_value
     from ..reports.textfmt import clip
 
     given: dict[int, float] = {}
     i = 0
-    labelled = 0
     keys = "y/n" if scale.binary else scale.describe()
     while 0 <= i < len(items):
         record_id, trace_id = items[i]
         rec = store.load_records([record_id]).get(record_id) if record_id else None
         click.echo("")
-        click.echo(f"── {i + 1}/{len(items)} ── trace {trace_id} ── label {scale.name!r} "
-                   f"({'yes/no' if scale.binary else 'number'})")
+        click.echo(f"── {i + 1}/{len(items)} ── record {record_id or trace_id} ── label "
+                   f"{scale.name!r} ({'yes/no' if scale.binary else 'number'})")
         for line in _text_lines(rec):
             click.echo(line)
         if i in given:
@@ -344,20 +446,16 @@ def _walk(store: Any, scale: Any, items: list[tuple[str | None, str]], annotator
             click.echo("nothing to label here: s skips, b goes back, q quits")
             continue
         try:
-            raw: Any = answer
-            if not scale.binary:
-                raw = float(answer)
-            value = label_value(raw, scale)
+            value = label_value(answer, scale)
         except (TypeError, ValueError):
             click.echo(f"not a label: {clip(answer, 40)} — answer {keys}, or s/b/q")
             continue
         store.add_label(trace_id, scale.name, value, annotator=annotator or None,
-                        source=source, created_at=time.time())
+                        source=source, created_at=time.time(), record_id=record_id)
         given[i] = value
-        labelled += 1
         click.echo(f"saved: {scale.name} = {_shown(value, scale)}")
         i += 1
-    click.echo(f"{_n(labelled, 'label')} saved" + (f" by {annotator}" if annotator else "")
+    click.echo(f"{_n(len(given), 'label')} saved" + (f" by {annotator}" if annotator else "")
                + ".")
 
 

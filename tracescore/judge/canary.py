@@ -182,14 +182,32 @@ async def _run(session: JudgeSession, min_agreement: float, trigger: str) -> Can
                                          result.as_dict())
     except Exception as exc:  # pragma: no cover - accounting must not break the canary
         log.debug("could not store judge health: %r", exc)
-    if reason:
+    say_result(session.model, pv, trigger, reason, agree, len(expected))
+    return result
+
+
+def say_result(model: str, prompt_version: str, trigger: str, reason: str, agree: float,
+               cases: int) -> None:
+    """Log a canary run: a degenerate judge's full WARNING once per (model, prompt version)
+    in this process, INFO on the runs after it (a daily schedule would repeat it forever);
+    a judge that recovers is forgotten, so a relapse warns again."""
+    key = (model, prompt_version)
+    if reason and key not in _WARNED:
+        _WARNED.add(key)
         log.warning("tracescore judge canary: %s judge %r is DEGENERATE: %s. Its scores are "
                     "flagged tracescore.judge.degenerate; do not trust them.",
-                    "the", session.model, reason)
+                    "the", model, reason)
+    elif reason:
+        log.info("tracescore judge canary: judge %r is still degenerate (%s run): %s",
+                 model, trigger, reason)
     else:
+        _WARNED.discard(key)
         log.info("tracescore judge canary: %r agreed with %.0f%% of %d known answers",
-                 session.model, agree * 100, len(expected))
-    return result
+                 model, agree * 100, cases)
+
+
+#: (configured model, prompt version) whose degenerate WARNING this process has logged
+_WARNED: set[tuple[str, str]] = set()
 
 
 def _startup_trigger(session: JudgeSession, trigger: str, reported: str, pv: str) -> str:

@@ -46,6 +46,9 @@ class Metric:
       score_names: the names of the scores it emits (default: ``(name,)``).
       higher_is_better: direction used for pass/fail labels and "worst records" in reports;
         None for a metric with no better direction (e.g. "did the app refuse?").
+      value_range: (low, high) of the values it emits, when its scale is bounded (e.g.
+        ``(0.0, 1.0)``); None (default): not declared. Human labels of its scores must lie
+        inside it (:func:`tracescore.labels.label_value`).
       binary: the metric only ever emits 0 or 1 (a yes/no check); reports show the share of
         1s ("rate", "n yes / n") instead of percentiles. Instances may override it.
       description: one line for ``--help``, docs and the report.
@@ -61,6 +64,8 @@ class Metric:
     score_names: ClassVar[tuple[str, ...]] = ()
     #: A costly metric's own default sample rate (used unless ``sample_rates`` names it).
     default_sample_rate: ClassVar[float | None] = None
+    #: (low, high) of the values emitted, or None (not declared): see the class docstring.
+    value_range: ClassVar[tuple[float, float] | None] = None
 
     #: pass/fail threshold; instances may override it through ``__init__``.
     threshold: float | None = 0.5

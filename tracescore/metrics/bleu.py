@@ -8,13 +8,6 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-from nltk.translate.bleu_score import (
-    SmoothingFunction,
-    brevity_penalty,
-    closest_ref_length,
-    modified_precision,
-    sentence_bleu,
-)
 
 from ..record import ANSWER, GROUND_TRUTHS, RagRecord
 from ..score import Score
@@ -58,6 +51,7 @@ class Bleu(Metric):
     """
 
     name = "bleu"
+    value_range = (0.0, 1.0)
     version = "1"
     requires = frozenset({ANSWER, GROUND_TRUTHS})
     kind = "local"
@@ -82,15 +76,25 @@ class Bleu(Metric):
         self.smoothing = smoothing
         self.lowercase = lowercase
         self.threshold = threshold
-        self._smoothing_fn = (
-            getattr(SmoothingFunction(), smoothing)
-            if smoothing not in (None, "method0")
-            else _no_smoothing
-        )
+        self._smoothing_fn: Any = None  # resolved with nltk, at the first score
 
     def __call__(self, record: RagRecord) -> Score:
         if record.answer is None:
             raise ValueError("bleu needs an answer")
+        # nltk is imported here, not at start-up: its package __init__ loads scipy, pandas
+        # and scikit-learn when they are installed (~160 MB), and most production records
+        # carry no reference, so a process that never scores BLEU never pays for it.
+        from nltk.translate.bleu_score import (
+            SmoothingFunction,
+            brevity_penalty,
+            closest_ref_length,
+            modified_precision,
+            sentence_bleu,
+        )
+
+        if self._smoothing_fn is None:
+            self._smoothing_fn = (getattr(SmoothingFunction(), self.smoothing)
+                                  if self.smoothing not in (None, "method0") else _no_smoothing)
         hyp = bleu_tokens(record.answer, lowercase=self.lowercase)
         refs = [bleu_tokens(gt, lowercase=self.lowercase) for gt in record.ground_truths]
         precisions = [modified_precision(refs, hyp, n) for n in range(1, len(self.weights) + 1)]

@@ -72,6 +72,7 @@ class AnswerCorrectness(JudgeMetric):
     """Statement-level F1 of the answer against each reference; max over references."""
 
     name = "answer_correctness"
+    value_range = (0.0, 1.0)
     requires = frozenset({QUERY, ANSWER, GROUND_TRUTHS})
     description = "Statement F1 of the answer against the reference (Valor); max over references"
 
@@ -96,6 +97,7 @@ class AnswerRelevance(JudgeMetric):
     """Share of the answer's statements that are relevant to the query (no statements → 0)."""
 
     name = "answer_relevance"
+    value_range = (0.0, 1.0)
     requires = frozenset({QUERY, ANSWER})
     description = "Share of answer statements relevant to the query (Valor)"
 
@@ -127,6 +129,7 @@ class Bias(_OpinionMetric):
     """Share of the answer's opinions that are biased (no opinions → 0). Lower is better."""
 
     name = "bias"
+    value_range = (0.0, 1.0)
     field_index = 0
     noun = "biased"
     description = "Share of the answer's opinions that are biased (Valor); lower is better"
@@ -136,6 +139,7 @@ class Toxicity(_OpinionMetric):
     """Share of the answer's opinions that are toxic (no opinions → 0). Lower is better."""
 
     name = "toxicity"
+    value_range = (0.0, 1.0)
     field_index = 1
     noun = "toxic"
     description = "Share of the answer's opinions that are toxic (Valor); lower is better"
@@ -145,6 +149,7 @@ class ContextPrecision(JudgeMetric):
     """Mean precision@k over the positions k of useful contexts (useful: for any reference)."""
 
     name = "context_precision"
+    value_range = (0.0, 1.0)
     requires = frozenset({QUERY, CONTEXTS, GROUND_TRUTHS})
     description = "Rank-weighted precision of useful contexts (Valor); useful for any reference"
     #: Ragas adds 1e-10 to the denominator; Valor does not (and returns 0 with none useful).
@@ -181,6 +186,7 @@ class ContextRecall(JudgeMetric):
     """Share of a reference's statements attributable to the contexts; max over references."""
 
     name = "context_recall"
+    value_range = (0.0, 1.0)
     requires = frozenset({CONTEXTS, GROUND_TRUTHS})
     description = "Share of reference statements attributable to the contexts (Valor)"
 
@@ -200,6 +206,7 @@ class ContextRelevance(JudgeMetric):
     """Share of the contexts relevant to the query."""
 
     name = "context_relevance"
+    value_range = (0.0, 1.0)
     requires = frozenset({QUERY, CONTEXTS})
     description = "Share of retrieved contexts relevant to the query (Valor)"
 
@@ -214,6 +221,7 @@ class Faithfulness(JudgeMetric):
     against; no claims → 1)."""
 
     name = "faithfulness"
+    value_range = (0.0, 1.0)
     requires = frozenset({ANSWER, CONTEXTS})
     description = "Share of answer claims supported by the contexts (Ragas/Valor)"
 
@@ -239,6 +247,7 @@ class Hallucination(JudgeMetric):
     """Share of the contexts that the answer contradicts. Lower is better."""
 
     name = "hallucination"
+    value_range = (0.0, 1.0)
     requires = frozenset({ANSWER, CONTEXTS})
     higher_is_better = False
     description = "Share of contexts contradicted by the answer (Valor); lower is better"
@@ -253,6 +262,7 @@ class SummaryCoherence(JudgeMetric):
     """1-5 coherence of the answer as a summary of the contexts (Valor)."""
 
     name = "summary_coherence"
+    value_range = (0.0, 1.0)
     requires = frozenset({ANSWER, CONTEXTS})
     description = "Coherence 1-5 of the answer as a summary of the contexts (Valor)"
     threshold = 3.0
@@ -266,6 +276,7 @@ class Coherence(JudgeMetric):
     """1-5 coherence of the answer on its own."""
 
     name = "coherence"
+    value_range = (0.0, 1.0)
     requires = frozenset({ANSWER})
     description = "Coherence 1-5 of the answer text alone"
     threshold = 3.0
@@ -292,6 +303,7 @@ class SagaCorrectness(_Binary):
     """saga's correctness judge: Y/N with reasoning; score 1/0."""
 
     name = "saga_correctness"
+    value_range = (0.0, 1.0)
     check = "correctness"
     requires = frozenset({QUERY, ANSWER, GROUND_TRUTHS})
     description = "Is the answer correct given the reference? Y/N (saga)"
@@ -299,6 +311,7 @@ class SagaCorrectness(_Binary):
 
 class SagaFaithfulness(_Binary):
     name = "saga_faithfulness"
+    value_range = (0.0, 1.0)
     check = "faithfulness"
     requires = frozenset({ANSWER, CONTEXTS})
     description = "Is every claim of the answer supported by the contexts? Y/N (saga)"
@@ -306,6 +319,7 @@ class SagaFaithfulness(_Binary):
 
 class SagaRelevance(_Binary):
     name = "saga_relevance"
+    value_range = (0.0, 1.0)
     check = "relevance"
     requires = frozenset({QUERY, ANSWER})
     description = "Does the answer address the question? Y/N (saga)"
@@ -313,6 +327,7 @@ class SagaRelevance(_Binary):
 
 class SagaNegativeRejection(_Binary):
     name = "saga_negative_rejection"
+    value_range = (0.0, 1.0)
     check = "negative_rejection"
     requires = frozenset({QUERY, ANSWER, CONTEXTS})
     description = "Does the answer decline when the contexts lack the answer? Y/N (saga)"
@@ -324,6 +339,7 @@ class GEval(JudgeMetric):
     cached; with logprobs the score is the probability-weighted mean over 1-5."""
 
     name = "geval"
+    value_range = (1.0, 5.0)
     requires = frozenset({ANSWER})
     description = "User-defined criteria scored 1-5 (G-Eval)"
     threshold = 3.0

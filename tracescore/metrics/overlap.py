@@ -46,6 +46,7 @@ class TokenF1(Metric):
     """
 
     name = "token_f1"
+    value_range = (0.0, 1.0)
     version = "1"
     requires = frozenset({ANSWER, GROUND_TRUTHS})
     kind = "local"
@@ -88,6 +89,7 @@ class ExactMatch(Metric):
     """
 
     name = "exact_match"
+    value_range = (0.0, 1.0)
     binary = True
     version = "1"
     requires = frozenset({ANSWER, GROUND_TRUTHS})

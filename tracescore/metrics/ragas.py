@@ -67,6 +67,7 @@ class AnswerSimilarity(_UsesEmbedder, Metric):
     ``threshold``)."""
 
     name = "answer_similarity"
+    value_range = (-1.0, 1.0)
     requires = frozenset({ANSWER, GROUND_TRUTHS})
     description = "Cosine similarity of answer and reference embeddings (Ragas); best reference"
 
@@ -100,6 +101,7 @@ class RagasAnswerRelevancy(_UsesEmbedder, JudgeMetric):
     times 0 when the generations say the answer is noncommittal."""
 
     name = "ragas_answer_relevancy"
+    value_range = (-1.0, 1.0)  # a cosine in it
     requires = frozenset({QUERY, ANSWER})
     description = ("Mean cosine of the query with questions generated from the answer; 0 if "
                    "noncommittal (Ragas)")
@@ -147,6 +149,7 @@ class RagasAnswerCorrectness(_UsesEmbedder, JudgeMetric):
     """Weighted average of statement F1 and answer similarity (Ragas); max over references."""
 
     name = "ragas_answer_correctness"
+    value_range = (-1.0, 1.0)  # a cosine in it
     requires = frozenset({QUERY, ANSWER, GROUND_TRUTHS})
     description = ("0.75 × statement F1 + 0.25 × embedding similarity to the reference (Ragas);"
                    " best reference")
@@ -220,6 +223,7 @@ class ContextEntityRecall(JudgeMetric):
     """|entities of the reference ∩ entities of the contexts| / |entities of the reference|."""
 
     name = "context_entity_recall"
+    value_range = (0.0, 1.0)
     requires = frozenset({CONTEXTS, GROUND_TRUTHS})
     description = "Share of the reference's entities found in the contexts (Ragas)"
 
@@ -262,6 +266,7 @@ class RagasContextRelevancy(JudgeMetric):
     """Sentences of the contexts needed to answer the query / all sentences of the contexts."""
 
     name = "ragas_context_relevancy"
+    value_range = (0.0, 1.0)
     requires = frozenset({QUERY, CONTEXTS})
     description = "Share of context sentences needed to answer the query (Ragas, sentence level)"
 

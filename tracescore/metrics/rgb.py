@@ -178,6 +178,7 @@ class RgbAccuracy(_Flexible):
     """
 
     name = "rgb_accuracy"
+    value_range = (0.0, 1.0)
     binary = True
     version = "1"
     requires = frozenset({ANSWER, GROUND_TRUTHS})
@@ -227,6 +228,7 @@ class RgbRejection(Metric):
     """
 
     name = "rgb_rejection"
+    value_range = (0.0, 1.0)
     binary = True
     higher_is_better = None  # whether refusing/flagging is right depends on the contexts
     version = "1"
@@ -261,6 +263,7 @@ class RgbErrorDetection(Metric):
     """
 
     name = "rgb_error_detection"
+    value_range = (0.0, 1.0)
     binary = True
     higher_is_better = None  # whether refusing/flagging is right depends on the contexts
     version = "1"
@@ -290,6 +293,7 @@ class RgbErrorCorrection(_Flexible):
     """
 
     name = "rgb_error_correction"
+    value_range = (0.0, 1.0)
     binary = True
     version = "1"
     requires = frozenset({ANSWER, GROUND_TRUTHS})

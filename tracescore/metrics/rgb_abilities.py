@@ -58,6 +58,7 @@ class RgbNoise(JudgeMetric):
     counterfactual contexts, the contexts supporting each statement of the reference."""
 
     name = "rgb_noise"
+    value_range = (0.0, 1.0)
     version = "1"
     requires = frozenset({QUERY, CONTEXTS})
     uses = frozenset({GROUND_TRUTHS})  # statements come from the reference when there is one

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import ClassVar
-
-from rouge_score.rouge_scorer import RougeScorer
+from typing import Any, ClassVar
 
 from ..record import ANSWER, GROUND_TRUTHS, RagRecord
 from ..score import Score
@@ -62,6 +60,7 @@ class Rouge(Metric):
     """
 
     name = "rouge"
+    value_range = (0.0, 1.0)
     version = "1"
     requires = frozenset({ANSWER, GROUND_TRUTHS})
     kind = "local"
@@ -89,7 +88,19 @@ class Rouge(Metric):
         self.split_sentences = split_sentences
         self.max_words = max_words
         self.threshold = threshold
-        self._scorer = RougeScorer(list(types), tokenizer=_Tokenizer(use_stemmer))
+        self._scorer_obj: Any = None  # rouge-score's RougeScorer, made at the first score
+
+    @property
+    def _scorer(self) -> Any:
+        # rouge-score is imported here, not at start-up: rouge_score.tokenizers imports nltk,
+        # whose package __init__ loads scipy.stats (and scikit-learn, pandas when installed).
+        scorer = self._scorer_obj
+        if scorer is None:
+            from rouge_score.rouge_scorer import RougeScorer
+
+            scorer = self._scorer_obj = RougeScorer(list(self.rouge_types),
+                                                    tokenizer=_Tokenizer(self.use_stemmer))
+        return scorer
 
     def names(self) -> tuple[str, ...]:
         return tuple(_SCORE_NAMES.get(t, t) for t in self.rouge_types)

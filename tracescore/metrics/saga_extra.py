@@ -83,6 +83,7 @@ class SelfCheckGPT(JudgeMetric):
     """Share of the answer's sentences consistent with ``n`` resampled answers."""
 
     name = "selfcheckgpt"
+    value_range = (0.0, 1.0)
     requires = frozenset({ANSWER})
     description = "Share of answer sentences consistent with n resampled answers (SelfCheckGPT)"
     default_sample_rate = 0.05

@@ -18,10 +18,8 @@ import unicodedata
 from collections.abc import Iterator
 from functools import cache, lru_cache
 from itertools import islice
+from typing import Any
 
-from nltk.stem.porter import PorterStemmer
-from nltk.tokenize.destructive import NLTKWordTokenizer
-from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 
 __all__ = [
     "answer_tokens",
@@ -81,12 +79,19 @@ def contains_tokens(haystack: list[str], needle: list[str]) -> bool:
     return f" {' '.join(needle)} " in f" {' '.join(haystack)} "
 
 
-_STEMMER = PorterStemmer()
+# nltk is imported at the first use, not at import: its package __init__ loads
+# nltk.collocations → nltk.metrics, which import scipy.stats (and scikit-learn, pandas when
+# installed) — tens of MB in every app process that only captures (docs: BENCHMARKS.md, Memory).
+@cache
+def _stemmer() -> Any:
+    from nltk.stem.porter import PorterStemmer
+
+    return PorterStemmer()
 
 
 @lru_cache(maxsize=65536)
 def _stem(token: str) -> str:
-    return str(_STEMMER.stem(token))
+    return str(_stemmer().stem(token))
 
 
 def words(text: str, *, stem: bool = False) -> list[str]:
@@ -128,12 +133,24 @@ _ABBREVIATIONS = frozenset(
         "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec",
     }
 )  # fmt: skip
-_params = PunktParameters()
-_params.abbrev_types = set(_ABBREVIATIONS)
-_PUNKT = PunktSentenceTokenizer(_params)
 # Full-width terminators; CJK text has no space after them, which Punkt requires.
 _CJK_SENT_END_RE = re.compile(r"(?<=[。！？；])\s*")
-_NLTK_WORDS = NLTKWordTokenizer()
+
+
+@cache
+def _punkt_tokenizer() -> Any:
+    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+
+    params = PunktParameters()
+    params.abbrev_types = set(_ABBREVIATIONS)
+    return PunktSentenceTokenizer(params)
+
+
+@cache
+def _nltk_words() -> Any:
+    from nltk.tokenize.destructive import NLTKWordTokenizer
+
+    return NLTKWordTokenizer()
 
 
 def _punkt(line: str) -> list[str]:
@@ -141,7 +158,7 @@ def _punkt(line: str) -> list[str]:
     # "sentence" starting in lower case almost always follows an abbreviation
     # ("3 p.m. yesterday", "e.g. this"), so glue it back.
     out: list[str] = []
-    for sent in _PUNKT.tokenize(line):
+    for sent in _punkt_tokenizer().tokenize(line):
         if out and out[-1].endswith(".") and sent[:1].islower():
             out[-1] = f"{out[-1]} {sent}"
         else:
@@ -174,4 +191,5 @@ def word_tokenize(text: str) -> list[str]:
     ``nltk.word_tokenize`` needs the punkt model to split sentences first; this uses
     :func:`split_sentences` instead, then nltk's ``NLTKWordTokenizer`` on each sentence.
     """
-    return [tok for sent in _sentences(text) for tok in _NLTK_WORDS.tokenize(sent)]
+    tokenize = _nltk_words().tokenize
+    return [tok for sent in _sentences(text) for tok in tokenize(sent)]

@@ -186,9 +186,13 @@ def build_comparison(
                    " or TRACESCORE_RELEASE)"))
         for v in (current, baseline):
             if v not in values:
+                hint = ""
+                if v.startswith(f"{by}="):  # --current release=r2: the dimension given twice
+                    hint = (f" (--current and --baseline take a value of --by {by}: "
+                            f"give {v[len(by) + 1:]!r}, not {v!r})")
                 raise CompareError(f"{by}={v!r} has no records"
                                    + (" in the window" if since is not None else "")
-                                   + f"; values: {', '.join(values) or 'none'}")
+                                   + f"; values: {', '.join(values) or 'none'}{hint}")
         cw = bw = Q.Window(since, None)
         cur_where, base_where = {**where, by: current}, {**where, by: baseline}
         cur_label, base_label = f"{by}={current}", f"{by}={baseline}"

@@ -17,7 +17,14 @@ from typing import Any
 
 from . import query as Q
 from .metric_info import MetricInfo
-from .trust import TrustSummary, label_names, read_pairs, split_pairs, summarise_pairs
+from .trust import (
+    TrustSummary,
+    label_names,
+    read_pairs,
+    split_pairs,
+    summarise_pairs,
+    unmatched_labels,
+)
 
 __all__ = ["LabelCalibration", "NameCalibration", "calibrate_labels"]
 
@@ -54,14 +61,18 @@ class LabelCalibration:
     names: list[NameCalibration]
     #: names asked for with ``--metric`` that have no labelled pairs
     missing: list[str] = field(default_factory=list)
+    #: score name -> labels of it that match no scored record (imported ahead of, or without,
+    #: their records)
+    unmatched: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         from ..trust.agreement import MIN_PAIRS
 
         return {"by": self.by, "since": self.since, "min_pairs": MIN_PAIRS,
-                "human_value": "mean of the annotators per trace (yes/no: majority)",
+                "human_value": "per record: mean of the annotators (yes/no: their majority)",
                 "metrics": {n.summary.name: n.to_json() for n in self.names},
-                "without_labels": list(self.missing)}
+                "without_labels": list(self.missing),
+                "labels_matching_no_scored_record": dict(self.unmatched)}
 
 
 def calibrate_labels(conn: Any, *, metrics: Sequence[str] = (), by: str | None = None,
@@ -79,6 +90,8 @@ def calibrate_labels(conn: Any, *, metrics: Sequence[str] = (), by: str | None =
     have = label_names(conn)
     wanted = [m for m in dict.fromkeys(metrics)] if metrics else have
     out, missing = [], []
+    unmatched = {name: k for name in wanted if name in have
+                 for k in [unmatched_labels(conn, name)] if k}
     for name in wanted:
         lp = read_pairs(conn, name, window, where=where, seg=seg) if name in have else None
         if lp is None or not lp.pairs:
@@ -92,4 +105,4 @@ def calibrate_labels(conn: Any, *, metrics: Sequence[str] = (), by: str | None =
             groups = {g: summarise_pairs(conn, part, None, summary.binary, window, where, seg)
                       for g, part in split_pairs(lp, by, seg).items()}
         out.append(NameCalibration(summary, groups))
-    return LabelCalibration(by, since, out, missing)
+    return LabelCalibration(by, since, out, missing, unmatched)

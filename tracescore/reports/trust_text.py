@@ -52,7 +52,7 @@ def agreement_lines(ag: Any, width: int = WIDTH, indent: str = "  ") -> list[str
     if isinstance(ag, BinaryAgreement):
         k = ag.kappa
         kappa = ("undefined: " + str(k and k.reason)) if k is None or k.value is None else \
-            estimate_text(k.value, k.lo, k.hi)
+            estimate_text(k.value, k.shown_lo, k.shown_hi)
         c = ag.confusion
         lines = wrap(f"n {ag.n}; accuracy {_pct_ci(ag.accuracy)}; Cohen's kappa {kappa}; "
                      f"{bias}", width, indent)
@@ -97,9 +97,10 @@ def trust_lines(rows: Sequence[Any], width: int = WIDTH) -> list[str]:
         return []
     out = ["", "Judge vs humans (human labels in the window; tracescore calibrate for more)"]
     for t in rows:
-        who = f"{_n(t.pairs, 'labelled trace')}, {_n(t.labels, 'label')}"
+        who = f"{_n(t.pairs, 'labelled record')}, {_n(t.labels, 'label')}"
         if len(t.annotators) > 1:
-            who += f" by {len(t.annotators)} annotators (human value: their mean)"
+            who += (f" by {len(t.annotators)} annotators (human value: their "
+                    f"{'majority' if t.binary else 'mean'})")
         if t.stale:
             who += f"; {t.stale} labels of another metric version left out"
         out += ["", *wrap(f"{t.name}{' (yes/no)' if t.binary else ''}: {who}", width)]
@@ -107,13 +108,15 @@ def trust_lines(rows: Sequence[Any], width: int = WIDTH) -> list[str]:
                                                _corrected_rows(t), "<><")]
         if t.correction is not None:
             c = t.correction
-            method = "" if c.result is None else f"; {c.result.corrected.method}"
+            # the method only beside an estimate made by it
+            method = ("" if c.result is None or c.result.corrected.value is None
+                      else f"; {c.result.corrected.method}")
             out += wrap(f"({c.assumption}{method})", width, "  ")
             if c.unused:
                 out += wrap(f"({c.unused} labels not used: {c.unused_reason})", width, "  ")
         out += agreement_lines(t.agreement, width)
         if t.ties:
-            out += wrap(f"({t.ties} traces whose annotators split evenly are left out of "
+            out += wrap(f"({t.ties} records whose annotators split evenly are left out of "
                         "the agreement)", width, "  ")
         if t.inter_annotator is not None:
             ia = t.inter_annotator
@@ -163,9 +166,10 @@ def compare_trust_lines(rows: Sequence[Any], current: str, baseline: str,
 
 def label_calibration_lines(lc: Any, width: int = WIDTH) -> list[str]:
     """``calibrate``'s human-labels section (:class:`.trust_calibrate.LabelCalibration`)."""
-    out = wrap("Judge vs human labels (ts.add_label / tracescore label; human value: the "
-               "mean of the annotators, yes/no by majority)", width)
-    if not lc.names:
+    out = wrap("Judge vs human labels (ts.add_label / tracescore label; human value per "
+               "record: the mean of the annotators, yes/no by majority)", width)
+    unmatched = {k: v for k, v in getattr(lc, "unmatched", {}).items() if v}
+    if not lc.names and not unmatched:
         out += wrap("No judge score has human labels yet"
                     + (f" ({', '.join(lc.missing)})" if lc.missing else "")
                     + ": label some with `tracescore label` or ts.add_label(trace_id, "
@@ -173,26 +177,35 @@ def label_calibration_lines(lc: Any, width: int = WIDTH) -> list[str]:
         return out
     for n in lc.names:
         t = n.summary
-        who = f"{_n(t.pairs, 'labelled trace')}, {_n(t.labels, 'label')}"
+        who = f"{_n(t.pairs, 'labelled record')}, {_n(t.labels, 'label')}"
         if len(t.annotators) > 1:
             who += f" by {len(t.annotators)} annotators"
         if t.stale:
             who += f"; {t.stale} labels of another metric version left out"
+        if unmatched.get(t.name):
+            who += f"; {unmatched[t.name]} labels match no scored record"
         out += ["", *wrap(f"{t.name} ({'yes/no' if t.binary else 'numeric'}): {who}", width)]
         out += agreement_lines(t.agreement, width)
         if t.inter_annotator is not None:
             ia = t.inter_annotator
             out += wrap(f"between annotators {ia['annotators'][0]} and "
-                        f"{ia['annotators'][1]} ({ia['traces']} traces in common):", width,
+                        f"{ia['annotators'][1]} ({ia['traces']} records in common):", width,
                         "  ")
             out += agreement_lines(ia["agreement"], width, "    ")
         for g, s in n.groups.items():
             out += wrap(f"{lc.by} = {'(none)' if g is None else g}:", width, "  ")
             out += agreement_lines(s.agreement, width, "    ")
-    if lc.missing:
-        out += ["", *wrap(f"no labelled pairs: {', '.join(lc.missing)}", width)]
+    named = {t.summary.name for t in lc.names}
+    for name, k in sorted(unmatched.items()):
+        if name not in named:
+            out += ["", *wrap(f"{name}: {k} labels match no scored record (their traces or "
+                              "records are not in this database, or not scored under that "
+                              "name yet)", width)]
+    rest = [m for m in lc.missing if m not in unmatched]
+    if rest:
+        out += ["", *wrap(f"no labelled pairs: {', '.join(rest)}", width)]
     out += ["", *wrap("kappa: agreement beyond chance (1 perfect, 0 chance), Fleiss-Cohen-"
-                      "Everitt interval; Spearman: rank agreement, Fisher-z interval; bias: "
+                      "Everitt interval (shown clipped to [-1, 1]); Spearman: rank agreement, Fisher-z interval; bias: "
                       "judge mean - human mean, paired t interval; intervals 95 %. "
                       "docs/trust.md: 'Can I trust these numbers?'", width)]
     return out

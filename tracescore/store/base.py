@@ -165,8 +165,9 @@ class StoreAPI(Protocol):
     def add_label(self, trace_id: str, name: str, value: float | None, *,
                   annotator: str | None = None, comment: str | None = None,
                   source: str = "manual", created_at: float | None = None,
-                  metric_version: str | None = None) -> None:
-        """Replaces the same annotator's label; ``metric_version`` None: the stored score's."""
+                  metric_version: str | None = None, record_id: str | None = None) -> None:
+        """Replaces the same annotator's label of that record; ``record_id`` None: the trace's
+        newest; ``metric_version`` None: the record's stored score's."""
     def add_labels(self, rows: Iterable[Mapping[str, Any]]) -> int: ...
     def labels(self, name: str | None = None,
                since: float | None = None) -> list[dict[str, Any]]: ...

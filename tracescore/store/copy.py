@@ -98,7 +98,8 @@ _SEG_POS = {"records": 1, "scores": 2, "bins": 2, "skips": 2}
 #: row by row after the scores: a label or plan row whose natural key the target holds stays.
 _APPENDED = (
     ("feedback", "feedback_id", ""), ("judge_calls", "call_id", ""),
-    ("labels", "id", "ON CONFLICT (trace_id, name, annotator) DO NOTHING"),
+    ("labels", "id", "ON CONFLICT (trace_id, (COALESCE(record_id, '')), name, annotator)"
+                     " DO NOTHING"),
     ("label_plan", "", "ON CONFLICT (plan_id, position) DO NOTHING"),
     ("judge_canary", "id", ""),
 )

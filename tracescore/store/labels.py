@@ -2,10 +2,15 @@
 and every SQL statement on them, written once for both backends (``?`` SQL; on PostgreSQL it
 runs through :func:`.rollup.qmark`).
 
-- ``labels``: a person's verdict on one score of one trace, in the score's own scale (1/0 for
-  a yes/no metric, else the number), bound to the metric version of the stored score when
-  there is one. ``UNIQUE (trace_id, name, annotator)``: a new label by the same annotator
-  replaces the old one (two annotators of one trace keep two rows — agreement between people).
+- ``labels``: a person's verdict on one score of one **record** (the text the annotator read),
+  in the score's own scale (1/0 for a yes/no metric, else the number), bound to the metric
+  version of that record's stored score when there is one. ``record_id`` is the record; a label
+  given by trace id only is bound to the trace's newest record at labelling time (the newest
+  one scored under that name, else the newest one); NULL when the trace had no record yet (an
+  import ahead of its records: readers bind it to the trace's record later, see
+  :func:`tracescore.reports.trust.read_pairs`). Unique key ``(trace_id, record_id or '',
+  name, annotator)``: a new label by the same annotator on the same record replaces the old one
+  (two annotators keep two rows — agreement between people; two records of one trace keep two).
   Labels are the calibration set: retention never deletes them, nor the records and scores of
   labelled traces.
 - ``label_plan``: which records a plan chose to label (``tracescore label --plan N``), with
@@ -32,11 +37,13 @@ from .rollup import qmark, qmark_tx
 __all__ = ["CANARY_COLS", "LABEL_COLS", "PLAN_COLS", "LabelsMixin", "ddl"]
 
 #: the columns of a ``labels`` row, as :meth:`LabelsMixin.labels` returns them
-LABEL_COLS = ("id", "trace_id", "name", "value", "metric_version", "annotator", "comment",
-              "source", "created_at")
+LABEL_COLS = ("id", "trace_id", "record_id", "name", "value", "metric_version", "annotator",
+              "comment", "source", "created_at")
 #: the columns of a ``label_plan`` row
-PLAN_COLS = ("plan_id", "position", "trace_id", "name", "stratum", "stratum_size",
+PLAN_COLS = ("plan_id", "position", "trace_id", "record_id", "name", "stratum", "stratum_size",
              "stratum_draws", "created_at")
+#: the unique key of a label (an expression index: a NULL record is one key per trace)
+LABEL_KEY = "(trace_id, (COALESCE(record_id, '')), name, annotator)"
 #: the columns of a ``judge_canary`` row (``details``: JSON of the per-case expected/got)
 CANARY_COLS = ("id", "at", "judge_model", "reported_model", "prompt_version", "trigger",
                "cases", "agreed", "yes_share", "degenerate", "reason", "details")
@@ -52,14 +59,15 @@ def ddl(dialect: str) -> list[str]:
     t = _TYPES[dialect]
     return [
         f"CREATE TABLE IF NOT EXISTS labels (id {t['id']}, trace_id TEXT NOT NULL,"
-        f" name TEXT NOT NULL, value {t['real']}, metric_version TEXT,"
+        f" record_id TEXT, name TEXT NOT NULL, value {t['real']}, metric_version TEXT,"
         " annotator TEXT NOT NULL DEFAULT '', comment TEXT,"
-        f" source TEXT NOT NULL DEFAULT 'manual', created_at {t['real']} NOT NULL,"
-        " UNIQUE (trace_id, name, annotator))",
+        f" source TEXT NOT NULL DEFAULT 'manual', created_at {t['real']} NOT NULL)",
+        # the unique key; (trace_id, …) also serves retention's "is it labelled?"
+        f"CREATE UNIQUE INDEX IF NOT EXISTS idx_labels_key ON labels{LABEL_KEY}",
         "CREATE INDEX IF NOT EXISTS idx_labels_name_created ON labels(name, created_at)",
-        # (trace_id, …) of the unique constraint serves retention's "is it labelled?"
+        "CREATE INDEX IF NOT EXISTS idx_labels_record ON labels(record_id)",
         f"CREATE TABLE IF NOT EXISTS label_plan (plan_id TEXT NOT NULL, position {t['int']}"
-        " NOT NULL, trace_id TEXT, name TEXT, stratum TEXT,"
+        " NOT NULL, trace_id TEXT, record_id TEXT, name TEXT, stratum TEXT,"
         f" stratum_size {t['int']}, stratum_draws {t['int']}, created_at {t['real']},"
         " PRIMARY KEY (plan_id, position))",
         f"CREATE TABLE IF NOT EXISTS judge_canary (id {t['id']}, at {t['real']},"
@@ -70,17 +78,22 @@ def ddl(dialect: str) -> list[str]:
     ]
 
 
-#: A label; the same annotator's earlier label of that (trace, score) is replaced.
+#: A label; the same annotator's earlier label of that (record, score) is replaced.
 _UPSERT_LABEL = (
-    "INSERT INTO labels(trace_id, name, value, metric_version, annotator, comment, source,"
-    " created_at) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (trace_id, name, annotator) DO UPDATE"
+    "INSERT INTO labels(trace_id, record_id, name, value, metric_version, annotator, comment,"
+    f" source, created_at) VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT {LABEL_KEY} DO UPDATE"
     " SET value = excluded.value, metric_version = excluded.metric_version,"
     " comment = excluded.comment, source = excluded.source, created_at = excluded.created_at")
-#: The metric version of the trace's stored score of that name (newest first); through the
-#: records' trace index and the scores' (record, name) index.
+#: The record a label given by trace id is about: the trace's newest record scored under the
+#: name, else its newest record (none: NULL, bound when read).
+_RECORD_OF_TRACE = (
+    "SELECT r.record_id FROM records r WHERE r.trace_id = ? ORDER BY EXISTS (SELECT 1 FROM"
+    " scores s WHERE s.record_id = r.record_id AND s.name = ?) DESC, r.created_at DESC,"
+    " r.record_id DESC LIMIT 1")
+#: The metric version of the record's stored score of that name (the newest).
 _SCORE_VERSION = (
-    "SELECT s.metric_version FROM records r JOIN scores s ON s.record_id = r.record_id"
-    " AND s.name = ? WHERE r.trace_id = ? ORDER BY s.created_at DESC LIMIT 1")
+    "SELECT metric_version FROM scores WHERE record_id = ? AND name = ?"
+    " ORDER BY created_at DESC, score_id DESC LIMIT 1")
 
 
 def _finite(value: Any, what: str) -> float | None:
@@ -108,35 +121,49 @@ class LabelsMixin:
     def add_label(self, trace_id: str, name: str, value: float | None, *,
                   annotator: str | None = None, comment: str | None = None,
                   source: str = "manual", created_at: float | None = None,
-                  metric_version: str | None = None) -> None:
-        """Store a label of score ``name`` on ``trace_id`` (replacing the same annotator's).
-        ``metric_version`` None: the version of the trace's stored score of that name, if any
-        (the label is bound to the metric version it judged)."""
-        self.add_labels([{"trace_id": trace_id, "name": name, "value": value,
+                  metric_version: str | None = None, record_id: str | None = None) -> None:
+        """Store a label of score ``name`` on ``trace_id`` (replacing the same annotator's on
+        the same record). ``record_id``: the record labelled (``TRACE-SPAN``); None: the trace's
+        newest record (module docstring). ``metric_version`` None: the version of that record's
+        stored score of that name, if any (the label is bound to the metric version it judged;
+        none yet: bound when read)."""
+        self.add_labels([{"trace_id": trace_id, "record_id": record_id, "name": name,
+                          "value": value,
                           "annotator": annotator, "comment": comment, "source": source,
                           "created_at": created_at, "metric_version": metric_version}])
 
     def add_labels(self, rows: Iterable[Mapping[str, Any]]) -> int:
-        """Several labels (dicts with :data:`LABEL_COLS` keys but ``id``) in one
-        transaction, as :meth:`add_label` each (an import). Returns how many."""
-        n = 0
+        """Several labels (dicts with :data:`LABEL_COLS` keys but ``id``; ``trace_id`` may be
+        left out when ``record_id`` is given) in one transaction, as :meth:`add_label` each (an
+        import). Returns how many labels the table holds for them: rows with the same key
+        (record, name, annotator) count once, the last one winning."""
+        keys: set[tuple[str, str | None, str, str]] = set()
         now = time.time()
         with qmark_tx(self) as conn:
             for row in rows:
-                trace_id, name = str(row["trace_id"]).lower(), str(row["name"])
+                record_id = row.get("record_id")
+                record_id = None if record_id is None else str(record_id).lower()
+                trace_id = row.get("trace_id")
+                trace_id = (str(trace_id).lower() if trace_id is not None
+                            else str(record_id).partition("-")[0])
+                name = str(row["name"])
+                if record_id is None:
+                    found = conn.execute(_RECORD_OF_TRACE, (trace_id, name)).fetchone()
+                    record_id = None if found is None else str(found[0])
                 version = row.get("metric_version")
-                if version is None:
-                    found = conn.execute(_SCORE_VERSION, (name, trace_id)).fetchone()
+                if version is None and record_id is not None:
+                    found = conn.execute(_SCORE_VERSION, (record_id, name)).fetchone()
                     version = None if found is None else found[0]
                 created = row.get("created_at")
+                annotator = _text(row.get("annotator")) or ""
+                keys.add((trace_id, record_id, name, annotator))
                 conn.execute(_UPSERT_LABEL, (
-                    trace_id, name, _finite(row.get("value"), "a label's value"),
+                    trace_id, record_id, name, _finite(row.get("value"), "a label's value"),
                     None if version is None else str(version),
-                    _text(row.get("annotator")) or "", _text(row.get("comment")),
+                    annotator, _text(row.get("comment")),
                     str(row.get("source") or "manual"),
                     now if created is None else _finite(created, "created_at")))
-                n += 1
-        return n
+        return len(keys)
 
     def labels(self, name: str | None = None, since: float | None = None
                ) -> list[dict[str, Any]]:
@@ -156,10 +183,12 @@ class LabelsMixin:
     # -- label plans ------------------------------------------------------------------------------
     def add_label_plan(self, plan_id: str, rows: Iterable[Mapping[str, Any]]) -> int:
         """Store a plan: ``rows`` are dicts with ``trace_id``, ``name``, ``stratum``,
-        ``stratum_size``, ``stratum_draws`` (and ``position``, default: their order).
+        ``stratum_size``, ``stratum_draws`` (and ``position``, default: their order;
+        ``record_id``, the record to label, default NULL: the trace's).
         Replaces a plan of the same id. Returns how many rows."""
         now = time.time()
         values = [(plan_id, int(r.get("position", i)), str(r["trace_id"]).lower(),
+                   None if r.get("record_id") is None else str(r["record_id"]).lower(),
                    str(r["name"]), None if r.get("stratum") is None else str(r["stratum"]),
                    None if r.get("stratum_size") is None else int(r["stratum_size"]),
                    None if r.get("stratum_draws") is None else int(r["stratum_draws"]), now)

@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from .._internal.db_faults import TIGHT, storage_fault
 from .._internal.secrets import scrub, scrub_score
 from ..record import Candidate, Context, RagRecord, TokenUsage
@@ -152,7 +150,7 @@ class Store(LabelsMixin):
             conn.close()
             raise
         self.conn = conn
-        self.db = sqlite_utils.Database(conn)
+        self.db = _LazyDatabase(conn)
 
     def recover(self) -> None:
         """After a fault that passes (a full disk, an I/O error): open the connection again,
@@ -974,3 +972,31 @@ def row_to_record(row: Mapping[str, Any]) -> RagRecord:
         candidates=() if compact else _stored_candidates(row.get("candidates")),
         complete=row.get("complete", 1) != 0,
     )
+
+
+class _LazyDatabase:
+    """``Store.db``: a ``sqlite_utils.Database`` on the store's connection, made at first use.
+
+    Only schema migrations use it (creating tables of a new database). ``sqlite_utils.db``
+    imports pandas (and numpy) when they are installed — tens of MB in an app process whose
+    writer needs plain ``sqlite3`` only — so an up-to-date database never imports it:
+    :meth:`table_names` (what every open asks) is answered here, everything else goes to the
+    real object."""
+
+    __slots__ = ("conn", "_db")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self._db: Any = None
+
+    def table_names(self) -> list[str]:
+        return [r[0] for r in self.conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")]
+
+    def __getattr__(self, name: str) -> Any:
+        db = self._db
+        if db is None:
+            import sqlite_utils
+
+            db = self._db = sqlite_utils.Database(self.conn)
+        return getattr(db, name)

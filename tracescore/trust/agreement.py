@@ -105,9 +105,21 @@ class Kappa:
     se: float | None
     reason: str | None = None
 
+    @property
+    def shown_lo(self) -> float | None:
+        """``lo`` clipped to [-1, 1] (kappa's range), as displayed; ``lo`` is the raw one."""
+        return None if self.lo is None else max(-1.0, self.lo)
+
+    @property
+    def shown_hi(self) -> float | None:
+        """``hi`` clipped to [-1, 1], as displayed; ``hi`` is the raw one."""
+        return None if self.hi is None else min(1.0, self.hi)
+
     def to_json(self) -> dict[str, Any]:
-        return {"value": self.value, "lo": self.lo, "hi": self.hi, "se": self.se,
-                "reason": self.reason, "method": "cohen (Fleiss-Cohen-Everitt SE)"}
+        return {"value": self.value, "lo": self.shown_lo, "hi": self.shown_hi,
+                "raw_lo": self.lo, "raw_hi": self.hi, "se": self.se, "reason": self.reason,
+                "method": "cohen (Fleiss-Cohen-Everitt SE); lo/hi clipped to [-1, 1], "
+                          "raw_lo/raw_hi as computed (statsmodels' kappa_low/kappa_upp)"}
 
 
 @dataclass(frozen=True)
@@ -220,8 +232,8 @@ def cohens_kappa(confusion: Confusion, conf: float = 0.95) -> Kappa:
     """Cohen's kappa of a 2x2 table with the Fleiss-Cohen-Everitt asymptotic SE.
 
     Matches ``statsmodels.stats.inter_rater.cohens_kappa(confusion.matrix)``: ``kappa``,
-    ``std_kappa`` and, at conf 0.95, ``kappa_low`` / ``kappa_upp``. The interval is not clipped
-    to [-1, 1]. None (with the reason) when n == 0 or the humans used one class only.
+    ``std_kappa`` and, at conf 0.95, ``kappa_low`` / ``kappa_upp``. ``lo``/``hi`` are not clipped
+    to [-1, 1] (as statsmodels); displays use :attr:`Kappa.shown_lo`/``shown_hi``, clipped. None (with the reason) when n == 0 or the humans used one class only.
     """
     _check_conf(conf)
     n = confusion.n

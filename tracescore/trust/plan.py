@@ -7,7 +7,11 @@ the plan is a stratified random sample (Cochran 1977, Sampling Techniques, ch. 5
 stratified PPI assumes (Fisch et al. 2024, "Stratified prediction-powered inference for hybrid
 language model evaluation", NeurIPS):
 
-1. **Strata** = the judge's score band × (optionally) a segment such as the release. Bands: for a
+0. **Population**: records, not traces (a trace with two records has two candidates; a label
+   is about the record the annotator reads). ``tracescore label --plan`` leaves out records
+   without text to label (``capture_content=False``, compact, redacted) and says how many.
+1. **Strata** = the judge's score band × (optionally) a segment — the CLI uses the release
+   only (the segment a release comparison needs; more dimensions would split N thinly). Bands: for a
    yes/no judge (every score 0 or 1) the two verdicts; otherwise ``bands`` quantile bands of the
    candidates' scores (edges rounded to 4 significant digits, ties merged), so bands are about
    equally full. Each stratum's name says what it holds ("0.5 <= judge < 0.8 | release=1.2") and
@@ -61,11 +65,13 @@ ALL = "all"
 
 
 class Candidate(NamedTuple):
-    """A record that may be labelled: its trace id, the judge's score, its segment (or None)."""
+    """A record that may be labelled: its trace id, the judge's score, its segment (or None)
+    and its record id (None: the trace stands for its record)."""
 
     trace_id: str
     value: float
     segment: str | None = None
+    record_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -112,11 +118,12 @@ class PlanRow:
     stratum_draws: int
     value: float
     segment: str | None
+    record_id: str | None = None
 
     def to_row(self, plan_id: str, name: str, created_at: float) -> dict[str, Any]:
         """The row of the ``label_plan`` table."""
         return {"plan_id": plan_id, "position": self.position, "trace_id": self.trace_id,
-                "name": name, "stratum": self.stratum, "stratum_size": self.stratum_size,
+                "record_id": self.record_id, "name": name, "stratum": self.stratum, "stratum_size": self.stratum_size,
                 "stratum_draws": self.stratum_draws, "created_at": created_at}
 
 
@@ -138,7 +145,8 @@ class LabelPlan:
         return {"population": self.population, "seed": self.seed, "notes": list(self.notes),
                 "strata": [s.to_json() for s in self.strata],
                 "rows": [{"position": r.position, "trace_id": r.trace_id,
-                          "stratum": r.stratum} for r in self.rows]}
+                          "record_id": r.record_id, "stratum": r.stratum}
+                         for r in self.rows]}
 
 
 def _fmt(x: float) -> str:
@@ -232,17 +240,18 @@ def make_plan(
     """Choose n of the candidates to label: stratified by score band (x segment), seeded.
 
     by_segment: stratify by the candidates' segment too (when any has one). Raises ValueError
-    for n < 2, duplicate trace ids or a non-finite score. n above the number of candidates
+    for n < 2, duplicate candidates (same trace and record id) or a non-finite score. n above the number of candidates
     labels them all (said in ``notes``).
     """
-    cands = sorted((Candidate(*c) for c in candidates), key=lambda c: c.trace_id)
+    cands = sorted((Candidate(*c) for c in candidates),
+                   key=lambda c: (c.trace_id, c.record_id or ""))
     if n < MIN_PER_STRATUM:
         raise ValueError(f"a plan needs at least {MIN_PER_STRATUM} labels, got n={n}")
     if bands < 1:
         raise ValueError(f"bands must be >= 1, got {bands}")
-    ids = [c.trace_id for c in cands]
+    ids = [(c.trace_id, c.record_id) for c in cands]
     if len(set(ids)) != len(ids):
-        raise ValueError("duplicate trace ids among the candidates")
+        raise ValueError("duplicate candidates (trace and record id) among the candidates")
     if not all(math.isfinite(float(c.value)) for c in cands):
         raise ValueError("candidate scores must be finite numbers")
     if len(cands) < MIN_PER_STRATUM:
@@ -287,7 +296,7 @@ def make_plan(
         strata.append(PlanStratum(name, size, k,
                                   Moments.from_values(float(c.value) for c in groups[name]), sd))
     rng.shuffle(picked)
-    rows = tuple(PlanRow(i, c.trace_id, name, size, k, float(c.value), c.segment)
+    rows = tuple(PlanRow(i, c.trace_id, name, size, k, float(c.value), c.segment, c.record_id)
                  for i, (c, name, size, k) in enumerate(picked))
     return LabelPlan(rows, tuple(strata), len(cands), seed, tuple(notes))
 

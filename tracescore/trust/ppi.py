@@ -337,7 +337,9 @@ def ppi_mean(
     method = _method("lambda tuned (PPI++)" if lam is None else f"lambda = {lam:g}",
                      small_sample)
     judge_est = _judge_estimate(population, alpha)
-    labels_est = _labels_estimate(ys, alpha, min_n)
+    # labels only: a t interval is valid from 2 labels (min_n guards the corrected one's
+    # normal approximation of the judge-human difference)
+    labels_est = _labels_estimate(ys, alpha, 2)
     n = len(fs)
     if n < max(2, min_n):
         corrected = _not_enough(kind, n, u.n, method, _too_few(n, min_n))
@@ -412,9 +414,17 @@ def stratified_ppi_mean(
     if n_all < max(2, min_n) or short:
         reason = (_too_few(n_all, min_n) if n_all < max(2, min_n) else
                   f"strata with fewer than 2 labels: {', '.join(short)}")
+        labels_short = _not_enough(STRATIFIED_LABELS, n_all, 0, labels_method, reason)
+        if not short:  # labels only: valid with 2 labels per stratum (min_n is for PPI)
+            ddof = 1 if small_sample else 0
+            l_parts = [(size / total, _ppi_part(fs, ys, Moments(0, 0.0, 0.0), 0.0, ddof))
+                       for _, fs, ys, _, size in given]
+            l_est, l_se, l_lo, l_hi, l_q = _interval(l_parts, alpha, small_sample)
+            labels_short = MeanEstimate(STRATIFIED_LABELS, _WORDS[STRATIFIED_LABELS], l_est,
+                                        l_lo, l_hi, l_se, n_all, 0, None,
+                                        f"{labels_method}: {l_q}")
         return PPIResult(_not_enough(STRATIFIED_PPI_PLUS, n_all, u_all.n, method, reason),
-                         judge_est, _not_enough(STRATIFIED_LABELS, n_all, 0, labels_method,
-                                                reason), alpha)
+                         judge_est, labels_short, alpha)
     ddof = 1 if small_sample else 0
     weighted = [(size / total, fs, ys, u) for _, fs, ys, u, size in given]
     pooled = _pooled_lambda(weighted) if lam is None and lam_mode == "pooled" else None

@@ -48,7 +48,7 @@ def _agreement(ag: Any) -> str:
     if isinstance(ag, BinaryAgreement):
         k = ag.kappa
         kappa = (escape(f"undefined ({k and k.reason})") if k is None or k.value is None
-                 else _est(k.value, k.lo, k.hi))
+                 else _est(k.value, k.shown_lo, k.shown_hi))
         c = ag.confusion
         return (
             f'<dl class="stats"><div><dt>n</dt><dd>{ag.n}</dd></div>'
@@ -82,7 +82,7 @@ def _estimates(t: Any) -> str:
         rows.append((f"corrected with {e.n} human label{'s' if e.n != 1 else ''}", e.n, shown))
         rows.append(("human labels only", r.labels.n,
                      _est(r.labels.value, r.labels.lo, r.labels.hi)))
-        note = escape(f"{c.assumption}; {e.method}")
+        note = escape(f"{c.assumption}; {e.method}" if e.value is not None else c.assumption)
     elif c is not None:
         rows.append((f"corrected with {t.pairs} human labels", t.pairs,
                      escape(f"not available: {c.reason}")))
@@ -99,9 +99,10 @@ def _trust_section(rows: Sequence[Any]) -> str:
         return ""
     cards = []
     for t in rows:
-        who = f"{t.pairs:,} labelled traces, {t.labels:,} labels"
+        who = f"{t.pairs:,} labelled records, {t.labels:,} labels"
         if len(t.annotators) > 1:
-            who += f" by {len(t.annotators)} annotators (human value: their mean)"
+            who += (f" by {len(t.annotators)} annotators (human value: their "
+                    f"{'majority' if t.binary else 'mean'})")
         if t.stale:
             who += f"; {t.stale} labels of another metric version left out"
         cards.append(
