@@ -943,7 +943,7 @@ def write_path(db: str, n: int, days: float, now: float, batch: int = 256) -> di
                         sc = Score(s[0], s[1], label=s[2], metric=s[0])
                     done.append((j, [sc]))
                 store.complete_jobs("bench", done, "span",
-                                    judge_models={m: JUDGE for m in SCORES})
+                                    judge_models={j.job_id: JUDGE for j, _ in done})
         seconds = time.perf_counter() - t0
         # the rollups the write path kept == the store's Delta over the raw rows
         conn = store.conn

@@ -234,7 +234,7 @@ class Settings:
             from .store.retention import parse_duration
 
             try:
-                every = float(canary) if is_number(canary) else parse_duration(canary)
+                every = float(canary) if is_number(canary) else parse_duration(str(canary))
             except (TypeError, ValueError):
                 every = math.nan
             if not math.isfinite(every) or every <= 0:

@@ -702,7 +702,7 @@ class ScoringWorker:
         if self._running_jobs <= 1 and not self._completions:
             return store.complete_job(job, self.owner, scores,
                                       None if self.attacher is not None else "none",
-                                      judge_model=self.judge_model(job.metric))
+                                      judge_model=self.model_of(job, scores))
         fut: asyncio.Future[list[ScoreRef] | None] = self._loop.create_future()
         self._completions.append((job, scores, fut))
         if len(self._completions) == 1:
@@ -713,7 +713,7 @@ class ScoringWorker:
         batch, self._completions = self._completions, []
         delivery = None if self.attacher is not None else "none"
         results: list[Any]
-        models = {j.metric: self.judge_model(j.metric) for j, _, _ in batch}
+        models = {j.job_id: self.model_of(j, s) for j, s, _ in batch}
         try:
             results = list(store.complete_jobs(self.owner, [(j, s) for j, s, _ in batch],
                                                delivery, judge_models=models))
@@ -722,7 +722,7 @@ class ScoringWorker:
             for j, s, _ in batch:
                 try:
                     results.append(store.complete_job(j, self.owner, s, delivery,
-                                                      judge_model=models[j.metric]))
+                                                      judge_model=models[j.job_id]))
                 except Exception as exc:
                     results.append(exc)
         for (_, _, fut), r in zip(batch, results):
@@ -732,6 +732,17 @@ class ScoringWorker:
                 fut.set_exception(r)
             else:
                 fut.set_result(r)
+
+    def model_of(self, job: Job, scores: Sequence[Score]) -> str:
+        """The judge model of one job's scores: the model its judge reported for them (the
+        details' ``judge``), so two jobs of one metric in one transaction, scored before and
+        after a provider changed the model behind its name, each carry their own; else the
+        metric's (:meth:`judge_model`)."""
+        for s in scores:
+            judge = s.details.get("judge") if isinstance(s.details, dict) else None
+            if isinstance(judge, dict) and (judge.get("reported") or judge.get("configured")):
+                return str(judge.get("reported") or judge.get("configured"))
+        return self.judge_model(job.metric)
 
     def judge_model(self, metric: str) -> str:
         """The judge model that scores ``metric`` (its scores' ``judge_model`` segment), or

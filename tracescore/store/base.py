@@ -141,9 +141,9 @@ class StoreAPI(Protocol):
                    metrics: Sequence[str]) -> list[Job]: ...
     def complete_jobs(self, owner: str, done: Sequence[tuple[Job, Sequence[Score]]],
                       delivery: str | None = None, *,
-                      judge_models: Mapping[str, str] | None = None
+                      judge_models: Mapping[int, str] | None = None
                       ) -> list[list[tuple[int, Score]] | None]:
-        """``judge_models``: metric name → the judge model of its scores (judge metrics)."""
+        """``judge_models``: job id → the judge model of its scores (judge metrics)."""
     def complete_job(self, job: Job, owner: str, scores: Sequence[Score],
                      delivery: str | None = None, *,
                      judge_model: str = "") -> list[tuple[int, Score]] | None: ...

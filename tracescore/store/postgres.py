@@ -483,11 +483,11 @@ class PostgresStore(LabelsMixin):
 
     def complete_jobs(self, owner: str, done: Sequence[tuple[Job, Sequence[Score]]],
                       delivery: str | None = None, *,
-                      judge_models: Mapping[str, str] | None = None
+                      judge_models: Mapping[int, str] | None = None
                       ) -> list[list[tuple[int, Score]] | None]:
-        jm = judge_models or {}
+        jm = judge_models or {}  # job id → the judge model of its scores
         with self.transaction():  # one transaction, no savepoint per job
-            return self._complete_many(owner, [(j, s, jm.get(j.metric, "")) for j, s in done],
+            return self._complete_many(owner, [(j, s, jm.get(j.job_id, "")) for j, s in done],
                                        delivery)
 
     def complete_job(self, job: Job, owner: str, scores: Sequence[Score],

@@ -557,13 +557,13 @@ class Store(LabelsMixin):
 
     def complete_jobs(
         self, owner: str, done: Sequence[tuple[Job, Sequence[Score]]],
-        delivery: str | None = None, *, judge_models: Mapping[str, str] | None = None,
+        delivery: str | None = None, *, judge_models: Mapping[int, str] | None = None,
     ) -> list[list[tuple[int, Score]] | None]:
         """:meth:`complete_job` for several jobs in one transaction (one commit);
-        ``judge_models``: metric → the judge model of its scores (judge metrics)."""
+        ``judge_models``: job id → the judge model of its scores (judge metrics)."""
         jm = judge_models or {}
         with self.transaction():
-            return self._complete_many(owner, [(j, s, jm.get(j.metric, "")) for j, s in done],
+            return self._complete_many(owner, [(j, s, jm.get(j.job_id, "")) for j, s in done],
                                        delivery)
 
     def complete_job(
