@@ -62,7 +62,8 @@ wall, cpu = time.perf_counter() - t0, time.process_time() - c0
 print(json.dumps({"wall": wall, "cpu": cpu, "records": res.records, "scores": res.scores,
                   "file_before": res.file_bytes_before, "file_after": res.file_bytes_after,
                   "pages_given_back": getattr(res, "pages_given_back", None),
-                  "vacuum_steps": getattr(res, "vacuum_steps", None)}))
+                  "vacuum_steps": getattr(res, "vacuum_steps", None),
+                  "free_pages_left": getattr(res, "free_pages_left", None)}))
 """
 
 DRY = r"""
@@ -170,6 +171,7 @@ def copy_db(src: Path, dst: Path) -> None:
     for s in ("", "-wal", "-shm"):
         Path(str(dst) + s).unlink(missing_ok=True)
     shutil.copyfile(src, dst)
+    os.sync()  # (the copy's writeback would otherwise compete with the timed run's I/O)
 
 
 # -- running -----------------------------------------------------------------------------------

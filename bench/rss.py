@@ -16,7 +16,8 @@ Python-level allocation sites of ``init()``. ``-X importtime`` gives the chain o
 what: ``python -X importtime bench/rss.py --child init`` (read stderr).
 
 Creep: ``log_record`` in a loop at ``sample_rate=0.01`` (the default local metrics score 1 % of
-the records), RSS sampled every ``--every`` requests; the writer and scorer run as in an app.
+the records), paced so that the writer stores every one (the loop waits while the buffer is
+half full), RSS sampled every ``--every`` requests; the writer and scorer run as in an app.
 Flat means the caches and buffers are bounded.
 
 Run:  python bench/rss.py [--requests 1000000] [--every 100000] [--seconds 240]
@@ -116,7 +117,8 @@ def run_child(args: list[str], pythonpath: str | None = None) -> dict[str, Any]:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     out = subprocess.run([sys.executable, __file__, "--child", *args], env=env,
                          capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
 # -- creep --------------------------------------------------------------------------------------
@@ -131,6 +133,8 @@ def creep(requests: int, every: int, seconds: float, db: str) -> list[dict[str, 
     n = 0
     while n < requests:
         for _ in range(every):
+            if ts.queue.depth > ts.queue.max_size // 2:
+                time.sleep(0.002)  # paced to what the writer stores: every request written
             ts.log_record(query=f"How long does test ride {n} last?",
                           answer=f"Test ride {n} lasts 30 minutes.", contexts=contexts,
                           ground_truths=["30 minutes"], metadata={"i": n})
@@ -155,7 +159,7 @@ def startup(pythonpath: str | None, label: str) -> dict[str, Any]:
     db = os.path.join(tmp, "app.db")
     fresh = run_child(["init", db], pythonpath)
     existing = run_child(["init", db], pythonpath)
-    scored = run_child(["scored", os.path.join(tmp, "scored.db")], pythonpath)
+    run_child(["scored", os.path.join(tmp, "scored.db")], pythonpath)  # its first: new db
     scored2 = run_child(["scored", os.path.join(tmp, "scored.db")], pythonpath)
     prod = run_child(["scored-prod", os.path.join(tmp, "scored.db")], pythonpath)
     res = {"label": label, "bare": existing["bare"],
@@ -165,7 +169,7 @@ def startup(pythonpath: str | None, label: str) -> dict[str, Any]:
            "after_first_score": scored2["scored"] - scored2["bare"],
            "after_first_score_prod": prod["scored"] - prod["bare"],
            "suspects_init": existing["suspects"], "suspects_init_new_db": fresh["suspects"],
-           "suspects_scored": scored["suspects"], "packages_init": existing["packages"]}
+           "suspects_scored": scored2["suspects"], "packages_init": existing["packages"]}
     return res
 
 
@@ -178,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="stop the creep loop after the sample that passes this many seconds")
     ap.add_argument("--base", metavar="PATH", help="another tracescore tree, side by side")
     ap.add_argument("--no-creep", action="store_true")
+    ap.add_argument("--no-startup", action="store_true")
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args(argv)
     if args.child:
@@ -190,8 +195,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     results: dict[str, Any] = {}
-    trees = [(None, "this tree")] + ([(args.base, "base")] if args.base else [])
     print("# tracescore app memory\n")
+    if not args.no_startup:
+        startup_section(args, results)
+    if not args.no_creep:
+        creep_section(args, results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def startup_section(args: Any, results: dict[str, Any]) -> None:
+    trees = [(None, "this tree")] + ([(args.base, "base")] if args.base else [])
     print("## Start-up: RSS added over a bare LangChain process (MB)\n")
     print("| tree | bare app | import | init, new db | init, existing db | after first score | "
           f"after first score, without {'/'.join(DEV_ONLY)} |")
@@ -202,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {label} | {r['bare']:.0f} | +{r['import']:.1f} | +{r['init_new_db']:.1f} | "
               f"+{r['init_existing_db']:.1f} | +{r['after_first_score']:.1f} | "
               f"+{r['after_first_score_prod']:.1f} |")
-    for path, label in trees:
+    for _path, label in trees:
         r = results[label]
         print(f"\n{label}: heavy packages loaded by init (existing db): "
               f"{', '.join(r['suspects_init']) or 'none'}; new db: "
@@ -228,22 +243,21 @@ def main(argv: list[str] | None = None) -> int:
     for f, mb in tr["tracemalloc_top"][:8]:
         print(f"  {mb:6.2f} MB  {f}")
 
-    if not args.no_creep:
-        print(f"\n## Creep: log_record at sample_rate 0.01, RSS every {args.every:,} requests "
-              f"(up to {args.requests:,} or ~{args.seconds:.0f} s)\n")
-        rows = creep(args.requests, args.every, args.seconds,
-                     os.path.join(tempfile.mkdtemp(prefix="tracescore-rss-"), "creep.db"))
-        results["creep"] = rows
-        if len(rows) >= 2:
-            first, last = rows[0], rows[-1]
-            per_100k = (last["rss_mb"] - first["rss_mb"]) / max(
-                1, last["requests"] - first["requests"]) * 100_000
-            print(f"\nRSS after {first['requests']:,}: {first['rss_mb']:.1f} MB; after "
-                  f"{last['requests']:,}: {last['rss_mb']:.1f} MB ({per_100k:+.2f} MB per 100k "
-                  "requests after the first sample)")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
-    return 0
+
+
+def creep_section(args: Any, results: dict[str, Any]) -> None:
+    print(f"\n## Creep: log_record at sample_rate 0.01, RSS every {args.every:,} requests "
+          f"(up to {args.requests:,} or ~{args.seconds:.0f} s)\n")
+    rows = creep(args.requests, args.every, args.seconds,
+                 os.path.join(tempfile.mkdtemp(prefix="tracescore-rss-"), "creep.db"))
+    results["creep"] = rows
+    if len(rows) >= 2:
+        first, last = rows[0], rows[-1]
+        per_100k = (last["rss_mb"] - first["rss_mb"]) / max(
+            1, last["requests"] - first["requests"]) * 100_000
+        print(f"\nRSS after {first['requests']:,}: {first['rss_mb']:.1f} MB; after "
+              f"{last['requests']:,}: {last['rss_mb']:.1f} MB ({per_100k:+.2f} MB per 100k "
+              "requests after the first sample)")
 
 
 if __name__ == "__main__":

@@ -73,9 +73,13 @@ def enclose(retrievals: Iterable[Retrieval], outer_seq: int, outer_name: str) ->
             r.within = outer_name
 
 
-def assemble(retrievals: Sequence[Retrieval], prompt_tool_calls: frozenset[str] = frozenset()
-             ) -> tuple[tuple[Context, ...], tuple[Candidate, ...]]:
-    """(contexts, candidates) of a run from its retrievals (rules in the module docstring)."""
+def assemble(retrievals: Sequence[Retrieval], prompt_tool_calls: frozenset[str] = frozenset(),
+             candidates: bool = True) -> tuple[tuple[Context, ...], tuple[Candidate, ...]]:
+    """(contexts, candidates) of a run from its retrievals (rules in the module docstring).
+
+    ``candidates=False``: no candidates (a record stored compact keeps none)."""
+    if not retrievals:
+        return (), ()
     ordered = sorted(retrievals, key=lambda r: r.seq)
     latest: dict[str, int] = {}
     for r in ordered:
@@ -121,14 +125,16 @@ def assemble(retrievals: Sequence[Retrieval], prompt_tool_calls: frozenset[str] 
                 if c.id is not None:
                     ids.setdefault(c.text, c.id)
         contexts = [replace(c, id=ids.get(c.text)) if c.id is None else c for c in contexts]
-    candidates: list[Candidate] = []
+    if not candidates:
+        return tuple(contexts), ()
+    out: list[Candidate] = []
     for r in ordered:
         why = dropped.get(id(r))
         for c in r.contexts:
-            if len(candidates) >= MAX_CANDIDATES:
+            if len(out) >= MAX_CANDIDATES:
                 break
             is_kept = c.text in kept
-            candidates.append(Candidate(
+            out.append(Candidate(
                 text=c.text, id=c.id, score=c.score, source=r.source, kept=is_kept,
                 dropped_by=None if is_kept else (why or r.within or "dropped")))
-    return tuple(contexts), tuple(candidates)
+    return tuple(contexts), tuple(out)

@@ -18,9 +18,12 @@ from opentelemetry.trace import Span, Status
 
 from tracescore import attributes as A
 from tracescore._internal.errors import handle_internal_errors
+from tracescore.export import clean_text
+from tracescore.processor import end_clean
 from tracescore.record import TokenUsage
 
-__all__ = ["_PendingSpan", "_materialize_all", "_only", "usage_attributes"]
+__all__ = ["NO_SPAN", "_NoSpan", "_PendingSpan", "_materialize_all", "_only",
+           "usage_attributes"]
 
 
 def usage_attributes(usage: TokenUsage) -> dict[str, Any]:
@@ -67,15 +70,54 @@ class _PendingSpan:
         parent = self.parent if not isinstance(self.parent, _PendingSpan) else self.parent.real
         if parent is None:
             return  # the parent was never materialised (abandoned run)
+        attrs = self.attrs
         for build in self.lazy:
             with handle_internal_errors("spans.lazy_attributes", reraise=False):
-                self.attrs.update(build())
-        span = tracer.start_span(self.name, context=trace_api.set_span_in_context(parent),
-                                 attributes=self.attrs, start_time=self.start_ns)
-        if self.status is not None:
-            span.set_status(self.status)
+                attrs.update(build())
+        # Strings valid as UTF-8 here (lone surrogates escaped, as the processor would), so
+        # the processor need not scan the span again when it ends (processor.end_clean).
+        for k, v in attrs.items():
+            if type(v) is str:
+                if not v.isascii():
+                    attrs[k] = clean_text(v)
+            elif isinstance(v, (list, tuple)):
+                attrs[k] = type(v)(clean_text(x) if isinstance(x, str) else x for x in v)
+        span = tracer.start_span(clean_text(self.name),
+                                 context=trace_api.set_span_in_context(parent),
+                                 attributes=attrs, start_time=self.start_ns)
+        status = self.status
+        if status is not None:
+            if status.description is not None:
+                status = Status(status.status_code, clean_text(status.description))
+            span.set_status(status)
         self.real = span
-        span.end(end_time=self.end_ns or self.start_ns)
+        end_clean(span, self.end_ns or self.start_ns)
+
+
+class _NoSpan:
+    """A child step's span when spans go nowhere (tracescore's own provider with no exporter
+    or processor): nothing is kept, built or materialised. One shared instance,
+    :data:`NO_SPAN`."""
+
+    __slots__ = ()
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        pass
+
+    def set_attributes(self, attrs: Mapping[str, Any]) -> None:
+        pass
+
+    def set_status(self, status: Status) -> None:
+        pass
+
+    def end(self, end_time: int | None = None) -> None:
+        pass
+
+    def materialize(self, tracer: trace_api.Tracer) -> None:
+        pass
+
+
+NO_SPAN = _NoSpan()
 
 
 def _only(attrs: dict[str, Any]) -> dict[str, Any]:

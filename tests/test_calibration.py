@@ -250,7 +250,7 @@ def test_calibrate_edge_cases(feedback_db: Path) -> None:
     assert "saga_correctness: not enough feedback (n=1)" in out
     out = CliRunner().invoke(main, ["calibrate", "--db", str(feedback_db), "--feedback",
                                     "nobody"]).stdout
-    assert "No usable feedback named 'nobody'" in out and "allgood (5 traces)" in out
+    assert "Feedback: none named 'nobody'" in out and "allgood (5 traces)" in out
 
 
 def test_calibrate_text(feedback_db: Path) -> None:
@@ -279,7 +279,7 @@ def test_calibrate_on_a_database_without_feedback(tmp_path: Path) -> None:
     Store(db).close()
     result = CliRunner().invoke(main, ["calibrate", "--db", str(db)])
     assert result.exit_code == 0, result.output
-    assert "record some with ts.add_feedback" in result.stdout
-    assert "No binary or thresholded judge metric has scores" in result.stdout
+    assert "ts.add_feedback(trace_id, value) records some" in result.stdout
+    assert "No judge score has human labels yet" in result.stdout
     missing = CliRunner().invoke(main, ["calibrate", "--db", str(tmp_path / "nope.db")])
     assert missing.exit_code == 2 and "database not found" in missing.output

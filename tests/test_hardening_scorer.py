@@ -194,7 +194,8 @@ def test_worker_sigterm_during_start_up_exits_0_with_a_start_line(tmp_path: Path
             p.kill()
     assert p.returncode == 0, err  # before: -15 (killed by the signal; 143 from a shell)
     lines = [ln for ln in err.splitlines() if ln.startswith("tracescore worker:")]
-    assert lines == [f"tracescore worker: scoring 1 metric from {db} (pid {p.pid})"], err
+    assert lines == [f"tracescore worker: scoring 1 metric from {db} (pid {p.pid})",
+                     f"tracescore worker: stopped (pid {p.pid})"], err
 
 
 # -- 3. the health server's bounds -------------------------------------------------------------

@@ -173,7 +173,8 @@ def run_until(ts: Any, db: str, runs: int) -> None:
 
 def test_a_judge_that_changes_mid_stream_raises_the_drift_alert(
         db: str, hook: Hook, monkeypatch: pytest.MonkeyPatch) -> None:
-    with DriftingJudge() as srv:
+    srv = DriftingJudge()
+    with srv:
         ts = start(db, srv, hook, monkeypatch)
         traffic = Traffic(ts)
         try:
@@ -243,7 +244,8 @@ def test_a_judge_that_changes_mid_stream_raises_the_drift_alert(
 def test_a_stable_judge_over_the_same_span_raises_no_alert(
         db: str, hook: Hook, monkeypatch: pytest.MonkeyPatch) -> None:
     states: list[str] = []
-    with DriftingJudge() as srv:
+    srv = DriftingJudge()
+    with srv:
         ts = start(db, srv, hook, monkeypatch)
         traffic = Traffic(ts)
 
@@ -267,3 +269,187 @@ def test_a_stable_judge_over_the_same_span_raises_no_alert(
     runs = canary_runs(db)
     assert {r["reported_model"] for r in runs} == {"judge-a"}
     assert all(r["agreed"] == r["cases"] for r in runs)
+
+
+# -- the human-label half: `judge_drift_labels` ------------------------------------------------
+from contextlib import contextmanager  # noqa: E402
+
+from tracescore.testing import ScriptedMetric  # noqa: E402
+from tracescore.trust import drift_labels  # noqa: E402
+
+LABELLED = drift_labels.MIN_PAIRS + 10
+
+
+def truth(answer: str) -> float:
+    """The humans' verdict on a record: yes for every even-numbered answer."""
+    return float(int(answer.rsplit(" ", 1)[1]) % 2 == 0)
+
+
+class Verdict(ScriptedMetric):
+    """A yes/no judge metric scripted as judge ``model``: it agrees with the humans, or gives
+    the opposite verdict. Its scores carry the judge identity as a real judge's do."""
+
+    name = "grounded"
+    version = "1"
+    binary = True
+    kind = "judge"
+
+    def __init__(self, model: str, *, agrees: bool) -> None:
+        super().__init__(self._verdict)
+        self.model, self.agrees = model, agrees
+
+    def _verdict(self, record: Any) -> Any:
+        t = truth(record.answer)
+        return self.result(t if self.agrees else 1.0 - t, details={"judge": {
+            "configured": CONFIGURED, "reported": self.model, "prompt_version": "p1"}})
+
+
+@contextmanager
+def pipeline(db: str, metric: Verdict) -> Iterator[Any]:
+    """A real pipeline scoring ``metric``. Its judge (a real OpenAI judge on a scripted server
+    on 127.0.0.1, the canary off) is configured but never called: ``metric`` is the script."""
+    import tracescore
+
+    with ScriptedJudgeServer(lexical_responder) as srv:
+        ts = tracescore.init(db=db, metrics=[metric], hold_seconds=0, judge_canary=False,
+                             judge=OpenAIJudge(CONFIGURED, base_url=srv.base_url))
+        try:
+            yield ts
+            assert ts.flush(60)
+        finally:
+            ts.shutdown(30)
+
+
+def score_records(db: str, metric: Verdict, first: int, n: int) -> list[str]:
+    """``n`` records scored by ``metric`` through the real pipeline; their trace ids."""
+    with pipeline(db, metric) as ts:
+        return [ts.log_record(query=f"Is claim {i} grounded?", contexts=["c"],
+                              answer=f"answer {i}").trace_id for i in range(first, first + n)]
+
+
+def rescore(db: str, metric: Verdict) -> None:
+    """Re-open every done job of the metric (as new ground truths do) and score them again,
+    by a new process configured with ``metric``."""
+    from tracescore.store import open_store
+    from tracescore.store.sqlite import NewJob
+
+    store = open_store(db)
+    try:
+        jobs = [NewJob(r["record_id"], r["metric"], r["metric_version"]) for r in
+                rows(db, "SELECT record_id, metric, metric_version FROM jobs")]
+        assert store.upsert_jobs(jobs) == len(jobs)
+    finally:
+        store.close()
+    with pipeline(db, metric):
+        pass  # the new process picks the re-opened jobs up; leaving it flushes them
+
+
+def label(db: str, traces: list[str]) -> None:
+    from tracescore.store import open_store
+
+    store = open_store(db)
+    try:
+        answers = {r["trace_id"]: r["answer"] for r in rows(db, "SELECT trace_id, answer "
+                                                                "FROM records")}
+        store.add_labels([{"trace_id": t, "name": "grounded", "value": truth(answers[t]),
+                           "annotator": "ana"} for t in traces])
+    finally:
+        store.close()
+
+
+def check(db: str, tmp_path: Path, hook: Hook) -> tuple[int, dict[str, Any]]:
+    """``tracescore check`` with a webhook channel: (exit code, judge_drift_labels' state)."""
+    toml = tmp_path / "monitors.toml"
+    toml.write_text('[[monitor]]\nname = "grounded-rate"\nscore = "grounded"\n'
+                    f'threshold = 0.01\n\n[channels.team]\nkind = "webhook"\nurl = "{hook.url}"\n')
+    out = run_cli("check", "--db", db, "--monitors", str(toml), "--json")
+    assert out.exit_code in (0, 1), out.output
+    [state] = [m for m in json.loads(out.output)["monitors"]
+               if m["monitor"] == drift_labels.MONITOR]
+    return out.exit_code, state
+
+
+@pytest.mark.parametrize("how", ["rescored", "new records"])
+def test_a_new_judge_that_disagrees_with_the_humans_raises_the_label_drift_alert(
+        db: str, tmp_path: Path, hook: Hook, how: str) -> None:
+    traces = score_records(db, Verdict("judge-a", agrees=True), 0, LABELLED)
+    label(db, traces)
+    code, state = check(db, tmp_path, hook)
+    assert (code, state["state"]) == (0, "OK"), state
+    assert "one judge identity" in state["summary"] and "judge-a" in state["summary"]
+    judge_b = Verdict("judge-b", agrees=False)
+    if how == "rescored":
+        rescore(db, judge_b)
+        # one row per (record, name): judge-a's verdicts are gone from `scores` — the
+        # monitor's snapshot is the only place they survive
+        assert {r["judge_model"] for r in rows(db, "SELECT judge_model FROM scores")} == {
+            "judge-b"}
+    else:
+        label(db, score_records(db, judge_b, LABELLED, LABELLED))
+    code, state = check(db, tmp_path, hook)
+    assert (code, state["state"]) == (1, "ALERT"), state
+    assert "judge changed from judge-a to judge-b" in state["summary"], state["summary"]
+    [detail] = state["detail"]["scores"].values()
+    assert detail["change"]["from"][0] == "judge-a" and detail["change"]["to"][0] == "judge-b"
+    assert state["hi"] < detail["baseline_bound"] - drift_labels.MIN_EFFECT
+    assert state["value"] == 0.0 and detail["baseline_mean"] == 1.0
+    assert state["n"] == LABELLED and detail["baseline_n"] == LABELLED
+    wait_for("the webhook", lambda: any(b["state"] == "ALERT" and b["monitor"]
+                                        == drift_labels.MONITOR for b in hook.bodies))
+    [body] = [b for b in hook.bodies if b["monitor"] == drift_labels.MONITOR]
+    assert "judge-b" in json.dumps(body)
+    # stored (state, history) and shown by `report`
+    [stored] = rows(db, "SELECT state FROM monitor_state WHERE monitor = ?", drift_labels.MONITOR)
+    assert stored["state"] == "ALERT"
+    hist = rows(db, "SELECT state FROM monitor_history WHERE monitor = ? ORDER BY id",
+                drift_labels.MONITOR)
+    assert [h["state"] for h in hist] == ["OK", "ALERT"]
+    rep = run_cli("report", "--db", db)
+    assert rep.exit_code == 0 and drift_labels.MONITOR in rep.output, rep.output
+    assert "judge changed from judge-a to judge-b" in " ".join(rep.output.split())
+
+
+def test_a_stable_judge_over_the_same_span_raises_no_label_drift_alert(
+        db: str, tmp_path: Path, hook: Hook) -> None:
+    traces = score_records(db, Verdict("judge-a", agrees=True), 0, LABELLED)
+    label(db, traces)
+    assert check(db, tmp_path, hook)[1]["state"] == "OK"
+    rescore(db, Verdict("judge-a", agrees=True))
+    label(db, score_records(db, Verdict("judge-a", agrees=True), LABELLED, LABELLED))
+    code, state = check(db, tmp_path, hook)
+    assert (code, state["state"]) == (0, "OK"), state
+    assert state["n"] == 2 * LABELLED and state["value"] == 1.0
+    assert not [b for b in hook.bodies if b["monitor"] == drift_labels.MONITOR]
+
+
+def test_too_few_labels_is_no_data_on_either_side(db: str, tmp_path: Path, hook: Hook) -> None:
+    few = drift_labels.MIN_PAIRS // 3
+    label(db, score_records(db, Verdict("judge-a", agrees=True), 0, few))
+    code, state = check(db, tmp_path, hook)
+    assert (code, state["state"]) == (0, "NO_DATA"), state
+    assert "not enough labels" in state["summary"] and f"{few} of the" in state["summary"]
+    # a formed baseline, then a new judge with too few labels of its own: NO_DATA, named
+    label(db, score_records(db, Verdict("judge-a", agrees=True), few, LABELLED))
+    label(db, score_records(db, Verdict("judge-b", agrees=False), 2 * LABELLED, few))
+    code, state = check(db, tmp_path, hook)
+    assert (code, state["state"]) == (0, "NO_DATA"), state
+    assert "judge changed from judge-a to judge-b" in state["summary"]
+    assert "not enough labels for the new judge" in state["summary"]
+    assert not hook.bodies
+
+
+def test_label_drift_measure_spends_alpha_per_new_judge_and_reads_the_scale() -> None:
+    """Pure: the k-th identity after the baseline gets alpha/(2k(k+1)); a numeric score's
+    agreement is 1 - MAE on its scale; a local metric's labels (no judge) are not watched."""
+    def ident(model: str, first: float, pairs: list[tuple[float, float]]) -> dict[str, Any]:
+        return {"first": first, "pairs": {f"r{i}": [j, h] for i, (j, h) in enumerate(pairs)}}
+
+    n = drift_labels.MIN_PAIRS
+    ids = {drift_labels.identity_key(m, "p", "1"): ident(m, t, [(4.0, 5.0)] * n)
+           for m, t in (("a", 1.0), ("b", 2.0), ("c", 3.0))}
+    r = drift_labels.measure("g_eval", ids, scale=(1.0, 5.0))
+    assert r is not None and r.state == "OK" and r.detail["k"] == 2
+    assert r.detail["current_alpha"] == pytest.approx(0.025 / 6)
+    assert r.value == pytest.approx(0.75) and r.detail["baseline_mean"] == pytest.approx(0.75)
+    assert "judge changed from a to c" in r.summary
+    assert drift_labels.measure("g_eval", {}) is None

@@ -508,6 +508,46 @@ def test_prune_gives_space_back_many_pages_per_vacuum_step(make_ts, db_path):
     assert 1 <= len(steps) <= freed // 64 + 2, (len(steps), freed)  # ~64 pages per step
 
 
+def test_vacuum_budget_leaves_free_pages_for_the_next_runs(make_ts, db_path):
+    """A run gives space back for at most ``vacuum_budget_s`` (issue 19: a 1M-record backlog
+    left ~322,000 free pages, ~70 s of vacuum); it says how many free pages are left, and the
+    next runs — even one that deletes nothing — give back more, until none are left."""
+    now = time.time()
+    ts, _ = make_ts(metrics=[], sample_rate=0.0, keep_full_text=True, retention=None)
+    for i in range(300):
+        ts.submit(rec(i, now - 40 * DAY + i), hold_span=False)
+    for i in range(20):
+        ts.submit(rec(1000 + i, now - 60 + i), hold_span=False)
+    assert ts.flush(20)
+    ts.shutdown(10)
+    with pytest.raises(ValueError):
+        Retention(vacuum_budget_s=-1)
+    # budget 0: one step per run (the first step always runs), 16 pages a step
+    policy = Retention(max_age_s=30 * DAY, batch_size=50, pause_s=0, vacuum_pages=16,
+                       vacuum_budget_s=0)
+    store = Store(db_path)
+    try:
+        def free() -> int:
+            return int(store.conn.execute("PRAGMA freelist_count").fetchone()[0])
+
+        first = prune(store, policy, now=now)
+        assert first.records == 300 and first.vacuum_steps == 1
+        assert first.pages_given_back == 16
+        assert first.free_pages_left == free() > 16
+        second = prune(store, policy, now=now)  # nothing to delete: it still gives back
+        assert second.records == 0 and second.vacuum_steps == 1
+        assert second.free_pages_left == first.free_pages_left - 16 == free()
+        assert second.file_bytes_after < second.file_bytes_before
+        rest = prune(store, dataclasses.replace(policy, vacuum_budget_s=None), now=now)
+        assert rest.pages_given_back == second.free_pages_left and free() == 0
+        assert rest.free_pages_left == 0
+        idle = prune(store, policy, now=now)  # nothing deleted, nothing free: no step
+        assert idle.vacuum_steps == 0 and idle.pages_given_back == 0
+        assert int(store.conn.execute("SELECT count(*) FROM records").fetchone()[0]) == 20
+    finally:
+        store.close()
+
+
 def test_flush_waits_for_a_backlog_without_polling_the_database(db, make_ts, monkeypatch):
     """flush() while the scorer works through a backlog reads the scorer's in-memory idle
     flag, and asks the database only when the scorer looks idle: a handful of queries however

@@ -171,6 +171,8 @@ class Tracescore:
 
         # record → sample
         self.sampler = Sampler(s.sample_rate, s.sample_rates, s.force_rules)
+        #: a trace whose fraction is at or above it is sampled only when a rule forces it
+        self._top_rate = self.sampler.top_rate(self._metric_names)
         # store: create the schema now, so a bad file fails at init
         self.scoring = s.score
         try:
@@ -350,7 +352,7 @@ class Tracescore:
             if isinstance(current, TracerProvider) and (exporter or processor):
                 provider = current  # the app's own provider: add to it, never replace it
             else:
-                provider = TracerProvider(resource=Resource.create({}))
+                provider = _OwnProvider(resource=Resource.create({}))
         if exporter is not None:
             processor = BatchSpanProcessor(exporter)
         if processor is None:
@@ -358,6 +360,15 @@ class Tracescore:
         attacher = ScoreAttachingProcessor(processor, hold_seconds=hold_seconds)
         provider.add_span_processor(attacher)
         return provider, attacher
+
+    @property
+    def spans_wanted(self) -> bool:
+        """False while spans go nowhere: tracescore's own tracer provider (no ``exporter``,
+        ``span_exporter`` or ``span_processor``, no provider of the app's) with no span
+        processor added. The adapters then make only the root span (its ids are the record's)
+        and skip their child spans, which no one would receive (hot path: an attribute read)."""
+        p = self.tracer_provider
+        return type(p) is not _OwnProvider or p.processors > 0
 
     # -- framework entry points ----------------------------------------------------------------
     def langchain_handler(self) -> Any:
@@ -408,12 +419,15 @@ class Tracescore:
         return done
 
     # -- the hot path -------------------------------------------------------------------------
-    def submit(self, record: RagRecord, *, hold_span: bool = True) -> Decision | None:
+    def submit(self, record: RagRecord, *, hold_span: bool = True,
+               decision: Decision | None = None) -> Decision | None:
         """Sample, register the span hold, enqueue. Never blocks or raises (app thread).
 
         Call it *before* the record's root span ends, so the span can be held for its scores.
         ``hold_span=False``: no span with the record's span id will end (its scores go out on
-        a carrier span as soon as they are in).
+        a carrier span as soon as they are in). ``decision``: :meth:`decide`'s for this very
+        record, when the caller made it already (an adapter that builds a lighter record for
+        an unsampled request).
         """
         with handle_internal_errors("submit"):
             if self._closed:
@@ -424,7 +438,8 @@ class Tracescore:
                 # silently: it is counted by reason and logged once)
                 self.losses.add(bad, 1, f"{record!r:.200}")
                 return None
-            decision = self.sampler.decide(record, self._metric_names)
+            if decision is None:
+                decision = self.sampler.decide(record, self._metric_names)
             # Plain int counters (read by the metric callbacks): no lock, no SDK call here.
             self.records_seen += 1
             if decision.sampled:
@@ -440,6 +455,20 @@ class Tracescore:
                 self.attacher.cancel(held)  # dropped: no scores will come, do not hold the span
             return decision
         return None
+
+    def decide(self, record: RagRecord, u: float | None = None) -> Decision:
+        """The sampling decision :meth:`submit` would make for ``record`` (hot path; ``u``:
+        its trace's ``sampling.trace_fraction`` if known)."""
+        return self.sampler.decide(record, self._metric_names, u)
+
+    def text_needed(self, u: float) -> bool:
+        """Whether a record whose trace has fraction ``u`` is stored with its text whatever
+        the force rules say: some metric samples it, or ``keep_full_text`` keeps every
+        record's text. False: it is stored compact (lengths and hashes, on the writer thread)
+        unless a rule forces it, so an adapter may leave out what only text rows keep — the
+        prompt, the retrieval candidates, the retrieval queries — and add them when
+        :meth:`decide` says a rule forced it (hot path: a float compare)."""
+        return u < self._top_rate or self.queue.keep_full_text
 
     def _jobs_to_run(self, record: RagRecord, metrics: tuple[str, ...]) -> int:
         """How many of ``metrics`` will score ``record`` (cached by which inputs it has)."""
@@ -980,6 +1009,17 @@ class Tracescore:
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
+
+
+class _OwnProvider(TracerProvider):
+    """The tracer provider tracescore makes when the app gives it none to export to: it
+    counts the span processors added to it (:attr:`Tracescore.spans_wanted`)."""
+
+    processors = 0
+
+    def add_span_processor(self, span_processor: SpanProcessor) -> None:
+        super().add_span_processor(span_processor)
+        self.processors += 1
 
 
 def _unreachable(exc: BaseException) -> bool:

@@ -86,6 +86,7 @@ class RecordQueue:
         max_size: int = 10_000,
         batch_size: int = 512,
         interval_s: float = 0.2,
+        linger_s: float = 0.03,
         on_written: Callable[[], None] | None = None,
         losses: Losses | None = None,
         keep_full_text: bool = True,
@@ -101,6 +102,16 @@ class RecordQueue:
         self.max_size = max_size
         self.batch_size = batch_size
         self.interval_s = interval_s
+        #: Woken by a sampled record (not a full batch, not a flush) while records arrive
+        #: faster than one per ``linger_s / 4`` (a busy app), the writer waits this long for
+        #: more before it writes: each transaction costs the writer (and the scorer it wakes)
+        #: about as much as dozens of records' rows, and one transaction per request doubled
+        #: the background CPU per record. Requests further apart are written at once. Scores
+        #: reach a busy app's spans within ~``linger_s`` more.
+        self.linger_s = linger_s
+        #: records' mean gap (s, moving average), kept by put(): a float op or two per record
+        self._gap = 1.0
+        self._last_put = 0.0
         self.on_written = on_written
         #: how long one write waits for a lock before the writer backs off and retries
         self.busy_timeout_s = 5.0
@@ -131,6 +142,8 @@ class RecordQueue:
         # After fork the child has the deque and locks but no writer thread: start afresh.
         self._buf: deque[Any] = deque()
         self._event = threading.Event()
+        #: set for work that must not linger: a full batch, a flush, shutdown
+        self._now = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -165,13 +178,20 @@ class RecordQueue:
                 )
             return False
         self._buf.append(item)
+        if record:
+            now = time.monotonic()
+            self._gap += (min(now - self._last_put, 1.0) - self._gap) * 0.2
+            self._last_put = now
         if self._thread is None:
             self._start()
         # Wake the writer at once for a full batch, and for a record some metric sampled: its
         # scores wait on it (a span held for them). The others ride along with the next
         # batch or the next ``interval_s``; a busy writer takes whatever has piled up.
-        if len(self._buf) >= self.batch_size or (
-                record and type(item) is tuple and item[1].metrics):
+        if len(self._buf) >= self.batch_size:
+            self._now.set()
+            self._event.set()
+        elif record and type(item) is tuple and item[1].metrics \
+                and not self._event.is_set():  # (already woken: no lock, no syscall)
             self._event.set()
         return True
 
@@ -195,12 +215,14 @@ class RecordQueue:
         self._buf.append(marker)  # markers are never dropped
         if self._thread is None:
             self._start()
+        self._now.set()
         self._event.set()
         return marker.done.wait(timeout)
 
     def shutdown(self, timeout: float | None = None) -> bool:
         ok = self.flush(timeout)
         self._stop = True
+        self._now.set()
         self._event.set()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -212,8 +234,13 @@ class RecordQueue:
         backoff = 0.0
         retry_at = 0.0
         while True:
-            self._event.wait(max(self.interval_s, backoff))
+            woken = self._event.wait(max(self.interval_s, backoff))
             self._event.clear()
+            if woken and self.linger_s > 0 and not self._now.is_set() and not backoff \
+                    and self._gap * 4 < self.linger_s:
+                # a sampled record of a busy stream woke us: let more join its transaction
+                self._now.wait(self.linger_s)
+            self._now.clear()
             # (a new batch or a flush must not cut a backoff short: no retry storm)
             while not self._stop and time.monotonic() < retry_at:
                 self._event.wait(retry_at - time.monotonic())

@@ -81,8 +81,18 @@ class Sampler:
                 return reason
         return None
 
-    def decide(self, record: RagRecord, metrics: Sequence[str]) -> Decision:
-        u = trace_fraction(record.trace_id)
+    def top_rate(self, metrics: Sequence[str]) -> float:
+        """The highest rate of ``metrics``: a trace with ``u`` at or above it is sampled only
+        if a rule forces it (what an adapter checks at a root run's end, before it builds the
+        parts of a record only a scored record needs)."""
+        return max((self.rate_for(m) for m in metrics), default=0.0)
+
+    def decide(self, record: RagRecord, metrics: Sequence[str], u: float | None = None
+               ) -> Decision:
+        """The decision for ``record``; ``u``: its :func:`trace_fraction` when the caller
+        has it already (it is a function of the trace id only)."""
+        if u is None:
+            u = trace_fraction(record.trace_id)
         forced = self.forced_reason(record)
         if forced:
             return Decision(u, tuple(metrics), forced)

@@ -19,6 +19,7 @@ from opentelemetry.trace import Status, StatusCode
 from tracescore import attributes as A
 from tracescore.record import Context, RagRecord
 from tracescore.runs import ground_truths_from
+from tracescore.sampling import trace_fraction
 
 from .._owner import Owner, register_resolver
 from .._record import EXTERNAL, Retrieval, assemble
@@ -49,9 +50,16 @@ def emit_record(h: TracescoreCallbackHandler, run: _Run, outputs: Any,
         answer = streamed_text(root) or answer
     elif answer is None and error is None:
         answer = root.offered_answer
-    contexts, candidates = assemble(root.retrievals, M.prompt_tool_calls(root.prompt))
+    if answer is not None and type(answer) is not str:
+        answer = str(answer)  # (langchain-core's TextAccessor: a plain str is what is stored)
+    if root.query is not None and type(root.query) is not str:
+        root.query = str(root.query)
+    # (only a retrieval made by a tool call is checked against the prompt's tool messages)
+    calls = (M.prompt_tool_calls(root.prompt)
+             if any(r.tool_call is not None for r in root.retrievals) else frozenset[str]())
     span = run.span
     if root.guest_of is not None:
+        contexts, candidates = assemble(root.retrievals, calls)
         owner = root.guest_of
         owner.add_contexts(contexts, step=run.name, final=True)
         dropped = [Context(c.text, c.id, c.score, source=c.source)
@@ -59,7 +67,13 @@ def emit_record(h: TracescoreCallbackHandler, run: _Run, outputs: Any,
         owner.add_contexts(dropped, step=run.name, final=False)
         owner.offer_answer(answer)
         return
-    ctx = span.get_span_context()
+    ts = h.ts
+    trace_id = root.trace_hex or format(span.get_span_context().trace_id, "032x")
+    u = trace_fraction(trace_id)
+    # An unsampled record is stored compact (lengths and hashes): the prompt, the candidates
+    # and the retrieval queries are built only for a record that keeps its text.
+    full = ts.text_needed(u)
+    contexts, candidates = assemble(root.retrievals, calls, candidates=full)
     md = root.metadata
     scope = root.scope
     session, user = M._session_user(md, scope)
@@ -72,17 +86,25 @@ def emit_record(h: TracescoreCallbackHandler, run: _Run, outputs: Any,
     if scope is not None:
         metadata.update(scope.metadata)
         ground_truths = scope.ground_truths + ground_truths
-    record = RagRecord(
-        trace_id=format(ctx.trace_id, "032x"), span_id=format(ctx.span_id, "016x"),
-        query=root.query, contexts=contexts, answer=answer,
-        ground_truths=ground_truths, metadata=metadata, tags=root.tags,
-        session_id=session, user_id=user,
-        start_time_ns=root.start_ns, end_time_ns=end, usage=root.usage, model=root.model,
-        error=f"{type(error).__name__}: {error}" if error is not None else None,
-        source="langchain", prompt=format_prompt(root.prompt),
-        retrieval_queries=tuple(dict.fromkeys(root.retrieval_queries)),
-        candidates=candidates, complete=not cut,
-    )
+
+    def build(full: bool) -> RagRecord:
+        return RagRecord(
+            trace_id=trace_id, span_id=format(span.get_span_context().span_id, "016x"),
+            query=root.query, contexts=contexts, answer=answer,
+            ground_truths=ground_truths, metadata=metadata, tags=root.tags,
+            session_id=session, user_id=user,
+            start_time_ns=root.start_ns, end_time_ns=end, usage=root.usage, model=root.model,
+            error=f"{type(error).__name__}: {error}" if error is not None else None,
+            source="langchain", prompt=format_prompt(root.prompt) if full else None,
+            retrieval_queries=tuple(dict.fromkeys(root.retrieval_queries)) if full else (),
+            candidates=candidates, complete=not cut,
+        )
+
+    record = ts.prepare(build(full))
+    decision = ts.decide(record, u)
+    if decision.sampled and not full:  # forced by a rule (an error, a flag): the full record
+        contexts, candidates = assemble(root.retrievals, calls)
+        record = ts.prepare(build(True))
     span.set_attribute(A.RAG_ROOT, True)
     span.set_attribute(A.RECORD_ID, record.record_id)
     if cut:
@@ -97,8 +119,7 @@ def emit_record(h: TracescoreCallbackHandler, run: _Run, outputs: Any,
         h._set_text(span, A.INPUT_VALUE, root.query)
     elif root.inputs is not None:
         h._set_text(span, A.INPUT_VALUE, root.inputs)
-    decision = h.ts.submit(h.ts.prepare(record))
-    if decision is not None:
+    if ts.submit(record, decision=decision) is not None:
         span.set_attribute(A.SAMPLED, decision.sampled)
 
 

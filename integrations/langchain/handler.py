@@ -47,7 +47,7 @@ from tracescore.runs import current_scope
 
 from .._owner import current_owner
 from .._record import NODE, RETRIEVER, TOOL, enclose
-from .._spans import _materialize_all, _PendingSpan, usage_attributes
+from .._spans import NO_SPAN, _materialize_all, _PendingSpan, usage_attributes
 from .._text import clip, json_attr, to_text
 from . import messages as M
 from .emit import emit_record
@@ -85,9 +85,8 @@ def _fault(where: str, exc: Exception) -> None:
         raise exc
 
 
-def _key(run_id: Any) -> Any:
-    """The run map's key: the id's 128-bit integer (hashing an int is C; a UUID's is not)."""
-    return getattr(run_id, "int", run_id)
+#: :meth:`TracescoreCallbackHandler._parent` of a suppressed root.
+_SKIP: Any = object()
 
 
 class TracescoreCallbackHandler(BaseCallbackHandler):
@@ -117,13 +116,13 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
     def live_run(self, run_id: UUID | None) -> _Run | None:
         return self._runs.get(getattr(run_id, "int", run_id)) if run_id is not None else None
 
-    def _parent(self, parent_run_id: UUID | None) -> _Run | None:
-        """The live parent run, or None for a root; None too (and the run skipped) when a
-        root starts with instrumentation suppressed (raises :class:`_Skip`)."""
+    def _parent(self, parent_run_id: UUID | None) -> Any:
+        """The live parent run; None for a root; :data:`_SKIP` for a root that starts with
+        instrumentation suppressed (tracescore's own judge calls): not captured."""
         parent = (self._runs.get(getattr(parent_run_id, "int", parent_run_id))
                   if parent_run_id is not None else None)
         if parent is None and _suppressed():
-            raise _Skip
+            return _SKIP
         return parent
 
     # -- run map ----------------------------------------------------------------------------
@@ -135,7 +134,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         if parent is None:
             scope = current_scope()
             root = _Root(metadata=dict(metadata or {}), tags=tuple(tags or ()), start_ns=now,
-                         scope=scope)
+                         scope=scope, spans=self.ts.spans_wanted)
             session, user = M._session_user(root.metadata, scope)
             if session is not None:
                 attrs[A.SESSION_ID] = session
@@ -160,8 +159,11 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             if not root.config_read:
                 root.config_read = True
                 root.config_session = M._config_session()
-            pending = _PendingSpan(name, parent.span, attrs, now)
-            root.pending.append(pending)
+            if root.spans:
+                pending: Any = _PendingSpan(name, parent.span, attrs, now)
+                root.pending.append(pending)
+            else:
+                pending = NO_SPAN  # spans go nowhere: a child step keeps none
             root.open += 1
             run = _Run(pending, root, False, name, next(_seq), parent, tool_call=parent.tool_call,
                        retriever=parent.retriever, node_run=parent.node_run)
@@ -178,9 +180,9 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
 
     def _set_text(self, span: Any, key: str, value: Any) -> None:
         """Set a text attribute; on a pending span, build it later, off the request path."""
-        if not self.ts.capture_content:
+        if not self.ts.capture_content or span is NO_SPAN:
             return
-        if isinstance(span, _PendingSpan):
+        if type(span) is _PendingSpan:
             span.lazy.append(lambda: {k: v for k, v in {key: self._text(value)}.items()
                                       if v is not None})
         else:
@@ -229,67 +231,84 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
     def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID,
                        parent_run_id: UUID | None = None, tags: list[str] | None = None,
                        metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        if _suppressed():
-            return
-        with handle_internal_errors("langchain.on_chain_start"):
+        try:
+            parent = self._parent(parent_run_id)
+            if parent is _SKIP:
+                return
             name = kwargs.get("name") or M._name(serialized) or "chain"
-            run = self._start(run_id, parent_run_id, name, A.KIND_CHAIN, metadata, tags, {})
-            if run.is_root:
+            run = self._start(run_id, parent, name, A.KIND_CHAIN, metadata, tags, {})
+            if parent is None:
                 run.root.query = M.extract_query(inputs)
                 run.root.inputs = inputs  # input.value is built when the root ends
             elif metadata and metadata.get("langgraph_node") == name:
                 run.node = True
                 run.node_run = run
+        except Exception as exc:
+            _fault("langchain.on_chain_start", exc)
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                      **kwargs: Any) -> None:
-        with handle_internal_errors("langchain.on_chain_end"):
-            run = self._runs.get(run_id)
+        try:
+            if kwargs:  # a streamed run reports its full input at its end (``inputs``)
+                streamed = "inputs" in kwargs
+                inputs = kwargs.get("inputs")
+            else:
+                streamed, inputs = False, None
+            run = self._runs.get(getattr(run_id, "int", run_id))
             if run is not None and run.node:
                 for key, docs in M.state_updates(outputs):
                     self._add_documents(run, docs, NODE, loop_key=f"state:{key or run.name}")
-            # a streamed run reports its full input at its end (``inputs``)
-            self._finish(run_id, outputs, None, kwargs.get("inputs"), "inputs" in kwargs)
+            self._finish(run_id, outputs, None, inputs, streamed)
+        except Exception as exc:
+            _fault("langchain.on_chain_end", exc)
 
     def on_chain_error(self, error: BaseException, *, run_id: UUID,
                        parent_run_id: UUID | None = None, **kwargs: Any) -> None:
-        with handle_internal_errors("langchain.on_chain_error"):
+        try:
             self._finish(run_id, None, error, kwargs.get("inputs"))
+        except Exception as exc:
+            _fault("langchain.on_chain_error", exc)
 
     # -- retrievers -------------------------------------------------------------------------
     def on_retriever_start(self, serialized: dict[str, Any] | None, query: str, *,
                            run_id: UUID, parent_run_id: UUID | None = None,
                            tags: list[str] | None = None,
                            metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        if _suppressed():
-            return
-        with handle_internal_errors("langchain.on_retriever_start"):
+        try:
+            parent = self._parent(parent_run_id)
+            if parent is _SKIP:
+                return
             name = kwargs.get("name") or M._name(serialized) or "retriever"
             attrs: dict[str, Any] = {A.RETRIEVER_NAME: name}
-            run = self._start(run_id, parent_run_id, name, A.KIND_RETRIEVER, metadata, tags,
-                              attrs)
+            run = self._start(run_id, parent, name, A.KIND_RETRIEVER, metadata, tags, attrs)
             run.retriever = run
             if not kwargs.get("tracescore_search"):
                 active_retriever.set(run_id)
             self._set_text(run.span, A.INPUT_VALUE, query)
-            if run.is_root:
+            if parent is None:
                 run.root.query = query if isinstance(query, str) else None
             elif isinstance(query, str) and query:
                 run.root.retrieval_queries.append(query)
+        except Exception as exc:
+            _fault("langchain.on_retriever_start", exc)
 
     def on_retriever_end(self, documents: Sequence[Any], *, run_id: UUID,
                          parent_run_id: UUID | None = None, **kwargs: Any) -> None:
-        with handle_internal_errors("langchain.on_retriever_end"):
-            run = self._runs.get(run_id)
+        try:
+            run = self._runs.get(getattr(run_id, "int", run_id))
             if run is not None:
                 kind = kwargs.get("tracescore_search") or RETRIEVER
                 self._add_documents(run, documents or (), kind, run.seq)
             self._finish(run_id, documents, None)
+        except Exception as exc:
+            _fault("langchain.on_retriever_end", exc)
 
     def on_retriever_error(self, error: BaseException, *, run_id: UUID,
                            parent_run_id: UUID | None = None, **kwargs: Any) -> None:
-        with handle_internal_errors("langchain.on_retriever_error"):
+        try:
             self._finish(run_id, None, error)
+        except Exception as exc:
+            _fault("langchain.on_retriever_error", exc)
 
     def _add_documents(self, run: _Run, documents: Sequence[Any], kind: str,
                        seq: int | None = None, loop_key: str | None = None) -> None:
@@ -299,17 +318,20 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         and graph nodes at their end, after any retriever they ran. The steps ``run``
         enclosed become its inner candidates (see :mod:`.._record`).
         """
-        ctxs = [M.document_context(d, run.name) for d in documents]
+        name = run.name
+        to_context = M.document_context
+        ctxs = [to_context(d, name) for d in documents]
         root = run.root
         if root.retrievals:
-            enclose(root.retrievals, run.seq, run.name)
-        root.retrievals.append(new_retrieval(run, run.name, ctxs, kind,
+            enclose(root.retrievals, run.seq, name)
+        root.retrievals.append(new_retrieval(run, name, ctxs, kind,
                                              next(_seq) if seq is None else seq, loop_key))
-        if self.ts.capture_content and ctxs:
-            if isinstance(run.span, _PendingSpan):
-                run.span.lazy.append(partial(_dict_of, self.document_attrs, ctxs))
+        span = run.span
+        if ctxs and span is not NO_SPAN and self.ts.capture_content:
+            if type(span) is _PendingSpan:
+                span.lazy.append(partial(_dict_of, self.document_attrs, ctxs))
             else:
-                run.span.set_attributes(dict(self.document_attrs(ctxs)))
+                span.set_attributes(dict(self.document_attrs(ctxs)))
 
     def document_attrs(self, ctxs: Sequence[Context]) -> Any:
         """OpenInference ``retrieval.documents.*`` of ``ctxs`` (the span keeps the first few)."""
@@ -333,25 +355,30 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                             messages: list[list[Any]], *, run_id: UUID,
                             parent_run_id: UUID | None = None, tags: list[str] | None = None,
                             metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        if _suppressed():
-            return
-        with handle_internal_errors("langchain.on_chat_model_start"):
+        try:
+            parent = self._parent(parent_run_id)
+            if parent is _SKIP:
+                return
             prompt = messages[-1] if messages else []
-            self._llm_start(serialized, prompt, "chat", run_id, parent_run_id, tags,
-                            metadata, kwargs)
+            self._llm_start(serialized, prompt, "chat", run_id, parent, tags, metadata, kwargs)
+        except Exception as exc:
+            _fault("langchain.on_chat_model_start", exc)
 
     def on_llm_start(self, serialized: dict[str, Any] | None, prompts: list[str], *,
                      run_id: UUID, parent_run_id: UUID | None = None,
                      tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
                      **kwargs: Any) -> None:
-        if _suppressed():
-            return
-        with handle_internal_errors("langchain.on_llm_start"):
+        try:
+            parent = self._parent(parent_run_id)
+            if parent is _SKIP:
+                return
             self._llm_start(serialized, prompts[-1] if prompts else "", "text_completion",
-                            run_id, parent_run_id, tags, metadata, kwargs)
+                            run_id, parent, tags, metadata, kwargs)
+        except Exception as exc:
+            _fault("langchain.on_llm_start", exc)
 
     def _llm_start(self, serialized: dict[str, Any] | None, prompt: Any, operation: str,
-                   run_id: UUID, parent_run_id: UUID | None, tags: list[str] | None,
+                   run_id: UUID, parent: _Run | None, tags: list[str] | None,
                    metadata: dict[str, Any] | None, kwargs: Mapping[str, Any]) -> None:
         name = kwargs.get("name") or M._name(serialized) or "llm"
         params = kwargs.get("invocation_params") or {}
@@ -361,7 +388,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         if isinstance(model, str):
             attrs[A.GEN_AI_REQUEST_MODEL] = model
             attrs[A.LLM_MODEL_NAME] = model
-        run = self._start(run_id, parent_run_id, name, A.KIND_LLM, metadata, tags, attrs)
+        run = self._start(run_id, parent, name, A.KIND_LLM, metadata, tags, attrs)
         self._set_text(run.span, A.INPUT_VALUE, prompt)
         root = run.root
         if run.retriever is None:  # a compressor's or filter's model is not the answering one
@@ -374,8 +401,8 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                          run_id: UUID, parent_run_id: UUID | None = None,
                          tags: list[str] | None = None, **kwargs: Any) -> None:
         """A streamed token of the answering model: kept for a stream the client cuts off."""
-        with handle_internal_errors("langchain.on_llm_new_token"):
-            run = self._runs.get(run_id)
+        try:
+            run = self._runs.get(getattr(run_id, "int", run_id))
             if run is None or run.root.last_llm is not run:
                 return
             tokens = run.tokens
@@ -383,11 +410,13 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                 tokens = run.tokens = []
             if len(tokens) < MAX_STREAM_TOKENS:
                 tokens.append(M.token_text(token, chunk))
+        except Exception as exc:
+            _fault("langchain.on_llm_new_token", exc)
 
     def on_llm_end(self, response: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                    **kwargs: Any) -> None:
-        with handle_internal_errors("langchain.on_llm_end"):
-            run = self._runs.get(run_id)
+        try:
+            run = self._runs.get(getattr(run_id, "int", run_id))
             if run is not None:
                 text, usage, model = M.llm_result_parts(response)
                 span = run.span
@@ -398,39 +427,47 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                     if run.root.model is None and run.retriever is None:
                         run.root.model = model
                 if usage is not None:
-                    span.set_attributes(usage_attributes(usage))
+                    if span is not NO_SPAN:
+                        span.set_attributes(usage_attributes(usage))
                     root = run.root
                     root.usage = usage if root.usage is None else root.usage + usage
             self._finish(run_id, None, None)
+        except Exception as exc:
+            _fault("langchain.on_llm_end", exc)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID,
                      parent_run_id: UUID | None = None, **kwargs: Any) -> None:
-        with handle_internal_errors("langchain.on_llm_error"):
+        try:
             self._finish(run_id, None, error)
+        except Exception as exc:
+            _fault("langchain.on_llm_error", exc)
 
     # -- tools ------------------------------------------------------------------------------
     def on_tool_start(self, serialized: dict[str, Any] | None, input_str: str, *,
                       run_id: UUID, parent_run_id: UUID | None = None,
                       tags: list[str] | None = None, metadata: dict[str, Any] | None = None,
                       **kwargs: Any) -> None:
-        if _suppressed():
-            return
-        with handle_internal_errors("langchain.on_tool_start"):
+        try:
+            parent = self._parent(parent_run_id)
+            if parent is _SKIP:
+                return
             name = kwargs.get("name") or M._name(serialized) or "tool"
-            run = self._start(run_id, parent_run_id, name, A.KIND_TOOL, metadata, tags, {})
+            run = self._start(run_id, parent, name, A.KIND_TOOL, metadata, tags, {})
             call = kwargs.get("tool_call_id")
             if isinstance(call, str):
                 run.tool_call = call
             inputs = kwargs.get("inputs")
             run.tool_input = inputs if inputs is not None else input_str
-            if run.is_root:
+            if parent is None:
                 run.root.query = M.tool_query(run.tool_input)
                 run.root.inputs = run.tool_input
+        except Exception as exc:
+            _fault("langchain.on_tool_start", exc)
 
     def on_tool_end(self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None,
                     **kwargs: Any) -> None:
-        with handle_internal_errors("langchain.on_tool_end"):
-            run = self._runs.get(run_id)
+        try:
+            run = self._runs.get(getattr(run_id, "int", run_id))
             if run is not None:
                 docs = M.artifact_documents(output)
                 if docs:
@@ -439,8 +476,12 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                     if q and not run.is_root:
                         run.root.retrieval_queries.append(q)
             self._finish(run_id, output, None)
+        except Exception as exc:
+            _fault("langchain.on_tool_end", exc)
 
     def on_tool_error(self, error: BaseException, *, run_id: UUID,
                       parent_run_id: UUID | None = None, **kwargs: Any) -> None:
-        with handle_internal_errors("langchain.on_tool_error"):
+        try:
             self._finish(run_id, None, error)
+        except Exception as exc:
+            _fault("langchain.on_tool_error", exc)

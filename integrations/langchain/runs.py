@@ -58,6 +58,11 @@ class _Root:
     span: Any = None
     #: An answer another framework's run inside this one offered (used if ours has none).
     offered_answer: str | None = None
+    #: The root span's trace id (32 hex), and its sampling fraction (``sampling.trace_fraction``,
+    #: computed once, at the root's start).
+    trace_hex: str = ""
+    #: False: spans go nowhere (no exporter): child steps get no span (``_spans.NO_SPAN``).
+    spans: bool = True
 
 
 @dataclass(slots=True)

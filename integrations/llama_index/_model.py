@@ -27,7 +27,7 @@ from tracescore.record import TokenUsage
 from tracescore.runs import RunScope
 
 from .._owner import Owner, OwnerToken
-from .._spans import _PendingSpan
+from .._spans import _NoSpan, _PendingSpan
 
 #: Open LlamaIndex spans kept at most (runs that never end, e.g. streams that are never
 #: consumed, are abandoned oldest first beyond this). Read at run start from the package
@@ -136,6 +136,8 @@ class Run:
     claim: OwnerToken | None = None  # our own ownership, released when the root exits
     external_answer: str | None = None  # offered by another framework's run inside this one
     seq: int = 0
+    #: False: spans go nowhere (no exporter): child steps get no span (``_spans.NO_SPAN``).
+    spans: bool = True
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -148,7 +150,8 @@ class Node:
 
     id_: str  # LlamaIndex span id
     run: Run
-    span: Span | _PendingSpan | None  # the root's real Span; a _PendingSpan for the others
+    #: the root's real Span; a _PendingSpan for the others (NO_SPAN when spans go nowhere)
+    span: Span | _PendingSpan | _NoSpan | None
     kind: str | None
     owner: int  # id() of the instance whose method opened the span
     name: str
@@ -182,8 +185,14 @@ session_var: ContextVar[tuple[str, str | None] | None] = ContextVar("tracescore_
 
 
 
+_SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY
+_get_current = otel_context.get_current
+
+
 def suppressed() -> bool:
-    return bool(otel_context.get_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY))
+    """OTel instrumentation is suppressed in the calling context (tracescore's own scoring
+    thread): checked where a run would start, not per step of a live run."""
+    return bool(_get_current().get(_SUPPRESS_KEY))
 
 
 def span_name(id_: str) -> str:
@@ -216,7 +225,7 @@ def funnel(where: str, exc: Exception, reraise: bool | None = None) -> None:
         raise exc
 
 
-def set_error(span: Span | _PendingSpan, err: BaseException, text: str) -> None:
+def set_error(span: Span | _PendingSpan | _NoSpan, err: BaseException, text: str) -> None:
     span.set_status(Status(StatusCode.ERROR, text[:1000]))
     span.set_attribute(A.ERROR_TYPE, type(err).__qualname__)
 

@@ -45,8 +45,11 @@ __all__ = ["assemble"]
 _PRODUCERS = (STEP_RETRIEVE, STEP_EXTERNAL)
 
 
-def assemble(steps: Sequence[Step]) -> tuple[list[Context], list[Candidate]]:
-    """(contexts, candidates) of a run from its steps (rules in the module docstring)."""
+def assemble(steps: Sequence[Step], candidates: bool = True
+             ) -> tuple[list[Context], list[Candidate]]:
+    """(contexts, candidates) of a run from its steps (rules in the module docstring).
+
+    ``candidates=False``: no candidates (a record stored compact keeps none)."""
     ordered = sorted(steps, key=lambda s: s.seq)
     memo: dict[int, Context] = {}
 
@@ -57,11 +60,13 @@ def assemble(steps: Sequence[Step]) -> tuple[list[Context], list[Candidate]]:
         return got
 
     outputs = {id(s): [ctx(n) for n in s.nodes] for s in ordered}
-    by_id = {c.id: c for cs in outputs.values() for c in cs if c.id is not None}
-    for s in ordered:
-        if s.ids is not None:
-            # ids only: the text is the node's that a later step got for the same id
-            outputs[id(s)] = [replace(by_id[i], score=score) for i, score in s.ids if i in by_id]
+    if any(s.ids is not None for s in ordered):
+        by_id = {c.id: c for cs in outputs.values() for c in cs if c.id is not None}
+        for s in ordered:
+            if s.ids is not None:
+                # ids only: the text is the node's that a later step got for the same id
+                outputs[id(s)] = [replace(by_id[i], score=score) for i, score in s.ids
+                                  if i in by_id]
     produced: dict[str, str] = {}  # text -> the first retrieval step that found it
     synths = 0
     for s in ordered:
@@ -97,19 +102,23 @@ def assemble(steps: Sequence[Step]) -> tuple[list[Context], list[Candidate]]:
                     contexts[i] = replace(contexts[i], id=c.id)
                 continue
             index[c.text] = len(contexts)
-            contexts.append(replace(c, source=produced.get(c.text, c.source or s.name)))
-    candidates: list[Candidate] = []
+            source = produced.get(c.text, c.source or s.name)
+            contexts.append(c if source == c.source else
+                            Context(c.text, c.id, c.score, c.metadata, source))
+    if not candidates:
+        return contexts, []
+    out: list[Candidate] = []
     for s in ordered:
         if s.kind not in _PRODUCERS:
             continue
         for c in outputs[id(s)]:
-            if len(candidates) >= MAX_CANDIDATES:
+            if len(out) >= MAX_CANDIDATES:
                 break
             kept = c.text in index
-            candidates.append(Candidate(
+            out.append(Candidate(
                 text=c.text, id=c.id, score=c.score, source=c.source or s.name, kept=kept,
                 dropped_by=None if kept else _dropped_by(c.text, s, ordered, ctx)))
-    return contexts, candidates
+    return contexts, out
 
 
 def _dropped_by(text: str, step: Step, ordered: Sequence[Step], ctx: Any) -> str:

@@ -53,7 +53,7 @@ from tracescore.record import Context
 from tracescore.runs import current_scope
 
 from .._owner import Owner, claim, current_owner, release
-from .._spans import _materialize_all, _PendingSpan, usage_attributes
+from .._spans import NO_SPAN, _materialize_all, _NoSpan, _PendingSpan, usage_attributes
 from ._model import (
     CHAT,
     FRAMEWORK,
@@ -161,8 +161,6 @@ class LlamaIndexCapture(EventsMixin, StreamsMixin, SearchMixin):
     def span_enter(self, id_: str, bound_args: inspect.BoundArguments | None = None,
                    instance: Any = None, parent_id: str | None = None,
                    tags: Mapping[str, Any] | None = None) -> None:
-        if suppressed():
-            return
         try:
             self._enter(id_, bound_args, instance, parent_id, tags)
         except Exception as exc:
@@ -187,7 +185,7 @@ class LlamaIndexCapture(EventsMixin, StreamsMixin, SearchMixin):
         if node is None:
             return
         fn = self._on_event.get(type(event))
-        if fn is None or suppressed():
+        if fn is None:  # (a live run's step: its root was not started suppressed)
             return
         try:
             fn(node.target if node.target is not None else node, node.run, event)
@@ -232,7 +230,7 @@ class LlamaIndexCapture(EventsMixin, StreamsMixin, SearchMixin):
         name = span_name(id_)
         kind = self._kind(instance, name)
         if parent is None or parent.run.done:
-            if kind in ROOT_KINDS:
+            if kind in ROOT_KINDS and not suppressed():
                 self._start_run(id_, name, kind, instance, bound_args, tags, time.time_ns())
             return
         run = parent.run
@@ -253,8 +251,9 @@ class LlamaIndexCapture(EventsMixin, StreamsMixin, SearchMixin):
             attrs: dict[str, Any] = {A.SPAN_KIND: OTEL_KIND[kind]}
             if kind == RETRIEVE:
                 attrs[A.RETRIEVER_NAME] = type(instance).__name__
-            # Plain data: the real span is made by the writer once the run ends.
-            pending = _PendingSpan(name, target.span, attrs, now)
+            # Plain data: the real span is made by the writer once the run ends (none at all
+            # when spans go nowhere).
+            pending: Any = _PendingSpan(name, target.span, attrs, now) if run.spans else NO_SPAN
             node = Node(id_, run, pending, kind, owner, name, parent=target)
             node.target = node
             if kind in (POSTPROCESS, SYNTHESIZE) and bound_args is not None:
@@ -313,7 +312,7 @@ class LlamaIndexCapture(EventsMixin, StreamsMixin, SearchMixin):
             name, attributes=attrs, start_time=now,
             context=trace_api.set_span_in_context(outer.span) if outer is not None else None)
         run = Run(id_, kind, now, session_id, user_id, metadata, query=query, scope=scope,
-                  outer=outer)
+                  outer=outer, spans=self.ts.spans_wanted)
         trace_id = format(span.get_span_context().trace_id, "032x")
         if scope is not None and outer is None:
             scope.trace_ids.append(trace_id)
@@ -504,7 +503,7 @@ class LlamaIndexCapture(EventsMixin, StreamsMixin, SearchMixin):
             return
         root.ended = True
         span = root.span
-        assert not isinstance(span, _PendingSpan)
+        assert not isinstance(span, (_PendingSpan, _NoSpan))  # the root's span is real
         if abandoned is not None:
             span.set_status(Status(StatusCode.ERROR, abandoned))
         else:

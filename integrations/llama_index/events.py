@@ -29,7 +29,7 @@ from opentelemetry.trace import Span
 
 from tracescore import attributes as A
 
-from .._spans import _only, _PendingSpan
+from .._spans import NO_SPAN, _NoSpan, _only, _PendingSpan
 from .._text import clip, json_attr, to_text
 from ._model import (
     STEP_RETRIEVE,
@@ -69,8 +69,10 @@ class EventsMixin:
     def _release(self, node: Node) -> None:
         raise NotImplementedError
 
-    def _set_text(self, span: Span | _PendingSpan, key: str, value: Any) -> None:
+    def _set_text(self, span: Span | _PendingSpan | _NoSpan, key: str, value: Any) -> None:
         """Set a text attribute; on a pending span, build it later, off the request path."""
+        if span is NO_SPAN:
+            return
         if isinstance(span, _PendingSpan):
             span.lazy.append(partial(self._text_attr, key, value))
         else:
@@ -131,7 +133,7 @@ class EventsMixin:
         """OpenInference ``retrieval.documents.*`` on the span of the step that produced them
         (built off the request path for a pending span)."""
         span = node.span
-        if self.ts.capture_content and span is not None:
+        if self.ts.capture_content and span is not None and span is not NO_SPAN:
             if isinstance(span, _PendingSpan):
                 span.lazy.append(partial(dict_of, self._document_attrs, nodes))
             else:

@@ -9,6 +9,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from tracescore import attributes as A
 from tracescore.record import Candidate, Context, RagRecord
+from tracescore.sampling import trace_fraction
 
 from .._text import format_prompt
 from ._model import RETRIEVAL_QUERY_KEY, STREAM_INCOMPLETE_KEY, WORKFLOW, Run
@@ -40,11 +41,12 @@ def run_answer(run: Run) -> str | None:
     return answer
 
 
-def run_contexts(run: Run) -> tuple[list[Context], list[Candidate]]:
+def run_contexts(run: Run, candidates: bool = True) -> tuple[list[Context], list[Candidate]]:
     """(contexts, candidates) from the run's steps (assembly.py); a run with no step at all
-    (an engine that reports no retrieval) falls back on the sources its result names."""
+    (an engine that reports no retrieval) falls back on the sources its result names.
+    ``candidates=False``: none (a record stored compact keeps none)."""
     if run.steps:
-        return assemble(run.steps)
+        return assemble(run.steps, candidates)
     chosen: Any = run.result_nodes
     if chosen is None and run.result is not None and not isinstance(run.result, list):
         chosen = getattr(run.result, "source_nodes", None)
@@ -53,9 +55,9 @@ def run_contexts(run: Run) -> tuple[list[Context], list[Candidate]]:
 
 def emit_record(cap: LlamaIndexCapture, run: Run, span: Span, end: int) -> None:
     answer = run_answer(run)
-    contexts, candidates = run_contexts(run)
     outer = run.outer
     if outer is not None:
+        contexts, _ = run_contexts(run, candidates=False)
         # Part of another framework's request: its record gets our documents and answer.
         outer.add_contexts(contexts, step=(run.root.name if run.root else run.kind), final=True)
         outer.offer_answer(answer)
@@ -71,18 +73,32 @@ def emit_record(cap: LlamaIndexCapture, run: Run, span: Span, end: int) -> None:
     if run.incomplete:
         md[STREAM_INCOMPLETE_KEY] = True
     ctx = span.get_span_context()
-    record = RagRecord(
-        trace_id=format(ctx.trace_id, "032x"), span_id=format(ctx.span_id, "016x"),
-        query=run.query, contexts=tuple(contexts), answer=answer,
-        ground_truths=ground_truths,
-        metadata=md, session_id=run.session_id, user_id=run.user_id,
-        start_time_ns=run.start_ns, end_time_ns=end, usage=run.usage, model=run.model,
-        error=(f"{type(run.error).__name__}: {run.error}" if run.error is not None
-               else None),
-        source="llama_index", prompt=format_prompt(run.prompt),
-        retrieval_queries=tuple(dict.fromkeys(run.retrieval_queries)),
-        candidates=tuple(candidates), complete=not run.incomplete,
-    )
+    ts = cap.ts
+    trace_id = format(ctx.trace_id, "032x")
+    u = trace_fraction(trace_id)
+    # An unsampled record is stored compact (lengths and hashes): the prompt, the candidates
+    # and the retrieval queries are built only for a record that keeps its text.
+    full = ts.text_needed(u)
+
+    def build(full: bool) -> RagRecord:
+        contexts, candidates = run_contexts(run, candidates=full)
+        return RagRecord(
+            trace_id=trace_id, span_id=format(ctx.span_id, "016x"),
+            query=run.query, contexts=tuple(contexts), answer=answer,
+            ground_truths=ground_truths,
+            metadata=md, session_id=run.session_id, user_id=run.user_id,
+            start_time_ns=run.start_ns, end_time_ns=end, usage=run.usage, model=run.model,
+            error=(f"{type(run.error).__name__}: {run.error}" if run.error is not None
+                   else None),
+            source="llama_index", prompt=format_prompt(run.prompt) if full else None,
+            retrieval_queries=tuple(dict.fromkeys(run.retrieval_queries)) if full else (),
+            candidates=tuple(candidates), complete=not run.incomplete,
+        )
+
+    record = ts.prepare(build(full))
+    decision = ts.decide(record, u)
+    if decision.sampled and not full:  # forced by a rule (an error, a flag): the full record
+        record = ts.prepare(build(True))
     attrs: dict[str, Any] = {A.RAG_ROOT: True, A.RECORD_ID: record.record_id}
     if run.incomplete:
         attrs[A.ANSWER_COMPLETE] = False
@@ -96,7 +112,6 @@ def emit_record(cap: LlamaIndexCapture, run: Run, span: Span, end: int) -> None:
         text = cap._text(run.query)
         if text is not None:
             attrs[A.INPUT_VALUE] = text
-    decision = cap.ts.submit(cap.ts.prepare(record))
-    if decision is not None:
+    if ts.submit(record, decision=decision) is not None:
         attrs[A.SAMPLED] = decision.sampled
     span.set_attributes(attrs)

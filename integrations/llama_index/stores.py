@@ -29,7 +29,7 @@ from llama_index.core.vector_stores.types import BasePydanticVectorStore
 
 from tracescore import attributes as A
 
-from .._spans import _materialize_all, _PendingSpan
+from .._spans import NO_SPAN, _materialize_all, _PendingSpan
 from ._model import RETRIEVE, STEP_RETRIEVE, Node, Run, Step, funnel, stream_parent, suppressed
 from .events import step_name
 from .extract import query_text
@@ -238,7 +238,8 @@ class SearchMixin:
         cls = type(store).__name__
         attrs: dict[str, Any] = {A.SPAN_KIND: A.KIND_RETRIEVER, A.RETRIEVER_NAME: cls}
         name = f"{cls}.{method}"
-        pending = _PendingSpan(name, target.span, attrs, time.time_ns())
+        pending: Any = (_PendingSpan(name, target.span, attrs, time.time_ns()) if run.spans
+                        else NO_SPAN)
         search = Node(name, run, pending, RETRIEVE, id(store), name, parent=target)
         search.target = search
         q = query_text(query)
@@ -249,7 +250,8 @@ class SearchMixin:
                 return None
             if q is not None:
                 run.retrieval_queries.append(q)
-            run.pending.append(pending)
+            if pending is not NO_SPAN:
+                run.pending.append(pending)
         return search
 
     def search_end(self, search: Node, result: Any, err: BaseException | None) -> None:

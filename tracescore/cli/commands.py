@@ -673,7 +673,10 @@ def prune(db: Path | str, older_than: str, max_size: str | None, batch_size: int
         size = None if max_size is None else parse_size(max_size)
         if pg and size is not None:
             raise ValueError(f"--max-size: {PG_NO_MAX_BYTES}")
-        policy = Retention(max_age_s=age, max_bytes=size, batch_size=batch_size)
+        # (a prune asked for by hand gives back all the space it frees; the app's background
+        # pruner spends at most vacuum_budget_s a run on it)
+        policy = Retention(max_age_s=age, max_bytes=size, batch_size=batch_size,
+                           vacuum_budget_s=None)
     except (ValueError, TypeError) as exc:
         raise click.UsageError(str(exc)) from None
     store = open_store(db)

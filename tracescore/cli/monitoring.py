@@ -232,7 +232,7 @@ def check(db: Path, monitors_path: Path | None, only: tuple[str, ...],
 
     monitors = _load_monitors(monitors_path, required=not gates)
     if monitors is not None and only:
-        missing = [n for n in only if n not in {m.name for m in monitors} | {"judge_drift"}]
+        missing = [n for n in only if n not in {m.name for m in monitors} | {"judge_drift", "judge_drift_labels"}]
         if missing:
             raise ConfigProblem(f"{monitors.source}: no monitor named "
                                 f"{', '.join(map(repr, missing))}")
@@ -281,10 +281,11 @@ def _evaluate_once(db: Any, monitors: Any, only: tuple[str, ...], *, save: bool
     ev = Evaluator(str(db), monitors, db_label=_name(db))
     try:
         evals = ev.run_once(save=save, only=list(only) or None)
-        if not only or "judge_drift" in only:  # the built-in judge-drift monitor beside them
-            from ..trust import drift
+        from ..trust import drift, drift_labels
 
-            evals += drift.evaluate_with(ev, save=save)
+        for mod in (drift, drift_labels):  # the built-in judge-drift monitors beside them
+            if not only or mod.MONITOR in only:
+                evals += mod.evaluate_with(ev, save=save)
         held = all(e.saved for e in evals) if save else False
         if save and held and monitors.channels:
             deliver_due(ev._open()[0], monitors.channels)

@@ -20,7 +20,6 @@ from functools import cache, lru_cache
 from itertools import islice
 from typing import Any
 
-
 __all__ = [
     "answer_tokens",
     "contains_tokens",

@@ -10,7 +10,9 @@ daemons with their own database connections; nothing here touches the app's requ
 Built in: after the declared monitors, the judge-drift monitor ``judge_drift``
 (:mod:`tracescore.trust.drift`: the judge canary's agreement against its baseline, and changes
 of the model the judge server reports) is evaluated on the same store, under the same lease,
-to every channel of the set — whenever the database has a canary history.
+to every channel of the set — whenever the database has a canary history; and so is
+``judge_drift_labels`` (:mod:`tracescore.trust.drift_labels`: the judge's agreement with human
+labels under a new judge identity against the earliest one) whenever judge scores have labels.
 
 OTel: one log record per state change (:func:`.notify.emit_state_change`) and, with a meter,
 an observable gauge ``tracescore.monitor.state`` per monitor (0 OK, 1 NO_DATA, 2 WARNING,
@@ -117,17 +119,20 @@ class MonitorRunner:
         self.evaluator.close()
 
     def _builtin(self) -> list[Evaluation]:
-        """The built-in monitors' evaluations (judge drift); a failure there is logged and
-        never stops the declared monitors."""
-        try:
-            from ..trust.drift import evaluate_with
+        """The built-in monitors' evaluations (judge drift on the canary and on human
+        labels); a failure there is logged and never stops the declared monitors."""
+        from ..trust import drift, drift_labels
 
-            return list(evaluate_with(self.evaluator))
-        except Exception as exc:
-            if not _passing(exc):
-                record_internal_error("monitor.judge_drift", exc)
-            log.warning("tracescore: the judge drift monitor could not be evaluated: %s", exc)
-            return []
+        out: list[Evaluation] = []
+        for mod in (drift, drift_labels):  # each on its own: one failing spares the other
+            try:
+                out += mod.evaluate_with(self.evaluator)
+            except Exception as exc:
+                if not _passing(exc):
+                    record_internal_error(f"monitor.{mod.MONITOR}", exc)
+                log.warning("tracescore: the built-in monitor %s could not be evaluated: %s",
+                            mod.MONITOR, exc)
+        return out
 
     def stop(self, timeout: float | None = 10.0) -> None:
         self._stop.set()

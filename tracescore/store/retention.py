@@ -23,7 +23,9 @@ version 2 reuses the freed pages instead, until ``tracescore prune --vacuum`` co
 once, offline). At scale (issue 19, bench/prune.py) a run's cost is the index pages it
 rewrites — about seven randomly placed ones per record — so a run reads each old record once
 (keyset continuation), pauses no longer than its batch took, and gives back pages by the
-thousand per step instead of one.
+thousand per step instead of one, for at most ``vacuum_budget_s`` per run: moving a page out of
+the file's tail costs ~0.2 ms of CPU, so a backlog's free pages go back over several runs and
+new rows reuse them meanwhile.
 
 Both backends: the SQL here is written once, with ``?`` placeholders; every dialect
 difference is in :func:`.rollup.qmark_tx` (``?`` → ``%s`` by :func:`.compat.translate`)
@@ -120,6 +122,11 @@ class Retention:
     pause_s: float = 0.05
     #: Pages given back per incremental-vacuum step (4 KiB pages: 8 MiB).
     vacuum_pages: int = 2048
+    #: Seconds a run spends giving space back (None: until every free page is given back).
+    #: The rest stays free in the file, reused by new rows, and the next run gives back more:
+    #: moving a page costs ~0.2 ms here (issue 19: 322,000 free pages after a 1M-record
+    #: backlog were ~70 s of vacuum in one run).
+    vacuum_budget_s: float | None = 10.0
 
     def __post_init__(self) -> None:
         if self.max_age_s is not None and (not is_number(self.max_age_s)
@@ -134,8 +141,10 @@ class Retention:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"retention {name} must be an int >= 1, got {v!r}")
-        for name in ("interval_s", "first_run_s", "pause_s"):
+        for name in ("interval_s", "first_run_s", "pause_s", "vacuum_budget_s"):
             v = getattr(self, name)
+            if name == "vacuum_budget_s" and v is None:
+                continue
             if not is_number(v) or v < 0:
                 raise ValueError(f"retention {name} must be a number >= 0, got {v!r}")
 
@@ -187,6 +196,8 @@ class PruneResult:
     #: free pages returned to the file system (SQLite incremental vacuum), in how many steps
     pages_given_back: int = 0
     vacuum_steps: int = 0
+    #: free pages left in the file when the run ended (the vacuum budget ran out, or a stop)
+    free_pages_left: int = 0
     used_bytes_before: int = 0
     used_bytes_after: int = 0
     file_bytes_before: int = 0
@@ -402,9 +413,12 @@ def _pruning_connection(store: Any, batch: int) -> Iterator[None]:
 
 
 def give_back_space(store: Any, pages_per_step: int, *, pause_s: float,
-                    stop: threading.Event | None = None) -> tuple[int, int]:
+                    stop: threading.Event | None = None, budget_s: float | None = None,
+                    result: PruneResult | None = None) -> tuple[int, int]:
     """Return free pages to the file system: SQLite's incremental vacuum, ``pages_per_step``
-    pages per write transaction, then truncate the WAL. Returns (pages given back, steps).
+    pages per write transaction, for at most ``budget_s`` seconds (None: all of them), then
+    truncate the WAL. Returns (pages given back, steps); ``result.free_pages_left`` gets the
+    free pages left for a later run (new rows reuse them meanwhile).
 
     ``PRAGMA incremental_vacuum(N)`` frees one page per ``sqlite3_step`` of its statement,
     and Python's ``execute`` steps a statement that returns no rows exactly once: the
@@ -422,8 +436,11 @@ def give_back_space(store: Any, pages_per_step: int, *, pause_s: float,
 
     done = steps = 0
     free = free_pages()
+    t0 = time.perf_counter()
     while free and not (stop is not None and stop.is_set()):
         t = time.perf_counter()
+        if budget_s is not None and steps and t - t0 >= budget_s:
+            break
         conn.executescript(f"PRAGMA incremental_vacuum({int(min(free, pages_per_step))});")
         steps += 1
         left = free_pages()
@@ -433,6 +450,8 @@ def give_back_space(store: Any, pages_per_step: int, *, pause_s: float,
         free = left
         if free:
             _rest(pause_s, time.perf_counter() - t)
+    if result is not None:
+        result.free_pages_left = free
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
     return done, steps
 
@@ -471,12 +490,21 @@ def prune(store: Any, policy: Retention | None, *, now: float | None = None,
 
     with _pruning_connection(store, policy.batch_size):
         _prune_rows(store, policy, now, res, more, stop)
-        if vacuum and res.records and not res.stopped:
+        # (also after a run that deleted nothing: the pages an earlier run's budget left)
+        if vacuum and not res.stopped and (res.records or _free_pages_left(store)):
             res.pages_given_back, res.vacuum_steps = give_back_space(
-                store, policy.vacuum_pages, pause_s=policy.pause_s, stop=stop)
+                store, policy.vacuum_pages, pause_s=policy.pause_s, stop=stop,
+                budget_s=policy.vacuum_budget_s, result=res)
     res.used_bytes_after, res.file_bytes_after = store.used_bytes()
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _free_pages_left(store: Any) -> bool:
+    """SQLite with incremental vacuum only: are there free pages to give back?"""
+    if _is_pg(store) or store.auto_vacuum_mode() != "incremental":
+        return False
+    return int(store.conn.execute("PRAGMA freelist_count").fetchone()[0]) > 0
 
 
 def _prune_rows(store: Any, policy: Retention, now: float, res: PruneResult,
