@@ -113,7 +113,12 @@ def test_no_exporter_no_child_spans_until_a_processor_is_added(tmp_path: Path) -
         assert not ts.spans_wanted
         deferred: list[Any] = []
         defer = ts.defer
-        ts.defer = lambda task: deferred.append(task) or defer(task)
+
+        def spy(task: Any) -> bool:
+            deferred.append(task)
+            return bool(defer(task))
+
+        ts.defer = spy  # type: ignore[method-assign]
         seen = _capture(ts)
         handler = ts.langchain_handler()
         build_chain().invoke(Q, config={"callbacks": [handler]})
