@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-
 from ..record import ANSWER, GROUND_TRUTHS, RagRecord
 from ..score import Score
 from .base import Metric
