@@ -57,8 +57,9 @@ class Retrieval:
     ancestors: frozenset[int] = frozenset()
     #: The run that produced it (its own sequence number).
     run_seq: int = -1
-    #: Set when an outer document-producing step encloses it: that step's name.
+    #: Set when an outer document-producing step encloses it: that step's name (and run).
     within: str | None = None
+    within_seq: int | None = None
     #: Supersession: a later retrieval with the same key and a later round replaces this one.
     loop_key: str | None = None
     loop_round: int = 0
@@ -71,6 +72,7 @@ def enclose(retrievals: Iterable[Retrieval], outer_seq: int, outer_name: str) ->
     for r in retrievals:
         if r.within is None and outer_seq in r.ancestors:
             r.within = outer_name
+            r.within_seq = outer_seq
 
 
 def assemble(retrievals: Sequence[Retrieval], prompt_tool_calls: frozenset[str] = frozenset(),
@@ -127,14 +129,42 @@ def assemble(retrievals: Sequence[Retrieval], prompt_tool_calls: frozenset[str] 
         contexts = [replace(c, id=ids.get(c.text)) if c.id is None else c for c in contexts]
     if not candidates:
         return tuple(contexts), ()
+    # An inner step's document the step enclosing it handed on is ONE candidate: the outer
+    # step's, under the source its context has (rule 4: the retriever inside a tool or node;
+    # the tool or node itself for a raw store search; a wrapping retriever's own name), with
+    # the inner copy's id and score if it lacks them. An inner document not handed on was
+    # dropped by the enclosing step; a document of a superseded or unseen step is dropped
+    # (with that reason) even when another step found it again.
+    outer_texts: dict[int | None, set[str]] = {}
+    for r in ordered:
+        outer_texts.setdefault(r.run_seq, set()).update(c.text for c in r.contexts)
+    passed: dict[tuple[int, str], tuple[Context, str]] = {}
+    for r in ordered:
+        if r.within_seq is not None:
+            texts = outer_texts.get(r.within_seq, ())
+            for c in r.contexts:
+                if c.text in texts:
+                    passed.setdefault((r.within_seq, c.text), (c, r.kind))
     out: list[Candidate] = []
     for r in ordered:
         why = dropped.get(id(r))
+        inner = r.within_seq is not None
         for c in r.contexts:
             if len(out) >= MAX_CANDIDATES:
                 break
-            is_kept = c.text in kept
+            if inner and c.text in outer_texts.get(r.within_seq, ()):
+                continue  # handed on: counted once, as the enclosing step's candidate
+            source = r.source
+            hit = passed.get((r.run_seq, c.text))
+            if hit is not None:
+                first, kind = hit
+                if kind != SEARCH and r.kind in (TOOL, NODE):
+                    source = first.source or source  # as its context (rule 4)
+                if c.id is None or c.score is None:
+                    c = replace(c, id=c.id if c.id is not None else first.id,
+                                score=c.score if c.score is not None else first.score)
+            is_kept = not inner and why is None and c.text in kept
             out.append(Candidate(
-                text=c.text, id=c.id, score=c.score, source=r.source, kept=is_kept,
+                text=c.text, id=c.id, score=c.score, source=source, kept=is_kept,
                 dropped_by=None if is_kept else (why or r.within or "dropped")))
     return tuple(contexts), tuple(out)

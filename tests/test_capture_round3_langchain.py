@@ -101,6 +101,20 @@ class Scripted(GenericFakeChatModel):
             reply = AIMessage(content=reply)
         return ChatResult(generations=[ChatGeneration(message=reply)])
 
+    def _stream(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                **kwargs: Any) -> Iterator[ChatGenerationChunk]:
+        """Word by word; a tool-calling reply (no text) as one tool-call chunk."""
+        reply = self.rule(messages)
+        if isinstance(reply, AIMessage) and reply.tool_calls:
+            chunk = ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[
+                {"name": c["name"], "args": json.dumps(c["args"]), "id": c["id"], "index": i}
+                for i, c in enumerate(reply.tool_calls)]))
+            if run_manager:
+                run_manager.on_llm_new_token("", chunk=chunk)
+            yield chunk
+            return
+        yield from super()._stream(messages, stop=stop, run_manager=run_manager, **kwargs)
+
 
 def answerer(text: str = ANSWER) -> Scripted:
     return Scripted(rule=lambda ms: text)
@@ -246,12 +260,12 @@ def test_compression_retriever_contexts_are_what_the_compressor_kept(
     assert ctx(rec) == [(TEXT[i], i, "ContextualCompressionRetriever") for i in kept]
     if kind == "copy_reranker":
         assert [c["score"] for c in rec["contexts"]] == [1.0, 0.9, 0.8]
-    # every candidate, by step start: the outer retriever's, then the base retriever's hits
-    # (the dropped ones named with the step that dropped them)
+    # every candidate once, by step start: the outer retriever's (a base hit it handed on is
+    # that one candidate), then the base hits it dropped, named with the dropping step
     assert cands(rec) == (
         [(TEXT[i], "ContextualCompressionRetriever", True, None) for i in kept]
-        + [(TEXT[i], "Keyword", i in kept, None if i in kept else "ContextualCompressionRetriever")
-           for i in found])
+        + [(TEXT[i], "Keyword", False, "ContextualCompressionRetriever")
+           for i in found if i not in kept])
     # the retriever span shows what reached the model; the base retriever's its own hits
     [outer] = spans_named(exporter, "ContextualCompressionRetriever")
     assert span_docs(outer) == [TEXT[i] for i in kept]
@@ -274,9 +288,14 @@ def test_ensemble_deduplicates_by_content(capture: Any, db_path: Any, how: str) 
     assert [c["id"] for c in rec["contexts"]] == [ids.get(t) for t in expected]
     assert set(ids) & set(KEYWORD_Q)  # found by both: once, with the id
     assert {c["source"] for c in rec["contexts"]} == {"EnsembleRetriever"}
-    inner = {(c["source"], c["text"]) for c in rec["candidates"] if c["source"] != "EnsembleRetriever"}
-    assert inner == ({("Keyword", t) for t in KEYWORD_Q}
-                     | {("VectorStoreRetriever", d.page_content) for d in VEC2})
+    # one candidate per document: the ensemble's (the inner hits it handed on are those),
+    # then the inner hits its top-k left out, named with the ensemble
+    merged = set(expected)
+    assert cands(rec) == (
+        [(t, "EnsembleRetriever", True, None) for t in expected]
+        + [(t, "Keyword", False, "EnsembleRetriever") for t in KEYWORD_Q if t not in merged]
+        + [(d.page_content, "VectorStoreRetriever", False, "EnsembleRetriever")
+           for d in VEC2 if d.page_content not in merged])
     # the vector store's own search inside VectorStoreRetriever is not a step of its own
     assert not [s for s in exporter.get_finished_spans() if "similarity_search" in s.name]
 
@@ -372,8 +391,10 @@ def test_agentic_rag_keeps_the_retrieval_the_answer_was_written_from(
     assert rec["query"] == FIRST_Q and rec["answer"] == ANSWER
     assert [c["text"] for c in rec["contexts"]] == second
     assert {c["source"] for c in rec["contexts"]} == {"Keyword"}
-    dropped = {c["text"]: c["dropped_by"] for c in rec["candidates"] if not c["kept"]}
-    assert dropped == {t: "retrieved again (node:retrieve)" for t in first if t not in second}
+    assert set(first) & set(second)  # found again: its first copy is dropped all the same
+    assert [(c["text"], c["kept"], c["dropped_by"]) for c in rec["candidates"]] == (
+        [(t, False, "retrieved again (node:retrieve)") for t in first]
+        + [(t, True, None) for t in second])
     assert json.loads(rec["retrieval_queries"]) == [FIRST_Q, REWRITTEN]
 
 
@@ -587,10 +608,8 @@ def test_documents_on_node_and_tool_spans(capture: Any, db_path: Any) -> None:
     [node] = [s for s in spans_named(exporter, "retrieve")
               if s.attributes[A.SPAN_KIND] == A.KIND_CHAIN]
     assert span_docs(node) == [d.page_content for d in VEC2]
-    # the search inside the node is a candidate step of its own, enclosed by the node
-    assert cands(rec) == ([(d.page_content, "BikeStore.similarity_search", True, None)
-                           for d in VEC2]
-                          + [(d.page_content, "retrieve", True, None) for d in VEC2])
+    # the search inside the node, handed on unchanged: one candidate each (the node's)
+    assert cands(rec) == [(d.page_content, "retrieve", True, None) for d in VEC2]
 
 
 # -- the stored shape (schema v5) ---------------------------------------------------------------
@@ -695,6 +714,87 @@ def test_show_tells_an_incomplete_answer_and_the_dropped_candidates(make_ts: Any
     finally:
         conn.close()
     assert "incomplete: the client stopped reading the stream" in text
-    assert "candidates (7 retrieved, 1 did not reach the model)" in text
+    assert "candidates (4 retrieved, 1 did not reach the model)" in text
     assert (f"from Keyword, dropped by ContextualCompressionRetriever: {TEXT['d1']}"
             in " ".join(text.split()))
+
+
+# -- round 3, second pass: what the client received from a LangGraph "messages" stream --------
+def _messages_stream_cut(graph: Any, config: dict, node: str, after: int, how: str) -> str:
+    """Stream the graph with ``stream_mode="messages"``; stop after ``after`` chunks of
+    ``node``. Returns the text the client received from that node."""
+    inputs = {"messages": [{"role": "user", "content": FIRST_Q}]}
+    got: list[str] = []
+    if how == "sync":
+        stream = graph.stream(inputs, config=config, stream_mode="messages")
+        for chunk, meta in stream:
+            if meta["langgraph_node"] == node:
+                got.append(chunk.content)
+                if len(got) == after:
+                    break
+        stream.close()
+        return "".join(got)
+
+    async def client() -> None:
+        stream = graph.astream(inputs, config=config, stream_mode="messages")
+        async for chunk, meta in stream:
+            if meta["langgraph_node"] == node:
+                got.append(chunk.content)
+                if len(got) == after:
+                    break
+        await stream.aclose()
+
+    asyncio.run(client())
+    return "".join(got)
+
+
+@pytest.mark.parametrize("how", ["sync", "async"])
+def test_graph_messages_stream_cut_records_what_the_client_received(
+        capture: Any, db_path: Any, how: str) -> None:
+    """LangGraph runs the answering node to its end and queues its chunks: the record holds
+    the chunks the client took from the stream, not every chunk the model produced."""
+    ts, exporter, config = capture
+    received = _messages_stream_cut(agentic_rag_graph(), config, "generate_answer", 2, how)
+    assert received and ANSWER.startswith(received) and received != ANSWER
+    rec = one(ts, db_path)
+    assert rec["complete"] == 0 and rec["answer"] == received
+    [root] = rag_roots(exporter)
+    assert root.attributes[A.ANSWER_COMPLETE] is False
+
+
+def test_graph_stream_cut_in_the_rewriter_has_no_answer(capture: Any, db_path: Any) -> None:
+    """Cut while the rewriter streams: its output goes back into the graph as a question, so
+    the record has no answer (not the rewritten question)."""
+    ts, _, config = capture
+    received = _messages_stream_cut(agentic_rag_graph(), config, "rewrite_question", 2, "sync")
+    assert received and REWRITTEN.startswith(received)
+    rec = one(ts, db_path)
+    assert rec["complete"] == 0 and rec["answer"] is None
+
+
+def test_tool_artifact_hits_are_one_candidate_each(capture: Any, db_path: Any) -> None:
+    """The LangChain 1.x RAG agent: a content_and_artifact tool handing on the store search's
+    documents unchanged gives one candidate per document (under its context's source)."""
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import tool
+
+    ts, _, config = capture
+
+    @tool(response_format="content_and_artifact")
+    def retrieve_context(query: str) -> tuple[str, list[Document]]:
+        """Retrieve information to help answer a query."""
+        docs = STORE.similarity_search(query, k=2)
+        return "\n\n".join(d.page_content for d in docs), docs
+
+    def rule(ms: list[BaseMessage]) -> Any:
+        if not any(isinstance(m, ToolMessage) for m in ms):
+            return AIMessage(content="", tool_calls=[
+                {"name": "retrieve_context", "args": {"query": Q}, "id": "c1"}])
+        return ANSWER
+
+    agent = create_agent(Scripted(rule=rule), [retrieve_context])
+    agent.invoke({"messages": [{"role": "user", "content": Q}]}, config=config)
+    rec = one(ts, db_path)
+    assert ctx(rec) == [(d.page_content, d.id, "retrieve_context") for d in VEC2]
+    assert cands(rec) == [(d.page_content, "retrieve_context", True, None) for d in VEC2]
+    assert [c["id"] for c in rec["candidates"]] == [d.id for d in VEC2]

@@ -478,3 +478,29 @@ def test_llama_workflow_awaiting_a_langchain_chain_is_one_record(make_li, make_t
     assert [c["text"] for c in rec["contexts"]] == [d.page_content for d in pages]
     roots = [s for s in exporter.get_finished_spans() if s.parent is None]
     assert len(roots) == 1  # the LangChain spans nest under the workflow's run
+
+
+class FailingPostprocessor(BaseNodePostprocessor):
+    """A node postprocessor that raises (a reranker service down)."""
+
+    def _postprocess_nodes(self, nodes: list[NodeWithScore],
+                           query_bundle: QueryBundle | None = None) -> list[NodeWithScore]:
+        raise RuntimeError("reranker down")
+
+
+def test_postprocessor_that_raises_leaves_no_contexts(make_li, db_path, index):
+    """No model saw the retriever's nodes when the postprocessor raised: the error record has
+    no contexts; the nodes stay as candidates, dropped by the postprocessor that raised."""
+    retriever = index.as_retriever(similarity_top_k=2)
+    hits = texts(retriever.retrieve(Q))  # uninstrumented
+    assert len(hits) == 2
+    ts, _, _ = make_li()
+    engine = RetrieverQueryEngine.from_args(retriever, llm=ExtractiveLLM(),
+                                            node_postprocessors=[FailingPostprocessor()])
+    with pytest.raises(RuntimeError, match="reranker down"):
+        engine.query(Q)
+    rec = one_record(ts, db_path)
+    assert rec["error"] == "RuntimeError: reranker down"
+    assert rec["contexts"] == []
+    assert [(c["text"], c["kept"], c["dropped_by"]) for c in rec["candidates"]] == [
+        (t, False, "FailingPostprocessor (raised)") for t in hits]

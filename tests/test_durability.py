@@ -135,7 +135,7 @@ def test_an_exception_in_any_stage_never_reaches_the_app(
     monkeypatch.undo()
     # The pipeline recovers once the fault is gone: a new run is stored and scored.
     chain.invoke("How heavy is the Trail?", config={"callbacks": [ts.langchain_handler()]})
-    assert ts.flush(10)
+    assert ts.flush(60)  # (the jobs the fault hit are retried too: generous on a loaded machine)
     last = records(db_path)[-1]
     got_scores = rows(db_path, "SELECT * FROM scores WHERE record_id=?", last["record_id"])
     assert [s["value"] for s in got_scores] == [0.5]

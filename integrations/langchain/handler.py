@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.runnables.config import var_child_runnable_config
 from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Status, StatusCode
@@ -51,7 +52,7 @@ from .._spans import NO_SPAN, _materialize_all, _PendingSpan, usage_attributes
 from .._text import clip, json_attr, to_text
 from . import messages as M
 from .emit import emit_record
-from .runs import MAX_STREAM_TOKENS, _Root, _Run, _seq, new_retrieval
+from .runs import MAX_STREAM_TOKENS, _Root, _Run, _seq, find_stream_queue, new_retrieval
 
 if TYPE_CHECKING:
     from tracescore.client import Tracescore
@@ -258,6 +259,9 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             if run is not None and run.node:
                 for key, docs in M.state_updates(outputs):
                     self._add_documents(run, docs, NODE, loop_key=f"state:{key or run.name}")
+                llm = run.root.last_llm
+                if llm is not None and llm.node_run is run and not M.ends_with_answer(outputs):
+                    llm.not_answer = True  # a rewriter's question, a grader's verdict
             self._finish(run_id, outputs, None, inputs, streamed)
         except Exception as exc:
             _fault("langchain.on_chain_end", exc)
@@ -406,8 +410,11 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             if run is None or run.root.last_llm is not run:
                 return
             tokens = run.tokens
-            if tokens is None:
+            if tokens is None:  # the first token: the message id and LangGraph's stream
                 tokens = run.tokens = []
+                run.msg_id = getattr(getattr(chunk, "message", None), "id", None)
+                if run.msg_id is not None and run.root.stream_queue is None:
+                    run.root.stream_queue = find_stream_queue(var_child_runnable_config.get())
             if len(tokens) < MAX_STREAM_TOKENS:
                 tokens.append(M.token_text(token, chunk))
         except Exception as exc:

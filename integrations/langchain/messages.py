@@ -109,6 +109,27 @@ def final_ai_message(messages: Any) -> str | None:
     return None
 
 
+def ends_with_answer(update: Any) -> bool:
+    """Whether a LangGraph node's state update ends with a final AI message (no tool calls):
+    the node that wrote the answer. A user message (a rewriter's question), a tool message
+    or no message at all (a grader's structured verdict) is not an answer."""
+    if not isinstance(update, (Mapping, list, tuple)):
+        update = getattr(update, "update", None)  # Command(update=...)
+    if isinstance(update, (list, tuple)):
+        return any(ends_with_answer(u) for u in update[-MAX_STATE_KEYS:])
+    if not isinstance(update, Mapping):
+        return False
+    value = update.get("messages")
+    if not isinstance(value, (list, tuple)):
+        value = [value]
+    last = value[-1] if value else None
+    if _role(last) not in _AI_ROLES:
+        return False
+    calls = last.get("tool_calls") if isinstance(last, Mapping) else getattr(
+        last, "tool_calls", None)
+    return not calls
+
+
 def extract_query(inputs: Any) -> str | None:
     """The user's question from a root run's inputs (str, dict, or messages)."""
     if isinstance(inputs, str):

@@ -63,6 +63,9 @@ class _Root:
     trace_hex: str = ""
     #: False: spans go nowhere (no exporter): child steps get no span (``_spans.NO_SPAN``).
     spans: bool = True
+    #: LangGraph's stream queue (``stream_mode="messages"``), found at the answering model's
+    #: first token: at a cut, the chunks still in it never reached the client.
+    stream_queue: Any = None
 
 
 @dataclass(slots=True)
@@ -79,6 +82,11 @@ class _Run:
     retriever: _Run | None = None  # the nearest enclosing retriever run (itself if one)
     node_run: _Run | None = None  # the nearest enclosing LangGraph node run (itself if one)
     tokens: list[str] | None = None  # an LLM run's streamed tokens
+    #: An LLM run's streamed message id (LangGraph's "messages" stream queues chunks by it).
+    msg_id: Any = None
+    #: An LLM run's node ended with an update whose last message is not a final AI message
+    #: (a rewriter's user message, a grader's structured output): not the answering call.
+    not_answer: bool = False
 
     def ancestors(self) -> frozenset[int]:
         """Sequence numbers of this run and every enclosing run (walked once per retrieval)."""
@@ -105,8 +113,54 @@ def new_retrieval(run: _Run, source: str, ctxs: list[Context], kind: str, seq: i
 
 
 def streamed_text(root: _Root) -> str | None:
-    """The text the answering model streamed (what a cut-off stream's client received)."""
+    """The answer text a cut-off stream's client received, decided from the run tree.
+
+    The answering call is the last model call outside retrievers, when no retrieval came
+    after it and its LangGraph node (if it ended) returned a final AI message: a rewriter
+    (its output goes back as a user message), a grader (structured output) or a call
+    followed by a retrieval is not the answer (None). Chunks LangGraph's ``"messages"``
+    stream still held at the cut were produced but never handed to the client.
+    """
     llm = root.last_llm
-    if llm is None or not llm.tokens:
+    if llm is None or not llm.tokens or llm.not_answer:
         return None
-    return "".join(llm.tokens)
+    if any(r.seq > llm.seq for r in root.retrievals):
+        return None
+    tokens = llm.tokens
+    queued = _queued_chunks(root.stream_queue, llm.msg_id)
+    if queued:
+        tokens = tokens[:max(0, len(tokens) - queued)]
+    return "".join(tokens)
+
+
+def _queued_chunks(stream: Any, msg_id: Any) -> int:
+    """Chunks of message ``msg_id`` still in LangGraph's stream queue (never yielded)."""
+    if stream is None or msg_id is None:
+        return 0
+    items = getattr(stream, "_queue", None)  # SyncQueue and asyncio.Queue: a deque
+    if items is None:
+        return 0
+    n = 0
+    for item in list(items):
+        try:
+            if item[1] == "messages" and getattr(item[2][0], "id", None) == msg_id:
+                n += 1
+        except (IndexError, KeyError, TypeError):
+            continue
+    return n
+
+
+def find_stream_queue(config: Any) -> Any:
+    """LangGraph's stream queue from a run config's callbacks (its ``StreamMessagesHandler``
+    puts chunks with the queue's ``put``, or ``call_soon_threadsafe(queue.put_nowait)``)."""
+    callbacks = config.get("callbacks") if isinstance(config, Mapping) else None
+    for h in getattr(callbacks, "handlers", ()) or ():
+        if type(h).__name__.startswith("StreamMessagesHandler"):
+            put = getattr(h, "stream", None)
+            args = getattr(put, "args", None)  # functools.partial(call_soon_threadsafe, put)
+            if args:
+                put = args[0]
+            owner = getattr(put, "__self__", None)
+            if owner is not None and hasattr(owner, "_queue"):
+                return owner
+    return None

@@ -22,10 +22,11 @@ Decided from LlamaIndex's own tree and the values its calls passed, never from p
    content, with the first retrieval step that found the text as ``source`` and the first id
    any copy had.
 
-Candidates follow the shared rule of ``integrations/_record.py``: each retrieval step's hit is
-one candidate (the same text found by two steps is two), ``kept`` when its text is among the
-contexts, else ``dropped_by`` names the postprocessor that took it out, else the retriever that
-wrapped the one that found it.
+Candidates: each retrieval step's hit is one candidate (the same text found by two steps is
+two; LangChain's ``integrations/_record.py`` merges a hit an enclosing step handed on, LlamaIndex
+does not yet), ``kept`` when its text is among the contexts, else ``dropped_by`` names the
+postprocessor that took it out (``"<name> (raised)"`` when it raised: nothing went on), else
+the retriever that wrapped the one that found it.
 """
 
 from __future__ import annotations

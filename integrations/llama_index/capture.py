@@ -355,6 +355,10 @@ class LlamaIndexCapture(EventsMixin, StreamsMixin, SearchMixin):
             nodes = list(result)
             self._note(run, STEP_POSTPROCESS, step_name(node), nodes, inputs=node.inputs)
             self._set_documents(node, nodes)
+        elif node.kind == POSTPROCESS and err is not None and node.inputs:
+            # It raised: its input went no further (no model saw it; the candidates keep it).
+            self._note(run, STEP_POSTPROCESS, f"{step_name(node)} (raised)", [],
+                       inputs=node.inputs)
         if node.span is not None:
             self._end_span(node, result, err, time.time_ns())
         self._release(node)
