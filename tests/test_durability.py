@@ -139,3 +139,8 @@ def test_an_exception_in_any_stage_never_reaches_the_app(
     last = records(db_path)[-1]
     got_scores = rows(db_path, "SELECT * FROM scores WHERE record_id=?", last["record_id"])
     assert [s["value"] for s in got_scores] == [0.5]
+    # a fault that persisted for seconds was retried with a backoff, not in a tight loop (it
+    # was: thousands of attempts, and a job given back then leased again by its own worker
+    # before its task ended was skipped and stayed leased to nobody until its lease ran out)
+    attempts = [j["attempts"] for j in rows(db_path, "SELECT attempts FROM jobs")]
+    assert max(attempts) <= 12, attempts

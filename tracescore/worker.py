@@ -121,6 +121,9 @@ class ScoringWorker:
         self._unreleased: list[tuple[Job, float | None, str]] = []
         #: jobs leased by the loop and not finished by it (given back if the loop dies)
         self._held: set[int] = set()
+        #: jobs a task of ours gave back while the task is still finishing: leased again, they
+        #: are new work, not the in-flight task's own job whose lease ran out
+        self._given_back: set[int] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -367,7 +370,13 @@ class ScoringWorker:
                             self._db_ok()  # (an empty lease writes nothing: proves nothing)
                         # a job of ours whose lease ran out while its scores waited for the
                         # database is still in flight here: not a second task for it
-                        leased += [(j, tasks) for j in got if j.job_id not in inflight_jobs]
+                        # (a job its task already gave back, leased again before that task
+                        # ended, is new work: skipping it would leave it leased to nobody)
+                        for j in got:
+                            if j.job_id in inflight_jobs and j.job_id not in self._given_back:
+                                continue
+                            self._given_back.discard(j.job_id)
+                            leased.append((j, tasks))
                 now = time.monotonic()
                 if inflight_jobs and now - last_renewal > self.lease_seconds / 3:
                     # Judge jobs can wait longer than a lease (slow judge, breaker open):
@@ -389,7 +398,8 @@ class ScoringWorker:
                         inflight_jobs[job.job_id] = task
                         task.add_done_callback(inflight.discard)
                         task.add_done_callback(tasks.discard)
-                        task.add_done_callback(partial(_forget, inflight_jobs, job.job_id))
+                        task.add_done_callback(partial(_forget, inflight_jobs, self._given_back,
+                                                      job.job_id))
                     if any(names and len(tasks) < limit for names, limit, tasks in pools):
                         continue
                 if not inflight:
@@ -441,6 +451,7 @@ class ScoringWorker:
                 store.release_job(job, self.owner, reason)
             else:
                 store.defer_job(job, self.owner, delay_s, reason)
+            self._given_back.add(job.job_id)
         except Exception as exc:
             self._db_fault(store, exc)
             self.db_unavailable = f"{type(exc).__name__}: {exc}"
@@ -634,6 +645,9 @@ class ScoringWorker:
             # sys.exit()): give the job back so it is tried again (attempts count, so a
             # persistent fault ends in a "gave up" error score); the loop goes on.
             record_internal_error("worker.job", exc)
+            if not self._stopping:  # a fault that persists must not spin: back off, holding
+                # the job (its lease is renewed), 0.1 s doubling to 5 s by its attempts
+                await asyncio.sleep(min(0.1 * 2 ** min(job.attempts, 6), 5.0))
             self._release(store, job, None, f"{type(exc).__name__}: {exc}"[:500])
 
     async def _store_scores(self, store: StoreAPI, job: Job,
@@ -850,8 +864,12 @@ async def _awaited_guarded(aw: Any) -> Any:
         raise MetricAborted(_aborted(exc)) from None
 
 
-def _forget(jobs: dict[int, Any], job_id: int, _task: Any) -> None:
-    jobs.pop(job_id, None)
+def _forget(jobs: dict[int, Any], given_back: set[int], job_id: int, task: Any) -> None:
+    """A job's task ended: forget it, unless a newer task of the same job (leased again after
+    this one gave it back) has taken its place."""
+    if jobs.get(job_id) is task:
+        del jobs[job_id]
+        given_back.discard(job_id)
 
 
 def _with(s: Score, **kw: Any) -> Score:
