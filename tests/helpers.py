@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +180,33 @@ def _full(r: Any) -> float:
 
 #: scored only when the record has all three: a score on the root span proves they were there
 FULL = ScriptedMetric(_full, name="full", requires=frozenset({"query", "contexts", "answer"}))
+
+
+class WebhookReceiver:
+    """A real webhook receiver on 127.0.0.1 that records every POST body (``status``: what it
+    answers; a body is recorded only when it answers 200)."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self.status = 200
+        hook = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if hook.status == 200:
+                    hook.bodies.append(json.loads(body))
+                self.send_response(hook.status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -17,11 +17,11 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import WebhookReceiver as Hook
 from helpers import rows, run_cli
 
 from tracescore.judge.canary import CASES
@@ -79,31 +79,6 @@ class DriftingJudge(ScriptedJudgeServer):
         return lexical_responder(step, data, req)
 
 
-class Hook:
-    """A real webhook receiver on 127.0.0.1 that keeps every POST body."""
-
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        hook = self
-
-        class H(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                hook.bodies.append(json.loads(body))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 import time as _time
 from collections.abc import Iterator, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers import WebhookReceiver as _Hook
 
 from tracescore.cli import main
 from tracescore.monitor.config import monitors_from_objects
@@ -275,33 +274,6 @@ def test_check_compare_gate_exit_codes(two_releases: str) -> None:
 
 
 # -- monitors ------------------------------------------------------------------------------------
-class _Hook:
-    """A real webhook receiver on 127.0.0.1 that records every POST body."""
-
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        self.status = 200
-        hook = self
-
-        class H(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if hook.status == 200:
-                    hook.bodies.append(json.loads(body))
-                self.send_response(hook.status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
