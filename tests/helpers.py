@@ -210,3 +210,29 @@ class WebhookReceiver:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class StoreClock:
+    """Stands in for the ``time`` module inside the store modules: ``time()`` is ours."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def time(self) -> float:
+        return self.t
+
+    def __getattr__(self, name: str) -> Any:
+        import time
+
+        return getattr(time, name)
+
+
+def store_clock(monkeypatch: Any, t: float) -> StoreClock:
+    """Both stores' clock set to ``t`` (move it with ``.t``) for the test's duration."""
+    import tracescore.store.postgres as pg_mod
+    import tracescore.store.sqlite as sqlite_mod
+
+    c = StoreClock(t)
+    monkeypatch.setattr(sqlite_mod, "time", c)
+    monkeypatch.setattr(pg_mod, "time", c)
+    return c

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers import StoreClock, store_clock
 from helpers import WebhookReceiver as _Hook
 
 from tracescore.cli import main
@@ -36,28 +37,9 @@ NOW = 1_780_000_000.0  # a fixed "now" (2026-05-28), an hour boundary plus nothi
 METRICS = ("quality", "grounded")
 
 
-class _Clock:
-    """Stands in for the ``time`` module inside the store modules: ``time()`` is ours."""
-
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def time(self) -> float:
-        return self.t
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(_time, name)
-
-
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
-    import tracescore.store.postgres as pg_mod
-    import tracescore.store.sqlite as sqlite_mod
-
-    c = _Clock(NOW - 10 * DAY)
-    monkeypatch.setattr(sqlite_mod, "time", c)
-    monkeypatch.setattr(pg_mod, "time", c)
-    return c
+def clock(monkeypatch: pytest.MonkeyPatch) -> StoreClock:
+    return store_clock(monkeypatch, NOW - 10 * DAY)
 
 
 def _register(store: Any) -> None:
@@ -81,7 +63,7 @@ def _register(store: Any) -> None:
     store.register_metrics([_M("quality", False), _M("grounded", True)])
 
 
-def feed(db: str, clock: _Clock, *, release: str, environment: str = "prod", n: int,
+def feed(db: str, clock: StoreClock, *, release: str, environment: str = "prod", n: int,
          start: float, spread: float, quality: Any, grounded: float, seed: int,
          errors: float = 0.0, metadata: dict[str, str] | None = None,
          keys: Sequence[str] = (), app_errors: float = 0.0) -> list[str]:
@@ -131,7 +113,7 @@ def beta(mean: float, k: float = 20.0) -> Any:
 
 
 @pytest.fixture
-def two_releases(db: str, clock: _Clock) -> str:
+def two_releases(db: str, clock: StoreClock) -> str:
     """v1 (quality ~0.80, grounded 90 %) for days -10..-5, then v2 (quality ~0.72, grounded
     80 %) for days -5..-0; 400 records each."""
     feed(db, clock, release="v1", n=400, start=NOW - 10 * DAY, spread=5 * DAY,
@@ -168,7 +150,7 @@ def test_compare_releases_finds_the_regression(two_releases: str) -> None:
 
 
 def test_compare_same_release_against_itself_over_time_is_no_regression(
-        db: str, clock: _Clock) -> None:
+        db: str, clock: StoreClock) -> None:
     feed(db, clock, release="v1", n=600, start=NOW - 8 * DAY, spread=8 * DAY - 60,
          quality=beta(0.8), grounded=0.9, seed=3)
     clock.t = NOW
@@ -178,7 +160,7 @@ def test_compare_same_release_against_itself_over_time_is_no_regression(
     assert not c.regressed, [(r.name, r.verdict) for r in c.rows]
 
 
-def test_not_enough_data_is_said(db: str, clock: _Clock) -> None:
+def test_not_enough_data_is_said(db: str, clock: StoreClock) -> None:
     feed(db, clock, release="a", n=40, start=NOW - 2 * DAY, spread=DAY,
          quality=beta(0.8), grounded=0.9, seed=4)
     feed(db, clock, release="b", n=10, start=NOW - DAY, spread=DAY - 60,
@@ -212,7 +194,7 @@ def test_same_answers_before_and_after_prune(two_releases: str) -> None:
                 assert g_after["metrics"][name][k] == pytest.approx(m[k]), (name, k)
 
 
-def test_report_since_filters_on_creation_times(db: str, clock: _Clock) -> None:
+def test_report_since_filters_on_creation_times(db: str, clock: StoreClock) -> None:
     """``--since`` at the real time: full hours from the rollups, the cut hour from raw rows."""
     real = _time.time()
     old = feed(db, clock, release="v1", n=20, start=real - 3 * 3600, spread=600,
@@ -290,7 +272,7 @@ def _monitors(url: str, **kw: Any) -> Any:
                                   "channels": {"team": {"kind": "webhook", "url": url}}})
 
 
-def test_threshold_monitor_alerts_once_and_notifies(db: str, clock: _Clock,
+def test_threshold_monitor_alerts_once_and_notifies(db: str, clock: StoreClock,
                                                     hook: _Hook) -> None:
     from tracescore.monitor.notify import deliver_due
 
@@ -327,7 +309,7 @@ def test_threshold_monitor_alerts_once_and_notifies(db: str, clock: _Clock,
     assert rep.monitors[0].state == "ALERT"
 
 
-def test_check_command_exit_codes_and_bad_config(db: str, clock: _Clock, tmp_path: Path,
+def test_check_command_exit_codes_and_bad_config(db: str, clock: StoreClock, tmp_path: Path,
                                                  hook: _Hook) -> None:
     real = _time.time()  # the CLI evaluates at the real time
     feed(db, clock, release="v1", n=200, start=real - 3600 * 5, spread=3600 * 4,
@@ -360,7 +342,7 @@ notify = ["team"]
     assert r.exit_code == 2
 
 
-def test_two_evaluators_one_lease(db: str, clock: _Clock, hook: _Hook) -> None:
+def test_two_evaluators_one_lease(db: str, clock: StoreClock, hook: _Hook) -> None:
     feed(db, clock, release="v1", n=120, start=NOW - 3600 * 3, spread=3600 * 2,
          quality=beta(0.5), grounded=0.9, seed=9)
     clock.t = NOW
@@ -443,7 +425,7 @@ def test_init_rejects_a_bad_monitor_naming_it(tmp_path: Path) -> None:
     assert not (tmp_path / "x.db").exists()  # refused before anything was created
 
 
-def test_two_runners_on_one_database_send_each_alert_once(db: str, clock: _Clock,
+def test_two_runners_on_one_database_send_each_alert_once(db: str, clock: StoreClock,
                                                           hook: _Hook) -> None:
     """Two evaluator+notifier pairs (as two workers with --monitors) on one database,
     evaluating over and over: one state change, one webhook POST."""
@@ -470,7 +452,7 @@ def test_two_runners_on_one_database_send_each_alert_once(db: str, clock: _Clock
     assert saved and all(e.state == "ALERT" for e in saved)
 
 
-def test_pipeline_figure_monitors(db: str, clock: _Clock) -> None:
+def test_pipeline_figure_monitors(db: str, clock: StoreClock) -> None:
     """error_rate (anytime-valid, on records), backlog_age and dropped_records (counts)."""
     real = _time.time()
     feed(db, clock, release="v1", n=200, start=real - 3 * 3600, spread=2 * 3600,
@@ -528,7 +510,7 @@ def test_hysteresis_worse_at_once_better_after_a_streak() -> None:
     assert _hysteresis(m, row("ALERT", "OK", 2), "ALERT") == ("ALERT", None, 0)
 
 
-def test_renotify_while_alert_persists(db: str, clock: _Clock, hook: _Hook) -> None:
+def test_renotify_while_alert_persists(db: str, clock: StoreClock, hook: _Hook) -> None:
     from tracescore.monitor.notify import deliver_due
 
     real = _time.time()
@@ -554,7 +536,7 @@ def test_renotify_while_alert_persists(db: str, clock: _Clock, hook: _Hook) -> N
     assert [b["state"] for b in hook.bodies] == ["ALERT", "ALERT"]
 
 
-def test_monitor_command_runs_until_sigterm_and_exits_0(db: str, clock: _Clock,
+def test_monitor_command_runs_until_sigterm_and_exits_0(db: str, clock: StoreClock,
                                                        tmp_path: Path) -> None:
     """``tracescore monitor`` as a real process: it evaluates, stores states, and a SIGTERM
     ends it with exit code 0."""

@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import math
 import random
-import time as _time
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers import StoreClock, store_clock
 
 from tracescore.cli import main
 from tracescore.monitor.stats import Moments
@@ -40,26 +40,9 @@ NOW = 1_780_000_000.0
 METRICS = ("quality", "grounded")
 
 
-class _Clock:
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def time(self) -> float:
-        return self.t
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(_time, name)
-
-
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
-    import tracescore.store.postgres as pg_mod
-    import tracescore.store.sqlite as sqlite_mod
-
-    c = _Clock(NOW - 10 * DAY)
-    monkeypatch.setattr(sqlite_mod, "time", c)
-    monkeypatch.setattr(pg_mod, "time", c)
-    return c
+def clock(monkeypatch: pytest.MonkeyPatch) -> StoreClock:
+    return store_clock(monkeypatch, NOW - 10 * DAY)
 
 
 def _register(store: Any) -> None:
@@ -93,7 +76,7 @@ class World:
     release: dict[str, str] = field(default_factory=dict)
 
 
-def feed(db: str, clock: _Clock, world: World, *, release: str, n: int, start: float,
+def feed(db: str, clock: StoreClock, world: World, *, release: str, n: int, start: float,
          spread: float, seed: int, yes: float = 0.7) -> list[str]:
     rng = random.Random(seed)
     store = open_store(db)
@@ -156,7 +139,7 @@ def _report(db: str, **kw: Any) -> Any:
 
 
 @pytest.fixture
-def labelled(db: str, clock: _Clock) -> tuple[str, World, list[str]]:
+def labelled(db: str, clock: StoreClock) -> tuple[str, World, list[str]]:
     """400 records of release v1, 80 of them labelled (a seeded random sample)."""
     world = World()
     traces = feed(db, clock, world, release="v1", n=400, start=NOW - 5 * DAY,
@@ -225,7 +208,7 @@ def test_calibrate_agreement_equals_statsmodels_and_scipy(
     assert text.output.startswith("Feedback: none named 'user'")
 
 
-def test_calibrate_by_release_and_not_enough_labels(db: str, clock: _Clock) -> None:
+def test_calibrate_by_release_and_not_enough_labels(db: str, clock: StoreClock) -> None:
     world = World()
     a = feed(db, clock, world, release="v1", n=60, start=NOW - 3 * DAY, spread=DAY, seed=1)
     b = feed(db, clock, world, release="v2", n=60, start=NOW - 2 * DAY, spread=DAY, seed=2)
@@ -282,7 +265,7 @@ def test_report_corrected_estimate_equals_ppi(labelled: tuple[str, World, list[s
         "value"] == pytest.approx(trust["quality"].correction.value, abs=1e-12)
 
 
-def test_report_with_few_labels_says_not_enough(db: str, clock: _Clock) -> None:
+def test_report_with_few_labels_says_not_enough(db: str, clock: StoreClock) -> None:
     world = World()
     traces = feed(db, clock, world, release="v1", n=100, start=NOW - 2 * DAY, spread=DAY,
                   seed=3)
@@ -296,7 +279,7 @@ def test_report_with_few_labels_says_not_enough(db: str, clock: _Clock) -> None:
     assert "not enough labels" in text and "judge mean (uncorrected)" in text
 
 
-def test_report_stratified_for_plan_labels(db: str, clock: _Clock) -> None:
+def test_report_stratified_for_plan_labels(db: str, clock: StoreClock) -> None:
     from tracescore.trust.plan import make_plan, parse_stratum
 
     world = World()
@@ -331,7 +314,7 @@ def test_report_stratified_for_plan_labels(db: str, clock: _Clock) -> None:
 
 
 # -- compare: per side and the difference -------------------------------------------------------
-def test_compare_corrected_per_side_and_difference(db: str, clock: _Clock) -> None:
+def test_compare_corrected_per_side_and_difference(db: str, clock: StoreClock) -> None:
     world = World()
     a = feed(db, clock, world, release="v1", n=300, start=NOW - 6 * DAY, spread=2 * DAY,
              seed=31, yes=0.8)
