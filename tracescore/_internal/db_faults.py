@@ -161,7 +161,7 @@ class FaultNotice:
 
 
 def _shown(db: str) -> str:
-    from ..store.base import redact_url
+    from .db_urls import redact_url
 
     return redact_url(db)
 

@@ -22,10 +22,8 @@ any process) is the same line: "waiting for the judge at URL (unreachable since 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +40,7 @@ from .base import (
     TransientJudgeError,
 )
 from .outage import Outage, judge_where
+from .schemas import check, parse_json
 
 Validator = Callable[[Any], Any]  # returns the cleaned value or raises ValueError(reason)
 
@@ -313,8 +312,6 @@ class ResilientJudge:
     ) -> JudgeReply:
         """Ask for JSON, check it against ``json_schema`` exactly and ``validate`` it; one
         repair attempt; :class:`InvalidJudgeOutput` (with the reason) after."""
-        from .schemas import check
-
         def strict(text: str) -> Any:
             data = parse_json(text)
             if json_schema is not None:
@@ -348,28 +345,3 @@ class ResilientJudge:
 
     async def aclose(self) -> None:
         await self.backend.aclose()
-
-
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
-
-
-def parse_json(text: str) -> Any:
-    """Parse a JSON reply: the whole reply (or one fenced code block that is the whole reply).
-
-    Strict on purpose: JSON picked out of prose could be a quotation (an answer under
-    judgement that says ``{"score": 5}``), so prose around the object is an error (and gets
-    the repair call), never a value.
-    """
-    t = text.strip()
-    m = _FENCE.match(t)
-    if m:
-        t = m.group(1)
-    if not t:
-        raise ValueError("the reply is empty")
-    try:
-        return json.loads(t)
-    except json.JSONDecodeError as exc:
-        if t[0] not in "{[":
-            raise ValueError("the reply is not a JSON object (text around or instead of it)") \
-                from None
-        raise ValueError(f"not valid JSON ({exc.msg} at char {exc.pos})") from None

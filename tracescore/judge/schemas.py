@@ -8,6 +8,7 @@ in :mod:`.steps` still check every reply, since not every server enforces schema
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -88,6 +89,31 @@ def geval_steps() -> dict[str, Any]:
                            "minItems": 1, "maxItems": 8}})
 
 
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
+
+
+def parse_json(text: str) -> Any:
+    """Parse a JSON reply: the whole reply (or one fenced code block that is the whole reply).
+
+    Strict on purpose: JSON picked out of prose could be a quotation (an answer under
+    judgement that says ``{"score": 5}``), so prose around the object is an error (and gets
+    the repair call), never a value.
+    """
+    t = text.strip()
+    m = _FENCE.match(t)
+    if m:
+        t = m.group(1)
+    if not t:
+        raise ValueError("the reply is empty")
+    try:
+        return json.loads(t)
+    except json.JSONDecodeError as exc:
+        if t[0] not in "{[":
+            raise ValueError("the reply is not a JSON object (text around or instead of it)") \
+                from None
+        raise ValueError(f"not valid JSON ({exc.msg} at char {exc.pos})") from None
+
+
 def parse_reply(text: str, quoted: Iterable[str] = ()) -> Any:
     """The JSON value of a judge reply: the whole reply (or one fenced block that is the whole
     reply), else the one JSON object inside prose ("Here you go: {...}") — as judges without
@@ -96,8 +122,6 @@ def parse_reply(text: str, quoted: Iterable[str] = ()) -> Any:
     (the texts under evaluation): an answer or context can carry a JSON verdict, and a judge
     that quotes it back must not score with it. The caller still checks the value against
     its schema."""
-    from .resilience import parse_json
-
     try:
         return parse_json(text)
     except ValueError as strict:

@@ -400,8 +400,7 @@ def geval_parse(reply: JudgeReply) -> dict[str, Any]:
     weighted by the probabilities of 1-5 at the score token itself."""
     import re
 
-    from .resilience import parse_json
-    from .schemas import check
+    from .schemas import check, parse_json
 
     text = reply.text.strip()
     if re.fullmatch(r"[1-5]", text):

@@ -9,7 +9,8 @@ background thread (``init(monitors=...)``).
 - :mod:`.confseq` — anytime-valid confidence sequences (Waudby-Smith & Ramdas 2023; Howard
   et al. 2021) and the default alert rule built on them.
 - :mod:`.config` — monitor and channel declarations (``tracescore-monitors.toml`` or
-  ``init(monitors=...)``), validated on load.
+  ``init(monitors=...)``), validated on load (:mod:`.terms`: the words they may use;
+  :mod:`._checks`: the key-by-key checks).
 - :mod:`.evaluate` — evaluates monitors against the query layer: states with hysteresis.
 - :mod:`.state` — stored states, their history, the evaluator lease, the notification outbox.
 - :mod:`.notify` — webhook / Slack delivery with retry and backoff; OTel log records.
