@@ -4,6 +4,8 @@
 
 - :mod:`.commands` — the click group and one function per command; each parses its options
   and hands the work to :mod:`tracescore.reports` (reading) or :mod:`.demo`.
+- :mod:`._options` — what the commands share: ``--db``/``--since``/``--where``, output files.
+- :mod:`.maintenance` — ``prune`` and ``copy-to-postgres``.
 - :mod:`.demo` — the demo runner: the bundled offline RAG app traced and scored end to end.
 - :mod:`.monitoring` — ``compare``, ``check`` and ``monitor``: comparisons and monitors.
 - :mod:`.worker` — ``tracescore worker``: the scoring process of a fleet (signals, health).
@@ -21,6 +23,7 @@ if sys.argv[1:2] == ["worker"]:
     install_early_stop_handlers()
 
 from . import label as _label  # noqa: F401  (registers label)
+from . import maintenance as _maintenance  # noqa: F401  (registers prune, copy-to-postgres)
 from . import monitoring as _monitoring  # noqa: F401  (registers compare, check, monitor)
 from .commands import main
 

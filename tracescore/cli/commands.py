@@ -1,6 +1,7 @@
 """The ``tracescore`` command line: ``demo``, ``report``, ``calibrate``, ``show``, ``export``,
-``ui``, ``judge-check``, ``prune``, ``worker``, ``copy-to-postgres`` (and, in
-:mod:`.monitoring`, ``compare``, ``check``, ``monitor``).
+``ui``, ``judge-check``, ``worker`` (and, in :mod:`.monitoring`, ``compare``, ``check``,
+``monitor``; in :mod:`.maintenance`, ``prune`` and ``copy-to-postgres``; in :mod:`.label`,
+``label``).
 
 Exit codes: 0 ok; 1 nothing found (``show``); 2 bad usage, a database that is missing or
 not a tracescore database, an output file that cannot be written, or a missing optional
@@ -9,169 +10,33 @@ extra (``ui`` without Datasette).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shlex
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any
 
 import click
 
 from .. import __version__
 from ._messages import cli_message
+from ._options import (
+    DEFAULT_DB,
+    DEFAULT_WORST,
+    DatabaseProblem,
+    MissingExtra,
+    _db_option,
+    _n,
+    _name,
+    _open,
+    _output,
+    _quiet_stdout,
+    _since,
+    _where_option,
+)
 from .demo import DEFAULT_DB as DEMO_DB
-
-DEFAULT_DB = "tracescore.db"
-#: ``reports.report.DEFAULT_WORST`` (a test holds them equal), not imported from there: that
-#: module loads the store, sqlite-utils and pandas (~0.4 s) that every command, ``--help`` and
-#: a starting ``tracescore worker`` would pay before parsing its options
-DEFAULT_WORST = 3
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class DatabaseProblem(click.ClickException):
-    """A missing or unreadable database: exit code 2, like other usage errors."""
-
-    exit_code = 2
-
-
-class MissingExtra(click.ClickException):
-    """An optional framework that is not installed: exit code 2, with the pip command."""
-
-    exit_code = 2
-
-
-class OutputProblem(click.FileError):
-    """An output file that cannot be written: exit code 2, like other usage errors."""
-
-    exit_code = 2
-
-
-def _open(db: Path | str) -> Any:
-    from ..reports.db import DatabaseError, open_db
-
-    try:
-        return open_db(db)
-    except DatabaseError as exc:
-        hint = ""
-        if isinstance(db, Path) and not db.exists():
-            hint = (f"\nPass --db PATH (or set TRACESCORE_DB); `tracescore demo` writes "
-                    f"{DEMO_DB}.")
-        from ..store.base import redact_text
-
-        raise DatabaseProblem(f"{redact_text(str(exc), db)}{hint}") from None
-
-
-def _db_value(ctx: click.Context, param: click.Parameter, value: Any) -> Path | str:
-    """``--db``: a SQLite file (a :class:`Path`) or a ``postgresql://`` URL (kept as a str:
-    a Path would fold its ``//``)."""
-    text = str(value)
-    if text.startswith(("postgresql://", "postgres://")):
-        return text
-    if Path(text).is_dir():
-        raise click.BadParameter(f"{text} is a directory, not a database file", ctx=ctx,
-                                 param=param)
-    return Path(text)
-
-
-def _demo_fallback(ctx: click.Context, param: click.Parameter, value: Any) -> Path | str:
-    """The read commands' default ``tracescore.db``, or the demo's database when only that
-    one exists here: `tracescore demo`, then `tracescore report` works as --help says.
-    Only when neither --db nor TRACESCORE_DB was given; said on stderr."""
-    db = _db_value(ctx, param, value)
-    source = ctx.get_parameter_source(param.name or "db")
-    if (source is click.core.ParameterSource.DEFAULT and isinstance(db, Path)
-            and not db.exists() and Path(DEMO_DB).is_file()):
-        click.echo(f"({db} not found; reading {DEMO_DB}, written by `tracescore demo`)",
-                   err=True)
-        return Path(DEMO_DB)
-    return db
-
-
-def _db_option(default: str, help_text: str, envvar: str | None = "TRACESCORE_DB",
-               demo_fallback: bool = False) -> Callable[[F], F]:
-    if demo_fallback:
-        help_text += f" Without --db or TRACESCORE_DB: {DEMO_DB} when only that one exists."
-    return click.option(
-        "--db", "db", metavar="PATH|URL", default=default,
-        envvar=envvar, show_default=True, show_envvar=envvar is not None, help=help_text,
-        callback=_demo_fallback if demo_fallback else _db_value,
-    )
-
-
-@contextlib.contextmanager
-def _output(path: Path) -> Iterator[TextIO]:
-    """stdout for ``-``; else a file that appears only once complete (written beside it and
-    renamed), so a reader never sees half an export and a failure leaves no partial file.
-
-    A new file is created private (0600: it holds captured queries and documents); a file
-    that exists keeps its mode (``chmod`` it once to share it)."""
-    if str(path) == "-":
-        yield sys.stdout
-        return
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        try:
-            mode = os.stat(path).st_mode & 0o7777
-        except FileNotFoundError:
-            mode = 0o600
-        tmp.unlink(missing_ok=True)  # a leftover of a killed run: O_EXCL below must create
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        os.fchmod(fd, mode)  # the existing file's mode, or 0600 (whatever the umask)
-        with open(fd, "w", encoding="utf-8", newline="") as f:
-            yield f
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise OutputProblem(str(path), hint=exc.strerror or str(exc)) from None
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def _name(db: Any) -> str:
-    """``db`` for output: a URL's password hidden."""
-    from ..store import redact_url
-
-    return redact_url(str(db))
-
-
-def _quiet_stdout() -> None:
-    # Python would report the broken pipe again when it flushes stdout at exit.
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-
-
-def _since(ctx: click.Context, param: click.Parameter, value: str) -> float | None:
-    from ..reports.db import parse_since
-
-    try:
-        return parse_since(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-
-
-def _where_value(ctx: click.Context, param: click.Parameter,
-                 value: tuple[str, ...]) -> dict[str, str]:
-    """``--where KEY=VALUE`` (repeatable) → a mapping; a malformed item is a usage error."""
-    from ..reports.compare import CompareError, parse_where
-
-    try:
-        return parse_where(value)
-    except CompareError as exc:
-        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
-
-
-def _where_option(help_text: str = "Only records with this segment value (repeatable), e.g. "
-                  "environment=production.") -> Callable[[F], F]:
-    return click.option("--where", "where", metavar="KEY=VALUE", multiple=True,
-                        callback=_where_value, help=help_text)
 
 
 class _Group(click.Group):
@@ -627,102 +492,6 @@ def ui(db: Path, port: int, no_open: bool) -> None:
 
 
 
-@main.command(short_help="Delete old records (keeping hourly rollups) and give space back.")
-@_db_option(DEFAULT_DB, "Database to prune (written to): a SQLite file or a postgresql:// "
-                        "URL.", demo_fallback=True)
-@click.option("--older-than", "older_than", metavar="AGE", default="30d", show_default=True,
-              help="Delete records older than this (at least 1d): 30d, 2w, 36h; 'none' for no "
-                   "age limit (with --max-size).")
-@click.option("--max-size", "max_size", metavar="SIZE", default=None,
-              help="Also delete the oldest records while the database uses more than this: "
-                   "500MB, 10GB, 2GiB (SQLite only).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=500, show_default=True,
-              help="Records per transaction (the write lock is held for one batch).")
-@click.option("--vacuum", is_flag=True,
-              help="Then rewrite the whole file once (VACUUM) and switch it to incremental "
-                   "auto-vacuum: for databases created before tracescore stored compact rows. "
-                   "Blocks writers while it runs and needs free disk of the database's size; "
-                   "stop the app first. Not needed on PostgreSQL (autovacuum).")
-@click.option("--dry-run", is_flag=True,
-              help="Only count what would be deleted.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
-def prune(db: Path | str, older_than: str, max_size: str | None, batch_size: int, vacuum: bool,
-          dry_run: bool, as_json: bool) -> None:
-    """Apply a retention policy now: delete records older than AGE (and, with --max-size,
-    the oldest records beyond the size), with their scores, finished jobs and judge-call log
-    rows, plus judge-cache entries and feedback older than AGE that nothing references.
-
-    Safe while an app writes and a worker scores: small batches, one transaction each. The
-    hourly rollups the store keeps as it writes already count every record and score, so
-    `tracescore report --since 90d`, `compare` and the monitors give the same answers after
-    pruning. A record with an open scoring job or a score not yet exported
-    is kept. A running app with init(retention=...) does the same in the background.
-
-    On PostgreSQL several pruners (this command, every `tracescore worker`) may run at once:
-    each batch locks its records and the others skip them. --max-size is SQLite only (a
-    PostgreSQL database does not shrink when rows are deleted).
-    """
-    from ..store import is_postgres, open_store
-    from ..store.retention import PG_NO_MAX_BYTES, Retention, count_eligible, parse_age, parse_size
-    from ..store.retention import prune as run_prune
-
-    _open(db).close()  # a clear message for a missing or foreign file
-    pg = is_postgres(db)
-    try:
-        age = None if older_than.strip().lower() == "none" else parse_age(older_than)
-        size = None if max_size is None else parse_size(max_size)
-        if pg and size is not None:
-            raise ValueError(f"--max-size: {PG_NO_MAX_BYTES}")
-        # (a prune asked for by hand gives back all the space it frees; the app's background
-        # pruner spends at most vacuum_budget_s a run on it)
-        policy = Retention(max_age_s=age, max_bytes=size, batch_size=batch_size,
-                           vacuum_budget_s=None)
-    except (ValueError, TypeError) as exc:
-        raise click.UsageError(str(exc)) from None
-    store = open_store(db)
-    try:
-        if dry_run:
-            import time
-
-            cutoff = time.time() - (age if age is not None else 0.0)
-            eligible, older = count_eligible(store, cutoff) if age is not None else (0, 0)
-            out = {"would_delete_records": eligible, "held": older - eligible,
-                   "used_bytes": store.used_bytes()[0]}
-            click.echo(json.dumps(out) if as_json else
-                       f"would delete {eligible} records older than {older_than}; "
-                       f"{older - eligible} older ones are kept (open jobs or undelivered "
-                       "scores)")
-            return
-        result = run_prune(store, policy)
-        if vacuum and pg:
-            click.echo("note: --vacuum is not needed on PostgreSQL: autovacuum makes the space "
-                       "of deleted rows reusable (nothing done)", err=True)
-        elif vacuum:
-            store.vacuum_full()
-            result.used_bytes_after, result.file_bytes_after = store.used_bytes()
-        mode = store.auto_vacuum_mode()
-    finally:
-        store.close()
-    if as_json:
-        click.echo(json.dumps({**result.as_dict(), "auto_vacuum": mode}))
-        return
-    click.echo(f"deleted {result.records} records ({result.by_size} for the size limit), "
-               f"{result.scores} scores, {result.jobs} jobs, {result.judge_calls} judge calls, "
-               f"{result.judge_cache} judge-cache entries, {result.feedback} feedback rows "
-               f"in {result.batches} batches ({result.seconds:.1f} s)")
-    if result.held:
-        click.echo(f"kept {result.held} older records with open jobs or undelivered scores")
-    click.echo(f"database: {result.used_bytes_before / 1e6:,.1f} MB used before, "
-               f"{result.used_bytes_after / 1e6:,.1f} MB after; file "
-               f"{result.file_bytes_after / 1e6:,.1f} MB (auto_vacuum {mode})")
-    for note in result.notes:
-        click.echo(f"note: {note}", err=True)
-    if mode not in ("incremental", "autovacuum") and not vacuum:
-        click.echo("note: this database predates incremental vacuum: freed pages are reused "
-                   "for new rows but the file does not shrink; run once with --vacuum while "
-                   "the app is stopped", err=True)
-
-
 @main.command(short_help="Score the jobs of a shared database: a fleet's scoring process.")
 @_db_option(DEFAULT_DB, "Database whose jobs to score: a postgresql:// URL shared by the fleet "
             "(or a SQLite file on this host).")
@@ -811,36 +580,3 @@ def worker(db: Path | str, metrics: tuple[str, ...], metrics_module: str | None,
     except (ValueError, TypeError, ImportError) as exc:  # init's checks, a missing extra
         raise click.UsageError(cli_message(exc)) from None
     raise SystemExit(code)
-
-
-@main.command("copy-to-postgres",
-              short_help="Copy a SQLite database's history into PostgreSQL (moving up).")
-@_db_option(DEFAULT_DB, "The SQLite file to copy (read only).", envvar=None)
-@click.option("--to", "to", metavar="URL", required=True, envvar="TRACESCORE_DB",
-              help="The PostgreSQL database (postgresql://...; created tables if needed).")
-@click.option("--force", is_flag=True,
-              help="Copy a file that was already copied into this database again.")
-def copy_to_postgres(db: Path | str, to: str, force: bool) -> None:
-    """Copy records, jobs, scores, feedback, counters, declared metrics and the judge and
-    embedding caches from a SQLite file into PostgreSQL, in one transaction, so a team that
-    starts on one host keeps its history when it moves to a fleet. Open jobs arrive pending
-    (the fleet's workers score them). Rows already in the target are kept.
-    """
-    from ..store.copy import AlreadyCopied, copy_sqlite_to_postgres
-
-    if not isinstance(db, Path):
-        raise click.BadParameter("--db is the SQLite file to copy from", param_hint="--db")
-    if not db.exists():
-        raise DatabaseProblem(f"database not found: {db}")
-    if not to.startswith(("postgresql://", "postgres://")):
-        raise click.BadParameter("a postgresql:// URL", param_hint="--to")
-    try:
-        counts = copy_sqlite_to_postgres(db, to, force=force)
-    except AlreadyCopied as exc:
-        raise DatabaseProblem(str(exc)) from None
-    except (ImportError, RuntimeError) as exc:
-        raise DatabaseProblem(str(exc)) from None
-    except Exception as exc:  # psycopg.Error, sqlite3.Error: name the cause, no traceback
-        raise DatabaseProblem(f"copy failed, nothing was written: {exc}") from None
-    summary = ", ".join(f"{n:,} {t}" for t, n in counts.items() if n)
-    click.echo(f"Copied {db} into {_name(to)}: {summary or 'nothing to copy'}")

@@ -41,7 +41,8 @@ from typing import Any
 
 import click
 
-from .commands import DEFAULT_DB, _db_option, _n, _name, _output, main
+from ._options import DEFAULT_DB, _db_option, _n, _name, _output
+from .commands import main
 
 #: what an export/import row holds, in order
 COLUMNS = ("trace_id", "record_id", "name", "value", "annotator", "comment", "created_at")

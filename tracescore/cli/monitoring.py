@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from .commands import (
+from ._options import (
     DEFAULT_DB,
     DatabaseProblem,
     _db_option,
@@ -28,8 +28,8 @@ from .commands import (
     _output,
     _since,
     _where_option,
-    main,
 )
+from .commands import main
 
 EXIT_OK, EXIT_ALERT, EXIT_CONFIG = 0, 1, 2
 
