@@ -11,7 +11,8 @@ background thread (``init(monitors=...)``).
 - :mod:`.config` — monitor and channel declarations (``tracescore-monitors.toml`` or
   ``init(monitors=...)``), validated on load (:mod:`.terms`: the words they may use;
   :mod:`._checks`: the key-by-key checks).
-- :mod:`.evaluate` — evaluates monitors against the query layer: states with hysteresis.
+- :mod:`.evaluate` — evaluates monitors against the query layer: states with hysteresis
+  (:mod:`.measure`: one monitor's observations, statistic and verdict).
 - :mod:`.state` — stored states, their history, the evaluator lease, the notification outbox.
 - :mod:`.notify` — webhook / Slack delivery with retry and backoff; OTel log records.
 - :mod:`.runner` — the background thread that evaluates and notifies on a schedule.
