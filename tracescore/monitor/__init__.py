@@ -14,6 +14,7 @@ background thread (``init(monitors=...)``).
 - :mod:`.evaluate` — evaluates monitors against the query layer: states with hysteresis
   (:mod:`.measure`: one monitor's observations, statistic and verdict).
 - :mod:`.state` — stored states, their history, the evaluator lease, the notification outbox.
-- :mod:`.notify` — webhook / Slack delivery with retry and backoff; OTel log records.
+- :mod:`.notify` — webhook / Slack delivery with retry and backoff; OTel log records
+  (:mod:`.alerts`: the alert event and what each channel is sent).
 - :mod:`.runner` — the background thread that evaluates and notifies on a schedule.
 """
