@@ -10,7 +10,8 @@ average:
   a time with 20–60 ms between them (a steady app, not one burst). p50 / p90 per child.
 - ``sustained``: ``log_record`` at full speed for a few seconds through the whole pipeline in one
   process (writer, scorer at sample rate 0.01, default ``max_queue``): records written per
-  second, records dropped, and CPU µs per record over all threads.
+  second, records dropped, CPU µs per record over all threads, and the share of the time
+  spent in the garbage collector (``gc_percent``; every thread waits for it).
 - ``writer1``: the writer at sample rate 1, as ``bench/throughput.py`` measures it (records
   through ``RecordQueue`` directly, 6 jobs each; no scorer): records/s and writer CPU µs/record.
 - ``submit1``: ``ts.submit`` at sample rate 1 with the scorer running (throughput.py's second
@@ -100,9 +101,22 @@ def _all_cpu() -> float:
 
 
 def child_sustained(seconds: float, rate: float) -> dict[str, Any]:
+    import gc
+
     import tracescore
 
     recs = _records(2000)
+    # time in the garbage collector during the run (every thread waits for it: the GIL)
+    in_gc = {"on": False, "t0": 0.0, "s": 0.0, "full": 0}
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            in_gc["t0"] = time.perf_counter()
+        elif in_gc["on"]:
+            in_gc["s"] += time.perf_counter() - in_gc["t0"]
+            in_gc["full"] += info["generation"] == 2
+
+    gc.callbacks.append(on_gc)
     items = [(r.query, r.answer, [c.text for c in r.contexts], list(r.ground_truths))
              for r in recs]
     with tempfile.TemporaryDirectory() as d:
@@ -110,6 +124,7 @@ def child_sustained(seconds: float, rate: float) -> dict[str, Any]:
         for q, a, c, g in items[:50]:  # warm up: schema, connections, threads
             ts.log_record(query=q, answer=a, contexts=c, ground_truths=g)
         ts.flush(60)
+        in_gc["on"] = True
         w0, d0, c0, t0 = ts.queue.written, ts.queue.dropped, _all_cpu(), time.perf_counter()
         end = t0 + seconds
         i = 0
@@ -120,10 +135,13 @@ def child_sustained(seconds: float, rate: float) -> dict[str, Any]:
         dt = time.perf_counter() - t0
         written, dropped = ts.queue.written - w0, ts.queue.dropped - d0
         cpu = _all_cpu() - c0
+        in_gc["on"] = False
         ts.flush(120)
         ts.shutdown(10)
+    gc.callbacks.remove(on_gc)
     return {"records_per_s": written / dt, "offered_per_s": i / dt, "dropped": dropped,
-            "cpu_us_per_record": cpu / max(1, written) * 1e6}
+            "cpu_us_per_record": cpu / max(1, written) * 1e6,
+            "gc_percent": in_gc["s"] / dt * 100, "full_gcs": in_gc["full"]}
 
 
 def child_writer1(n: int) -> dict[str, Any]:
@@ -212,7 +230,7 @@ def main() -> int:
         load.append(os.getloadavg())
     print(f"\nload average (1/5/15 min) at start {load[0]}, at the end {load[-1]}")
     keys = {"latency": ("p50_ms", "p90_ms"), "sustained": ("records_per_s", "cpu_us_per_record",
-                                                           "dropped"),
+                                                           "dropped", "gc_percent"),
             "writer1": ("records_per_s", "cpu_us_per_record"),
             "submit1": ("records_per_s", "cpu_us_per_record")}
     print("\n| measure | " + " | ".join(f"{n} (min / median / max)" for n in trees)

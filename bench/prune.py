@@ -26,11 +26,16 @@ Run from the repo root with the project's venv:
     git worktree add ../base 5585dcd
     python bench/prune.py --base ../base                       # 100k records, ~5 minutes
     python bench/prune.py --base ../base --n 1000000 --runs 1 --timeout 900
+
+``--template PATH`` builds the database once and reuses it in later runs (the 1M build takes
+about a minute plus the copies); the prune's JSON line also has its batches, its longest
+write-lock hold and the seconds its index rebuild held the lock (bulk runs).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -63,7 +68,10 @@ print(json.dumps({"wall": wall, "cpu": cpu, "records": res.records, "scores": re
                   "file_before": res.file_bytes_before, "file_after": res.file_bytes_after,
                   "pages_given_back": getattr(res, "pages_given_back", None),
                   "vacuum_steps": getattr(res, "vacuum_steps", None),
-                  "free_pages_left": getattr(res, "free_pages_left", None)}))
+                  "free_pages_left": getattr(res, "free_pages_left", None),
+                  "batches": res.batches, "longest_hold_s": getattr(res, "longest_hold_s", None),
+                  "bulk_indexes": getattr(res, "bulk_indexes", None),
+                  "rebuild_s": getattr(res, "rebuild_s", None)}))
 """
 
 DRY = r"""
@@ -131,6 +139,56 @@ ts.shutdown(30)
 print(json.dumps({"ok": ok, "wall": wall, "thread_cpu": cpu, "queries": asked["n"],
                   "query_s": asked["s"]}))
 """
+
+
+#: ``--probe``: a writer beside the prune, as the app's would be (its own process and
+#: connection, SQLite's default busy handler and autocheckpoint): every ``interval`` s one
+#: write transaction of one row; it reports how long each waited for the lock (BEGIN) and how
+#: long its COMMIT took (a commit checkpoints the WAL when it is over 1,000 pages — the
+#: pruner's pages included), until the file STOP exists; then how many rows it wrote.
+PROBE = r"""
+import json, os, sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], timeout=60, isolation_level=None)
+stop, interval, waits, commits, n = sys.argv[2], float(sys.argv[3]), [], [], 0
+open(stop + ".ready", "w").close()
+while not os.path.exists(stop):
+    t = time.perf_counter()
+    conn.execute("BEGIN IMMEDIATE")
+    t1 = time.perf_counter()
+    conn.execute("INSERT INTO counters(name, value) VALUES (?, ?)", (f"probe-{n}", n))
+    conn.execute("COMMIT")
+    t2 = time.perf_counter()
+    n += 1
+    waits.append(t1 - t)
+    commits.append(t2 - t1)
+    time.sleep(interval)
+stored = conn.execute("SELECT count(*) FROM counters WHERE name LIKE 'probe-%'").fetchone()[0]
+waits.sort(); commits.sort()
+q = lambda xs, p: xs[min(len(xs) - 1, int(p * len(xs)))] if xs else None
+print(json.dumps({"writes": n, "stored": stored, "wait_max": q(waits, 1.0),
+                  "wait_p99": q(waits, 0.99), "wait_p50": q(waits, 0.5),
+                  "commit_max": q(commits, 1.0), "commit_p99": q(commits, 0.99),
+                  "over_300ms": sum(1 for w in waits if w > 0.3)}))
+"""
+
+
+def with_probe(db: Path, tree: Path, interval: float, run: Any) -> tuple[Any, dict[str, Any]]:
+    """``run()`` with a :data:`PROBE` writer on ``db`` beside it; (its result, the probe's)."""
+    stop = Path(str(db) + ".probe-stop")
+    for f in (stop, Path(str(stop) + ".ready")):
+        f.unlink(missing_ok=True)
+    p = subprocess.Popen([sys.executable, "-c", PROBE, str(db), str(stop), str(interval)],
+                         env=env_for(tree), cwd=tree, stdout=subprocess.PIPE, text=True)
+    while not Path(str(stop) + ".ready").exists():
+        time.sleep(0.01)
+    try:
+        res = run()
+    finally:
+        stop.touch()
+        out, _ = p.communicate(timeout=600)
+    stop.unlink(missing_ok=True)
+    Path(str(stop) + ".ready").unlink(missing_ok=True)
+    return res, json.loads(out.strip().splitlines()[-1])
 
 
 # -- building the database ---------------------------------------------------------------------
@@ -234,7 +292,13 @@ def main() -> None:
                     help="stop a prune run after this many seconds")
     ap.add_argument("--backlog", type=int, default=10_000, help="records flush() waits for")
     ap.add_argument("--skip", default="", help="comma list of prune,dry,flush to skip")
+    ap.add_argument("--probe", type=float, default=0.0, metavar="S",
+                    help="a writer process beside each prune, one write every S seconds: how "
+                         "long it waited for the lock, whether all its rows are stored")
     ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--template", type=Path, default=None,
+                    help="build the database here once and reuse it in later runs (its facts "
+                         "are kept beside it, in PATH.json); the 1M build takes minutes")
     ap.add_argument("--json", type=Path, default=None, help="write the results here")
     a = ap.parse_args()
     skip = set(filter(None, a.skip.split(",")))
@@ -243,9 +307,19 @@ def main() -> None:
     work = a.workdir or Path(tempfile.mkdtemp(prefix="prune-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     trees = {"old": a.base.resolve(), "new": REPO}
-    template = work / "template.db"
-    print(f"\nbuilding {a.n:,} records over {a.days:g} days …", flush=True)
-    facts = build(template, a.n, a.days, a.held, trees["old"])
+    template = a.template or work / "template.db"
+    saved = Path(str(template) + ".json")
+    if a.template is not None and template.exists() and saved.exists():
+        facts = json.loads(saved.read_text())
+        if (facts["records"], facts["days"], facts["held_share"]) != (a.n, a.days, a.held):
+            raise SystemExit(f"{template} holds other data ({facts}); remove it")
+        print(f"\nreusing {template}", flush=True)
+    else:
+        print(f"\nbuilding {a.n:,} records over {a.days:g} days …", flush=True)
+        facts = build(template, a.n, a.days, a.held, trees["old"])
+        facts.update(days=a.days, held_share=a.held)
+        if a.template is not None:
+            saved.write_text(json.dumps(facts))
     print(f"  {facts['older']:,} older than 30 days, {facts['held']:,} of them held; "
           f"{facts['bytes'] / 1e6:,.0f} MB; built in {facts['build_s']:.0f} s", flush=True)
     now = repr(facts["now"])  # one clock for every run: the same records are old in each
@@ -290,7 +364,13 @@ def main() -> None:
         for pair in order:
             for which in pair:
                 copy_db(template, run_db)
-                r = child(PRUNE, [str(run_db), now], trees[which], a.timeout)
+                run = functools.partial(child, PRUNE, [str(run_db), now], trees[which],
+                                        a.timeout)
+                if a.probe:
+                    r, probe = with_probe(run_db, trees[which], a.probe, run)
+                    r["probe"] = probe
+                else:
+                    r = run()
                 if r.get("timeout"):
                     r.update(progress(run_db))
                 pr[which].append(r)
@@ -334,6 +414,12 @@ def report(res: dict[str, Any], a: argparse.Namespace) -> None:
                          "", f"{r['records']:,} / {r['file_before'] / 1e6:,.0f} → "
                          f"{r['file_after'] / 1e6:,.0f}",
                          f"{r['pages_given_back']:,} pages in {r['vacuum_steps']} steps", ""])
+        for key, label in (("batches", "prune: batches (write transactions of records)"),
+                           ("longest_hold_s", "prune: longest write-lock hold, s"),
+                           ("rebuild_s", "prune: index rebuild (one hold), s")):
+            old = [float(r[key]) for r in p["old"] if r.get(key) is not None]
+            new = [float(r[key]) for r in nr if r.get(key) is not None]
+            rows.append([label, mmm(old) if old else "—", mmm(new) if new else "—", "", ""])
     if "dry_run" in res:
         d = res["dry_run"]
         rows.append(["dry run: wall of count_eligible, s", mmm([r["wall"] for r in d["old"]],

@@ -434,6 +434,21 @@ def test_the_writers_fast_path_stores_what_sanitizing_would():
         assert sanitize_record(r) == r
 
 
+def test_compact_contexts_are_formatted_as_the_json_encoder_writes_them():
+    """The writer formats a compact row's contexts itself for plain contexts (no id, score or
+    source); the text is exactly what the JSON encoder makes of ``compact_contexts``."""
+    from tracescore.record import RagRecord
+    from tracescore.store.compact import compact_contexts, compact_contexts_json
+    from tracescore.store.sqlite import dumps
+
+    contexts = (Context("plain"), Context(""), Context("é \ud800 \U0001f600", id="d\"é\n"),
+                Context("x", score=1), Context("y", score=0.25, source="r\ud800"),
+                Context("z" * 5000), Context("s", source="retriever"))
+    for cut in range(len(contexts) + 1):
+        rec = RagRecord(trace_id="ab" * 16, span_id="cd" * 8, contexts=contexts[:cut])
+        assert compact_contexts_json(rec, dumps) == dumps(compact_contexts(rec))
+
+
 def test_bulk_insert_stores_what_executemany_stores(tmp_path):
     """The writer's few-statement insert keeps every value as a row-by-row insert would
     (text with NUL and astral characters, big integers, floats, NULL), and counts only new
@@ -454,3 +469,18 @@ def test_bulk_insert_stores_what_executemany_stores(tmp_path):
     conn.execute("DELETE FROM b WHERE k = 'new'")
     dump = "SELECT k, i, typeof(i), f, typeof(f), s, typeof(s), length(s), z FROM {} ORDER BY k"
     assert conn.execute(dump.format("a")).fetchall() == conn.execute(dump.format("b")).fetchall()
+    # the rows left after the full statements go in one statement padded with copies of its
+    # last row: the same rows, in the same order (rowids), the same count, whatever the size
+    wide = "INSERT OR IGNORE INTO {}(" + ",".join(f"c{j}" for j in range(36)) + ") VALUES (" \
+        + ",".join("?" * 36) + ")"
+    for n in (1, 2, 3, 5, 455, 456, 910, 911, 2500):
+        for t in ("c", "d"):
+            conn.execute(f"DROP TABLE IF EXISTS {t}")
+            conn.execute(f"CREATE TABLE {t}(" + ",".join(f"c{j}" for j in range(36))
+                         + ", UNIQUE(c0))")
+        some = [(f"k{i % (n - n // 9)}", *range(35)) for i in range(n)]  # (with repeats)
+        assert _insert_rows(conn, wide.format("d"), some) == \
+            conn.executemany(wide.format("c"), some).rowcount
+        every = "SELECT rowid, * FROM {} ORDER BY rowid"
+        assert conn.execute(every.format("c")).fetchall() == \
+            conn.execute(every.format("d")).fetchall()

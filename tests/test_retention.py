@@ -198,7 +198,8 @@ def test_40_days_with_30_day_retention(db, make_ts):
 
     store = open_store(db_path)
     try:
-        res = prune(store, Retention(max_age_s=30 * DAY, batch_size=7, pause_s=0), now=now)
+        res = prune(store, Retention(max_age_s=30 * DAY, batch_size=7, pause_s=0,
+                                     max_hold_s=0), now=now)  # (0: batches do not grow)
     finally:
         store.close()
     assert res.records == 38 and res.held == 2 and res.batches >= 6
@@ -254,11 +255,14 @@ def test_prune_by_size_deletes_the_oldest_first(make_ts, db_path):
     assert min(left) > now - 300 + res.by_size - 1  # the oldest went
 
 
-def test_prune_while_the_app_writes_and_the_worker_scores(make_ts, db_path):
+@pytest.mark.parametrize("bulk", [False, True], ids=["batches", "bulk"])
+def test_prune_while_the_app_writes_and_the_worker_scores(make_ts, db_path, monkeypatch, bulk):
     """Records arrive (old and new, half sampled), the worker scores them and a pruner runs
     over and over with tiny batches: nothing that should stay is lost, and every record and
     score is counted exactly once in the hourly rollups (kept on write; pruning only deletes
-    raw rows)."""
+    raw rows). ``bulk``: every run drops the scores' value index and builds it again."""
+    if bulk:
+        bulk_always(monkeypatch)
     now = time.time()
     m = ScriptedMetric(value_of, name="m")
     ts, _ = make_ts(metrics=[m], sample_rate=0.5, retention=None)
@@ -595,3 +599,94 @@ def test_flush_waits_for_a_backlog_without_polling_the_database(db, make_ts, mon
     assert rows(db, "SELECT count(*) AS n FROM jobs WHERE status <> 'done'")[0]["n"] == 0
     assert rows(db, "SELECT count(*) AS n FROM scores")[0]["n"] == len(recs)
     assert during <= 2 and len(asked) <= 4, (during, len(asked))
+
+
+# -- a large backlog (issue 19) ----------------------------------------------------------------
+def bulk_always(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every run is a bulk run (the real threshold is 20,000 old records)."""
+    import tracescore.store.retention as retention
+
+    monkeypatch.setattr(retention, "BULK_MIN_RECORDS", 1)
+    monkeypatch.setattr(retention, "BULK_SHARE", 0.0)
+
+
+def index_names(db_path: Path | str) -> set[str]:
+    return {r["name"] for r in rows(db_path, "SELECT name FROM sqlite_master"
+                                             " WHERE type = 'index'")}
+
+
+def test_a_large_backlog_is_deleted_without_the_value_index_then_it_is_rebuilt(
+        db_path, make_ts, monkeypatch):
+    """A bulk run drops the scores' (name, value) index, deletes exactly what the dry run
+    counted (the held records stay), and builds the index again; batches grow while they
+    hold the lock for less than ``max_hold_s``."""
+    bulk_always(monkeypatch)
+    now = time.time()
+    held = old_and_held(make_ts, db_path, now)
+    store = Store(db_path)
+    try:
+        eligible, older = count_eligible(store, now - 30 * DAY)
+        res = prune(store, Retention(max_age_s=30 * DAY, batch_size=2, pause_s=0), now=now)
+    finally:
+        store.close()
+    assert res.bulk_indexes == ["idx_scores_name_value"] and res.rebuild_s > 0
+    assert res.records == eligible == 37 and res.held == older - eligible == len(held)
+    assert res.batches < 37 / 2  # (batches grew: a two-record batch takes far below 0.25 s)
+    assert 0 < res.longest_hold_s < 10
+    assert "idx_scores_name_value" in index_names(db_path)
+    left = {r["record_id"] for r in rows(db_path, "SELECT record_id FROM records")}
+    assert {r.record_id for r in held} <= left
+
+
+KILLED_PRUNE = r"""
+import os, signal, sys
+import tracescore.store.retention as retention
+from tracescore.store import Store
+retention.BULK_MIN_RECORDS, retention.BULK_SHARE = 1, 0.0
+real, calls = retention.prune_batch, []
+
+def dying(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 3:  # two batches committed, the value index dropped
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(*args, **kwargs)
+
+retention.prune_batch = dying
+retention.prune(Store(sys.argv[1]), retention.Retention(max_age_s=30 * 86400, batch_size=2,
+                pause_s=0, max_hold_s=0), now=float(sys.argv[2]))
+"""
+
+
+def test_a_prune_killed_in_bulk_mode_leaves_a_whole_database(db_path, make_ts):
+    """SIGKILL between two batches of a bulk run: the index is missing, the batches done are
+    whole (no score or job of a deleted record is left); opening the store builds the index
+    again, and the next run deletes the rest, with the same count as a dry run."""
+    import subprocess
+    import sys
+
+    now = time.time()
+    held = old_and_held(make_ts, db_path, now)
+    before = rows(db_path, "SELECT count(*) AS n FROM records")[0]["n"]
+    p = subprocess.run([sys.executable, "-c", KILLED_PRUNE, str(db_path), repr(now)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == -9, p.stderr
+    assert "idx_scores_name_value" not in index_names(db_path)
+    conn = sqlite3.connect(db_path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        for table in ("scores", "jobs"):
+            orphans = conn.execute(f"SELECT count(*) FROM {table} t WHERE NOT EXISTS (SELECT 1"
+                                   " FROM records r WHERE r.record_id = t.record_id)").fetchone()
+            assert orphans[0] == 0, table
+        left = int(conn.execute("SELECT count(*) FROM records").fetchone()[0])
+    finally:
+        conn.close()
+    assert left == before - 4  # (two batches of two records, max_hold_s=0: no growth)
+    store = Store(db_path)  # opening builds the index again
+    try:
+        assert "idx_scores_name_value" in index_names(db_path)
+        eligible, older = count_eligible(store, now - 30 * DAY)
+        res = prune(store, Retention(max_age_s=30 * DAY, batch_size=4, pause_s=0), now=now)
+    finally:
+        store.close()
+    assert res.records == eligible == 37 - 4 and res.held == len(held) == older - eligible

@@ -438,20 +438,28 @@ class Tracescore:
                 # silently: it is counted by reason and logged once)
                 self.losses.add(bad, 1, f"{record!r:.200}")
                 return None
+            item: Any
             if decision is None:
                 decision = self.sampler.decide(record, self._metric_names)
+                # unsampled, not forced: the decision is a function of the trace id, and the
+                # record waits alone (one object fewer per record for the garbage collector;
+                # the writer makes the decision again: queue._Pairs)
+                item = record if not decision.metrics and decision.forced is None and type(
+                    record) is RagRecord and type(self.sampler) is Sampler else (record, decision)
+            else:
+                item = (record, decision)
             # Plain int counters (read by the metric callbacks): no lock, no SDK call here.
             self.records_seen += 1
-            if decision.sampled:
+            if decision.metrics:
                 self.records_sampled += 1
             held = 0
             # capture only: the scores come from remote workers, on carrier spans
-            if self.attacher is not None and decision.sampled and hold_span and self.scoring:
+            if self.attacher is not None and decision.metrics and hold_span and self.scoring:
                 n = self._jobs_to_run(record, decision.metrics)
                 if n:
                     held = int(record.span_id, 16)
                     self.attacher.expect(int(record.trace_id, 16), held, n)
-            if not self.queue.put((record, decision)) and held and self.attacher is not None:
+            if not self.queue.put(item) and held and self.attacher is not None:
                 self.attacher.cancel(held)  # dropped: no scores will come, do not hold the span
             return decision
         return None

@@ -54,6 +54,16 @@ def end_clean(span: Any, end_time: int | None) -> None:
     finally:
         _clean_ending.on = False
 
+
+def on_end_clean(processor: Any, span: ReadableSpan) -> None:
+    """``processor.on_end(span)`` for an ended span built with valid UTF-8 strings (the
+    adapters' child spans built finished, ``integrations/_spans.py``)."""
+    _clean_ending.on = True
+    try:
+        processor.on_end(span)
+    finally:
+        _clean_ending.on = False
+
 ScoreRef = tuple[int, Score]  # (score_id in the database, score)
 #: Bound on spans awaiting their export result (see ScoreAttachingProcessor.exported).
 MAX_UNCONFIRMED = 100_000

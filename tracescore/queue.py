@@ -27,7 +27,7 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ from ._internal.validate import (
     sanitize_record,
 )
 from .record import Context, RagRecord
-from .sampling import Decision
+from .sampling import Decision, trace_fraction
 from .store import NewJob, SegmentSpec, StoreAPI, open_store
 
 log = logging.getLogger("tracescore")
@@ -153,7 +153,9 @@ class RecordQueue:
         """Enqueue without blocking; returns False (and counts a drop) when full.
 
         ``record=False`` for everything that is not a record (deferred span work, ground-truth
-        and feedback updates): their drops are counted apart, not as dropped records.
+        and feedback updates): their drops are counted apart, not as dropped records. A record
+        is a ``(record, decision)`` pair, or a :class:`RagRecord` alone when no metric sampled
+        it and no rule forced it (its decision is made again on the writer: :class:`_Pairs`).
         """
         if len(self._buf) >= self.max_size or self._stop:
             if not record:
@@ -268,7 +270,7 @@ class RecordQueue:
                 time.sleep(min(1.0, self.interval_s * 5))
             if self._stop and not self._buf:
                 break
-        if any(isinstance(item, tuple) for item in self._buf):
+        if any(type(item) is RagRecord or isinstance(item, tuple) for item in self._buf):
             self.lose_buffered()  # stopped with the database unavailable: counted, not silent
         if store is not None:
             store.close()
@@ -337,7 +339,7 @@ class RecordQueue:
 
     def _drain(self, store: StoreAPI) -> None:
         while self._buf:
-            records: list[tuple[RagRecord, Decision]] = []
+            records: list[Any] = []  # (record, decision) pairs, or a record alone (_Pairs)
             markers: list[_Marker] = []
             taken: list[Any] = []
             n = 0
@@ -348,8 +350,15 @@ class RecordQueue:
                 # statements per record keep up with a busy app. Not after a full disk:
                 # then batches shrink (see _fault).
                 limit = max(limit, min(len(self._buf), self.batch_size * 8))
-            while self._buf and n < limit:
-                item = self._buf[0]
+            buf = self._buf
+            while buf and n < limit:
+                item = buf[0]
+                if type(item) is tuple or type(item) is RagRecord:  # records: most items
+                    buf.popleft()
+                    n += 1
+                    taken.append(item)
+                    records.append(item)
+                    continue
                 if isinstance(item, (GroundTruthUpdate, FeedbackUpdate)) and records:
                     break  # write the records before it first, so it finds them
                 self._buf.popleft()
@@ -385,11 +394,15 @@ class RecordQueue:
             if self.on_written is not None:
                 self.on_written()
 
-    def _write(self, store: StoreAPI, records: list[tuple[RagRecord, Decision]]) -> None:
-        good: list[tuple[RagRecord, Decision]] = []
-        for rec, decision in records:
+    def _write(self, store: StoreAPI, records: list[Any]) -> None:
+        good: list[Any] = []
+        for item in records:
+            rec = item if type(item) is RagRecord else item[0]
+            if _clean(rec):
+                good.append(item)  # (as it is: no new object for the collector to track)
+                continue
             try:
-                good.append((rec if _clean(rec) else sanitize_record(rec), decision))
+                good.append((sanitize_record(rec), _Pairs.decision(item)))
             except InvalidRecord as exc:
                 self.failed += 1
                 self.losses.add(exc.reason, 1, str(exc))
@@ -401,7 +414,7 @@ class RecordQueue:
         for k, v in by_reason.items():
             counters[f"lost.{k}"] = counters.get(f"lost.{k}", 0) + v
         try:
-            self._write_good(store, good, counters)
+            self._write_good(store, _Pairs(good), counters)
         except BaseException:
             self.losses.give_back(lost)
             for k, v in by_reason.items():
@@ -412,12 +425,13 @@ class RecordQueue:
         if self._truncate_wal:
             self._give_back_wal(store)
 
-    def _write_good(self, store: StoreAPI, records: list[tuple[RagRecord, Decision]],
+    def _write_good(self, store: StoreAPI, records: Sequence[tuple[RagRecord, Decision]],
                     counters: dict[str, int]) -> None:
         try:
             jobs: list[NewJob] = []
-            for rec, decision in records:
-                jobs.extend(self.plan_jobs(rec, decision))
+            for item in getattr(records, "items", records):
+                if type(item) is tuple:  # (a record alone: no metric sampled it, no jobs)
+                    jobs.extend(self.plan_jobs(item[0], item[1]))
             store.write_batch(records, jobs, counters, keep_full_text=self.keep_full_text,
                               segments=self.segments)
             self.written += len(records)
@@ -446,7 +460,7 @@ class RecordQueue:
 
     def lose_buffered(self) -> int:
         """Count what is still buffered as lost (shutdown while the database is unavailable)."""
-        n = sum(1 for item in self._buf if isinstance(item, tuple))
+        n = sum(1 for item in self._buf if type(item) is RagRecord or isinstance(item, tuple))
         self.losses.add("unwritten_at_shutdown", n, self.db_unavailable)
         return n
 
@@ -460,6 +474,48 @@ class RecordQueue:
             record_internal_error("queue.ground_truth", exc)
 
 
+class _Pairs(Sequence[tuple[RagRecord, Decision]]):
+    """The writer's batch as the (record, decision) pairs the store takes, each made when it
+    is read. A record no metric sampled and no rule forced waits in the buffer alone (see
+    :meth:`Tracescore.submit`): its decision is a function of its trace id, made again here
+    (``u`` once per batch). Why: every object that waits in the buffer for longer than a few
+    young collections reaches the collector's oldest generation, and each full collection
+    costs in proportion to all of them (a tight ``log_record`` loop spent a quarter of its
+    time there); a pair made here dies as soon as its row is built."""
+
+    __slots__ = ("items", "_u")
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+        self._u: list[float] | None = None
+
+    @staticmethod
+    def decision(item: Any) -> Decision:
+        return Decision(trace_fraction(item.trace_id), ()) if type(item) is RagRecord \
+            else item[1]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def records(self) -> list[RagRecord]:
+        """The records alone (no pair made): what :meth:`Store.write_batch` reads first."""
+        return [x if type(x) is RagRecord else x[0] for x in self.items]
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self.items)))]
+        item = self.items[i]
+        return (item, self.decision(item)) if type(item) is RagRecord else item
+
+    def __iter__(self) -> Iterator[tuple[RagRecord, Decision]]:
+        u = self._u
+        if u is None:  # (floats: nothing for the collector)
+            u = self._u = [trace_fraction(x.trace_id) if type(x) is RagRecord else 0.0
+                           for x in self.items]
+        for item, ui in zip(self.items, u):
+            yield (item, Decision(ui, ())) if type(item) is RagRecord else item
+
+
 def _clean(rec: Any) -> bool:
     """``rec`` is already what :func:`sanitize_record` would make of it (the common case:
     lower-case ids, text fields str, flat metadata within the bounds, plain contexts), so the
@@ -469,8 +525,7 @@ def _clean(rec: Any) -> bool:
         return False
     t, s = rec.trace_id, rec.span_id
     if not (type(t) is str and type(s) is str and len(t) == 32 and len(s) == 16
-            and _LOWER_HEX.fullmatch(t) and _LOWER_HEX.fullmatch(s)
-            and t != _ZERO_TRACE and s != _ZERO_SPAN):
+            and _LOWER_HEX.fullmatch(t + s) and t != _ZERO_TRACE and s != _ZERO_SPAN):
         return False
     for v in (rec.query, rec.answer, rec.error, rec.prompt, rec.session_id, rec.user_id,
               rec.model):
@@ -486,8 +541,13 @@ def _clean(rec: Any) -> bool:
                 c.score is None or type(c.score) in (int, float)) or (
                 c.metadata and not _flat(c.metadata)) or type(c.metadata) is not dict:
             return False
-    return all(type(x) is str for x in rec.tags) and all(
-        type(g) is str for g in rec.ground_truths) and type(rec.contexts) is tuple
+    for x in rec.tags:
+        if type(x) is not str:
+            return False
+    for x in rec.ground_truths:
+        if type(x) is not str:
+            return False
+    return type(rec.contexts) is tuple
 
 
 def _flat(md: Any) -> bool:

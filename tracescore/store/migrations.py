@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["POSTGRES_MIGRATIONS", "SQLITE_MIGRATIONS", "Migration", "SchemaTooNew",
-           "migrate_postgres", "migrate_sqlite"]
+__all__ = ["POSTGRES_MIGRATIONS", "REBUILT_INDEXES", "SQLITE_MIGRATIONS", "Migration",
+           "SchemaTooNew", "ensure_rebuilt_indexes", "migrate_postgres", "migrate_sqlite"]
 
 
 class SchemaTooNew(RuntimeError):
@@ -149,6 +149,29 @@ def migrate_sqlite(store: Any) -> None:
                          (str(latest),))
         # Version 1 databases from before the judge tables: add what they lack (idempotent).
         store._ensure_judge_tables()
+        ensure_rebuilt_indexes(store.conn)
+
+
+#: Indexes that no constraint and no write needs, whose entries lie in random order relative
+#: to time (a score's value, a trace id): retention may drop them for a large backlog and
+#: build them again after it (issue 19, :data:`.retention.BULK_INDEXES`, today only the value
+#: index: the writer finds records by trace id). A run that dies in between
+#: leaves them missing; opening the store builds them again (:func:`ensure_rebuilt_indexes`:
+#: ``Store._schema_ready`` checks their names), as does the next run. (name, DDL)
+REBUILT_INDEXES: tuple[tuple[str, str], ...] = (
+    ("idx_scores_name_value",
+     "CREATE INDEX IF NOT EXISTS idx_scores_name_value ON scores(name, value)"),
+    ("idx_records_trace_id",
+     "CREATE INDEX IF NOT EXISTS idx_records_trace_id ON records(trace_id)"),
+)
+
+
+def ensure_rebuilt_indexes(conn: Any, names: Any = None) -> None:
+    """Build the :data:`REBUILT_INDEXES` that are missing (those in ``names``, or all), on a
+    SQLite connection inside the caller's transaction (idempotent)."""
+    for name, sql in REBUILT_INDEXES:
+        if names is None or name in names:
+            conn.execute(sql)
 
 
 # -- version 3 (both backends) ----------------------------------------------------------------
@@ -339,11 +362,10 @@ def _fold_v2(conn: Any, store: Any, resolver: Any, delta: Any, now: float) -> No
 
 
 def _monitor_ddl(dialect: str) -> tuple[str, ...]:
-    """The monitor tables (states, history, lease, notification outbox): their DDL lives with
-    the rest of their SQL, in :mod:`tracescore.monitor.state`."""
-    from ..monitor import state as monitor_state
+    """The monitor tables (states, history, lease, notification outbox): :mod:`.monitor_tables`."""
+    from .monitor_tables import ddl
 
-    return tuple(monitor_state.ddl(dialect))
+    return tuple(ddl(dialect))
 
 
 # -- PostgreSQL --------------------------------------------------------------------------------

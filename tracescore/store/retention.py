@@ -25,7 +25,9 @@ rewrites — about seven randomly placed ones per record — so a run reads each
 (keyset continuation), pauses no longer than its batch took, and gives back pages by the
 thousand per step instead of one, for at most ``vacuum_budget_s`` per run: moving a page out of
 the file's tail costs ~0.2 ms of CPU, so a backlog's free pages go back over several runs and
-new rows reuse them meanwhile.
+new rows reuse them meanwhile. Batches (and vacuum steps) are sized to hold the lock about
+``max_hold_s``; a large backlog is deleted without the scores' (name, value) index, built
+again after it (:func:`_bulk_mode`), and the WAL is checkpointed every 1 GiB at most.
 
 Both backends: the SQL here is written once, with ``?`` placeholders; every dialect
 difference is in :func:`.rollup.qmark_tx` (``?`` → ``%s`` by :func:`.compat.translate`)
@@ -42,7 +44,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import shutil
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -53,6 +58,7 @@ from typing import Any
 from .._internal.errors import record_internal_error
 from .._internal.validate import is_number
 from .compact import compact_stored_contexts, text_facts
+from .migrations import REBUILT_INDEXES, ensure_rebuilt_indexes
 from .rollup import Delta, qmark_tx
 
 log = logging.getLogger("tracescore")
@@ -113,13 +119,20 @@ class Retention:
     max_age_s: float | None = 30 * DAY
     #: Prune the oldest records while the database uses more than this many bytes.
     max_bytes: int | None = None
-    #: Records per transaction (the write lock is held for one batch at a time).
+    #: Records in a run's first transaction (the write lock is held for one batch at a time);
+    #: later batches are sized by ``max_hold_s``, between this and MAX_GROWTH × this.
     batch_size: int = 500
     #: Seconds between background runs (the first run starts ``first_run_s`` after init).
     interval_s: float = 600.0
     first_run_s: float = 30.0
     #: Pause between batches, so the writer and the scoring worker get the lock.
     pause_s: float = 0.05
+    #: How long one batch may hold the write lock: a batch that took less than this grows
+    #: (up to :data:`MAX_GROWTH` × ``batch_size`` records), one that took more shrinks back
+    #: (issue 19: 500 records took ~90 ms at 1M records, a fifth of the run was pauses). A
+    #: writer waiting on SQLite's busy handler retries every 50 ms until it has waited ~230 ms,
+    #: then every 100 ms, and may miss a 50 ms pause after a longer hold.
+    max_hold_s: float = 0.2
     #: Pages given back per incremental-vacuum step (4 KiB pages: 8 MiB).
     vacuum_pages: int = 2048
     #: Seconds a run spends giving space back (None: until every free page is given back).
@@ -141,7 +154,7 @@ class Retention:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"retention {name} must be an int >= 1, got {v!r}")
-        for name in ("interval_s", "first_run_s", "pause_s", "vacuum_budget_s"):
+        for name in ("interval_s", "first_run_s", "pause_s", "max_hold_s", "vacuum_budget_s"):
             v = getattr(self, name)
             if name == "vacuum_budget_s" and v is None:
                 continue
@@ -198,6 +211,14 @@ class PruneResult:
     vacuum_steps: int = 0
     #: free pages left in the file when the run ended (the vacuum budget ran out, or a stop)
     free_pages_left: int = 0
+    #: the longest write transaction of the run (a batch, an index build, a vacuum step), s;
+    #: a batch's includes the checkpoint SQLite may run after its commit (which no longer
+    #: holds the write lock), so this is an upper bound of the lock's longest hold
+    longest_hold_s: float = 0.0
+    #: indexes dropped for a large backlog and built again after it (:func:`_bulk_mode`),
+    #: and the seconds those builds held the write lock
+    bulk_indexes: list[str] = field(default_factory=list)
+    rebuild_s: float = 0.0
     used_bytes_before: int = 0
     used_bytes_after: int = 0
     file_bytes_before: int = 0
@@ -383,13 +404,27 @@ def _rest(pause_s: float, busy_s: float) -> None:
 #: Pages of SQLite page cache for a pruning connection, per record of a batch: deleting a
 #: record touches about seven randomly placed index pages (records by id and by trace, its
 #: scores by record and by value, its jobs by record); with SQLite's default 2 MB cache a
-#: batch spilled them to the WAL before its commit and read them back.
+#: batch spilled them to the WAL before its commit and read them back. At most
+#: ``_CACHE_MAX_PAGES`` (128 MiB of 4 KiB pages) for the largest batch (MAX_GROWTH ×).
 _CACHE_PAGES_PER_RECORD = 16
+_CACHE_MAX_PAGES = 32768
 #: WAL frames before the pruner's own commits checkpoint (SQLite's default is 1,000 = 4 MB):
 #: a batch writes thousands of index pages and the next batches write many of the same
-#: pages again; checkpointing every ~64 MB copies each page back to the database once per
-#: checkpoint instead of once per batch. The WAL is truncated at the end of the run.
-_WAL_CHECKPOINT_PAGES = 16384
+#: pages again; checkpointing every 1 GiB copies each page back to the database once per
+#: checkpoint instead of once per batch, and syncs the file 16× less often than every 64 MiB
+#: (issue 19, 1M records: 84 s with 256 MiB, 75 s with 1 GiB; the fdatasyncs alone were
+#: ~13 s with 256 MiB). The WAL may grow that large during a run: never more than 1/16 of the
+#: disk's free space, never less than 64 MiB; it is truncated when the run ends.
+_WAL_CHECKPOINT_PAGES = 262144
+_WAL_CHECKPOINT_MIN_PAGES = 16384
+
+
+def _checkpoint_pages(store: Any, page_size: int) -> int:
+    try:
+        free = shutil.disk_usage(os.path.dirname(os.path.abspath(store.path))).free
+    except (OSError, AttributeError, TypeError):
+        return _WAL_CHECKPOINT_MIN_PAGES
+    return max(_WAL_CHECKPOINT_MIN_PAGES, min(_WAL_CHECKPOINT_PAGES, free // 16 // page_size))
 
 
 @contextmanager
@@ -402,19 +437,25 @@ def _pruning_connection(store: Any, batch: int) -> Iterator[None]:
     conn = store.conn
     cache = int(conn.execute("PRAGMA cache_size").fetchone()[0])
     ckpt = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
-    pages = max(2000, _CACHE_PAGES_PER_RECORD * batch)
+    pages = max(2000, min(_CACHE_PAGES_PER_RECORD * batch * MAX_GROWTH, _CACHE_MAX_PAGES))
     conn.execute(f"PRAGMA cache_size={pages}")  # (> 0: pages, whatever their size)
-    conn.execute(f"PRAGMA wal_autocheckpoint={max(ckpt, _WAL_CHECKPOINT_PAGES)}")
+    page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+    conn.execute(f"PRAGMA wal_autocheckpoint={max(ckpt, _checkpoint_pages(store, page_size))}")
     try:
         yield
     finally:
         conn.execute(f"PRAGMA cache_size={cache}")
         conn.execute(f"PRAGMA wal_autocheckpoint={ckpt}")
+        try:  # (the WAL keeps its size until truncated: also after a run without vacuum)
+            store.checkpoint("TRUNCATE", wait_s=1.0)
+        except sqlite3.Error:  # (best effort: a reader holds it; the next run truncates it)
+            pass
 
 
 def give_back_space(store: Any, pages_per_step: int, *, pause_s: float,
                     stop: threading.Event | None = None, budget_s: float | None = None,
-                    result: PruneResult | None = None) -> tuple[int, int]:
+                    result: PruneResult | None = None,
+                    max_hold_s: float | None = None) -> tuple[int, int]:
     """Return free pages to the file system: SQLite's incremental vacuum, ``pages_per_step``
     pages per write transaction, for at most ``budget_s`` seconds (None: all of them), then
     truncate the WAL. Returns (pages given back, steps); ``result.free_pages_left`` gets the
@@ -425,7 +466,9 @@ def give_back_space(store: Any, pages_per_step: int, *, pause_s: float,
     store's loop (``execute`` + ``fetchall``) freed ONE page per step and then slept, ~20
     pages a second (issue 19). ``executescript`` steps each statement to its end, so a step
     frees its N pages; it runs outside a transaction, so the pragma is its own write
-    transaction (and waits for the lock like any other). PostgreSQL, and a SQLite database
+    transaction (and waits for the lock like any other). ``max_hold_s``: steps shrink below
+    ``pages_per_step`` to hold the lock about that long (at 1M records a page took ~0.5 ms:
+    2,048 pages held it ~1 s). PostgreSQL, and a SQLite database
     without incremental auto-vacuum: the store's own method (nothing to do)."""
     if _is_pg(store) or store.auto_vacuum_mode() != "incremental":
         return int(store.give_back_space(pages_per_step, pause_s=pause_s, stop=stop)), 0
@@ -436,12 +479,18 @@ def give_back_space(store: Any, pages_per_step: int, *, pause_s: float,
 
     done = steps = 0
     free = free_pages()
+    step = pages_per_step
     t0 = time.perf_counter()
     while free and not (stop is not None and stop.is_set()):
         t = time.perf_counter()
         if budget_s is not None and steps and t - t0 >= budget_s:
             break
-        conn.executescript(f"PRAGMA incremental_vacuum({int(min(free, pages_per_step))});")
+        conn.executescript(f"PRAGMA incremental_vacuum({int(min(free, step))});")
+        took = time.perf_counter() - t
+        if result is not None:
+            result.longest_hold_s = max(result.longest_hold_s, took)
+        if max_hold_s is not None and took > 0:
+            step = max(16, min(pages_per_step, int(step * min(1.5, 0.8 * max_hold_s / took))))
         steps += 1
         left = free_pages()
         if left >= free:
@@ -489,12 +538,12 @@ def prune(store: Any, policy: Retention | None, *, now: float | None = None,
         return max_batches is None or res.batches < max_batches
 
     with _pruning_connection(store, policy.batch_size):
-        _prune_rows(store, policy, now, res, more, stop)
+        _prune_rows(store, policy, now, res, more, stop, bulk=max_batches is None)
         # (also after a run that deleted nothing: the pages an earlier run's budget left)
         if vacuum and not res.stopped and (res.records or _free_pages_left(store)):
             res.pages_given_back, res.vacuum_steps = give_back_space(
                 store, policy.vacuum_pages, pause_s=policy.pause_s, stop=stop,
-                budget_s=policy.vacuum_budget_s, result=res)
+                budget_s=policy.vacuum_budget_s, result=res, max_hold_s=policy.max_hold_s)
     res.used_bytes_after, res.file_bytes_after = store.used_bytes()
     res.seconds = time.perf_counter() - t0
     return res
@@ -508,29 +557,39 @@ def _free_pages_left(store: Any) -> bool:
 
 
 def _prune_rows(store: Any, policy: Retention, now: float, res: PruneResult,
-                more: Callable[[], bool], stop: threading.Event | None) -> None:
+                more: Callable[[], bool], stop: threading.Event | None, bulk: bool) -> None:
     """By age, then by size, then unreferenced rows; one keyset position for the whole run
     (a record a batch skipped is held: no later batch of this run reads it again)."""
     since = float("-inf")
+    size = policy.batch_size
 
-    def batch(cutoff: float) -> int:
-        nonlocal since
+    def batch(cutoff: float, limit: int) -> int:
+        nonlocal since, size
         t = time.perf_counter()
-        n, since = prune_batch(store, cutoff, policy.batch_size, res, since)
+        n, since = prune_batch(store, cutoff, limit, res, since)
+        took = time.perf_counter() - t
+        res.longest_hold_s = max(res.longest_hold_s, took)
+        size = _next_size(limit, took, policy)
         if n:
-            _rest(policy.pause_s, time.perf_counter() - t)
+            _rest(policy.pause_s, took)
         return n
+
+    def full(cutoff: float) -> bool:  # (a batch sized by the lock's hold: more may follow)
+        limit = size
+        return batch(cutoff, limit) == limit
 
     if policy.max_age_s is not None:
         cutoff = now - policy.max_age_s
-        while more() and batch(cutoff) == policy.batch_size:
-            pass
+        with _bulk_mode(store, res, cutoff, bulk):
+            while more() and full(cutoff):
+                pass
     if policy.max_bytes is not None and _is_pg(store):
         res.notes.append(PG_NO_MAX_BYTES)
     elif policy.max_bytes is not None:
         before = res.records
         while more() and store.used_bytes()[0] > policy.max_bytes:
-            if batch(now) == 0:
+            # (by size: batch_size records at a time, so it stops close to the limit)
+            if batch(now, policy.batch_size) == 0:
                 res.notes.append("the size limit cannot be met: every remaining record has an "
                                  "open job or an undelivered score, or is labelled, or is "
                                  "newer than now")
@@ -546,6 +605,73 @@ def _prune_rows(store: Any, policy: Retention, now: float, res: PruneResult,
         with _tx(store) as conn:
             res.held = int(conn.execute("SELECT count(*) FROM records WHERE created_at < ?",
                                         (now - policy.max_age_s,)).fetchone()[0])
+
+
+#: The indexes a large backlog is deleted without (of :data:`.migrations.REBUILT_INDEXES`).
+BULK_INDEXES: tuple[str, ...] = ("idx_scores_name_value",)
+#: A run is a bulk run when the records older than its cutoff are at least this share of
+#: all records and at least this many: rebuilding costs a sort of the rows left, skipping the
+#: indexes saves ~2 randomly placed page writes per deleted record (issue 19).
+BULK_SHARE = 0.1
+BULK_MIN_RECORDS = 20_000
+
+
+@contextmanager
+def _bulk_mode(store: Any, res: PruneResult, cutoff: float, allowed: bool) -> Iterator[None]:
+    """SQLite, a large backlog: delete it without :data:`BULK_INDEXES` and build them again
+    after (one sort each, one transaction each; their holds are in ``res.rebuild_s`` and
+    ``res.longest_hold_s``).
+
+    Each of those indexes orders by a value unrelated to time (a score's value), so deleting
+    a record rewrote one randomly placed page of it per entry (2 of ~6.35 pages per record at
+    1M: bench/prune.py). Meanwhile the queries that use them are slower — the report's worst
+    records of a score sort the window instead of walking the index. A run stopped in between
+    (a crash, SIGKILL) leaves them missing: opening a store builds them again, and so does
+    every later run (below), so a crash costs one index build, never the data. (A store
+    opened by another process during a bulk run builds them too, waiting for the lock; the
+    rest of the run then keeps them up to date: slower, still correct.)"""
+    names: list[str] = []
+    if allowed and not _is_pg(store):
+        with _tx(store) as conn:
+            existing = {r[0] for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index'")}
+            missing = [n for n, _ in REBUILT_INDEXES if n not in existing]
+            older = int(conn.execute("SELECT count(*) FROM records WHERE created_at < ?",
+                                     (cutoff,)).fetchone()[0])
+            total = int(conn.execute("SELECT count(*) FROM records").fetchone()[0])
+        if missing:  # (an earlier run died in bulk mode: build them at the end of this one)
+            names = missing
+        if older >= BULK_MIN_RECORDS and older >= BULK_SHARE * total:
+            names = sorted({*names, *(n for n in BULK_INDEXES if n in existing)})
+            for name in names:
+                t = time.perf_counter()
+                with _tx(store) as conn:
+                    conn.execute(f"DROP INDEX IF EXISTS {name}")
+                res.longest_hold_s = max(res.longest_hold_s, time.perf_counter() - t)
+        res.bulk_indexes = names
+    try:
+        yield
+    finally:
+        for name in names:
+            t = time.perf_counter()
+            with _tx(store) as conn:
+                ensure_rebuilt_indexes(conn, (name,))
+            took = time.perf_counter() - t
+            res.rebuild_s += took
+            res.longest_hold_s = max(res.longest_hold_s, took)
+
+
+#: A batch grows to at most this many times ``Retention.batch_size`` records.
+MAX_GROWTH = 8
+
+
+def _next_size(size: int, took_s: float, policy: Retention) -> int:
+    """The next batch's size: scaled towards 80 % of ``policy.max_hold_s`` by how long this
+    one took, at most ×1.5, within [batch_size, MAX_GROWTH × batch_size]."""
+    if took_s <= 0:
+        return min(size * 2, policy.batch_size * MAX_GROWTH)
+    scaled = int(size * min(1.5, 0.8 * policy.max_hold_s / took_s))
+    return max(policy.batch_size, min(scaled, policy.batch_size * MAX_GROWTH))
 
 
 #: Judge calls of records that are gone (size pruning: there is no age cutoff for them).

@@ -12,8 +12,10 @@ Every method does blocking I/O and must never be called on the app's request pat
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import operator
 import os
 import sqlite3
 import time
@@ -28,7 +30,7 @@ from ..record import Candidate, Context, RagRecord, TokenUsage
 from ..sampling import Decision
 from ..score import Score
 from . import migrations as _migrations
-from .compact import COMPACT_COLUMNS, compact_contexts, should_compact, text_facts
+from .compact import COMPACT_COLUMNS, compact_contexts_json, text_facts
 from .labels import LabelsMixin
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
 from .rollup import Delta, count_skips
@@ -209,7 +211,8 @@ class Store(LabelsMixin):
         cols = {r[1] for r in conn.execute("PRAGMA table_info(records)")}
         metric_cols = {r[1] for r in conn.execute("PRAGMA table_info(metrics)")}
         return {"prompt", "retrieval_queries"} <= cols and "is_binary" in metric_cols and {"judge_cache", "judge_calls", "feedback", "judge_health",
-                                     "idx_jobs_status_job_id", "idx_feedback_trace"} <= names
+                                     "idx_jobs_status_job_id", "idx_feedback_trace"} <= names \
+            and {name for name, _ in _migrations.REBUILT_INDEXES} <= names  # (retention's)
 
     def _ensure_schema(self) -> None:
         if self._schema_ready():
@@ -374,7 +377,9 @@ class Store(LabelsMixin):
         now = time.time()
         spec = segments or _NO_SEGMENTS
         try:
-            segs = self.segmenter.resolve(self, [r for r, _ in records], spec, now)
+            only = getattr(records, "records", None)  # (the writer's batch: queue._Pairs)
+            segs = self.segmenter.resolve(
+                self, only() if only is not None else [r for r, _ in records], spec, now)
             rows = [record_row(r, d, now, keep_full_text, spec, seg_id)
                     for (r, d), (seg_id, _) in zip(records, segs)]
             with self.transaction():
@@ -385,16 +390,22 @@ class Store(LabelsMixin):
                     rows, lambda i: rows[i][0])
                 delta = Delta()
                 overflow: dict[str, int] = {}
-                facts: dict[str, tuple[float, int]] = {}
+                add, facts_of = delta.add_record, _FACTS_OF
                 for i in inserted:
-                    row = rows[i]
-                    add_record_row(delta, row)
-                    facts[row[0]] = (row[_CREATED], row[_SEG])
+                    add(*facts_of(rows[i]))
                     for dim in segs[i][1]:
                         overflow[OVERFLOW_COUNTER + dim] = overflow.get(OVERFLOW_COUNTER + dim,
                                                                         0) + 1
                 created = self._insert_jobs(jobs, now)
-                count_skips(delta, [(j, None) for j in created], facts, self._record_facts)
+
+                def record_facts(ids: Iterable[str]) -> dict[str, tuple[float, int]]:
+                    # (only a batch with skipped jobs asks: no dict per record otherwise)
+                    ours = {rows[i][0]: (rows[i][_CREATED], rows[i][_SEG]) for i in inserted}
+                    out = {rid: ours[rid] for rid in ids if rid in ours}
+                    rest = [rid for rid in ids if rid not in ours]
+                    return {**out, **self._record_facts(rest)} if rest else out
+
+                count_skips(delta, [(j, None) for j in created], {}, record_facts)
                 delta.write(self.conn)
                 if counters or overflow:
                     self.bump_counters({**(counters or {}), **overflow})
@@ -409,16 +420,20 @@ class Store(LabelsMixin):
         """``executemany`` an ``INSERT OR IGNORE`` into ``table`` (inside the caller's write
         transaction, which no other connection can interleave); the indexes of the rows it
         inserted (``key(i)``: row i's key; of equal keys the first row goes in). The common
-        case — every row new — costs one ``max(rowid)`` lookup: the row count says so.
-        Otherwise (a replay) the rows inserted are those with a rowid above the maximum before
-        the insert (SQLite gives a new row the largest rowid + 1)."""
+        case — every row new — costs no query: the row count says so. Otherwise (a replay)
+        the ``n`` rows inserted are those with the ``n`` largest rowids, up to the last one
+        inserted (SQLite gives a new row the largest rowid + 1; no other connection writes
+        meanwhile, and none of ours either: the statements run back to back)."""
         if not rows:
             return []
-        before = self.conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}").fetchone()[0]
-        if _insert_rows(self.conn, sql, rows) == len(rows):
+        n = _insert_rows(self.conn, sql, rows)
+        if n == len(rows):
             return range(len(rows))
+        if n == 0:
+            return []
+        last = self.conn.execute("SELECT last_insert_rowid()").fetchone()[0]
         new = {r[0] if len(r) == 1 else tuple(r) for r in self.conn.execute(
-            f"SELECT {key_cols} FROM {table} WHERE rowid > ?", (before,))}
+            f"SELECT {key_cols} FROM {table} WHERE rowid > ?", (last - n,))}
         first: dict[Any, int] = {}
         for i in range(len(rows)):
             first.setdefault(key(i), i)
@@ -457,11 +472,14 @@ class Store(LabelsMixin):
         return out
 
     def bump_counters(self, counters: Mapping[str, int]) -> None:
-        self.conn.executemany(
-            "INSERT INTO counters(name, value) VALUES (?, ?) "
-            "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
-            [(k, v) for k, v in counters.items() if v],
-        )
+        # one statement, not one step per counter (each step is a wait for the GIL: see
+        # _insert_rows)
+        rows = [(k, v) for k, v in counters.items() if v]
+        if rows:
+            self.conn.execute(
+                "INSERT INTO counters(name, value) VALUES " + ",".join(["(?, ?)"] * len(rows))
+                + " ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+                [x for row in rows for x in row])
 
     def counters(self) -> dict[str, int]:
         return {k: v for k, v in self.conn.execute("SELECT name, value FROM counters")}
@@ -539,7 +557,9 @@ class Store(LabelsMixin):
                     update.format(cond="status='leased' AND lease_until < ?"),
                     (owner, now + lease_s, now, now, *metrics, limit - len(rows)),
                 ).fetchall()
-            if rows:
+            if len(rows) >= limit:
+                # (Fewer rows than the limit: every job the two queries can take is taken,
+                # its record's siblings too — the transaction is exclusive.)
                 # A record's jobs go out together (the limit may cut the last record's jobs,
                 # and a pool with one free slot would take one job a time): its judge jobs
                 # then run at the same moment and share calls (judge/pairing.py). So up to
@@ -588,13 +608,26 @@ class Store(LabelsMixin):
         now = time.time()
         delta = Delta()
         out: list[list[tuple[int, Score]] | None] = []
+        owned: set[int] | None = None
+        if len(items) > 1:  # one statement marks them all; it says which were still ours
+            owned = set()
+            for chunk in _chunks([job.job_id for job, _, _ in items]):
+                owned.update(r[0] for r in self.conn.execute(
+                    "UPDATE jobs SET status='done', lease_owner=NULL, lease_until=NULL, "
+                    "updated_at=?, reason=NULL WHERE job_id IN (" + ",".join("?" * len(chunk))
+                    + ") AND status='leased' AND lease_owner=? RETURNING job_id",
+                    (now, *chunk, owner)))
         for job, scores, judge_model in items:
-            cur = self.conn.execute(
-                "UPDATE jobs SET status='done', lease_owner=NULL, lease_until=NULL, "
-                "updated_at=?, reason=NULL WHERE job_id=? AND status='leased' AND lease_owner=?",
-                (now, job.job_id, owner),
-            )
-            if cur.rowcount != 1:
+            if owned is None:
+                cur = self.conn.execute(
+                    "UPDATE jobs SET status='done', lease_owner=NULL, lease_until=NULL, "
+                    "updated_at=?, reason=NULL WHERE job_id=? AND status='leased' "
+                    "AND lease_owner=?", (now, job.job_id, owner))
+                mine = cur.rowcount == 1
+            else:
+                mine = job.job_id in owned
+                owned.discard(job.job_id)  # (a job twice in one call is stored once)
+            if not mine:
                 out.append(None)
                 continue
             trace_id = job.record_id.split("-", 1)[0]
@@ -810,6 +843,8 @@ _SEG = _RECORD_COLS.index("seg_id")
 _FACT_COLS = tuple(_RECORD_COLS.index(c) for c in (
     "created_at", "seg_id", "sampled", "text_kept", "error", "input_tokens", "output_tokens",
     "latency_ms"))
+#: a row's :data:`_FACT_COLS`, in :meth:`.rollup.Delta.add_record`'s order
+_FACTS_OF = operator.itemgetter(*_FACT_COLS)
 _NO_SEGMENTS = SegmentSpec()
 
 #: A new score row, its segment its record's (``NONE_SEG`` for a record not stored); returns
@@ -834,30 +869,43 @@ def _insert_rows(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any
     module lets go of the GIL around every step; while the app's threads keep the GIL busy,
     each step then waits for it (up to ``sys.getswitchinterval()``, 5 ms). Thousands of steps
     per batch starved the writer behind a busy app (in a tight ``log_record`` loop it stored
-    ~170 records/s and dropped the rest); a dozen statements per batch do not."""
-    if len(rows) < 4:
+    ~170 records/s and dropped the rest); a few statements per batch do not. Each statement
+    still costs a wait for the GIL (5 ms behind a busy app thread, ~25 ms measured on a
+    loaded machine), so they are as big as SQLite's limit on bound values allows (~900 record
+    rows), and for an ``INSERT OR IGNORE`` the rows left over after the full statements go in
+    one statement of the next cached size up, filled with copies of its last row (a copy has
+    that row's key: SQLite ignores it, and the count is of rows inserted) instead of a
+    statement per power of two."""
+    pad = sql.startswith("INSERT OR IGNORE ")
+    if len(rows) < 4 and not pad:
         return int(conn.executemany(sql, rows).rowcount)
     head, _, rest = sql.partition(" VALUES (")
     group, _, tail = rest.partition(")")
     width = max(1, group.count("?"))
-    biggest = _MAX_ROWS
-    while biggest > 1 and biggest * width > _MAX_VARIABLES:
-        biggest //= 2
+    biggest = min(_MAX_ROWS, max(1, _MAX_VARIABLES // width))
     n = i = 0
     while i < len(rows):
+        left = len(rows) - i
         k = biggest
-        while k > len(rows) - i:
-            k //= 2
+        if pad:
+            while k // 2 >= left:  # (the smallest size of the ladder that holds them all)
+                k //= 2
+        else:
+            while k > left:
+                k //= 2
         chunk = rows[i:i + k]
+        if len(chunk) < k:
+            chunk = [*chunk, *[chunk[-1]] * (k - len(chunk))]
         text = head + " VALUES " + ",".join(["(" + group + ")"] * k) + tail
-        n += conn.execute(text, [v for row in chunk for v in row]).rowcount
+        n += conn.execute(text, list(_chain(chunk))).rowcount
         i += k
     return n
 
 
+_chain = itertools.chain.from_iterable
 #: At most this many rows per statement of :func:`_insert_rows`, and bound values (SQLite's
 #: default limit is 32,766 since 3.32; 999 before)
-_MAX_ROWS = 256
+_MAX_ROWS = 1024
 _MAX_VARIABLES = 32_766 if sqlite3.sqlite_version_info >= (3, 32) else 999
 
 
@@ -903,13 +951,15 @@ def record_row(r: RagRecord, d: Decision, now: float, keep_full_text: bool = Tru
     created = r.end_time_ns / 1e9 if r.end_time_ns else now
     usage = (r.usage.input_tokens if r.usage else None,
              r.usage.output_tokens if r.usage else None)
-    if should_compact(r, d.sampled, keep_full_text):
+    # (empty metadata and tags — most records — skip the JSON encoder's Python layer)
+    metadata = dumps(_json_safe(dict(r.metadata)), MAX_METADATA_CHARS) if r.metadata else "{}"
+    tags = dumps(list(r.tags)) if r.tags else "[]"
+    if not keep_full_text and not d.metrics and r.content_captured:  # (should_compact)
         q_chars, q_hash = text_facts(r.query)
         a_chars, a_hash = text_facts(r.answer)
         return (
             r.record_id, r.trace_id, r.span_id, created, r.source, None, None,
-            dumps(compact_contexts(r)), len(r.contexts), "[]",
-            dumps(_json_safe(dict(r.metadata)), MAX_METADATA_CHARS), dumps(list(r.tags)),
+            compact_contexts_json(r, dumps), len(r.contexts), "[]", metadata, tags,
             r.session_id, r.user_id, r.latency_ms, *usage, r.model, _error(r),
             int(r.content_captured), d.u, 0, "[]", d.forced, None, None,
             0, q_chars, q_hash, a_chars, a_hash, *seg, None, int(r.complete),
@@ -922,7 +972,7 @@ def record_row(r: RagRecord, d: Decision, now: float, keep_full_text: bool = Tru
     return (
         r.record_id, r.trace_id, r.span_id, created, r.source, _opt(r.query), _opt(r.answer),
         dumps(contexts), len(r.contexts), dumps([clean_text(g) for g in r.ground_truths]),
-        dumps(_json_safe(dict(r.metadata)), MAX_METADATA_CHARS), dumps(list(r.tags)),
+        metadata, tags,
         r.session_id, r.user_id, r.latency_ms, *usage,
         r.model, _error(r), int(r.content_captured), d.u, int(d.sampled),
         dumps(list(d.metrics)), d.forced, _opt(r.prompt),
