@@ -1,0 +1,7 @@
+"""The scoring worker's parts (:class:`tracescore.worker.ScoringWorker` is the worker).
+
+- :mod:`.batches` — local jobs scored together: one executor call and one commit per batch.
+- :mod:`.deliveries` — scores handed to the span attacher, their delivery marks, redelivery.
+- :mod:`.completions` — a job's scores stored with its ``done`` mark, exactly once.
+- :mod:`.calls` — calling a metric safely and turning its output into scores.
+"""

@@ -1,0 +1,406 @@
+"""Local jobs scored together (:class:`LocalBatches`, mixed into the scoring worker).
+
+The jobs of plain (not coroutine) local metrics leased in one go run one after the other in one
+executor call and their scores are stored in one transaction: one asyncio task and one executor
+hop per job cost the scorer more than most local metrics themselves. The per-metric timeout
+holds; a metric still running after ``straggle_s`` has the scores ready so far stored and
+another pool thread take the batch's next metrics. Runs on the worker's loop thread (the
+metrics on its pool threads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import threading
+import time
+from collections.abc import AsyncIterator, Mapping
+from functools import partial
+from typing import Any
+
+from .._internal.errors import record_internal_error
+from ..judge.base import RetryLater
+from ..metrics.base import Metric
+from ..record import RagRecord
+from ..score import Score
+from ..store import Job, StoreAPI
+from ..store.compact import skip_reason
+from .calls import MetricAborted, _aborted, _normalise, _refused
+
+
+class LocalBatches:
+    """The worker's local-batch methods (state lives on the worker: ``_local_open``,
+    ``local_window``, ``straggle_s``; see :class:`tracescore.worker.ScoringWorker`)."""
+
+    def _done_local(self, job_id: int) -> None:
+        """A batched job is finished (stored, given back or taken over): its slot is free."""
+        self._held.discard(job_id)
+        self._local_open.discard(job_id)
+
+    def _in_batch(self, metric: str) -> bool:
+        """A plain (not coroutine) local metric: scored in :meth:`_batch`."""
+        ok = self._batchable.get(metric)
+        if ok is None:
+            m = self.metrics.get(metric)
+            ok = m is not None and m.kind != "judge" \
+                and not inspect.iscoroutinefunction(m.__call__)
+            self._batchable[metric] = ok
+        return ok
+
+    async def _batch(self, store: StoreAPI, jobs: list[Job],
+                     records: Mapping[str, RagRecord], refill: bool = False) -> None:
+        """What :meth:`_job` does, for several jobs of plain local metrics at once: their
+        metrics run one after the other on a pool thread (:meth:`_run_local`: the per-metric
+        timeout holds, and a slow metric neither holds back the scores of the others nor
+        keeps them from running), their scores are stored in one transaction. A metric that
+        raises is an error score with the reason; our own failure gives its job back."""
+        done: list[tuple[Job, list[Score]]] = []
+        failed: list[tuple[Job, BaseException]] = []
+        try:
+            work: list[tuple[Job, Metric, RagRecord]] = []
+            for job in jobs:
+                try:
+                    metric = self.metrics[job.metric]
+                    record = records.get(job.record_id)
+                    early = self._early_scores(job, metric, record)
+                except Exception as exc:
+                    failed.append((job, exc))
+                    continue
+                if early is not None:
+                    done.append((job, early))
+                else:
+                    assert record is not None
+                    work.append((job, metric, record))
+            if work:
+                seen = 0
+                async for ready in self._run_local([(m, r) for _, m, r in work]):
+                    for i, res in ready:
+                        job, metric, _ = work[i]
+                        scores = self._local_result(store, job, metric, res, failed)
+                        if scores is not None:
+                            done.append((job, scores))
+                    done, more = [], done
+                    seen += len(ready)
+                    if seen == len(work) and refill:
+                        # The last metrics are done: their slots go to the next jobs, leased
+                        # before these scores commit (the pool is never empty between two
+                        # batches while jobs wait: a process killed then holds leases). Only
+                        # after a full lease: else no job was left waiting.
+                        self._local_open.difference_update(j.job_id for j, _ in more)
+                        self._refill(store)
+                    failed.extend(await self._store_batch(store, more))
+            elif done:
+                done, more = [], done
+                failed.extend(await self._store_batch(store, more))
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            if isinstance(exc, Exception) and _refused(store, exc):
+                for job in jobs:  # stopping while the database refuses: as in _job_body
+                    if job.job_id in self._held:
+                        self._release(store, job, 0.0, f"database unavailable: {exc}"[:500])
+                        self._done_local(job.job_id)
+                return
+            failed.extend((job, exc) for job in jobs if job.job_id in self._held
+                          and all(job is not j for j, _ in failed))
+        if failed:
+            # Our own failure (as in _job_body): back off once, holding the jobs, then give
+            # them back (attempts count, so a persistent fault ends in a "gave up" score).
+            for _, err in failed:
+                record_internal_error("worker.job", err)
+            if not self._stopping:
+                worst = max(job.attempts for job, _ in failed)
+                await asyncio.sleep(min(0.1 * 2 ** min(worst, 6), 5.0))
+            for job, err in failed:
+                self._release(store, job, None, f"{type(err).__name__}: {err}"[:500])
+                self._done_local(job.job_id)
+
+    def _local_result(self, store: StoreAPI, job: Job, metric: Metric,
+                      res: tuple[bool, Any, float],
+                      failed: list[tuple[Job, BaseException]]) -> list[Score] | None:
+        """A batched job's cleaned scores, or None: deferred (``RetryLater``, as
+        :meth:`_job_body` does) or failed (added to ``failed``)."""
+        try:
+            try:
+                scores = self._local_scores(metric, res)
+            except RetryLater as later:
+                waited = time.time() - job.created_at if job.created_at else 0.0
+                if waited <= self.judge_max_wait_s:
+                    self._release(store, job, later.delay_s, later.reason)
+                    self.deferred += 1
+                    self._done_local(job.job_id)
+                    return None
+                scores = [Score.failed(
+                    n, f"judge unavailable for this record for {waited:.0f}s "
+                    f"(judge_max_wait_s): {later.reason}", metric=metric.name,
+                    metric_version=metric.version) for n in metric.names()]
+            return [self._clean(s) for s in scores]
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # ours, or the app's redact
+            failed.append((job, exc))
+            return None
+
+    def _refill(self, store: StoreAPI) -> None:
+        """Lease local jobs into the free slots and start their batch (loop thread; what the
+        loop does at its next turn, done now). A failure leaves it to the loop."""
+        state = self._loop_state
+        if state is None or self._stopping:
+            return
+        (names, limit, tasks, _), inflight, inflight_jobs = state
+        free = limit * self.local_window - len(self._local_open)
+        if free <= 0 or not names:
+            return
+        try:
+            got = store.lease_jobs(self.owner, free, self.lease_seconds, names)
+            self.db_ok_at = time.time()
+            batch = [j for j in got if j.job_id not in inflight_jobs
+                     or j.job_id in self._given_back]
+            if not batch:
+                return
+            records = store.load_records(j.record_id for j in batch)
+        except Exception as exc:
+            if not self._db_fault(store, exc):
+                record_internal_error("worker.lease", exc)
+            self._lease_hint = True
+            return
+        self._idle.clear()
+        plain = [j for j in batch if self._in_batch(j.metric)]
+        for job in batch:
+            self._given_back.discard(job.job_id)
+            self._held.add(job.job_id)
+            if job not in plain:
+                self._spawn(self._job(store, job, records.get(job.record_id)), [job], tasks,
+                            inflight, inflight_jobs)
+        if plain:
+            ids = [j.job_id for j in plain]
+            self._local_open.update(ids)
+            self._spawn(self._batch(store, plain, records, len(got) >= free), plain, tasks,
+                        inflight, inflight_jobs).add_done_callback(
+                partial(_free_slots, self._local_open, ids))
+        if len(got) >= free:
+            self._lease_hint = True  # (more may wait: the loop looks at its next turn)
+
+    def _early_scores(self, job: Job, metric: Metric,
+                      record: RagRecord | None) -> list[Score] | None:
+        """The scores of a job that needs no metric run (:meth:`_job_body`, :meth:`score`),
+        or None."""
+        if record is None:
+            return [Score.failed(n, "record not found in the database", metric=job.metric)
+                    for n in metric.names()]
+        if job.attempts > self.max_attempts:
+            return [Score.failed(
+                n, f"gave up after {job.attempts - 1} attempts: the process died or the "
+                "lease expired while scoring", metric=metric.name,
+                metric_version=metric.version) for n in metric.names()]
+        if record.compact and metric.requires:
+            return [Score.skipped(n, skip_reason(), metric=metric.name,
+                                  metric_version=metric.version) for n in metric.names()]
+        missing = record.missing(metric.requires)
+        if missing:
+            return [Score.skipped(n, f"record has no {', '.join(missing)}", metric=metric.name,
+                                  metric_version=metric.version) for n in metric.names()]
+        return None
+
+    async def _run_local(self, items: list[tuple[Metric, RagRecord]]
+                         ) -> AsyncIterator[list[tuple[int, tuple[bool, Any, float]]]]:
+        """Run ``items`` one after the other on a pool thread; yields ``(index, (ok, output
+        or exception, ms))`` lists: all at once when they finish within ``straggle_s`` (the
+        usual case), else what is ready every ``straggle_s``. While every thread of the batch
+        has been on its metric for ``straggle_s``, another takes the next items (up to
+        ``concurrency``). A metric still running ``metric_timeout_s`` after it started gets
+        a timeout result and its thread is left behind, as a timed-out metric's is in
+        :meth:`score`."""
+        loop = self._loop
+        assert loop is not None
+        run = _LocalRun(items, contextvars.copy_context(), self._warm)
+        timeout, straggle = self.metric_timeout_s, self.straggle_s
+        futs: set[asyncio.Future[None]] = set()
+
+        def add_runner() -> None:
+            runner = _Runner()
+            run.runners.append(runner)
+            futs.add(loop.run_in_executor(self._executor, _score_local, run, runner))
+
+        add_runner()
+        given = 0
+        began = time.monotonic()
+        try:
+            while given < len(items):
+                wait = straggle
+                with run.lock:
+                    now = time.monotonic()
+                    for r in run.runners:
+                        if r.index is not None and not r.abandoned:
+                            wait = min(wait, r.started + timeout - now)
+                if futs:
+                    finished, _ = await asyncio.wait(futs, timeout=max(0.001, wait))
+                    futs -= finished
+                else:
+                    await asyncio.sleep(max(0.001, wait))
+                need = False
+                with run.lock:
+                    now = time.monotonic()
+                    live = 0
+                    fresh = False
+                    for r in run.runners:
+                        if r.abandoned or r.index is None:
+                            continue
+                        if now - r.started >= timeout:
+                            r.abandoned = True
+                            run.results[r.index] = (False, _TIMED_OUT,
+                                                    (now - r.started) * 1000)
+                            run.ready.append(r.index)
+                        else:
+                            live += 1
+                            fresh = fresh or now - r.started < (
+                                straggle if run.items[r.index][0].name in run.warm
+                                else self.first_call_straggle_s)
+                    if run.next < len(items) and not fresh and live < self.concurrency:
+                        need = True
+                    ready = run.ready[given:]
+                if need:
+                    add_runner()
+                if ready and (given + len(ready) == len(items) or now - began >= straggle):
+                    given += len(ready)
+                    yield [(i, run.results[i]) for i in ready]
+        finally:
+            with run.lock:  # done, or cancelled (stopping): threads stop after their metric
+                for r in run.runners:
+                    r.abandoned = True
+
+    def _local_scores(self, metric: Metric, result: tuple[bool, Any, float]) -> list[Score]:
+        """One metric's scores from its :meth:`_run_local` result, as :meth:`score` makes
+        them (raises ``RetryLater`` as it does)."""
+        ok, out, ms = result
+        if ok:
+            try:
+                return _normalise(metric, out, ms)
+            except Exception as exc:
+                out = exc
+        if isinstance(out, RetryLater):
+            raise out
+        if out is _TIMED_OUT:
+            reason = f"timed out after {self.metric_timeout_s:g}s"
+        elif isinstance(out, MetricAborted):
+            reason = str(out)
+        else:
+            reason = f"{type(out).__name__}: {out}"[:2000]
+        return [Score.failed(n, reason, metric=metric.name, metric_version=metric.version,
+                             duration_ms=ms) for n in metric.names()]
+
+    async def _store_batch(self, store: StoreAPI, done: list[tuple[Job, list[Score]]]
+                           ) -> list[tuple[Job, BaseException]]:
+        """Store the jobs' scores in one transaction (retried while the database refuses
+        the write, as :meth:`_store_scores`; one job at a time if the batch fails otherwise),
+        then tell the exporter and the attacher; returns the jobs that failed."""
+        delivery = None if self.attacher is not None else "none"
+        models = {j.job_id: self.model_of(j, s) for j, s in done}
+        pause = 0.1
+        results: list[Any]
+        while True:
+            try:
+                results = list(store.complete_jobs(self.owner, done, delivery,
+                                                   judge_models=models))
+            except Exception as exc:
+                if self._stopping and _refused(store, exc):
+                    raise
+                if not self._stopping and self._db_fault(store, exc):
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, 2.0)
+                    continue
+                results = []
+                for j, s in done:  # one bad job must not fail the others
+                    try:
+                        results.append(store.complete_job(j, self.owner, s, delivery,
+                                                          judge_model=models[j.job_id]))
+                    except Exception as one_exc:
+                        results.append(one_exc)
+            else:
+                self._db_ok()
+            break
+        failed: list[tuple[Job, BaseException]] = []
+        for (job, scores), refs in zip(done, results):
+            if isinstance(refs, Exception):
+                failed.append((job, refs))
+                continue
+            self._done_local(job.job_id)
+            if refs is None:
+                continue  # the lease went to another process, which stores the scores
+            self.scored += 1
+            self.errors += sum(1 for s in scores if s.status == "error")
+            self._stored(job.record_id, refs)
+            if self.attacher is not None:
+                try:
+                    self.attacher.job_done(job.record_id, refs)
+                except Exception as exc:  # stored: never given back for this
+                    record_internal_error("worker.job_done", exc)
+        return failed
+
+
+def _free_slots(open_jobs: set[int], job_ids: list[int], task: Any) -> None:
+    """A batch's task ended (done, failed or cancelled): its local slots are free."""
+    open_jobs.difference_update(job_ids)
+
+
+class _LocalRun:
+    """The shared state of :meth:`ScoringWorker._run_local`: the items, the next one to
+    take, the results and the order they became ready in, and the threads on it."""
+
+    __slots__ = ("items", "context", "warm", "lock", "next", "results", "ready", "runners")
+
+    def __init__(self, items: list[tuple[Metric, RagRecord]],
+                 context: contextvars.Context, warm: set[str]) -> None:
+        self.items = items
+        self.context = context
+        self.warm = warm
+        self.lock = threading.Lock()
+        self.next = 0
+        self.results: list[Any] = [None] * len(items)
+        self.ready: list[int] = []
+        self.runners: list[_Runner] = []
+
+
+class _Runner:
+    """One pool thread on a :class:`_LocalRun`: the item it runs now and since when; once
+    ``abandoned`` (timed out, or the batch is over) it stores nothing more and stops."""
+
+    __slots__ = ("index", "started", "abandoned")
+
+    def __init__(self) -> None:
+        self.index: int | None = None
+        self.started = 0.0
+        self.abandoned = False
+
+
+#: the result of a metric still running after ``metric_timeout_s``
+_TIMED_OUT = object()
+
+
+def _score_local(run: _LocalRun, runner: _Runner) -> None:
+    """Pool thread: take ``run``'s next item and run its metric, each in its own copy of the
+    loop's context (instrumentation suppressed), as :func:`_guarded` runs one; until none is
+    left or the loop gives up on this thread."""
+    perf = time.perf_counter
+    items, results, lock = run.items, run.results, run.lock
+    while True:
+        with lock:
+            i = run.next
+            if runner.abandoned or i >= len(items):
+                runner.index = None
+                return
+            run.next = i + 1
+            runner.index = i
+            runner.started = time.monotonic()
+        metric, record = items[i]
+        t0 = perf()
+        try:
+            out: tuple[bool, Any] = (True, run.context.copy().run(metric, record))
+        except Exception as exc:
+            out = (False, exc)
+        except BaseException as exc:  # noqa: BLE001 - SystemExit and co. from the metric's code
+            out = (False, MetricAborted(_aborted(exc)))
+        ms = (perf() - t0) * 1000
+        run.warm.add(metric.name)
+        with lock:
+            if runner.abandoned:
+                return  # timed out meanwhile: the loop has its result
+            results[i] = (*out, ms)
+            run.ready.append(i)

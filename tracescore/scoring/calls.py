@@ -1,0 +1,93 @@
+"""Calling a metric: guards that turn a metric's ``SystemExit``/``KeyboardInterrupt`` into an
+ordinary error (:class:`MetricAborted`), and the normalisation of its output into
+:class:`~tracescore.score.Score` objects. Pure functions, any thread."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ..metrics.base import Metric, check_output
+from ..record import RagRecord
+from ..score import Score
+from ..store import StoreAPI
+
+
+def _refused(store: StoreAPI, exc: BaseException) -> bool:
+    """The store says ``exc`` is a fault that passes (never raises)."""
+    try:
+        return bool(store.unavailable(exc))
+    except Exception:
+        return False
+
+
+class MetricAborted(Exception):
+    """A metric raised a ``BaseException`` that is not an ``Exception`` (``SystemExit`` from
+    a ``sys.exit()`` in its code or a library's, ``KeyboardInterrupt``): carried back to the
+    loop as an ordinary exception, so it ends in an error score and never in the loop."""
+
+
+def _aborted(exc: BaseException) -> str:
+    return f"metric raised {exc!r}"[:2000]
+
+
+def _guarded(metric: Metric, record: RagRecord) -> Any:
+    """Run a sync metric (pool thread). A ``BaseException`` would otherwise cross to the
+    loop through the future and end it (asyncio re-raises ``SystemExit`` out of the loop)."""
+    try:
+        return metric(record)
+    except Exception:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - SystemExit and co. from the metric's code
+        raise MetricAborted(_aborted(exc)) from None
+
+
+async def _awaited_guarded(aw: Any) -> Any:
+    """Await a metric's coroutine; its ``SystemExit``/``KeyboardInterrupt`` becomes
+    :class:`MetricAborted`. Cancellation (timeout, stop) passes through."""
+    try:
+        return await aw
+    except (SystemExit, KeyboardInterrupt) as exc:
+        raise MetricAborted(_aborted(exc)) from None
+
+
+def _with(s: Score, **kw: Any) -> Score:
+    from dataclasses import replace
+
+    return replace(s, **kw)
+
+
+def _normalise(metric: Metric, out: Any, duration_ms: float | None = None) -> list[Score]:
+    """A metric's output as its scores: a Score or a list of Scores named as the metric
+    declares (:func:`~.metrics.base.check_output` turns anything else — a bare number, a score
+    named for another metric — into one error score per name, with the reason); values
+    validated."""
+    out = check_output(metric, out)
+    items: list[Any] = [out] if isinstance(out, Score) else list(out)
+    scores: list[Score] = []
+    for s in items:
+        if not isinstance(s, Score):
+            raise TypeError(f"metric {metric.name!r} returned {type(s).__name__} in its list")
+        if s.status == "ok" and (s.value is None or not math.isfinite(s.value)):
+            s = Score.failed(s.name, f"metric returned a non-finite value {s.value!r}")
+        if duration_ms is None:
+            scores.append(_with(s, metric=s.metric or metric.name,
+                                metric_version=metric.version))
+        else:
+            scores.append(_with(s, metric=s.metric or metric.name,
+                                metric_version=metric.version, duration_ms=duration_ms))
+    if not scores:
+        raise ValueError(f"metric {metric.name!r} returned no score")
+    if len({s.name for s in scores}) != len(scores):
+        raise ValueError(f"metric {metric.name!r} returned two scores with the same name")
+    return scores
+
+
+def _row_score(row: Mapping[str, Any]) -> Score:
+    return Score(
+        name=row["name"], value=row["value"], label=row["label"],
+        explanation=row["explanation"], status=row["status"], error=row["error"],
+        metric=row["metric"], metric_version=row["metric_version"],
+        duration_ms=row["duration_ms"],
+    )
