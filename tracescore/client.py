@@ -14,10 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
-from uuid import UUID
 
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk._logs.export import LogRecordExporter
@@ -27,26 +26,28 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
 from . import __version__ as _version
-from ._internal.errors import handle_internal_errors, record_internal_error
+from ._client.feedback import Feedback
+from ._client.lifecycle import Lifecycle
+from ._client.manual import (
+    MAX_LOG_CONTEXT_CHARS,
+    MAX_LOG_CONTEXTS,
+    _error_type,
+    _manual_record,
+    _redact_tree,
+)
+from ._internal.errors import handle_internal_errors
 from ._internal.losses import Losses
 from ._internal.validate import (
-    TRUNCATED_KEY,
-    check_context,
-    check_id,
-    check_metadata,
     hot_reason,
 )
 from .export import (
     CountingSpanExporter,
     ExportLoss,
-    PipelineSnapshot,
     Telemetry,
-    flush_within,
-    open_jobs,
     plan_export,
 )
 from .metrics.base import Metric
-from .processor import ScoreAttachingProcessor, adopt_processors, release_processors
+from .processor import ScoreAttachingProcessor, adopt_processors
 from .queue import FeedbackUpdate, GroundTruthUpdate, RecordQueue
 from .record import ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
 from .runs import RunIds, RunScope, enter_scope, exit_scope
@@ -63,19 +64,10 @@ log = logging.getLogger("tracescore")
 DEFAULT_METRICS = ("rouge", "bleu", "token_f1", "exact_match", "rgb_accuracy", "rgb_rejection")
 #: Span attribute values (contexts, answers) longer than this are cut, with a content hash.
 DEFAULT_MAX_ATTRIBUTE_CHARS = 4000
-#: :meth:`Tracescore.log_record` keeps at most this many contexts (and ground truths), and
-#: contexts of at most this many characters in all: the app thread's work stays bounded
-#: whatever the input (each kept context is checked, and redacted with ``redact``). What is
-#: beyond is dropped, counted in ``stats()["contexts_dropped"]``, and noted in the record's
-#: metadata (``tracescore.contexts_dropped``, ``tracescore.truncated``).
-MAX_LOG_CONTEXTS = 1_000
-MAX_LOG_CONTEXT_CHARS = 2_000_000
-#: the metadata key of a record whose contexts were cut: how many were dropped
-CONTEXTS_DROPPED_KEY = "tracescore.contexts_dropped"
 TEXT_INPUTS = frozenset({QUERY, CONTEXTS, ANSWER, GROUND_TRUTHS})
 
 
-class Tracescore:
+class Tracescore(Feedback, Lifecycle):
     """A running tracescore pipeline. Create it with :func:`tracescore.init`.
 
     Thread-safe. Methods that the app's request path calls (the framework handlers, and
@@ -616,7 +608,6 @@ class Tracescore:
         text = scrub(text)
         return self.redact(text) if self.redact is not None else text
 
-    # -- feedback ------------------------------------------------------------------------------
     @contextmanager
     def run(
         self,
@@ -647,116 +638,6 @@ class Tracescore:
             yield scope
         finally:
             exit_scope(token)
-
-    def trace_id_of(self, run_id: str | UUID) -> str | None:
-        """The trace id of the root run with this LangChain run id (``config["run_id"]``), if
-        it is among the process's most recent 10,000 root runs."""
-        return self.run_ids.resolve(run_id)
-
-    def _trace_id(self, trace_id: str | UUID) -> str:
-        """A 32-hex trace id, or an app run id (UUID) mapped to its trace id."""
-        if isinstance(trace_id, UUID) or (isinstance(trace_id, str) and len(trace_id) == 36):
-            found = self.run_ids.resolve(trace_id)
-            if found is None:
-                raise ValueError(f"unknown run id {str(trace_id)!r}: no recent root run had it "
-                                 "(pass the run's 32-hex trace id instead)")
-            return found
-        if isinstance(trace_id, str):
-            found = self.run_ids.resolve(trace_id)  # a run id written as 32 hex digits
-            if found is not None:
-                return found
-        return check_id(trace_id, 32, "trace_id (or a run id, a UUID)")
-
-    def add_ground_truth(self, trace_id: str | UUID, ground_truths: Sequence[str]) -> None:
-        """Attach reference answers to a trace's records; schedules the reference metrics.
-
-        ``trace_id``: the 32-hex trace id (``ts.run()``'s ``scope.trace_id``), or the run id
-        the app gave the run (``config={"run_id": uuid}``). Non-blocking: the update is
-        applied by the writer, after records already queued; a root span still held for its
-        scores waits for the jobs this schedules too.
-        """
-        trace_id = self._trace_id(trace_id)
-        if isinstance(ground_truths, str) or not all(isinstance(g, str) for g in ground_truths):
-            raise TypeError("ground_truths must be a sequence of str")
-        if not self.capture_content:
-            return
-        gts = tuple(self.redact(g) if self.redact else g for g in ground_truths)
-        self.queue.put(GroundTruthUpdate(trace_id.lower(), gts), record=False)
-
-    def add_feedback(
-        self,
-        trace_id: str | UUID,
-        value: float | bool | str | None = None,
-        *,
-        label: str | None = None,
-        name: str = "user",
-        comment: str | None = None,
-    ) -> None:
-        """Record a user's verdict on a trace (thumbs up/down, a score in [0, 1], a label).
-
-        ``value``: ``True``/``"up"``/``"good"`` → 1.0, ``False``/``"down"``/``"bad"`` → 0.0, or
-        a number in [0, 1]. Negative feedback (value < 0.5) forces sampling: every configured
-        metric scores that trace's records even if the sampler skipped them. Stored in the
-        ``feedback`` table; ``tracescore calibrate`` compares judge metrics with it.
-        Non-blocking (applied by the writer).
-        """
-        import time
-
-        trace_id = self._trace_id(trace_id)
-        if comment is not None and not isinstance(comment, str):
-            raise TypeError(f"comment must be a str or None, got {type(comment).__name__}")
-        v: float | None
-        if value is None:
-            v = None
-        elif isinstance(value, bool):
-            v = 1.0 if value else 0.0
-        elif isinstance(value, str):
-            words = {"up": 1.0, "good": 1.0, "yes": 1.0, "thumbs_up": 1.0, "positive": 1.0,
-                     "down": 0.0, "bad": 0.0, "no": 0.0, "thumbs_down": 0.0, "negative": 0.0}
-            if value.lower() not in words:
-                raise ValueError(f"feedback value {value!r}: use a number in [0, 1], a bool, "
-                                 f"or one of {sorted(words)}")
-            v = words[value.lower()]
-        elif isinstance(value, (int, float)) and 0.0 <= float(value) <= 1.0:
-            v = float(value)
-        else:
-            raise ValueError(f"feedback value must be in [0, 1], got {value!r}")
-        if v is None and label is None:
-            raise ValueError("feedback needs a value or a label")
-        if not isinstance(name, str) or not name:
-            raise ValueError("feedback name must be a non-empty str")
-        if comment is not None:  # the user's own words: redacted, or not kept at all
-            comment = (None if not self.capture_content
-                       else self.redact(comment) if self.redact is not None else comment)
-        self.queue.put(FeedbackUpdate(trace_id.lower(), name, v, label, comment, time.time()),
-                       record=False)
-
-    def add_label(self, trace_id: str | UUID, score_name: str, value: Any,
-                  annotator: str | None = None, comment: str | None = None) -> None:
-        """Record a person's label of score ``score_name`` on a trace (docs/trust.md).
-
-        ``value`` in the score's own scale: True/False, 1/0 or ``"yes"``/``"no"`` for a yes/no
-        metric, else a finite number (inside the metric's ``value_range`` if it declares
-        one). Bound to the metric version of the trace's stored score of that name. A new
-        label by the same ``annotator`` replaces their earlier one. Bad input (a score no
-        configured or registered metric emits, a non-finite or wrong-typed value) raises
-        here; the write itself is queued for the background writer, like
-        :meth:`add_feedback` (never blocks). ``comment`` is redacted, or dropped with
-        ``capture_content=False``.
-        """
-        import time
-
-        from .labels import LabelUpdate, check_text, label_value, scale_for
-
-        trace_id = self._trace_id(trace_id)
-        v = label_value(value, scale_for(score_name, self.metrics))
-        annotator = check_text(annotator, "annotator")
-        comment = check_text(comment, "comment")
-        if comment is not None:  # the annotator's own words: redacted, or not kept at all
-            comment = (None if not self.capture_content
-                       else self.redact(comment) if self.redact is not None else comment)
-        self.queue.put(LabelUpdate(trace_id.lower(), score_name, v, None, comment, time.time(),
-                                   annotator or ""), record=False)
 
     # -- pipeline callbacks (writer thread) ---------------------------------------------------
     def _plan_jobs(self, record: RagRecord, decision: Decision) -> list[NewJob]:
@@ -827,198 +708,6 @@ class Tracescore:
         finally:
             self.attacher.expect_more(span_id, opened - len(runs))
 
-    # -- lifecycle ------------------------------------------------------------------------------
-    def flush(self, timeout: float = 30.0) -> bool:
-        """Block until everything submitted so far is stored, scored and exported.
-
-        Returns False if ``timeout`` passed first. Not for the request path.
-        """
-        import time
-
-        deadline = time.monotonic() + timeout
-        if not self.queue.flush(timeout):
-            return False
-        # Capture only (score=False): stored is this process's part; workers elsewhere score.
-        # Scored: the scorer is idle (it found nothing to lease and has nothing in flight) and
-        # the database has no open job of our metrics. While the scorer works through a
-        # backlog only its in-memory idle flag is read (issue 19: a query every poll, 262 of
-        # them while a 43k-job backlog drained); the database is asked when the scorer
-        # looks idle — a job deferred for the judge, leased by another process or committed
-        # after the scorer's last look is still open — at widening intervals while it stays so.
-        if self.scoring:
-            self.worker.wake()
-            store: StoreAPI | None = None
-            try:
-                pause, db_gap, next_check, was_idle = 0.002, 0.005, 0.0, False
-                while True:
-                    if self.worker.gave_up:
-                        return False  # (a scorer that is not restarted any more: at once)
-                    idle = self.worker.idle
-                    if idle and (not was_idle or time.monotonic() >= next_check):
-                        if not self._metric_names:
-                            break
-                        if store is None:
-                            try:  # bounded by the deadline, also when another process
-                                store = open_store(  # holds the database
-                                    self.db_path,
-                                    timeout_s=max(0.05, deadline - time.monotonic()))
-                            except Exception:
-                                return False
-                        if not _has_open_jobs(store, self._metric_names):
-                            break
-                        self.worker.wake()  # (it may not have looked since the last commit)
-                        db_gap = db_gap * 2 if was_idle else 0.005
-                        next_check = time.monotonic() + min(db_gap, 0.25)
-                    was_idle = idle
-                    if time.monotonic() > deadline:
-                        return False
-                    time.sleep(pause)
-                    pause = min(pause * 2, 0.02)  # an in-memory flag: cheap to read often
-            finally:
-                if store is not None:
-                    store.close()
-        ok = True
-        # On helper threads: the SDK's batch processors ignore the flush timeout, and with the
-        # backend down the exporters retry for their own timeout per batch.
-        if self.attacher is not None:
-            ok = flush_within(self.attacher.force_flush, deadline - time.monotonic(), "spans")
-            # exported spans confirmed their scores' delivery: have the worker write that down
-            ok = self.worker.sync_delivered(deadline - time.monotonic()) and ok
-        if self.telemetry.enabled:
-            ok = flush_within(self.telemetry.force_flush, deadline - time.monotonic(),
-                              "logs-metrics") and ok
-        return ok
-
-    def shutdown(self, timeout: float = 30.0) -> bool:
-        """Flush, stop the background threads, and shut down the span pipeline.
-
-        Returns within about ``timeout`` seconds in all (every step gets what is left of it;
-        what is still unwritten then, e.g. with the database locked, is counted in
-        ``stats()["lost"]`` as ``unwritten_at_shutdown``).
-        """
-        import time
-
-        deadline = time.monotonic() + max(0.0, timeout)
-
-        def left() -> float:
-            return max(0.0, deadline - time.monotonic())
-
-        with self._lock:
-            if self._closed:
-                return True
-            ok = self.flush(timeout)
-            self._closed = True
-        if self._langchain_handler is not None:
-            self.uninstrument_langchain()
-        self.uninstrument_llama_index()
-        if self.retention is not None:
-            self.retention.stop(left())
-        if self.monitors is not None:
-            self.monitors.stop(min(5.0, left()))
-        # (what the writer could not store by then is counted as lost when it stops)
-        ok = self.queue.shutdown(left()) and ok
-        self.worker.stop(left())
-        attacher = self.attacher
-        if attacher is not None:
-            if self._adopted:  # the app's processors: give them back, never shut them down
-                release_processors(attacher)
-                flush_within(_returning_true(lambda _ms: attacher.close(shutdown_inner=False)),
-                             left(), "close")
-            else:
-                flush_within(_returning_true(lambda _ms: attacher.shutdown()), left(),
-                             "shutdown")
-        if self.telemetry.enabled:
-            flush_within(_returning_true(self.telemetry.shutdown), left(), "telemetry")
-        close = getattr(self.embedder, "close", None)
-        if close is not None:
-            close()
-        return ok
-
-    def stats(self) -> dict[str, Any]:
-        """Counters of this process plus the database's, answered at once from memory.
-
-        Never blocks on the database and never raises: ``open_jobs`` and ``db_counters`` are
-        what the scoring worker last read (``db_checked_at``, a ``time.time()``; None before the
-        first read). ``lost`` counts, by reason, what was accepted and then could not be kept
-        (``queue_full``, ``disk_full`` — records beyond the in-memory buffer while the disk was
-        full —, ``invalid_trace_id``, ``write_failed:<error>``, ``unwritten_at_shutdown``, ...);
-        ``db_unavailable`` is the database error the writer or the scorer is waiting out (a
-        full disk, a lock), or None: records and scores wait in memory meanwhile and are
-        written when it passes. ``scorer`` is the scoring loop's health (``alive``, ``restarts``,
-        ``gave_up``, ``last_error``): a loop that dies is restarted with a backoff.
-        """
-        try:
-            return self._stats()
-        except Exception as exc:  # a counter read must never break the caller
-            record_internal_error("stats", exc)
-            return {"error": f"{type(exc).__name__}: {exc}"}
-
-    def _stats(self) -> dict[str, Any]:
-        db = self.worker.db_snapshot
-        lost = self.losses.snapshot()
-        # drops at the full buffer: under the database fault that filled it (``disk_full``,
-        # ``db_io_error``, ``db_unavailable``), else ``queue_full`` (the app outpaced the writer)
-        by_fault = dict(self.queue.dropped_by)
-        if self.queue.dropped - sum(by_fault.values()) > 0:
-            lost["queue_full"] = self.queue.dropped - sum(by_fault.values())
-        for reason, n in by_fault.items():
-            lost[reason] = lost.get(reason, 0) + n
-        judge = None
-        if self.judge_session is not None:
-            j = self.judge_session.judge
-            judge = {
-                "model": self.judge_session.model, "calls": j.calls, "failures": j.failures,
-                "breaker_state": j.breaker.state, "breaker_opened": j.breaker.opened,
-                "health": dict(self.judge_session.health),
-                # the current outage in one line (None while the judge answers)
-                "unavailable": j.outage.current,
-            }
-        return {
-            "queue_depth": self.queue.depth,
-            "dropped": self.queue.dropped,
-            "dropped_other": self.queue.dropped_other,
-            "written": self.queue.written,
-            "lost": lost,
-            "db_unavailable": self.queue.db_unavailable or self.worker.db_unavailable,
-            "scored_jobs": self.worker.scored,
-            "error_scores": self.worker.errors,
-            "open_jobs": db.get("open_jobs"),
-            "records_seen": self.records_seen,
-            "records_sampled": self.records_sampled,
-            "contexts_dropped": self.contexts_dropped,
-            "export_failures": sum(self.export_loss.failures.values()),
-            "export_lost": self.export_loss.lost,
-            # scores whose span failed to export (they stay undelivered), and scores sent
-            # again on a carrier span by the redelivery sweep
-            "scores_export_failed": (self.attacher.export_failed_scores
-                                     if self.attacher is not None else 0),
-            "scores_redelivered": self.worker.redelivered,
-            "spans_held": self.attacher.held if self.attacher is not None else 0,
-            "deferred_jobs": self.worker.deferred,
-            "judge": judge,
-            # the scoring loop's health (None in a capture-only process): alive, restarts
-            # (it is restarted after a fault), gave_up, last_error
-            "scorer": self.worker.health() if self.scoring else None,
-            "db_counters": dict(db.get("counters") or {}),
-            "db_checked_at": db.get("checked_at"),
-        }
-
-    def _snapshot(self) -> PipelineSnapshot:
-        """For the observable metrics (metric reader thread): counters plus one SQL query."""
-        n_open, lag = open_jobs(self.db_path, self._metric_names)
-        return PipelineSnapshot(
-            records_seen=self.records_seen, records_sampled=self.records_sampled,
-            records_dropped=self.queue.dropped, queue_depth=self.queue.depth,
-            open_jobs=n_open, scoring_lag_s=lag,
-        )
-
-    def __enter__(self) -> Tracescore:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
-
-
 class _OwnProvider(TracerProvider):
     """The tracer provider tracescore makes when the app gives it none to export to: it
     counts the span processors added to it (:attr:`Tracescore.spans_wanted`)."""
@@ -1048,103 +737,3 @@ def _installed(module: str) -> bool:
     except ModuleNotFoundError:  # the parent package is missing
         return False
 
-
-def _manual_record(query: Any, answer: Any, contexts: Any, ground_truths: Any, metadata: Any,
-                   trace_id: Any, span_id: Any) -> tuple[RagRecord, int]:
-    """The record :meth:`Tracescore.log_record` describes and how many contexts and ground
-    truths it dropped beyond the bounds; or a clear TypeError/ValueError."""
-    for name, value in (("query", query), ("answer", answer)):
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
-    for name, seq in (("contexts", contexts), ("ground_truths", ground_truths)):
-        if seq is None or isinstance(seq, (str, bytes, Mapping)) \
-                or not isinstance(seq, Iterable):
-            got = "a single str" if isinstance(seq, str) else type(seq).__name__
-            raise TypeError(f"{name} must be a sequence (list or tuple), not {got}")
-    ctxs, cut_ctxs = _bounded(contexts, check_context)
-    gts, cut_gts = _bounded(ground_truths, _check_ground_truth)
-    md = check_metadata(metadata)
-    if cut_ctxs or cut_gts:
-        md[CONTEXTS_DROPPED_KEY] = cut_ctxs + cut_gts
-        hit = md.get(TRUNCATED_KEY)
-        md[TRUNCATED_KEY] = sorted({*(hit if isinstance(hit, list) else []),
-                                    *(["contexts"] if cut_ctxs else []),
-                                    *(["ground_truths"] if cut_gts else [])})
-    from .integrations._ids import new_span_id, new_trace_id
-
-    return RagRecord(
-        trace_id=new_trace_id() if trace_id is None else check_id(trace_id, 32, "trace_id"),
-        span_id=new_span_id() if span_id is None else check_id(span_id, 16, "span_id"),
-        query=query, answer=answer, contexts=tuple(ctxs), ground_truths=tuple(gts),
-        metadata=md, source="manual",
-    ), cut_ctxs + cut_gts
-
-
-def _check_ground_truth(g: Any, i: int) -> str:
-    if not isinstance(g, str):
-        raise TypeError(f"ground_truths[{i}] must be a str, got {type(g).__name__}")
-    return g
-
-
-def _text_of(item: Any) -> str:
-    return item if isinstance(item, str) else str(getattr(item, "text", ""))
-
-
-def _bounded(items: Iterable[Any], check: Callable[[Any, int], Any]) -> tuple[list[Any], int]:
-    """The first items of ``items`` within :data:`MAX_LOG_CONTEXTS` and
-    :data:`MAX_LOG_CONTEXT_CHARS`, each checked; and how many were left out (counted without
-    being checked: a list's length, else by iterating, which is cheap per item)."""
-    kept: list[Any] = []
-    chars = 0
-    it = iter(items)
-    seen = 0
-    for i, item in enumerate(it):
-        seen = i + 1
-        if i >= MAX_LOG_CONTEXTS:
-            break
-        checked = check(item, i)
-        chars += len(_text_of(checked))
-        if chars > MAX_LOG_CONTEXT_CHARS:
-            break
-        kept.append(checked)
-    if isinstance(items, Sized):
-        return kept, len(items) - len(kept)
-    return kept, seen - len(kept) + sum(1 for _ in it)
-
-
-def _error_type(error: str | None) -> str | None:
-    """``"ValueError: the user's text"`` → ``"ValueError"`` (capture off)."""
-    if not isinstance(error, str):
-        return None
-    head = error.split(":", 1)[0].strip()
-    return head if head.replace(".", "").replace("_", "").isalnum() else "error"
-
-
-def _redact_tree(value: Any, redact: Callable[[str], str] | None, depth: int) -> Any:
-    if isinstance(value, str):
-        return redact(value) if redact is not None else f"<redacted: {len(value)} chars>"
-    if depth >= 32:
-        return "<redacted>"
-    if isinstance(value, Mapping):
-        return {k: _redact_tree(v, redact, depth + 1) for k, v in list(value.items())}
-    if isinstance(value, (list, tuple)):
-        return [_redact_tree(v, redact, depth + 1) for v in value]
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return _redact_tree(repr(value)[:200], redact, depth)
-
-
-def _has_open_jobs(store: StoreAPI, metrics: Sequence[str]) -> bool:
-    try:
-        return store.has_open_jobs(metrics)
-    except Exception:  # locked for longer than the wait, or the server away: still open
-        return True
-
-
-def _returning_true(stop: Callable[[int], Any]) -> Callable[[int], bool]:
-    """A shutdown step (returns None) for :func:`flush_within` (which wants a result)."""
-    def run(millis: int) -> bool:
-        stop(millis)
-        return True
-
-    return run

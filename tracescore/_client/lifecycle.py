@@ -1,0 +1,231 @@
+"""The pipeline's life cycle (:class:`Lifecycle`, mixed into :class:`tracescore.client.Tracescore`):
+``flush`` (wait until every record is stored and scored and its spans exported), ``shutdown``
+and ``stats``. ``flush`` and ``shutdown`` block the calling thread (never call them on the
+request path); ``stats`` reads in-memory counters and a cached database snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._internal.errors import record_internal_error
+from ..export import (
+    PipelineSnapshot,
+    flush_within,
+    open_jobs,
+)
+from ..processor import release_processors
+from ..store import StoreAPI, open_store
+
+if TYPE_CHECKING:
+    from ..client import Tracescore
+
+
+class Lifecycle:
+    """Flush, shutdown and stats (state lives on the client)."""
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Block until everything submitted so far is stored, scored and exported.
+
+        Returns False if ``timeout`` passed first. Not for the request path.
+        """
+        import time
+
+        deadline = time.monotonic() + timeout
+        if not self.queue.flush(timeout):
+            return False
+        # Capture only (score=False): stored is this process's part; workers elsewhere score.
+        # Scored: the scorer is idle (it found nothing to lease and has nothing in flight) and
+        # the database has no open job of our metrics. While the scorer works through a
+        # backlog only its in-memory idle flag is read (issue 19: a query every poll, 262 of
+        # them while a 43k-job backlog drained); the database is asked when the scorer
+        # looks idle — a job deferred for the judge, leased by another process or committed
+        # after the scorer's last look is still open — at widening intervals while it stays so.
+        if self.scoring:
+            self.worker.wake()
+            store: StoreAPI | None = None
+            try:
+                pause, db_gap, next_check, was_idle = 0.002, 0.005, 0.0, False
+                while True:
+                    if self.worker.gave_up:
+                        return False  # (a scorer that is not restarted any more: at once)
+                    idle = self.worker.idle
+                    if idle and (not was_idle or time.monotonic() >= next_check):
+                        if not self._metric_names:
+                            break
+                        if store is None:
+                            try:  # bounded by the deadline, also when another process
+                                store = open_store(  # holds the database
+                                    self.db_path,
+                                    timeout_s=max(0.05, deadline - time.monotonic()))
+                            except Exception:
+                                return False
+                        if not _has_open_jobs(store, self._metric_names):
+                            break
+                        self.worker.wake()  # (it may not have looked since the last commit)
+                        db_gap = db_gap * 2 if was_idle else 0.005
+                        next_check = time.monotonic() + min(db_gap, 0.25)
+                    was_idle = idle
+                    if time.monotonic() > deadline:
+                        return False
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.02)  # an in-memory flag: cheap to read often
+            finally:
+                if store is not None:
+                    store.close()
+        ok = True
+        # On helper threads: the SDK's batch processors ignore the flush timeout, and with the
+        # backend down the exporters retry for their own timeout per batch.
+        if self.attacher is not None:
+            ok = flush_within(self.attacher.force_flush, deadline - time.monotonic(), "spans")
+            # exported spans confirmed their scores' delivery: have the worker write that down
+            ok = self.worker.sync_delivered(deadline - time.monotonic()) and ok
+        if self.telemetry.enabled:
+            ok = flush_within(self.telemetry.force_flush, deadline - time.monotonic(),
+                              "logs-metrics") and ok
+        return ok
+
+    def shutdown(self, timeout: float = 30.0) -> bool:
+        """Flush, stop the background threads, and shut down the span pipeline.
+
+        Returns within about ``timeout`` seconds in all (every step gets what is left of it;
+        what is still unwritten then, e.g. with the database locked, is counted in
+        ``stats()["lost"]`` as ``unwritten_at_shutdown``).
+        """
+        import time
+
+        deadline = time.monotonic() + max(0.0, timeout)
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
+        with self._lock:
+            if self._closed:
+                return True
+            ok = self.flush(timeout)
+            self._closed = True
+        if self._langchain_handler is not None:
+            self.uninstrument_langchain()
+        self.uninstrument_llama_index()
+        if self.retention is not None:
+            self.retention.stop(left())
+        if self.monitors is not None:
+            self.monitors.stop(min(5.0, left()))
+        # (what the writer could not store by then is counted as lost when it stops)
+        ok = self.queue.shutdown(left()) and ok
+        self.worker.stop(left())
+        attacher = self.attacher
+        if attacher is not None:
+            if self._adopted:  # the app's processors: give them back, never shut them down
+                release_processors(attacher)
+                flush_within(_returning_true(lambda _ms: attacher.close(shutdown_inner=False)),
+                             left(), "close")
+            else:
+                flush_within(_returning_true(lambda _ms: attacher.shutdown()), left(),
+                             "shutdown")
+        if self.telemetry.enabled:
+            flush_within(_returning_true(self.telemetry.shutdown), left(), "telemetry")
+        close = getattr(self.embedder, "close", None)
+        if close is not None:
+            close()
+        return ok
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of this process plus the database's, answered at once from memory.
+
+        Never blocks on the database and never raises: ``open_jobs`` and ``db_counters`` are
+        what the scoring worker last read (``db_checked_at``, a ``time.time()``; None before the
+        first read). ``lost`` counts, by reason, what was accepted and then could not be kept
+        (``queue_full``, ``disk_full`` — records beyond the in-memory buffer while the disk was
+        full —, ``invalid_trace_id``, ``write_failed:<error>``, ``unwritten_at_shutdown``, ...);
+        ``db_unavailable`` is the database error the writer or the scorer is waiting out (a
+        full disk, a lock), or None: records and scores wait in memory meanwhile and are
+        written when it passes. ``scorer`` is the scoring loop's health (``alive``, ``restarts``,
+        ``gave_up``, ``last_error``): a loop that dies is restarted with a backoff.
+        """
+        try:
+            return self._stats()
+        except Exception as exc:  # a counter read must never break the caller
+            record_internal_error("stats", exc)
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
+    def _stats(self) -> dict[str, Any]:
+        db = self.worker.db_snapshot
+        lost = self.losses.snapshot()
+        # drops at the full buffer: under the database fault that filled it (``disk_full``,
+        # ``db_io_error``, ``db_unavailable``), else ``queue_full`` (the app outpaced the writer)
+        by_fault = dict(self.queue.dropped_by)
+        if self.queue.dropped - sum(by_fault.values()) > 0:
+            lost["queue_full"] = self.queue.dropped - sum(by_fault.values())
+        for reason, n in by_fault.items():
+            lost[reason] = lost.get(reason, 0) + n
+        judge = None
+        if self.judge_session is not None:
+            j = self.judge_session.judge
+            judge = {
+                "model": self.judge_session.model, "calls": j.calls, "failures": j.failures,
+                "breaker_state": j.breaker.state, "breaker_opened": j.breaker.opened,
+                "health": dict(self.judge_session.health),
+                # the current outage in one line (None while the judge answers)
+                "unavailable": j.outage.current,
+            }
+        return {
+            "queue_depth": self.queue.depth,
+            "dropped": self.queue.dropped,
+            "dropped_other": self.queue.dropped_other,
+            "written": self.queue.written,
+            "lost": lost,
+            "db_unavailable": self.queue.db_unavailable or self.worker.db_unavailable,
+            "scored_jobs": self.worker.scored,
+            "error_scores": self.worker.errors,
+            "open_jobs": db.get("open_jobs"),
+            "records_seen": self.records_seen,
+            "records_sampled": self.records_sampled,
+            "contexts_dropped": self.contexts_dropped,
+            "export_failures": sum(self.export_loss.failures.values()),
+            "export_lost": self.export_loss.lost,
+            # scores whose span failed to export (they stay undelivered), and scores sent
+            # again on a carrier span by the redelivery sweep
+            "scores_export_failed": (self.attacher.export_failed_scores
+                                     if self.attacher is not None else 0),
+            "scores_redelivered": self.worker.redelivered,
+            "spans_held": self.attacher.held if self.attacher is not None else 0,
+            "deferred_jobs": self.worker.deferred,
+            "judge": judge,
+            # the scoring loop's health (None in a capture-only process): alive, restarts
+            # (it is restarted after a fault), gave_up, last_error
+            "scorer": self.worker.health() if self.scoring else None,
+            "db_counters": dict(db.get("counters") or {}),
+            "db_checked_at": db.get("checked_at"),
+        }
+
+    def _snapshot(self) -> PipelineSnapshot:
+        """For the observable metrics (metric reader thread): counters plus one SQL query."""
+        n_open, lag = open_jobs(self.db_path, self._metric_names)
+        return PipelineSnapshot(
+            records_seen=self.records_seen, records_sampled=self.records_sampled,
+            records_dropped=self.queue.dropped, queue_depth=self.queue.depth,
+            open_jobs=n_open, scoring_lag_s=lag,
+        )
+
+    def __enter__(self) -> Tracescore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+
+def _has_open_jobs(store: StoreAPI, metrics: Sequence[str]) -> bool:
+    try:
+        return store.has_open_jobs(metrics)
+    except Exception:  # locked for longer than the wait, or the server away: still open
+        return True
+
+
+def _returning_true(stop: Callable[[int], Any]) -> Callable[[int], bool]:
+    """A shutdown step (returns None) for :func:`flush_within` (which wants a result)."""
+    def run(millis: int) -> bool:
+        stop(millis)
+        return True
+
+    return run

@@ -1,0 +1,110 @@
+"""The record of ``Tracescore.log_record``: its arguments checked (clear errors at the API) and
+bounded, and the redaction of nested metadata. Pure functions, any thread."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sized
+from typing import Any
+
+from .._internal.validate import (
+    TRUNCATED_KEY,
+    check_context,
+    check_id,
+    check_metadata,
+)
+from ..record import RagRecord
+
+#: :meth:`tracescore.client.Tracescore.log_record` keeps at most this many contexts (and ground truths), and
+#: contexts of at most this many characters in all: the app thread's work stays bounded
+#: whatever the input (each kept context is checked, and redacted with ``redact``). What is
+#: beyond is dropped, counted in ``stats()["contexts_dropped"]``, and noted in the record's
+#: metadata (``tracescore.contexts_dropped``, ``tracescore.truncated``).
+MAX_LOG_CONTEXTS = 1_000
+MAX_LOG_CONTEXT_CHARS = 2_000_000
+#: the metadata key of a record whose contexts were cut: how many were dropped
+CONTEXTS_DROPPED_KEY = "tracescore.contexts_dropped"
+
+
+def _manual_record(query: Any, answer: Any, contexts: Any, ground_truths: Any, metadata: Any,
+                   trace_id: Any, span_id: Any) -> tuple[RagRecord, int]:
+    """The record :meth:`Tracescore.log_record` describes and how many contexts and ground
+    truths it dropped beyond the bounds; or a clear TypeError/ValueError."""
+    for name, value in (("query", query), ("answer", answer)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
+    for name, seq in (("contexts", contexts), ("ground_truths", ground_truths)):
+        if seq is None or isinstance(seq, (str, bytes, Mapping)) \
+                or not isinstance(seq, Iterable):
+            got = "a single str" if isinstance(seq, str) else type(seq).__name__
+            raise TypeError(f"{name} must be a sequence (list or tuple), not {got}")
+    ctxs, cut_ctxs = _bounded(contexts, check_context)
+    gts, cut_gts = _bounded(ground_truths, _check_ground_truth)
+    md = check_metadata(metadata)
+    if cut_ctxs or cut_gts:
+        md[CONTEXTS_DROPPED_KEY] = cut_ctxs + cut_gts
+        hit = md.get(TRUNCATED_KEY)
+        md[TRUNCATED_KEY] = sorted({*(hit if isinstance(hit, list) else []),
+                                    *(["contexts"] if cut_ctxs else []),
+                                    *(["ground_truths"] if cut_gts else [])})
+    from ..integrations._ids import new_span_id, new_trace_id
+
+    return RagRecord(
+        trace_id=new_trace_id() if trace_id is None else check_id(trace_id, 32, "trace_id"),
+        span_id=new_span_id() if span_id is None else check_id(span_id, 16, "span_id"),
+        query=query, answer=answer, contexts=tuple(ctxs), ground_truths=tuple(gts),
+        metadata=md, source="manual",
+    ), cut_ctxs + cut_gts
+
+
+def _check_ground_truth(g: Any, i: int) -> str:
+    if not isinstance(g, str):
+        raise TypeError(f"ground_truths[{i}] must be a str, got {type(g).__name__}")
+    return g
+
+
+def _text_of(item: Any) -> str:
+    return item if isinstance(item, str) else str(getattr(item, "text", ""))
+
+
+def _bounded(items: Iterable[Any], check: Callable[[Any, int], Any]) -> tuple[list[Any], int]:
+    """The first items of ``items`` within :data:`MAX_LOG_CONTEXTS` and
+    :data:`MAX_LOG_CONTEXT_CHARS`, each checked; and how many were left out (counted without
+    being checked: a list's length, else by iterating, which is cheap per item)."""
+    kept: list[Any] = []
+    chars = 0
+    it = iter(items)
+    seen = 0
+    for i, item in enumerate(it):
+        seen = i + 1
+        if i >= MAX_LOG_CONTEXTS:
+            break
+        checked = check(item, i)
+        chars += len(_text_of(checked))
+        if chars > MAX_LOG_CONTEXT_CHARS:
+            break
+        kept.append(checked)
+    if isinstance(items, Sized):
+        return kept, len(items) - len(kept)
+    return kept, seen - len(kept) + sum(1 for _ in it)
+
+
+def _error_type(error: str | None) -> str | None:
+    """``"ValueError: the user's text"`` → ``"ValueError"`` (capture off)."""
+    if not isinstance(error, str):
+        return None
+    head = error.split(":", 1)[0].strip()
+    return head if head.replace(".", "").replace("_", "").isalnum() else "error"
+
+
+def _redact_tree(value: Any, redact: Callable[[str], str] | None, depth: int) -> Any:
+    if isinstance(value, str):
+        return redact(value) if redact is not None else f"<redacted: {len(value)} chars>"
+    if depth >= 32:
+        return "<redacted>"
+    if isinstance(value, Mapping):
+        return {k: _redact_tree(v, redact, depth + 1) for k, v in list(value.items())}
+    if isinstance(value, (list, tuple)):
+        return [_redact_tree(v, redact, depth + 1) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return _redact_tree(repr(value)[:200], redact, depth)
