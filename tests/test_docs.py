@@ -49,3 +49,22 @@ def test_every_metric_is_in_the_readme_table():
     assert set(names) <= set(tracescore.available_metrics())
     for name in names:
         assert f"`{name}`" in README, f"metric {name} missing from the README metrics table"
+
+
+def test_every_package_of_the_tree_is_installed():
+    """pyproject lists its packages one by one: a new subpackage left out works in an editable
+    install and is missing from a real one (``pip install tracescore``)."""
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts)
+             for p in (ROOT / "tracescore").rglob("__init__.py")}
+    found |= {"tracescore." + ".".join(p.parent.relative_to(ROOT).parts)
+              for p in (ROOT / "integrations").rglob("__init__.py")}
+    assert found - listed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
