@@ -207,7 +207,7 @@ def _num(v: Any) -> float | None:
 
 
 def _json(value: Any) -> str:
-    from ..store.sqlite import _json_safe, dumps
+    from ..store.rows import _json_safe, dumps
 
     return dumps(_json_safe(value))
 

@@ -23,22 +23,21 @@ app's request path (the writer thread, the scoring worker and the CLI call it).
 from __future__ import annotations
 
 from .base import StoreAPI, is_postgres, open_store, redact_url
-from .segments import SegmentSpec
-from .sqlite import (
+from .rows import (
     DONE,
     LEASED,
     MAX_METADATA_CHARS,
     PENDING,
-    SCHEMA_VERSION,
     SKIPPED,
     Job,
     NewJob,
-    Store,
     clean_text,
     dumps,
     record_row,
     row_to_record,
 )
+from .segments import SegmentSpec
+from .sqlite import SCHEMA_VERSION, Store
 
 __all__ = ["DONE", "LEASED", "MAX_METADATA_CHARS", "PENDING", "SCHEMA_VERSION", "SKIPPED", "Job",
            "NewJob", "SegmentSpec", "Store", "StoreAPI", "clean_text", "dumps", "is_postgres",

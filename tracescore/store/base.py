@@ -22,8 +22,8 @@ from .._internal.db_urls import PG_SCHEMES, is_postgres, redact_text, redact_url
 from ..record import RagRecord
 from ..sampling import Decision
 from ..score import Score
+from .rows import Job, NewJob
 from .segments import SegmentSpec
-from .sqlite import Job, NewJob
 
 __all__ = ["PG_SCHEMES", "StoreAPI", "is_postgres", "open_store", "redact_text", "redact_url",
            "storage_fault"]

@@ -106,7 +106,7 @@ def _finite(value: Any, what: str) -> float | None:
 
 
 def _text(value: Any) -> str | None:
-    from .sqlite import clean_text
+    from .rows import clean_text
 
     if value is None:
         return None
@@ -212,7 +212,7 @@ class LabelsMixin:
         """One canary run: a dict with :data:`CANARY_COLS` keys but ``id`` (missing ones
         NULL; ``at`` default now; ``details`` any JSON-able value, stored as JSON text;
         ``degenerate`` a bool)."""
-        from .sqlite import dumps
+        from .rows import dumps
 
         unknown = set(row) - set(CANARY_COLS[1:])
         if unknown:

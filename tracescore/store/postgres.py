@@ -32,8 +32,7 @@ from ..score import Score
 from .labels import LabelsMixin
 from .migrations import migrate_postgres
 from .rollup import Delta, QmarkConnection, count_skips
-from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
-from .sqlite import (
+from .rows import (
     _CREATED,
     _NO_SEGMENTS,
     _OLD_SCORES,
@@ -50,6 +49,7 @@ from .sqlite import (
     record_row,
     row_to_record,
 )
+from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
 
 try:
     import psycopg
