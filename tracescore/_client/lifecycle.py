@@ -6,7 +6,7 @@ request path); ``stats`` reads in-memory counters and a cached database snapshot
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from .._internal.errors import record_internal_error
 from ..export import (
@@ -17,8 +17,7 @@ from ..export import (
 from ..processor import release_processors
 from ..store import StoreAPI, open_store
 
-if TYPE_CHECKING:
-    from ..client import Tracescore
+_Self = TypeVar("_Self", bound="Lifecycle")
 
 
 class Lifecycle:
@@ -208,7 +207,7 @@ class Lifecycle:
             open_jobs=n_open, scoring_lag_s=lag,
         )
 
-    def __enter__(self) -> Tracescore:
+    def __enter__(self: _Self) -> _Self:
         return self
 
     def __exit__(self, *exc: Any) -> None:
