@@ -102,6 +102,22 @@ class PgCursor:
         self._cur.close()
 
 
+def connect(url: str, *, timeout_s: float = 5.0,
+            read_only: bool = False) -> Any:
+    """An autocommit PostgreSQL connection; ``timeout_s`` bounds the connect (the server may be
+    down); ``read_only``: every statement runs in a read-only transaction (reports).
+    psycopg is imported here: the SQLite path never loads it."""
+    import psycopg
+
+    if read_only:
+        return psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout_s)),
+                               application_name="tracescore",
+                               options="-c default_transaction_read_only=on")
+    return psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout_s)),
+                           application_name="tracescore")
+
+
+
 class PgConnection:
     """A psycopg connection that speaks the readers' SQL (autocommit; ``?`` placeholders;
     rows like ``sqlite3.Row``). One per thread, like a ``sqlite3`` connection."""
@@ -109,8 +125,6 @@ class PgConnection:
     dialect = "postgres"
 
     def __init__(self, url: str, *, timeout_s: float = 10.0, read_only: bool = False) -> None:
-        from .postgres import connect
-
         self.url = url
         self.conn = connect(url, timeout_s=timeout_s, read_only=read_only)
         self.conn.row_factory = _row_factory

@@ -29,6 +29,7 @@ from .._internal.vectors import pack, unpack
 from ..record import RagRecord
 from ..sampling import Decision
 from ..score import Score
+from .compat import connect
 from .labels import LabelsMixin
 from .migrations import migrate_postgres
 from .rollup import Delta, QmarkConnection, count_skips
@@ -67,18 +68,6 @@ TABLES = ("records", "jobs", "scores", "counters", "metrics", "judge_cache", "ju
 
 #: the database's clock (every host of a fleet agrees on it)
 NOW = "extract(epoch FROM clock_timestamp())::float8"
-
-
-def connect(url: str, *, timeout_s: float = 5.0,
-            read_only: bool = False) -> psycopg.Connection[Any]:
-    """An autocommit connection; ``timeout_s`` bounds the connect (the server may be down);
-    ``read_only``: every statement runs in a read-only transaction (reports)."""
-    if read_only:
-        return psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout_s)),
-                               application_name="tracescore",
-                               options="-c default_transaction_read_only=on")
-    return psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout_s)),
-                           application_name="tracescore")
 
 
 def open_jobs(url: str, metrics: Sequence[str] | None) -> tuple[int, float]:
@@ -123,7 +112,7 @@ class PostgresStore(LabelsMixin):
     shared = True
 
     def __init__(self, url: str, *, timeout_s: float = 5.0) -> None:
-        from .base import redact_url
+        from .._internal.db_urls import redact_url
 
         self.url = url
         self.name = redact_url(url)
