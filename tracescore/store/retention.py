@@ -60,6 +60,8 @@ from .._internal.validate import is_number
 from .compact import compact_stored_contexts, text_facts
 from .migrations import REBUILT_INDEXES, ensure_rebuilt_indexes
 from .rollup import Delta, qmark_tx
+from .vacuum import incremental_vacuum
+from .vacuum import rest as _rest
 
 log = logging.getLogger("tracescore")
 
@@ -393,14 +395,6 @@ def _run_steps(store: Any, steps: tuple[tuple[str, str], ...], cutoff: float, li
             _rest(pause_s, time.perf_counter() - t)
 
 
-def _rest(pause_s: float, busy_s: float) -> None:
-    """The pause after a write transaction that took ``busy_s``: as long as the transaction,
-    at most ``pause_s``. The writer and the scoring worker get the lock at least half of the
-    time, and a short batch is not followed by a long sleep (issue 19: a fixed 50 ms after
-    each 500-record batch was a minute of sleeping per 600,000 records)."""
-    time.sleep(max(0.0, min(pause_s, busy_s)))
-
-
 #: Pages of SQLite page cache for a pruning connection, per record of a batch: deleting a
 #: record touches about seven randomly placed index pages (records by id and by trace, its
 #: scores by record and by value, its jobs by record); with SQLite's default 2 MB cache a
@@ -456,53 +450,14 @@ def give_back_space(store: Any, pages_per_step: int, *, pause_s: float,
                     stop: threading.Event | None = None, budget_s: float | None = None,
                     result: PruneResult | None = None,
                     max_hold_s: float | None = None) -> tuple[int, int]:
-    """Return free pages to the file system: SQLite's incremental vacuum, ``pages_per_step``
-    pages per write transaction, for at most ``budget_s`` seconds (None: all of them), then
-    truncate the WAL. Returns (pages given back, steps); ``result.free_pages_left`` gets the
-    free pages left for a later run (new rows reuse them meanwhile).
-
-    ``PRAGMA incremental_vacuum(N)`` frees one page per ``sqlite3_step`` of its statement,
-    and Python's ``execute`` steps a statement that returns no rows exactly once: the
-    store's loop (``execute`` + ``fetchall``) freed ONE page per step and then slept, ~20
-    pages a second (issue 19). ``executescript`` steps each statement to its end, so a step
-    frees its N pages; it runs outside a transaction, so the pragma is its own write
-    transaction (and waits for the lock like any other). ``max_hold_s``: steps shrink below
-    ``pages_per_step`` to hold the lock about that long (at 1M records a page took ~0.5 ms:
-    2,048 pages held it ~1 s). PostgreSQL, and a SQLite database
-    without incremental auto-vacuum: the store's own method (nothing to do)."""
+    """Return free pages to the file system for at most ``budget_s`` seconds (None: all of
+    them); (pages given back, steps). SQLite with incremental auto-vacuum:
+    :func:`.vacuum.incremental_vacuum`. PostgreSQL, and a SQLite database without
+    incremental auto-vacuum: the store's own method (nothing to do)."""
     if _is_pg(store) or store.auto_vacuum_mode() != "incremental":
         return int(store.give_back_space(pages_per_step, pause_s=pause_s, stop=stop)), 0
-    conn = store.conn
-
-    def free_pages() -> int:
-        return int(conn.execute("PRAGMA freelist_count").fetchone()[0])
-
-    done = steps = 0
-    free = free_pages()
-    step = pages_per_step
-    t0 = time.perf_counter()
-    while free and not (stop is not None and stop.is_set()):
-        t = time.perf_counter()
-        if budget_s is not None and steps and t - t0 >= budget_s:
-            break
-        conn.executescript(f"PRAGMA incremental_vacuum({int(min(free, step))});")
-        took = time.perf_counter() - t
-        if result is not None:
-            result.longest_hold_s = max(result.longest_hold_s, took)
-        if max_hold_s is not None and took > 0:
-            step = max(16, min(pages_per_step, int(step * min(1.5, 0.8 * max_hold_s / took))))
-        steps += 1
-        left = free_pages()
-        if left >= free:
-            break  # (nothing went: do not spin)
-        done += free - left
-        free = left
-        if free:
-            _rest(pause_s, time.perf_counter() - t)
-    if result is not None:
-        result.free_pages_left = free
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-    return done, steps
+    return incremental_vacuum(store.conn, pages_per_step, pause_s=pause_s, stop=stop,
+                              budget_s=budget_s, result=result, max_hold_s=max_hold_s)
 
 
 def prune(store: Any, policy: Retention | None, *, now: float | None = None,

@@ -278,9 +278,9 @@ class Store(LabelsMixin):
         :meth:`vacuum_full`). Returns the pages given back."""
         if self.auto_vacuum_mode() != "incremental":
             return 0
-        from .retention import give_back_space  # (each step frees its N pages: see there)
+        from .vacuum import incremental_vacuum
 
-        return give_back_space(self, pages_per_step, pause_s=pause_s, stop=stop)[0]
+        return incremental_vacuum(self.conn, pages_per_step, pause_s=pause_s, stop=stop)[0]
 
     def vacuum_full(self) -> None:
         """Switch to incremental auto-vacuum and rewrite the whole file (``VACUUM``): needs
