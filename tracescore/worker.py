@@ -48,11 +48,11 @@ from .scoring.calls import (  # noqa: F401 (MetricAborted: re-exported)
     _normalise,
     _refused,
     _with,
+    skipped_scores,
 )
 from .scoring.completions import Completions
 from .scoring.deliveries import Deliveries
 from .store import Job, StoreAPI, open_store
-from .store.compact import skip_reason
 
 log = logging.getLogger("tracescore")
 
@@ -562,30 +562,18 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
     async def _job_body(self, store: StoreAPI, job: Job, record: RagRecord | None) -> None:
         try:
             metric = self.metrics[job.metric]
-            if record is None:
-                scores = [Score.failed(n, "record not found in the database", metric=job.metric)
-                          for n in metric.names()]
-            elif job.attempts > self.max_attempts:
-                scores = [Score.failed(
-                    n, f"gave up after {job.attempts - 1} attempts: the process died or the "
-                    "lease expired while scoring",
-                    metric=metric.name,
-                    metric_version=metric.version) for n in metric.names()]
+            early = self._early_scores(job, metric, record)
+            if early is not None:
+                scores = early
             else:
+                assert record is not None
                 try:
                     scores = await self.score(metric, record)
                 except RetryLater as later:
-                    waited = time.time() - job.created_at if job.created_at else 0.0
-                    if waited <= self.judge_max_wait_s:
-                        self._release(store, job, later.delay_s, later.reason)
-                        self.deferred += 1
+                    waited = self._retry_later(store, job, metric, later)
+                    if waited is None:
                         return
-                    # Waiting has a limit: a record the judge always fails on (or an outage
-                    # longer than the limit) ends in an error score with the reason.
-                    scores = [Score.failed(
-                        n, f"judge unavailable for this record for {waited:.0f}s "
-                        f"(judge_max_wait_s): {later.reason}", metric=metric.name,
-                        metric_version=metric.version) for n in metric.names()]
+                    scores = waited
             scores = [self._clean(s) for s in scores]
             refs = await self._store_scores(store, job, scores)
             if refs is None:
@@ -610,19 +598,30 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
                 await asyncio.sleep(min(0.1 * 2 ** min(job.attempts, 6), 5.0))
             self._release(store, job, None, f"{type(exc).__name__}: {exc}"[:500])
 
+    def _retry_later(self, store: StoreAPI, job: Job, metric: Metric,
+                     later: RetryLater) -> list[Score] | None:
+        """The judge is unavailable or over budget: the job is given back to wait (None), up
+        to ``judge_max_wait_s`` since it was created; a record the judge always fails on (or
+        an outage longer than that) then ends in an error score with the reason."""
+        waited = time.time() - job.created_at if job.created_at else 0.0
+        if waited <= self.judge_max_wait_s:
+            self._release(store, job, later.delay_s, later.reason)
+            self.deferred += 1
+            return None
+        return [Score.failed(
+            n, f"judge unavailable for this record for {waited:.0f}s "
+            f"(judge_max_wait_s): {later.reason}", metric=metric.name,
+            metric_version=metric.version) for n in metric.names()]
+
     async def score(self, metric: Metric, record: RagRecord) -> list[Score]:
         """Run one metric on one record; never raises: failures become error scores."""
         t0 = time.perf_counter()
         # Judge metrics bound their own calls (per-call timeout, bounded retries); the overall
         # cap only stops a runaway.
         timeout = self.metric_timeout_s if metric.kind != "judge" else self.judge_timeout_s
-        if record.compact and metric.requires:
-            return [Score.skipped(n, skip_reason(), metric=metric.name,
-                                  metric_version=metric.version) for n in metric.names()]
-        missing = record.missing(metric.requires)
-        if missing:
-            return [Score.skipped(n, f"record has no {', '.join(missing)}", metric=metric.name,
-                                  metric_version=metric.version) for n in metric.names()]
+        skipped = skipped_scores(metric, record)
+        if skipped is not None:
+            return skipped
         try:
             if inspect.iscoroutinefunction(metric.__call__) or metric.kind == "judge":
                 out: Any = metric(record)

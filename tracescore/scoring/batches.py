@@ -25,8 +25,7 @@ from ..metrics.base import Metric
 from ..record import RagRecord
 from ..score import Score
 from ..store import Job, StoreAPI
-from ..store.compact import skip_reason
-from .calls import MetricAborted, _aborted, _normalise, _refused
+from .calls import MetricAborted, _aborted, _normalise, _refused, skipped_scores
 
 
 class LocalBatches:
@@ -123,16 +122,11 @@ class LocalBatches:
             try:
                 scores = self._local_scores(metric, res)
             except RetryLater as later:
-                waited = time.time() - job.created_at if job.created_at else 0.0
-                if waited <= self.judge_max_wait_s:
-                    self._release(store, job, later.delay_s, later.reason)
-                    self.deferred += 1
+                waited = self._retry_later(store, job, metric, later)
+                if waited is None:
                     self._done_local(job.job_id)
                     return None
-                scores = [Score.failed(
-                    n, f"judge unavailable for this record for {waited:.0f}s "
-                    f"(judge_max_wait_s): {later.reason}", metric=metric.name,
-                    metric_version=metric.version) for n in metric.names()]
+                scores = waited
             return [self._clean(s) for s in scores]
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # ours, or the app's redact
             failed.append((job, exc))
@@ -180,8 +174,8 @@ class LocalBatches:
 
     def _early_scores(self, job: Job, metric: Metric,
                       record: RagRecord | None) -> list[Score] | None:
-        """The scores of a job that needs no metric run (:meth:`_job_body`, :meth:`score`),
-        or None."""
+        """The scores of a job that needs no metric run (its record is gone, its attempts are
+        spent, or the record lacks the metric's inputs), or None (:meth:`_job_body` too)."""
         if record is None:
             return [Score.failed(n, "record not found in the database", metric=job.metric)
                     for n in metric.names()]
@@ -190,14 +184,7 @@ class LocalBatches:
                 n, f"gave up after {job.attempts - 1} attempts: the process died or the "
                 "lease expired while scoring", metric=metric.name,
                 metric_version=metric.version) for n in metric.names()]
-        if record.compact and metric.requires:
-            return [Score.skipped(n, skip_reason(), metric=metric.name,
-                                  metric_version=metric.version) for n in metric.names()]
-        missing = record.missing(metric.requires)
-        if missing:
-            return [Score.skipped(n, f"record has no {', '.join(missing)}", metric=metric.name,
-                                  metric_version=metric.version) for n in metric.names()]
-        return None
+        return skipped_scores(metric, record)
 
     async def _run_local(self, items: list[tuple[Metric, RagRecord]]
                          ) -> AsyncIterator[list[tuple[int, tuple[bool, Any, float]]]]:

@@ -12,6 +12,7 @@ from ..metrics.base import Metric, check_output
 from ..record import RagRecord
 from ..score import Score
 from ..store import StoreAPI
+from ..store.compact import skip_reason
 
 
 def _refused(store: StoreAPI, exc: BaseException) -> bool:
@@ -91,3 +92,16 @@ def _row_score(row: Mapping[str, Any]) -> Score:
         metric=row["metric"], metric_version=row["metric_version"],
         duration_ms=row["duration_ms"],
     )
+
+
+def skipped_scores(metric: Metric, record: RagRecord) -> list[Score] | None:
+    """The skip scores of a metric whose inputs ``record`` lacks (a compact row, or a missing
+    query/contexts/answer/ground truth), or None when it has them all."""
+    if record.compact and metric.requires:
+        return [Score.skipped(n, skip_reason(), metric=metric.name,
+                              metric_version=metric.version) for n in metric.names()]
+    missing = record.missing(metric.requires)
+    if missing:
+        return [Score.skipped(n, f"record has no {', '.join(missing)}", metric=metric.name,
+                              metric_version=metric.version) for n in metric.names()]
+    return None
