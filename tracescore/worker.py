@@ -40,7 +40,7 @@ from .processor import ScoreAttachingProcessor, ScoreRef
 from .record import RagRecord
 from .score import Score
 from .scoring.batches import LocalBatches, _free_slots
-from .scoring.calls import (  # noqa: F401 (MetricAborted: re-exported)
+from .scoring.calls import (
     MetricAborted,
     _aborted,
     _awaited_guarded,
@@ -578,11 +578,7 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
             refs = await self._store_scores(store, job, scores)
             if refs is None:
                 return  # the lease went to another process, which stores the scores
-            self.scored += 1
-            self.errors += sum(1 for s in scores if s.status == "error")
-            self._stored(job.record_id, refs)
-            if self.attacher is not None:
-                self.attacher.job_done(job.record_id, refs)
+            self._scores_stored(job, scores, refs)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
             if isinstance(exc, Exception) and _refused(store, exc):
                 # stopping while the database refuses the write (full disk): the job waits

@@ -311,14 +311,7 @@ class LocalBatches:
             self._done_local(job.job_id)
             if refs is None:
                 continue  # the lease went to another process, which stores the scores
-            self.scored += 1
-            self.errors += sum(1 for s in scores if s.status == "error")
-            self._stored(job.record_id, refs)
-            if self.attacher is not None:
-                try:
-                    self.attacher.job_done(job.record_id, refs)
-                except Exception as exc:  # stored: never given back for this
-                    record_internal_error("worker.job_done", exc)
+            self._scores_stored(job, scores, refs)
         return failed
 
 

@@ -17,15 +17,7 @@ from .._internal.secrets import scrub
 from ..processor import ScoreRef
 from ..score import Score
 from ..store import Job, StoreAPI
-from .calls import (  # noqa: F401 (MetricAborted: re-exported)
-    MetricAborted,
-    _aborted,
-    _awaited_guarded,
-    _guarded,
-    _normalise,
-    _refused,
-    _with,
-)
+from .calls import _refused, _with
 
 
 class Completions:
@@ -152,6 +144,20 @@ class Completions:
             return str(session.model_of(metric) or "")
         except Exception:  # a judge without a model name: still a judge metric's score
             return ""
+
+    def _scores_stored(self, job: Job, scores: Sequence[Score],
+                       refs: Sequence[ScoreRef]) -> None:
+        """A job's scores are stored (``refs``): count them, tell the exporter and the span
+        attacher. Isolated like :meth:`_stored`: the job is done, so a failure of either must
+        not give it back."""
+        self.scored += 1
+        self.errors += sum(1 for s in scores if s.status == "error")
+        self._stored(job.record_id, refs)
+        if self.attacher is not None:
+            try:
+                self.attacher.job_done(job.record_id, refs)
+            except Exception as exc:
+                record_internal_error("worker.job_done", exc)
 
     def _stored(self, record_id: str, refs: Sequence[ScoreRef]) -> None:
         """Tell the exporter about stored scores: exactly once per job, since only the lease
