@@ -30,7 +30,7 @@ from . import migrations as _migrations
 from .labels import LabelsMixin
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
 from .rollup import Delta, count_skips
-from .rows import (  # noqa: F401 (re-exported: the store's public names)
+from .rows import (
     _CREATED,
     _FACTS_OF,
     _INSERT_SCORE,
@@ -38,17 +38,11 @@ from .rows import (  # noqa: F401 (re-exported: the store's public names)
     _OLD_SCORES,
     _RECORD_COLS,
     _SEG,
-    DONE,
-    LEASED,
-    MAX_METADATA_CHARS,
     METRIC_COLS,
-    PENDING,
-    SKIPPED,
     Job,
     NewJob,
     _chunks,
     _json_safe,
-    add_record_row,
     clean_text,
     dumps,
     metric_row,
