@@ -482,9 +482,9 @@ def test_dry_run_counts_what_prune_deletes_without_reading_the_records(db, make_
     assert out["held"] == 3 and out["would_delete_records"] <= 1  # (the clock moved on)
 
 
-def test_prune_gives_space_back_many_pages_per_vacuum_step(make_ts, db_path):
-    """The freed pages go back to the file system in steps of ``vacuum_pages``: Python's
-    ``execute`` of ``PRAGMA incremental_vacuum(N)`` freed ONE page per call (then slept)."""
+def _old_and_new(make_ts: Any) -> float:
+    """300 records 40 days old and 20 of the last minute, written and the pipeline shut down
+    (so the test's own store is the only writer); returns the clock they were written at."""
     now = time.time()
     ts, _ = make_ts(metrics=[], sample_rate=0.0, keep_full_text=True, retention=None)
     for i in range(300):
@@ -493,6 +493,13 @@ def test_prune_gives_space_back_many_pages_per_vacuum_step(make_ts, db_path):
         ts.submit(rec(1000 + i, now - 60 + i), hold_span=False)
     assert ts.flush(20)
     ts.shutdown(10)
+    return now
+
+
+def test_prune_gives_space_back_many_pages_per_vacuum_step(make_ts, db_path):
+    """The freed pages go back to the file system in steps of ``vacuum_pages``: Python's
+    ``execute`` of ``PRAGMA incremental_vacuum(N)`` freed ONE page per call (then slept)."""
+    now = _old_and_new(make_ts)
     store = Store(db_path)
     steps: list[str] = []
     try:
@@ -516,14 +523,7 @@ def test_vacuum_budget_leaves_free_pages_for_the_next_runs(make_ts, db_path):
     """A run gives space back for at most ``vacuum_budget_s`` (issue 19: a 1M-record backlog
     left ~322,000 free pages, ~70 s of vacuum); it says how many free pages are left, and the
     next runs — even one that deletes nothing — give back more, until none are left."""
-    now = time.time()
-    ts, _ = make_ts(metrics=[], sample_rate=0.0, keep_full_text=True, retention=None)
-    for i in range(300):
-        ts.submit(rec(i, now - 40 * DAY + i), hold_span=False)
-    for i in range(20):
-        ts.submit(rec(1000 + i, now - 60 + i), hold_span=False)
-    assert ts.flush(20)
-    ts.shutdown(10)
+    now = _old_and_new(make_ts)
     with pytest.raises(ValueError):
         Retention(vacuum_budget_s=-1)
     # budget 0: one step per run (the first step always runs), 16 pages a step
