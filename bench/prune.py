@@ -57,13 +57,36 @@ DAY = 86400.0
 
 #: The child programs (run with a tree on PYTHONPATH; print one JSON line).
 PRUNE = r"""
-import json, resource, sys, time
+import json, resource, sys, threading, time
 from tracescore.store import open_store
 from tracescore.store.retention import Retention, prune
 store = open_store(sys.argv[1])
+app = {}
+if len(sys.argv) > 3:  # an app writer thread in this process (its own store), as in the app
+    every, done, waits = float(sys.argv[3]), threading.Event(), []
+    def app_writes():
+        mine, n = open_store(sys.argv[1]), 0
+        while not done.is_set():
+            t = time.perf_counter()
+            with mine.transaction() as conn:
+                waits.append(time.perf_counter() - t)
+                conn.execute("INSERT INTO counters(name, value) VALUES (?, ?)", (f"app-{n}", n))
+            n += 1
+            time.sleep(every)
+        stored = mine.conn.execute("SELECT count(*) FROM counters WHERE name LIKE 'app-%'"
+                                   ).fetchone()[0]
+        waits.sort()
+        q = lambda p: waits[min(len(waits) - 1, int(p * len(waits)))] if waits else None
+        app.update(writes=n, stored=stored, wait_p50=q(0.5), wait_p99=q(0.99),
+                   wait_max=q(1.0), over_300ms=sum(1 for w in waits if w > 0.3))
+    writer = threading.Thread(target=app_writes)
+    writer.start()
 c0, t0 = time.process_time(), time.perf_counter()
 res = prune(store, Retention(max_age_s=30 * 86400), now=float(sys.argv[2]))
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+if len(sys.argv) > 3:
+    done.set()
+    writer.join()
 print(json.dumps({"wall": wall, "cpu": cpu, "records": res.records, "scores": res.scores,
                   "file_before": res.file_bytes_before, "file_after": res.file_bytes_after,
                   "pages_given_back": getattr(res, "pages_given_back", None),
@@ -71,7 +94,25 @@ print(json.dumps({"wall": wall, "cpu": cpu, "records": res.records, "scores": re
                   "free_pages_left": getattr(res, "free_pages_left", None),
                   "batches": res.batches, "longest_hold_s": getattr(res, "longest_hold_s", None),
                   "bulk_indexes": getattr(res, "bulk_indexes", None),
-                  "rebuild_s": getattr(res, "rebuild_s", None)}))
+                  "rebuild_s": getattr(res, "rebuild_s", None),
+                  "paused_s": getattr(res, "paused_s", None),
+                  "pauses_skipped": getattr(res, "pauses_skipped", None), "app_probe": app}))
+"""
+
+#: Before the timed runs: the tree opens its copy of the template (its migrations: the new
+#: schema may drop an index) and gives the pages that freed back, so each tree's prune runs on
+#: a database as that tree keeps it, not on the upgrade.
+MIGRATE = r"""
+import json, sqlite3, sys
+from tracescore.store import open_store
+open_store(sys.argv[1]).close()
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+conn.executescript("PRAGMA incremental_vacuum;")
+conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+indexes = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'"
+                                            " AND name NOT LIKE 'sqlite_%'"))
+print(json.dumps({"freed_pages": free, "indexes": indexes}))
 """
 
 DRY = r"""
@@ -295,6 +336,9 @@ def main() -> None:
     ap.add_argument("--probe", type=float, default=0.0, metavar="S",
                     help="a writer process beside each prune, one write every S seconds: how "
                          "long it waited for the lock, whether all its rows are stored")
+    ap.add_argument("--app-probe", type=float, default=None, metavar="S",
+                    help="a writer thread in the pruning process (its own store, the app's "
+                         "transaction path), one write every S seconds: its waits")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--template", type=Path, default=None,
                     help="build the database here once and reuse it in later runs (its facts "
@@ -360,12 +404,20 @@ def main() -> None:
 
     if "prune" not in skip:
         pr: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
+        own = {w: work / f"template-{w}.db" for w in trees}
+        for w, path in own.items():
+            copy_db(template, path)
+            got = child(MIGRATE, [str(path)], trees[w], None)
+            print(f"  {w} tree's copy: {got['freed_pages']:,} pages freed by its migrations"
+                  f" (given back before timing); indexes: {', '.join(got['indexes'])}",
+                  flush=True)
+        results["migrated"] = {w: str(p) for w, p in own.items()}
         load0 = load_average()
         for pair in order:
             for which in pair:
-                copy_db(template, run_db)
-                run = functools.partial(child, PRUNE, [str(run_db), now], trees[which],
-                                        a.timeout)
+                copy_db(own[which], run_db)
+                args = [str(run_db), now] + ([str(a.app_probe)] if a.app_probe else [])
+                run = functools.partial(child, PRUNE, args, trees[which], a.timeout)
                 if a.probe:
                     r, probe = with_probe(run_db, trees[which], a.probe, run)
                     r["probe"] = probe
@@ -416,10 +468,26 @@ def report(res: dict[str, Any], a: argparse.Namespace) -> None:
                          f"{r['pages_given_back']:,} pages in {r['vacuum_steps']} steps", ""])
         for key, label in (("batches", "prune: batches (write transactions of records)"),
                            ("longest_hold_s", "prune: longest write-lock hold, s"),
-                           ("rebuild_s", "prune: index rebuild (one hold), s")):
+                           ("rebuild_s", "prune: index rebuild (one hold), s"),
+                           ("paused_s", "prune: paused between write transactions, s"),
+                           ("pauses_skipped", "prune: pauses skipped (nobody else wrote)")):
             old = [float(r[key]) for r in p["old"] if r.get(key) is not None]
             new = [float(r[key]) for r in nr if r.get(key) is not None]
             rows.append([label, mmm(old) if old else "—", mmm(new) if new else "—", "", ""])
+        for probe, who in (("probe", "writer of another process"),
+                           ("app_probe", "writer thread of the pruning process")):
+            for key, label in (("wait_p50", "wait for the lock p50, ms"),
+                               ("wait_p99", "wait p99, ms"), ("wait_max", "wait max, ms")):
+                old = [1000 * r[probe][key] for r in p["old"] if r.get(probe)]
+                new = [1000 * r[probe][key] for r in nr if r.get(probe)]
+                if old or new:
+                    rows.append([f"{who}: {label}", mmm(old) if old else "—",
+                                 mmm(new) if new else "—", "", ""])
+            lost = [r[probe]["writes"] - r[probe]["stored"] for r in p["old"] + nr
+                    if r.get(probe)]
+            if lost:
+                rows.append([f"{who}: writes not stored (all runs)", "", str(sum(lost)), "",
+                             ""])
     if "dry_run" in res:
         d = res["dry_run"]
         rows.append(["dry run: wall of count_eligible, s", mmm([r["wall"] for r in d["old"]],

@@ -21,10 +21,11 @@ more than one small batch. Space goes back to the file system by SQLite's increm
 in steps of ``vacuum_pages`` (:func:`give_back_space`; a database created before schema
 version 2 reuses the freed pages instead, until ``tracescore prune --vacuum`` converts it
 once, offline). At scale (issue 19, bench/prune.py) a run's cost is the index pages it
-rewrites — about seven randomly placed ones per record — so a run reads each old record once
-(keyset continuation), pauses no longer than its batch took, and gives back pages by the
-thousand per step instead of one, for at most ``vacuum_budget_s`` per run: moving a page out of
-the file's tail costs ~0.2 ms of CPU, so a backlog's free pages go back over several runs and
+rewrites — several randomly placed ones per record — so a run reads each old record once
+(keyset continuation), pauses no longer than its batch took (and lets this process's waiting
+writers in at once, and skips pauses while nobody else writes: :class:`.vacuum.Pauses`),
+and gives back pages by the thousand per step instead of one, for at most
+``vacuum_budget_s`` per run: moving a page out of the file's tail costs ~0.2 ms of CPU, so a backlog's free pages go back over several runs and
 new rows reuse them meanwhile. Batches (and vacuum steps) are sized to hold the lock about
 ``max_hold_s``; a large backlog is deleted without the scores' (name, value) index, built
 again after it (:func:`_bulk_mode`), and the WAL is checkpointed every 1 GiB at most.
@@ -60,8 +61,7 @@ from .._internal.validate import is_number
 from .compact import compact_stored_contexts, text_facts
 from .migrations import REBUILT_INDEXES, ensure_rebuilt_indexes
 from .rollup import Delta, qmark_tx
-from .vacuum import incremental_vacuum
-from .vacuum import rest as _rest
+from .vacuum import Pauses, incremental_vacuum
 
 log = logging.getLogger("tracescore")
 
@@ -221,6 +221,10 @@ class PruneResult:
     #: and the seconds those builds held the write lock
     bulk_indexes: list[str] = field(default_factory=list)
     rebuild_s: float = 0.0
+    #: seconds paused between write transactions, and pauses skipped because no other
+    #: connection wrote (:class:`.vacuum.Pauses`)
+    paused_s: float = 0.0
+    pauses_skipped: int = 0
     used_bytes_before: int = 0
     used_bytes_after: int = 0
     file_bytes_before: int = 0
@@ -365,7 +369,7 @@ def compact_batch(store: Any, before: float, limit: int, result: PruneResult) ->
 
 
 def _prune_unreferenced(store: Any, cutoff: float, limit: int, result: PruneResult,
-                        stop: threading.Event | None, pause_s: float) -> None:
+                        stop: threading.Event | None, pauses: Callable[[float], None]) -> None:
     """Judge calls, judge-cache entries and feedback older than ``cutoff`` that no remaining
     record references: the judge calls of the records just pruned (a call made after the
     cutoff for a record pruned now goes in a later run, once it is older than the cutoff)."""
@@ -379,11 +383,12 @@ def _prune_unreferenced(store: Any, cutoff: float, limit: int, result: PruneResu
          "feedback f WHERE f.created_at < ? AND NOT EXISTS (SELECT 1 FROM records r "
          "WHERE r.trace_id = f.trace_id) LIMIT ?)"),
     )
-    _run_steps(store, steps, cutoff, limit, result, stop, pause_s)
+    _run_steps(store, steps, cutoff, limit, result, stop, pauses)
 
 
 def _run_steps(store: Any, steps: tuple[tuple[str, str], ...], cutoff: float, limit: int,
-               result: PruneResult, stop: threading.Event | None, pause_s: float) -> None:
+               result: PruneResult, stop: threading.Event | None,
+               pauses: Callable[[float], None]) -> None:
     for attr, sql in steps:
         while not (stop is not None and stop.is_set()):
             t = time.perf_counter()
@@ -392,7 +397,7 @@ def _run_steps(store: Any, steps: tuple[tuple[str, str], ...], cutoff: float, li
             setattr(result, attr, getattr(result, attr) + n)
             if n < limit:
                 break
-            _rest(pause_s, time.perf_counter() - t)
+            pauses(time.perf_counter() - t)
 
 
 #: Pages of SQLite page cache for a pruning connection, per record of a batch: deleting a
@@ -448,8 +453,8 @@ def _pruning_connection(store: Any, batch: int) -> Iterator[None]:
 
 def give_back_space(store: Any, pages_per_step: int, *, pause_s: float,
                     stop: threading.Event | None = None, budget_s: float | None = None,
-                    result: PruneResult | None = None,
-                    max_hold_s: float | None = None) -> tuple[int, int]:
+                    result: PruneResult | None = None, max_hold_s: float | None = None,
+                    pauses: Callable[[float], None] | None = None) -> tuple[int, int]:
     """Return free pages to the file system for at most ``budget_s`` seconds (None: all of
     them); (pages given back, steps). SQLite with incremental auto-vacuum:
     :func:`.vacuum.incremental_vacuum`. PostgreSQL, and a SQLite database without
@@ -457,7 +462,8 @@ def give_back_space(store: Any, pages_per_step: int, *, pause_s: float,
     if _is_pg(store) or store.auto_vacuum_mode() != "incremental":
         return int(store.give_back_space(pages_per_step, pause_s=pause_s, stop=stop)), 0
     return incremental_vacuum(store.conn, pages_per_step, pause_s=pause_s, stop=stop,
-                              budget_s=budget_s, result=result, max_hold_s=max_hold_s)
+                              budget_s=budget_s, result=result, max_hold_s=max_hold_s,
+                              pauses=pauses)
 
 
 def prune(store: Any, policy: Retention | None, *, now: float | None = None,
@@ -492,13 +498,17 @@ def prune(store: Any, policy: Retention | None, *, now: float | None = None,
             return False
         return max_batches is None or res.batches < max_batches
 
+    pauses = (Pauses(None, None, policy.pause_s) if _is_pg(store)
+              else Pauses(store.conn, store.path, policy.pause_s))
     with _pruning_connection(store, policy.batch_size):
-        _prune_rows(store, policy, now, res, more, stop, bulk=max_batches is None)
+        _prune_rows(store, policy, now, res, more, stop, pauses, bulk=max_batches is None)
         # (also after a run that deleted nothing: the pages an earlier run's budget left)
         if vacuum and not res.stopped and (res.records or _free_pages_left(store)):
             res.pages_given_back, res.vacuum_steps = give_back_space(
                 store, policy.vacuum_pages, pause_s=policy.pause_s, stop=stop,
-                budget_s=policy.vacuum_budget_s, result=res, max_hold_s=policy.max_hold_s)
+                budget_s=policy.vacuum_budget_s, result=res, max_hold_s=policy.max_hold_s,
+                pauses=pauses)
+    res.paused_s, res.pauses_skipped = pauses.slept_s, pauses.skipped
     res.used_bytes_after, res.file_bytes_after = store.used_bytes()
     res.seconds = time.perf_counter() - t0
     return res
@@ -512,7 +522,8 @@ def _free_pages_left(store: Any) -> bool:
 
 
 def _prune_rows(store: Any, policy: Retention, now: float, res: PruneResult,
-                more: Callable[[], bool], stop: threading.Event | None, bulk: bool) -> None:
+                more: Callable[[], bool], stop: threading.Event | None,
+                pauses: Callable[[float], None], bulk: bool) -> None:
     """By age, then by size, then unreferenced rows; one keyset position for the whole run
     (a record a batch skipped is held: no later batch of this run reads it again)."""
     since = float("-inf")
@@ -526,7 +537,7 @@ def _prune_rows(store: Any, policy: Retention, now: float, res: PruneResult,
         res.longest_hold_s = max(res.longest_hold_s, took)
         size = _next_size(limit, took, policy)
         if n:
-            _rest(policy.pause_s, took)
+            pauses(took)
         return n
 
     def full(cutoff: float) -> bool:  # (a batch sized by the lock's hold: more may follow)
@@ -552,10 +563,10 @@ def _prune_rows(store: Any, policy: Retention, now: float, res: PruneResult,
         res.by_size = res.records - before
         if res.by_size and more():  # (their judge calls: no age cutoff to take them later)
             _run_steps(store, (("judge_calls", _ORPHAN_CALLS),), now, policy.batch_size * 4,
-                       res, stop, policy.pause_s)
+                       res, stop, pauses)
     if policy.max_age_s is not None and more():
         _prune_unreferenced(store, now - policy.max_age_s, policy.batch_size * 4, res, stop,
-                            policy.pause_s)
+                            pauses)
     if policy.max_age_s is not None:
         with _tx(store) as conn:
             res.held = int(conn.execute("SELECT count(*) FROM records WHERE created_at < ?",

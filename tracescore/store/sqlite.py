@@ -50,6 +50,7 @@ from .rows import (
     row_to_record,
 )
 from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
+from .vacuum import WAITING
 
 #: 1: the first schema; 2: compact rows and rollups of pruned rows; 3: segments and hourly
 #: rollups kept up to date on write; 4: human labels, label plans, canary history (see
@@ -751,7 +752,13 @@ class _Tx:
                 self.store.recover()
                 self.conn = self.store.conn
         if self.outer:
-            self.conn.execute("BEGIN IMMEDIATE")
+            # (a pruning run on another connection of this process lets waiters in as soon as
+            # its batch commits: vacuum.Pauses)
+            WAITING.enter(self.store.path)
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            finally:
+                WAITING.leave(self.store.path)
         self.store._tx_depth += 1
         return self.conn
 

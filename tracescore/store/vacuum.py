@@ -8,9 +8,23 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["incremental_vacuum", "rest"]
+__all__ = ["WAITING", "Pauses", "incremental_vacuum", "rest"]
+
+#: A run that saw no other connection commit for this long pauses only to let a writer that
+#: has just started waiting in (:class:`Pauses`).
+IDLE_S = 1.0
+#: While idle, one pause of :data:`PROBE_PAUSE_S` at least every this many seconds: a writer
+#: of another process waits at most about this long once, after which the run pauses as usual
+#: (a run's longest lock waits were 1.6–3.6 s before, issue 19's bench/prune.py --probe).
+PROBE_EVERY_S = 2.0
+#: Longer than the longest sleep of SQLite's busy handler between two tries (100 ms), so a
+#: writer of another process that waits for the lock tries at least once inside it.
+PROBE_PAUSE_S = 0.11
+#: How long a pause waits for this process's waiting writers to get the lock.
+IN_PROCESS_WAIT_S = 0.25
 
 
 def rest(pause_s: float, busy_s: float) -> None:
@@ -21,9 +35,102 @@ def rest(pause_s: float, busy_s: float) -> None:
     time.sleep(max(0.0, min(pause_s, busy_s)))
 
 
+class _Waiting:
+    """The connections of this process waiting for a database's write lock (``BEGIN
+    IMMEDIATE`` in :class:`.sqlite._Tx`), per database path: a pruning run on another
+    connection lets them in as soon as it commits, instead of hoping that SQLite's busy
+    handler, which sleeps up to 100 ms between tries, tries during a short pause."""
+
+    def __init__(self) -> None:
+        self._n: dict[str, int] = {}
+        self._cond = threading.Condition()
+
+    def enter(self, path: str) -> None:
+        with self._cond:
+            self._n[path] = self._n.get(path, 0) + 1
+
+    def leave(self, path: str) -> None:
+        with self._cond:
+            n = self._n.get(path, 0) - 1
+            if n > 0:
+                self._n[path] = n
+            else:
+                self._n.pop(path, None)
+                self._cond.notify_all()
+
+    def count(self, path: str) -> int:
+        return self._n.get(path, 0)
+
+    def wait_clear(self, path: str, timeout: float) -> bool:
+        """Until no connection of this process waits for ``path``'s lock (False: timed out)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: path not in self._n, timeout)
+
+
+WAITING = _Waiting()
+
+
+class Pauses:
+    """The pauses of one pruning run between its write transactions, so other writers get
+    the lock — and none when there is nobody to let in (issue 19: at 1M records a run's
+    ~290 pauses of 50 ms were 14 s of a 82 s run on a database nobody else wrote to).
+
+    - A connection of this process waits for the lock (the app's writer or scorer): wait
+      until it has it (at most :data:`IN_PROCESS_WAIT_S`).
+    - Another connection committed in the last :data:`IDLE_S` (``PRAGMA data_version``
+      changes when one does, in any process): :func:`rest`, as long as the batch took, at
+      most ``pause_s``.
+    - Nobody did: no pause, except one of :data:`PROBE_PAUSE_S` at least every
+      :data:`PROBE_EVERY_S`, so a writer of another process that has just started waiting
+      gets in within about that long; once it commits, the run pauses as above again.
+
+    ``conn=None`` (PostgreSQL: row locks, no ``data_version``): always :func:`rest`."""
+
+    def __init__(self, conn: sqlite3.Connection | None, path: str | None,
+                 pause_s: float) -> None:
+        self.conn, self.path, self.pause_s = conn, path, pause_s
+        self._version = self._data_version()
+        now = time.monotonic()
+        self._active_at = now  # (a run starts as if others write: the first IDLE_S pause)
+        self._probed_at = now
+        #: seconds slept, and pauses skipped because nobody else wrote (for bench/prune.py)
+        self.slept_s = 0.0
+        self.skipped = 0
+
+    def _data_version(self) -> Any:
+        if self.conn is None:
+            return None
+        try:
+            return self.conn.execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error:
+            return None
+
+    def __call__(self, busy_s: float) -> None:
+        t = time.monotonic()
+        if self.conn is None or self.path is None:
+            rest(self.pause_s, busy_s)
+        elif WAITING.count(self.path):
+            self._active_at = t
+            WAITING.wait_clear(self.path, IN_PROCESS_WAIT_S)
+        else:
+            version = self._data_version()
+            if version != self._version or version is None:
+                self._version, self._active_at = version, t
+            if t - self._active_at < IDLE_S:
+                rest(self.pause_s, busy_s)
+            elif t - self._probed_at >= PROBE_EVERY_S:
+                time.sleep(PROBE_PAUSE_S)
+                self._probed_at = time.monotonic()
+            else:
+                self.skipped += 1
+                time.sleep(0)  # (other threads of this process still get the GIL)
+        self.slept_s += time.monotonic() - t
+
+
 def incremental_vacuum(conn: sqlite3.Connection, pages_per_step: int, *, pause_s: float,
                        stop: threading.Event | None = None, budget_s: float | None = None,
-                       result: Any = None, max_hold_s: float | None = None) -> tuple[int, int]:
+                       result: Any = None, max_hold_s: float | None = None,
+                       pauses: Callable[[float], None] | None = None) -> tuple[int, int]:
     """Return free pages to the file system: SQLite's incremental vacuum on ``conn``,
     ``pages_per_step`` pages per write transaction, for at most ``budget_s`` seconds (None: all
     of them), then truncate the WAL. Returns (pages given back, steps); ``result.free_pages_left`` gets the
@@ -36,7 +143,8 @@ def incremental_vacuum(conn: sqlite3.Connection, pages_per_step: int, *, pause_s
     frees its N pages; it runs outside a transaction, so the pragma is its own write
     transaction (and waits for the lock like any other). ``max_hold_s``: steps shrink below
     ``pages_per_step`` to hold the lock about that long (at 1M records a page took ~0.5 ms:
-    2,048 pages held it ~1 s)."""
+    2,048 pages held it ~1 s). ``pauses``: the run's :class:`Pauses` (default: :func:`rest`
+    with ``pause_s``)."""
 
     def free_pages() -> int:
         return int(conn.execute("PRAGMA freelist_count").fetchone()[0])
@@ -62,7 +170,10 @@ def incremental_vacuum(conn: sqlite3.Connection, pages_per_step: int, *, pause_s
         done += free - left
         free = left
         if free:
-            rest(pause_s, time.perf_counter() - t)
+            if pauses is not None:
+                pauses(time.perf_counter() - t)
+            else:
+                rest(pause_s, time.perf_counter() - t)
     if result is not None:
         result.free_pages_left = free
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
