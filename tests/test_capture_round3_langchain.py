@@ -690,7 +690,7 @@ def test_a_version_4_database_upgrades_to_5(db: str, monkeypatch: pytest.MonkeyP
     finally:
         store.close()
     version = rows(db, "SELECT value FROM meta WHERE key='schema_version'")[0]["value"]
-    assert int(version) == getattr(migrations, name)[-1].version == 5
+    assert int(version) == getattr(migrations, name)[-1].version >= 5
 
 
 def test_show_tells_an_incomplete_answer_and_the_dropped_candidates(make_ts: Any,

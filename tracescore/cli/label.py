@@ -222,16 +222,19 @@ def _target(row: dict[str, Any]) -> tuple[str, str | None]:
 
 def _unknown(store: Any, rows: list[dict[str, Any]]) -> int:
     """How many of ``rows`` name a trace (or a record) the database has no record of."""
+    from ..store.compat import trace_records
     from ..store.rollup import qmark
 
     conn = qmark(store)
     n = 0
+    args: tuple[Any, ...]
     for r in rows:
         if r["record_id"] is not None:
-            sql, arg = "SELECT 1 FROM records WHERE record_id = ?", r["record_id"]
+            sql, args = "SELECT 1 FROM records WHERE record_id = ?", (r["record_id"],)
         else:
-            sql, arg = "SELECT 1 FROM records WHERE trace_id = ? LIMIT 1", r["trace_id"]
-        n += conn.execute(sql, (arg,)).fetchone() is None
+            of_trace, args = trace_records(store, r["trace_id"])
+            sql = f"SELECT 1 FROM records WHERE {of_trace} LIMIT 1"
+        n += conn.execute(sql, args).fetchone() is None
     return n
 
 
@@ -282,10 +285,11 @@ _UNLABELLED = (
     " WHERE l.record_id = r.record_id AND l.name = ? AND l.annotator = ?)"
     " ORDER BY r.created_at DESC, r.record_id DESC")
 #: The record a plan row without a record id stands for (plans stored before record ids):
-#: the trace's newest record scored under the name, as a label by trace id.
+#: the trace's newest record scored under the name, as a label by trace id. ``{of_trace}``:
+#: the trace's records (:func:`tracescore.store.compat.trace_records`).
 _RECORD_OF_TRACE = (
     "SELECT r.record_id FROM records r JOIN scores s ON s.record_id = r.record_id"
-    " AND s.name = ? WHERE r.trace_id = ? ORDER BY r.created_at DESC, r.record_id DESC"
+    " AND s.name = ? WHERE {of_trace} ORDER BY r.created_at DESC, r.record_id DESC"
     " LIMIT 1")
 #: SQL true when record ``r`` has text to label (captured, not compact, not all redacted).
 HAS_TEXT = (
@@ -296,6 +300,7 @@ HAS_TEXT = (
 
 def _queue(store: Any, metric: str, annotator: str, plan_n: int | None, plan_id: str | None,
            seed: int | None) -> None:
+    from ..store.compat import trace_records
     from ..store.rollup import qmark
 
     scale = _scale(store, metric)
@@ -315,7 +320,9 @@ def _queue(store: Any, metric: str, annotator: str, plan_n: int | None, plan_id:
         for r in rows:
             record_id = r.get("record_id")
             if record_id is None:
-                found = conn.execute(_RECORD_OF_TRACE, (metric, r["trace_id"])).fetchone()
+                of_trace, args = trace_records(store, r["trace_id"], "r")
+                found = conn.execute(_RECORD_OF_TRACE.format(of_trace=of_trace),
+                                     (metric, *args)).fetchone()
                 record_id = None if found is None else str(found[0])
             if r["name"] != metric or (record_id is not None and record_id in done):
                 continue

@@ -1,8 +1,10 @@
 """``tracescore show``: one record (or a trace's records) in full — query, contexts, answer,
 every score with its explanation, its unscored jobs (with why they wait) and the users'
-feedback on its trace (``ts.add_feedback``). Reads raw rows by primary key or
-trace id (indexed). Blocking I/O. The human output shows control characters in captured text
-as visible escapes (:func:`.textfmt.printable`); the JSON output is left to JSON."""
+feedback on its trace (``ts.add_feedback``). Reads raw rows by primary key (a trace's
+records and a trace-id prefix are ranges of it on SQLite: :func:`..store.compat.trace_records`)
+or, on PostgreSQL, by the trace id index. Blocking I/O. The human output shows control
+characters in captured text as visible escapes (:func:`.textfmt.printable`); the JSON output
+is left to JSON."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from ..store.compat import trace_prefix, trace_records
 from .textfmt import WIDTH, printable
 from .textfmt import num as _num
 from .textfmt import table as _table
@@ -34,14 +37,14 @@ def find_records(conn: sqlite3.Connection, ident: str) -> tuple[list[dict[str, A
         return [dict(r) for r in rows], []
     if not ident or not re.fullmatch(r"[0-9a-f]+", ident):
         return [], []
+    prefix, args = trace_prefix(conn, ident)  # a range, so an index serves the prefix search
     ids = [r[0] for r in conn.execute(
-        "SELECT DISTINCT trace_id FROM records WHERE trace_id >= ? AND trace_id < ? LIMIT 11",
-        (ident, ident + "g"),  # a range, so the trace_id index serves the prefix search
-    )]
+        f"SELECT DISTINCT trace_id FROM records WHERE {prefix} LIMIT 11", args)]
     if len(ids) != 1:
         return [], ids
+    of_trace, args = trace_records(conn, ids[0])
     rows = conn.execute(
-        "SELECT * FROM records WHERE trace_id = ? ORDER BY created_at, record_id", (ids[0],)
+        f"SELECT * FROM records WHERE {of_trace} ORDER BY created_at, record_id", args
     ).fetchall()
     return [dict(r) for r in rows], []
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..store.compat import trace_join
 from . import query as Q
 
 #: ``labels.source`` of a label drawn by a plan: ``plan:<plan_id>``.
@@ -69,21 +70,24 @@ def label_names(conn: Any) -> list[str]:
 _LABELS = (
     "SELECT trace_id, record_id, value, metric_version, annotator, source, created_at"
     " FROM labels WHERE name = ? AND value IS NOT NULL ORDER BY created_at, id")
+#: The traces with labels of a name (each once), read first: ``{join}`` then finds their
+#: records (:func:`..store.compat.trace_join`, a primary-key range on SQLite; ``CROSS JOIN``
+#: keeps that order on SQLite, a plain join on PostgreSQL) — labels are few, scores many.
+_LABELLED = "(SELECT DISTINCT trace_id FROM labels WHERE name = ? AND value IS NOT NULL"
 #: Every ok score of a name on the traces with labels of that name (window or not: a label's
-#: version is bound to the record's scores of its time), through the records' trace index.
+#: version is bound to the record's scores of its time).
 _SCORES = (
     "SELECT r.trace_id, s.record_id, s.score_id, s.value, s.metric_version, s.seg_id,"
-    " s.judge_model, s.created_at, s.metric, r.created_at FROM scores s JOIN records r"
-    " ON r.record_id = s.record_id WHERE s.name = ? AND s.status = 'ok' AND s.value IS NOT NULL"
-    " AND r.trace_id IN (SELECT trace_id FROM labels WHERE name = ? AND value IS NOT NULL)")
+    " s.judge_model, s.created_at, s.metric, r.created_at FROM " + _LABELLED + ") l"
+    " CROSS JOIN records r ON {join} CROSS JOIN scores s ON s.record_id = r.record_id"
+    " AND s.name = ? AND s.status = 'ok' AND s.value IS NOT NULL")
 
 
 #: The scoring jobs (record, metric, version, created) of the traces with labels of a name.
 _JOBS = (
-    "SELECT j.record_id, j.metric, j.metric_version, j.created_at, j.job_id FROM jobs j"
-    " JOIN records r ON r.record_id = j.record_id WHERE r.trace_id IN"
-    " (SELECT trace_id FROM labels WHERE name = ? AND value IS NOT NULL"
-    " AND metric_version IS NULL)")
+    "SELECT j.record_id, j.metric, j.metric_version, j.created_at, j.job_id FROM "
+    + _LABELLED + " AND metric_version IS NULL) l CROSS JOIN records r ON {join}"
+    " CROSS JOIN jobs j ON j.record_id = r.record_id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,11 +142,12 @@ def read_pairs(conn: Any, name: str, window: Q.Window = Q.Window(), *,
     dim_sql, dim_args = Q._score_dim_clause(where, "s.")
     lo = Q._num(-math.inf if window.since is None else window.since)
     hi = Q._num(math.inf if window.until is None else window.until)
+    join = trace_join(conn, "l.trace_id")
     # trace -> record -> (record's created_at, its scores)
     traces: dict[str, dict[str, tuple[float, list[_Score]]]] = {}
     metric = name
     for (trace, rid, sid, sv, sver, seg_id, jm, created, smetric,
-         rcreated) in conn.execute(_SCORES, (name, name)).fetchall():
+         rcreated) in conn.execute(_SCORES.format(join=join), (name, name)).fetchall():
         metric = smetric or metric
         recs = traces.setdefault(str(trace), {})
         entry = recs.setdefault(str(rid), (float(rcreated or 0.0), []))
@@ -150,14 +155,15 @@ def read_pairs(conn: Any, name: str, window: Q.Window = Q.Window(), *,
                                else int(seg_id), jm, float(created)))
     # record -> metric -> its jobs (created, id, version): binds labels without a version
     jobs: dict[str, dict[str, list[tuple[float, int, str]]]] = {}
-    for rid, jmetric, jver, jcreated, jid in conn.execute(_JOBS, (name,)).fetchall():
+    for rid, jmetric, jver, jcreated, jid in conn.execute(_JOBS.format(join=join),
+                                                         (name,)).fetchall():
         jobs.setdefault(str(rid), {}).setdefault(str(jmetric), []).append(
             (float(jcreated or 0.0), int(jid), str(jver)))
     eligible = {int(sid) for (sid,) in conn.execute(
         "SELECT s.score_id FROM scores s WHERE s.name = ? AND s.status = 'ok'"
         " AND s.value IS NOT NULL AND s.created_at >= ? AND s.created_at < ?"
-        " AND s.record_id IN (SELECT r.record_id FROM records r JOIN labels l"
-        " ON l.trace_id = r.trace_id AND l.name = ?)" + seg_sql + dim_sql,
+        " AND s.record_id IN (SELECT r.record_id FROM labels l CROSS JOIN records r ON "
+        + join + " WHERE l.name = ?)" + seg_sql + dim_sql,
         (name, lo, hi, name, *seg_args, *dim_args)).fetchall()}
     # record -> annotator -> (value, bound version, source); the newest label of a key wins
     labels: dict[str, dict[str, tuple[float, str | None, str]]] = {}
@@ -213,7 +219,8 @@ def unmatched_labels(conn: Any, name: str) -> int:
         return 0
     return int(conn.execute(
         "SELECT count(*) FROM labels l WHERE l.name = ? AND l.value IS NOT NULL AND NOT EXISTS"
-        " (SELECT 1 FROM records r JOIN scores s ON s.record_id = r.record_id AND s.name = ?"
-        " AND s.status = 'ok' AND s.value IS NOT NULL WHERE r.trace_id = l.trace_id"
-        " AND (l.record_id IS NULL OR r.record_id = l.record_id))",
+        " (SELECT 1 FROM records r CROSS JOIN scores s ON s.record_id = r.record_id"
+        " AND s.name = ? AND s.status = 'ok' AND s.value IS NOT NULL WHERE "
+        + trace_join(conn, "l.trace_id") + " AND (l.record_id IS NULL"
+        " OR r.record_id = l.record_id))",
         (name, name)).fetchone()[0])

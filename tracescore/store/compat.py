@@ -13,6 +13,13 @@ listed here, nowhere else:
 - catalogue questions (``has_table``/``table_names``) go through methods, not
   ``sqlite_master``.
 
+The one condition each backend writes its own way: a trace's records
+(:func:`trace_records`, :func:`trace_join`, :func:`trace_prefix`). On SQLite they are a range
+of the primary key (``record_id`` is ``TRACE-SPAN``), so ``records`` needs no index on
+``trace_id`` (one randomly placed page write less per record written and per record pruned,
+issue 19); PostgreSQL keeps its ``trace_id`` index and the plain ``=`` (a non-C collation
+does not order ``-`` and ``.`` byte-wise, so the range would be wrong there).
+
 Portable SQL the readers use instead of SQLite-only forms: ``sum(CASE WHEN … THEN 1 ELSE 0
 END)`` rather than ``sum(<boolean>)``, an alias on every subquery in ``FROM``, ``CASE`` or
 Python rather than two-argument ``min``/``max``.
@@ -25,7 +32,8 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-__all__ = ["PgConnection", "PgRow", "connect_reader", "has_table", "translate"]
+__all__ = ["PgConnection", "PgRow", "connect_reader", "has_table", "trace_join",
+           "trace_prefix", "trace_records", "translate"]
 
 _TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"])*\"|\?|%")
 _CAST_INT = re.compile(r"CAST\((.+?) AS INTEGER\)", re.IGNORECASE)
@@ -46,6 +54,49 @@ def translate(sql: str) -> str:
     sql = _CROSS.sub("JOIN", sql)
     sql = _INDEXED_BY.sub("", sql)  # SQLite's index hint; PostgreSQL's planner has statistics
     return _TOKEN.sub(repl, sql)
+
+
+def _by_key(conn: Any) -> bool:
+    """Whether ``conn`` (a connection or a store) finds a trace's records by primary-key range:
+    SQLite only. Anything not known to be SQLite gets the plain ``trace_id =``, right on
+    every backend."""
+    return isinstance(conn, sqlite3.Connection) or getattr(conn, "dialect", None) == "sqlite"
+
+
+def trace_records(conn: Any, trace_id: str, records: str = "") -> tuple[str, tuple[str, ...]]:
+    """(SQL condition, its parameters): the rows of ``records`` (an alias, or "" for the bare
+    table) of trace ``trace_id``. On SQLite a range of ``record_id`` — every record id is
+    ``f"{trace_id}-{span_id}"`` (:attr:`~tracescore.record.RagRecord.record_id`), and ``.``
+    follows ``-`` in byte order — plus the ``trace_id`` itself, so the condition is exact even
+    for a row of another shape; elsewhere ``trace_id = ?``. (On SQLite that check is written
+    ``+trace_id``: a term no index may serve, so the planner never builds an automatic index
+    over every record for it instead of seeking the range.)"""
+    p = f"{records}." if records else ""
+    if _by_key(conn):
+        return (f"{p}record_id >= ? AND {p}record_id < ? AND +{p}trace_id = ?",
+                (trace_id + "-", trace_id + ".", trace_id))
+    return f"{p}trace_id = ?", (trace_id,)
+
+
+def trace_join(conn: Any, trace: str, records: str = "r") -> str:
+    """SQL condition: ``records`` (an alias) are the records of the trace in ``trace``, a
+    column of a table read before them (``l.trace_id``): :func:`trace_records` for a join,
+    so SQLite drives from that table and seeks each trace's range of the primary key."""
+    if _by_key(conn):
+        return (f"{records}.record_id >= {trace} || '-' AND {records}.record_id < {trace} || '.'"
+                f" AND +{records}.trace_id = {trace}")
+    return f"{records}.trace_id = {trace}"
+
+
+def trace_prefix(conn: Any, prefix: str) -> tuple[str, tuple[str, ...]]:
+    """(SQL condition, its parameters): records whose trace id starts with ``prefix``, lower-case
+    hex of at most 32 characters (a trace id's prefix is its record id's prefix: on SQLite
+    the primary key's range serves it)."""
+    cond = "trace_id >= ? AND trace_id < ?"
+    args = (prefix, prefix + "g")  # ("g" follows every hex digit)
+    if _by_key(conn):
+        return "record_id >= ? AND record_id < ? AND " + cond, args + args
+    return cond, args
 
 
 class PgRow(tuple):  # type: ignore[type-arg]

@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .compat import trace_records
 from .rollup import qmark, qmark_tx
 
 __all__ = ["CANARY_COLS", "LABEL_COLS", "PLAN_COLS", "LabelsMixin", "ddl"]
@@ -85,9 +86,10 @@ _UPSERT_LABEL = (
     " SET value = excluded.value, metric_version = excluded.metric_version,"
     " comment = excluded.comment, source = excluded.source, created_at = excluded.created_at")
 #: The record a label given by trace id is about: the trace's newest record scored under the
-#: name, else its newest record (none: NULL, bound when read).
+#: name, else its newest record (none: NULL, bound when read). ``{of_trace}``: the trace's
+#: records (:func:`.compat.trace_records`: a primary-key range on SQLite).
 _RECORD_OF_TRACE = (
-    "SELECT r.record_id FROM records r WHERE r.trace_id = ? ORDER BY EXISTS (SELECT 1 FROM"
+    "SELECT r.record_id FROM records r WHERE {of_trace} ORDER BY EXISTS (SELECT 1 FROM"
     " scores s WHERE s.record_id = r.record_id AND s.name = ?) DESC, r.created_at DESC,"
     " r.record_id DESC LIMIT 1")
 #: The metric version of the record's stored score of that name (the newest).
@@ -148,7 +150,9 @@ class LabelsMixin:
                             else str(record_id).partition("-")[0])
                 name = str(row["name"])
                 if record_id is None:
-                    found = conn.execute(_RECORD_OF_TRACE, (trace_id, name)).fetchone()
+                    of_trace, args = trace_records(self, trace_id, "r")
+                    found = conn.execute(_RECORD_OF_TRACE.format(of_trace=of_trace),
+                                         (*args, name)).fetchone()
                     record_id = None if found is None else str(found[0])
                 version = row.get("metric_version")
                 if version is None and record_id is not None:

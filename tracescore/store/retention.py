@@ -59,6 +59,7 @@ from typing import Any
 from .._internal.errors import record_internal_error
 from .._internal.validate import is_number
 from .compact import compact_stored_contexts, text_facts
+from .compat import trace_join
 from .migrations import REBUILT_INDEXES, ensure_rebuilt_indexes
 from .rollup import Delta, qmark_tx
 from .vacuum import Pauses, incremental_vacuum
@@ -271,15 +272,17 @@ _ELIGIBLE = (
 )
 
 
-#: Records kept whatever their age: an open job, an undelivered score, a label on the trace
-#: (the complement of :data:`_ELIGIBLE`'s conditions). Read from the indexes of those few
-#: rows (open jobs, undelivered scores, labels), never by visiting every old record.
-_HELD = (
-    "SELECT count(*) FROM records r WHERE r.created_at < ? AND r.record_id IN ("
-    "SELECT j.record_id FROM jobs j WHERE j.status IN ('pending', 'leased')"
-    " UNION SELECT s.record_id FROM scores s WHERE s.delivery IS NULL"
-    " UNION SELECT r2.record_id FROM labels l JOIN records r2 ON r2.trace_id = l.trace_id)"
-)
+def _held(store: Any) -> str:
+    """Records kept whatever their age: an open job, an undelivered score, a label on the
+    trace (the complement of :data:`_ELIGIBLE`'s conditions). Read from the indexes of those
+    few rows (open jobs, undelivered scores, labels; a labelled trace's records by
+    :func:`.compat.trace_join`), never by visiting every old record."""
+    return (
+        "SELECT count(*) FROM records r WHERE r.created_at < ? AND r.record_id IN ("
+        "SELECT j.record_id FROM jobs j WHERE j.status IN ('pending', 'leased')"
+        " UNION SELECT s.record_id FROM scores s WHERE s.delivery IS NULL"
+        " UNION SELECT r2.record_id FROM labels l CROSS JOIN records r2 ON "
+        + trace_join(store, "l.trace_id", "r2") + ")")
 
 
 def count_eligible(store: Any, cutoff: float) -> tuple[int, int]:
@@ -292,7 +295,7 @@ def count_eligible(store: Any, cutoff: float) -> tuple[int, int]:
     with _tx(store) as conn:
         older = int(conn.execute("SELECT count(*) FROM records WHERE created_at < ?",
                                  (cutoff,)).fetchone()[0])
-        held = int(conn.execute(_HELD, (cutoff,)).fetchone()[0]) if older else 0
+        held = int(conn.execute(_held(store), (cutoff,)).fetchone()[0]) if older else 0
     return older - held, older
 
 
@@ -381,7 +384,7 @@ def _prune_unreferenced(store: Any, cutoff: float, limit: int, result: PruneResu
          "WHERE created_at < ? LIMIT ?)"),
         ("feedback", "DELETE FROM feedback WHERE feedback_id IN (SELECT feedback_id FROM "
          "feedback f WHERE f.created_at < ? AND NOT EXISTS (SELECT 1 FROM records r "
-         "WHERE r.trace_id = f.trace_id) LIMIT ?)"),
+         f"WHERE {trace_join(store, 'f.trace_id')}) LIMIT ?)"),
     )
     _run_steps(store, steps, cutoff, limit, result, stop, pauses)
 
@@ -401,8 +404,9 @@ def _run_steps(store: Any, steps: tuple[tuple[str, str], ...], cutoff: float, li
 
 
 #: Pages of SQLite page cache for a pruning connection, per record of a batch: deleting a
-#: record touches about seven randomly placed index pages (records by id and by trace, its
-#: scores by record and by value, its jobs by record); with SQLite's default 2 MB cache a
+#: record touches several randomly placed index pages (records by id, and by trace before
+#: schema version 6; its scores by record and by value; its jobs by record); with SQLite's
+#: default 2 MB cache a
 #: batch spilled them to the WAL before its commit and read them back. At most
 #: ``_CACHE_MAX_PAGES`` (128 MiB of 4 KiB pages) for the largest batch (MAX_GROWTH ×).
 _CACHE_PAGES_PER_RECORD = 16

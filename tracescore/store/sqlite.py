@@ -27,6 +27,7 @@ from ..record import RagRecord
 from ..sampling import Decision
 from ..score import Score
 from . import migrations as _migrations
+from .compat import trace_records
 from .labels import LabelsMixin
 from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
 from .rollup import Delta, count_skips
@@ -53,8 +54,8 @@ from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
 from .vacuum import WAITING
 
 #: 1: the first schema; 2: compact rows and rollups of pruned rows; 3: segments and hourly
-#: rollups kept up to date on write; 4: human labels, label plans, canary history (see
-#: .migrations).
+#: rollups kept up to date on write; 4: human labels, label plans, canary history; 5: retrieval
+#: candidates; 6: no index of records by trace id (see .migrations).
 SCHEMA_VERSION = SQLITE_MIGRATIONS[-1].version
 
 def _create_private(path: str) -> None:
@@ -439,11 +440,10 @@ class Store(LabelsMixin):
 
     def set_ground_truths(self, trace_id: str, ground_truths: Sequence[str]) -> list[RagRecord]:
         """Replace the ground truths of every record in a trace; returns the updated records."""
+        of_trace, args = trace_records(self, trace_id)
         with self.transaction():
-            self.conn.execute(
-                "UPDATE records SET ground_truths = ? WHERE trace_id = ?",
-                (dumps([clean_text(g) for g in ground_truths]), trace_id),
-            )
+            self.conn.execute(f"UPDATE records SET ground_truths = ? WHERE {of_trace}",
+                              (dumps([clean_text(g) for g in ground_truths]), *args))
         return self.records_for_trace(trace_id)
 
     def insert_jobs_if_missing(self, jobs: Sequence[NewJob]) -> int:
@@ -692,7 +692,9 @@ class Store(LabelsMixin):
         return out
 
     def records_for_trace(self, trace_id: str) -> list[RagRecord]:
-        cur = self.conn.execute("SELECT * FROM records WHERE trace_id=?", (trace_id,))
+        # (a range of the primary key: records have no trace_id index, see .compat)
+        of_trace, args = trace_records(self, trace_id)
+        cur = self.conn.execute(f"SELECT * FROM records WHERE {of_trace}", args)
         cols = [c[0] for c in cur.description]
         return [row_to_record(dict(zip(cols, row))) for row in cur]
 

@@ -127,19 +127,28 @@ def _human(judge: float, annotators: Sequence[tuple[str, float]]) -> float | Non
     return mean
 
 
+#: The ok scores of a name on the traces labelled under it, with their details: from the
+#: labelled traces (few) to their records — ``{join}``: :func:`..store.compat.trace_join`, a
+#: primary-key range on SQLite (``CROSS JOIN`` keeps that order there; a plain join on
+#: PostgreSQL) — to the records' scores.
+_LABELLED_SCORES = (
+    "SELECT s.record_id, s.created_at, s.details FROM (SELECT DISTINCT trace_id FROM labels"
+    " WHERE name = ? AND value IS NOT NULL) l CROSS JOIN records r ON {join}"
+    " CROSS JOIN scores s ON s.record_id = r.record_id AND s.name = ? AND s.status = 'ok'")
+
+
 def live_identities(conn: Any, name: str) -> dict[str, dict[str, Any]]:
     """The labelled pairs of score ``name`` now in the database, by judge identity (judge
     scores only), each identity's pairs in the order its scores were written."""
     from ..reports.trust import read_pairs
+    from ..store.compat import trace_join
 
     lp = read_pairs(conn, name)
     if not lp.pairs:
         return {}
     extra: dict[str, tuple[float, str]] = {}
     for rid, created, details in conn.execute(
-            "SELECT s.record_id, s.created_at, s.details FROM scores s JOIN records r"
-            " ON r.record_id = s.record_id WHERE s.name = ? AND s.status = 'ok' AND r.trace_id"
-            " IN (SELECT trace_id FROM labels WHERE name = ? AND value IS NOT NULL)",
+            _LABELLED_SCORES.format(join=trace_join(conn, "l.trace_id")),
             (name, name)).fetchall():
         try:
             d = json.loads(details) if isinstance(details, str) else (details or {})
