@@ -5,7 +5,12 @@ work); judge metrics are coroutines and share the loop. At most ``concurrency`` 
 Each job is leased (status, owner, lease expiry, attempts), so a process that dies mid-scoring
 leaves jobs that the next process on the same database picks up when the lease expires; the
 score insert and the job's ``done`` mark are one transaction guarded by the lease owner, so every
-persisted job is scored exactly once.
+persisted job is scored exactly once. Attempts count runs, not leases: a lease is free, a run
+that fails here counts when the job is given back, a run lost with its process counts when the
+expired lease is taken again. Such a lost job runs alone (the worker finishes what it holds,
+leases it by itself and nothing beside it), so a job that kills its process every time spends
+its own ``max_attempts`` and ends in a "gave up" error score, not the attempts of the jobs
+leased with it.
 
 Its parts live in :mod:`tracescore.scoring`: local jobs scored in batches, completions, and
 deliveries to the span attacher.
@@ -104,12 +109,16 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
         self._local_open: set[int] = set()
         self._loop_state: Any = None
         #: local jobs leased per unit of ``concurrency`` (at most ``concurrency`` run at
-        #: once whatever it is). Larger windows make fewer, larger batches (the scorer loop's
-        #: CPU per record −40 % at 16), but a job's attempt is counted when it is leased: a
-        #: worker killed while holding 16 × ``concurrency`` leases spends an attempt of jobs
-        #: that never ran, and repeated kills (a fleet test SIGKILLs workers 8 times) then end
-        #: jobs in "gave up" scores. Kept at 1 until attempts count runs, not leases.
-        self.local_window = 1
+        #: once whatever it is). Larger windows make fewer, larger batches: the scorer loop's
+        #: CPU per record −40 % at 16. A lease costs no attempt and a job whose lease ran out
+        #: runs alone (see the module docstring), so a worker killed while holding the window
+        #: spends at most one attempt of each job it held and not run, once.
+        self.local_window = 16
+        #: ids of the lost job(s) running alone (nothing else is leased meanwhile), and
+        #: whether lost jobs wait (the worker then finishes what it holds and leases no more)
+        self._alone: set[int] = set()
+        self._draining = False
+        self._lost_checked = -1e9
         #: a batch's metric running this long: the scores ready so far are stored, and
         #: another pool thread takes the batch's next metrics (``first_call_straggle_s`` for
         #: a metric's first call here: it imports its libraries, and two threads importing
@@ -208,6 +217,9 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
         self._held = set()
         self._lease_hint = True
         self._local_open = set()
+        self._alone = set()
+        self._draining = False
+        self._lost_checked = -1e9
         if self.judge_session is not None:
             self.judge_session.after_fork()
         if was_running:
@@ -325,6 +337,7 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
     async def _main(self, *, restarted: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
         self._local_open = set()  # (a restarted loop: the dead one's batches are gone)
+        self._alone = set()
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tracescore-m")
         store = open_store(self.db_path, timeout_s=self.busy_timeout_s)
@@ -380,6 +393,8 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
                 if lease_now:
                     self._lease_hint = False
                     last_lease = time.monotonic()
+                    if self._alone or self._lost_turn(store, pools, inflight_jobs, leased):
+                        lease_now = False  # nothing beside a lost job
                 for names, limit, tasks, batched in pools:
                     free = (limit * self.local_window - len(self._local_open) if batched
                             else limit - len(tasks))
@@ -407,8 +422,8 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
                                 continue
                             self._given_back.discard(j.job_id)
                             leased.append((j, tasks, batched))
-                if lease_now:
-                    lease_more = more
+                if lease_now or self._draining:
+                    lease_more = more or self._draining  # (drained: lease at the next turn)
                 now = time.monotonic()
                 if inflight_jobs and now - last_renewal > self.lease_seconds / 3:
                     # Judge jobs can wait longer than a lease (slow judge, breaker open):
@@ -436,6 +451,10 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
                         self._spawn(self._batch(store, batch, records, local_full), batch,
                                     pools[0][2], inflight, inflight_jobs).add_done_callback(
                             partial(_free_slots, self._local_open, ids))
+                    for job, _, _ in leased:
+                        if job.job_id in self._alone:
+                            inflight_jobs[job.job_id].add_done_callback(
+                                partial(self._alone_done, job.job_id))
                     if more and any(names and (len(self._local_open) < limit * self.local_window
                                                if batched else len(tasks) < limit)
                                     for names, limit, tasks, batched in pools):
@@ -456,7 +475,9 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
             for job_id, task in list(inflight_jobs.items()):
                 task.cancel()
                 try:  # a done job's lease owner is already cleared: this cannot reopen it
-                    store.release_job(Job(job_id, "", "", "", 0), self.owner, "worker stopped")
+                    # (given back at no attempt: stopping is not the job's failure)
+                    store.defer_job(Job(job_id, "", "", "", 0), self.owner, 0.0,
+                                    "worker stopped")
                 except Exception as exc:
                     record_internal_error("worker.release", exc)
             self._held.clear()
@@ -487,6 +508,49 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
         task.add_done_callback(partial(_forget, inflight_jobs, self._given_back,
                                        [j.job_id for j in jobs]))
         return task
+
+    def _lost_turn(self, store: StoreAPI,
+                   pools: list[tuple[list[str], int, set[asyncio.Task[None]], bool]],
+                   inflight_jobs: dict[int, asyncio.Task[None]],
+                   leased: list[tuple[Job, set[asyncio.Task[None]], bool]]) -> bool:
+        """Jobs whose lease ran out (their holder died or hung) run one at a time, each with
+        no other job held here: once one is seen (a read every ``poll_seconds``), the loop
+        leases nothing more, finishes what it holds, then takes them one by one. True: this
+        turn leases nothing else (a lost job was taken, or the loop is draining)."""
+        names = [n for pool in pools for n in pool[0]]
+        now = time.monotonic()
+        if not self._draining and now - self._lost_checked >= self.poll_seconds and names:
+            self._lost_checked = now
+            try:
+                self._draining = store.has_lost_jobs(names)
+            except Exception as exc:
+                if not self._db_fault(store, exc):
+                    record_internal_error("worker.lease", exc)
+                return False
+        if not self._draining:
+            return False
+        if inflight_jobs or self._held:
+            return True
+        try:
+            job = store.lease_lost_job(self.owner, self.lease_seconds, names)
+            self.db_ok_at = time.time()
+        except Exception as exc:
+            if not self._db_fault(store, exc):
+                record_internal_error("worker.lease", exc)
+            return True
+        if job is None:
+            self._draining = False
+            return False
+        self._idle.clear()
+        self._alone.add(job.job_id)
+        pool = pools[0] if job.metric in pools[0][0] else pools[1]
+        leased.append((job, pool[2], pool[3]))
+        return True
+
+    def _alone_done(self, job_id: int, _task: Any) -> None:
+        """A lost job's run ended: the next lease may come at once (the next lost job)."""
+        self._alone.discard(job_id)
+        self._lease_hint = True
 
     def _read_snapshot(self, store: StoreAPI) -> None:
         try:
@@ -537,10 +601,10 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
             self._running_jobs -= 1
 
     def _release_held(self) -> None:
-        """The loop died under its jobs: give them back now, not at the end of their lease
-        (attempts count, so a job that kills the loop each time ends in a "gave up" error
-        score instead of killing it forever). Releasing a finished job is a no-op (the lease
-        owner guards it)."""
+        """The loop died under its jobs: give them back now, not at the end of their lease,
+        each run counted as a failed attempt (so a job that kills the loop each time ends in
+        a "gave up" error score instead of killing it forever). Releasing a finished job is a
+        no-op (the lease owner guards it)."""
         held, self._held = self._held, set()
         if not held:
             return
@@ -586,12 +650,12 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
                 self._release(store, job, 0.0, f"database unavailable: {exc}"[:500])
                 return
             # Our own failure, not the metric's (or the app's ``redact``/``on_scores`` calling
-            # sys.exit()): give the job back so it is tried again (attempts count, so a
-            # persistent fault ends in a "gave up" error score); the loop goes on.
+            # sys.exit()): give the job back so it is tried again (this run counts as an
+            # attempt, so a persistent fault ends in a "gave up" error score); the loop goes on.
             record_internal_error("worker.job", exc)
             if not self._stopping:  # a fault that persists must not spin: back off, holding
-                # the job (its lease is renewed), 0.1 s doubling to 5 s by its attempts
-                await asyncio.sleep(min(0.1 * 2 ** min(job.attempts, 6), 5.0))
+                # the job (its lease is renewed), 0.2 s doubling to 5 s by its failed runs
+                await asyncio.sleep(min(0.1 * 2 ** min(job.attempts + 1, 6), 5.0))
             self._release(store, job, None, f"{type(exc).__name__}: {exc}"[:500])
 
     def _retry_later(self, store: StoreAPI, job: Job, metric: Metric,

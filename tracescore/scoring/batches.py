@@ -103,12 +103,13 @@ class LocalBatches:
                           and all(job is not j for j, _ in failed))
         if failed:
             # Our own failure (as in _job_body): back off once, holding the jobs, then give
-            # them back (attempts count, so a persistent fault ends in a "gave up" score).
+            # them back (this run counts as an attempt, so a persistent fault ends in a "gave
+            # up" score).
             for _, err in failed:
                 record_internal_error("worker.job", err)
             if not self._stopping:
                 worst = max(job.attempts for job, _ in failed)
-                await asyncio.sleep(min(0.1 * 2 ** min(worst, 6), 5.0))
+                await asyncio.sleep(min(0.1 * 2 ** min(worst + 1, 6), 5.0))
             for job, err in failed:
                 self._release(store, job, None, f"{type(err).__name__}: {err}"[:500])
                 self._done_local(job.job_id)
@@ -136,8 +137,8 @@ class LocalBatches:
         """Lease local jobs into the free slots and start their batch (loop thread; what the
         loop does at its next turn, done now). A failure leaves it to the loop."""
         state = self._loop_state
-        if state is None or self._stopping:
-            return
+        if state is None or self._stopping or self._draining or self._alone:
+            return  # (lost jobs wait: they run alone, see ScoringWorker._lost_turn)
         (names, limit, tasks, _), inflight, inflight_jobs = state
         free = limit * self.local_window - len(self._local_open)
         if free <= 0 or not names:
@@ -175,13 +176,15 @@ class LocalBatches:
     def _early_scores(self, job: Job, metric: Metric,
                       record: RagRecord | None) -> list[Score] | None:
         """The scores of a job that needs no metric run (its record is gone, its attempts are
-        spent, or the record lacks the metric's inputs), or None (:meth:`_job_body` too)."""
+        spent, or the record lacks the metric's inputs), or None (:meth:`_job_body` too).
+        ``job.attempts`` counts its runs that ended without scores: lost with their process
+        (or their lease), or failed in the worker; ``max_attempts`` of them and it gives up."""
         if record is None:
             return [Score.failed(n, "record not found in the database", metric=job.metric)
                     for n in metric.names()]
-        if job.attempts > self.max_attempts:
+        if job.attempts >= self.max_attempts:
             return [Score.failed(
-                n, f"gave up after {job.attempts - 1} attempts: the process died or the "
+                n, f"gave up after {job.attempts} attempts: the process died or the "
                 "lease expired while scoring", metric=metric.name,
                 metric_version=metric.version) for n in metric.names()]
         return skipped_scores(metric, record)

@@ -92,14 +92,23 @@ def _nul_free(value: Any) -> Any:
 
 
 #: The lease statement (``which``: the order and limit of the first pass, or the records of
-#: the second); rows another worker is leasing right now are skipped, not waited for.
+#: the second); rows another worker is leasing right now are skipped, not waited for. A lease
+#: costs no attempt (attempts count runs, see :meth:`.sqlite.Store.lease_jobs`).
 _LEASE = (
     "UPDATE jobs SET status='leased', lease_owner=%(owner)s, lease_until=%(until)s, "
-    "attempts = attempts + 1, updated_at=%(now)s WHERE job_id IN ("
-    " SELECT job_id FROM jobs WHERE metric = ANY(%(metrics)s) AND ("
-    "  (status='pending' AND (lease_until IS NULL OR lease_until <= %(now)s))"
-    "  OR (status='leased' AND lease_until < %(now)s))"
+    "updated_at=%(now)s WHERE job_id IN ("
+    " SELECT job_id FROM jobs WHERE metric = ANY(%(metrics)s) AND status='pending'"
+    "  AND (lease_until IS NULL OR lease_until <= %(now)s)"
     " {which} FOR UPDATE SKIP LOCKED) "
+    "RETURNING job_id, record_id, metric, metric_version, attempts, created_at")
+
+#: One job whose lease ran out (its holder died or hung), the lost run counted; fewest
+#: attempts first (see ``Store.lease_lost_job`` of .sqlite).
+_LEASE_LOST = (
+    "UPDATE jobs SET status='leased', lease_owner=%(owner)s, lease_until=%(until)s, "
+    "attempts = attempts + 1, updated_at=%(now)s WHERE job_id = ("
+    " SELECT job_id FROM jobs WHERE metric = ANY(%(metrics)s) AND status='leased'"
+    "  AND lease_until < %(now)s ORDER BY attempts, job_id LIMIT 1 FOR UPDATE SKIP LOCKED) "
     "RETURNING job_id, record_id, metric, metric_version, attempts, created_at")
 
 
@@ -455,8 +464,9 @@ class PostgresStore(LabelsMixin):
     # -- worker side ---------------------------------------------------------------------------
     def lease_jobs(self, owner: str, limit: int, lease_s: float,
                    metrics: Sequence[str]) -> list[Job]:
-        """Atomically take up to ``limit`` pending or expired-lease jobs of ``metrics``; rows
-        another worker is leasing right now are skipped, not waited for."""
+        """Atomically take up to ``limit`` pending jobs of ``metrics``, at no attempt; rows
+        another worker is leasing right now are skipped, not waited for. Jobs whose lease ran
+        out: :meth:`lease_lost_job`."""
         now = time.time()
         args = {"owner": owner, "until": now + lease_s, "now": now, "metrics": list(metrics),
                 "limit": limit}
@@ -469,6 +479,20 @@ class PostgresStore(LabelsMixin):
                 rows += self._x(_LEASE.format(which="AND record_id = ANY(%(records)s)"),
                                 {**args, "records": list({r[1] for r in rows})}).fetchall()
         return sorted((Job(*r) for r in rows), key=lambda j: j.job_id)
+
+    def lease_lost_job(self, owner: str, lease_s: float, metrics: Sequence[str]) -> Job | None:
+        """As :meth:`.sqlite.Store.lease_lost_job`: a job whose lease ran out (fewest
+        attempts, then oldest), alone, the lost run counted (rows another worker is taking
+        right now are skipped)."""
+        now = time.time()
+        row = self._x(_LEASE_LOST, {"owner": owner, "until": now + lease_s, "now": now,
+                                    "metrics": list(metrics)}).fetchone()
+        return None if row is None else Job(*row)
+
+    def has_lost_jobs(self, metrics: Sequence[str]) -> bool:
+        return self._x("SELECT 1 FROM jobs WHERE status='leased' AND lease_until < %s "
+                       "AND metric = ANY(%s) LIMIT 1",
+                       (time.time(), list(metrics))).fetchone() is not None
 
     def complete_jobs(self, owner: str, done: Sequence[tuple[Job, Sequence[Score]]],
                       delivery: str | None = None, *,
@@ -507,8 +531,8 @@ class PostgresStore(LabelsMixin):
                   delta: Delta) -> list[tuple[int, Score]] | None:
         cur = self._x(
             "UPDATE jobs SET status='done', lease_owner=NULL, lease_until=NULL, "
-            "updated_at=%s, reason=NULL WHERE job_id=%s AND status='leased' "
-            "AND lease_owner=%s", (now, job.job_id, owner))
+            "attempts = attempts + 1, updated_at=%s, reason=NULL WHERE job_id=%s "
+            "AND status='leased' AND lease_owner=%s", (now, job.job_id, owner))
         if cur.rowcount != 1:
             return None
         names = {s.name for s in scores}
@@ -553,19 +577,18 @@ class PostgresStore(LabelsMixin):
 
     def release_job(self, job: Job, owner: str, reason: str | None = None) -> None:
         self._x("UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=NULL, "
-                "reason=%s WHERE job_id=%s AND lease_owner=%s",
+                "attempts = attempts + 1, reason=%s WHERE job_id=%s AND lease_owner=%s",
                 (_nul_free(reason), job.job_id, owner))
 
     def release_leases(self, owner: str) -> int:
-        """Give back every job ``owner`` still holds (a worker stopping); the attempts stay
-        counted. Returns how many."""
+        """Give back every job ``owner`` still holds (a worker stopping), at no attempt.
+        Returns how many."""
         return self._x("UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=NULL "
                        "WHERE lease_owner=%s AND status='leased'", (owner,)).rowcount
 
     def defer_job(self, job: Job, owner: str, delay_s: float, reason: str) -> None:
         self._x("UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=%s, "
-                "attempts = GREATEST(attempts - 1, 0), reason=%s WHERE job_id=%s "
-                "AND lease_owner=%s",
+                "reason=%s WHERE job_id=%s AND lease_owner=%s",
                 (time.time() + max(0.0, delay_s), _nul_free(reason[:500]), job.job_id, owner))
 
     def has_open_jobs(self, metrics: Sequence[str]) -> bool:

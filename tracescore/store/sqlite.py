@@ -490,29 +490,25 @@ class Store(LabelsMixin):
     def lease_jobs(
         self, owner: str, limit: int, lease_s: float, metrics: Sequence[str]
     ) -> list[Job]:
-        """Atomically take up to ``limit`` pending or expired-lease jobs of ``metrics``."""
+        """Atomically take up to ``limit`` pending jobs of ``metrics``. The lease costs no
+        attempt (attempts count runs: a failed run when the job is given back, a lost one
+        when :meth:`lease_lost_job` takes it, the last one when it is done); jobs whose lease
+        ran out are not taken here, :meth:`lease_lost_job` takes them alone."""
         now = time.time()
         marks = ",".join("?" * len(metrics))
-        update = ("UPDATE jobs SET status='leased', lease_owner=?, lease_until=?, "
-                  "attempts = attempts + 1, updated_at=? WHERE job_id IN (SELECT job_id FROM jobs "
-                  "WHERE {cond} AND metric IN (" + marks + ") ORDER BY job_id LIMIT ?) "
-                  "RETURNING job_id, record_id, metric, metric_version, attempts, created_at")
-        # Two index-friendly queries (status, job_id) instead of one OR: with a large backlog
-        # the OR made SQLite sort every open job on each lease.
         with self.transaction():
+            # (status, job_id): index-friendly, also with a large backlog
             rows = self.conn.execute(
-                update.format(cond="status='pending' AND (lease_until IS NULL OR "
-                                   "lease_until <= ?)"),
+                "UPDATE jobs SET status='leased', lease_owner=?, lease_until=?, updated_at=? "
+                "WHERE job_id IN (SELECT job_id FROM jobs WHERE status='pending' AND "
+                "(lease_until IS NULL OR lease_until <= ?) AND metric IN (" + marks + ") "
+                "ORDER BY job_id LIMIT ?) "
+                "RETURNING job_id, record_id, metric, metric_version, attempts, created_at",
                 (owner, now + lease_s, now, now, *metrics, limit),
             ).fetchall()
-            if len(rows) < limit:
-                rows += self.conn.execute(
-                    update.format(cond="status='leased' AND lease_until < ?"),
-                    (owner, now + lease_s, now, now, *metrics, limit - len(rows)),
-                ).fetchall()
             if len(rows) >= limit:
-                # (Fewer rows than the limit: every job the two queries can take is taken,
-                # its record's siblings too — the transaction is exclusive.)
+                # (Fewer rows than the limit: every pending job is taken, its record's
+                # siblings too — the transaction is exclusive.)
                 # A record's jobs go out together (the limit may cut the last record's jobs,
                 # and a pool with one free slot would take one job a time): its judge jobs
                 # then run at the same moment and share calls (judge/pairing.py). So up to
@@ -520,13 +516,37 @@ class Store(LabelsMixin):
                 for chunk in _chunks(list(dict.fromkeys(r[1] for r in rows))):
                     rows += self.conn.execute(
                         "UPDATE jobs SET status='leased', lease_owner=?, lease_until=?, "
-                        "attempts = attempts + 1, updated_at=? WHERE record_id IN ("
-                        + ",".join("?" * len(chunk)) + ") AND metric IN (" + marks + ") AND "
-                        "((status='pending' AND (lease_until IS NULL OR lease_until <= ?)) OR "
-                        "(status='leased' AND lease_until < ?)) RETURNING job_id, record_id, "
-                        "metric, metric_version, attempts, created_at",
-                        (owner, now + lease_s, now, *chunk, *metrics, now, now)).fetchall()
+                        "updated_at=? WHERE record_id IN (" + ",".join("?" * len(chunk))
+                        + ") AND metric IN (" + marks + ") AND status='pending' AND "
+                        "(lease_until IS NULL OR lease_until <= ?) RETURNING job_id, "
+                        "record_id, metric, metric_version, attempts, created_at",
+                        (owner, now + lease_s, now, *chunk, *metrics, now)).fetchall()
         return sorted((Job(*r) for r in rows), key=lambda j: j.job_id)
+
+    def lease_lost_job(self, owner: str, lease_s: float, metrics: Sequence[str]) -> Job | None:
+        """Take a job of ``metrics`` whose lease ran out (its holder died or hung), alone,
+        counting the lost run as an attempt; None if there is none. The caller runs it holding
+        no other job: a job that kills its process each time then spends its own attempts
+        only, not those of jobs leased beside it. Fewest attempts first, then the oldest: a
+        job lost again waits behind the others, so a run of kills (a crash loop) does not hit
+        the same innocent job again and again."""
+        now = time.time()
+        with self.transaction():
+            row = self.conn.execute(
+                "UPDATE jobs SET status='leased', lease_owner=?, lease_until=?, "
+                "attempts = attempts + 1, updated_at=? WHERE job_id = (SELECT job_id FROM jobs "
+                "WHERE status='leased' AND lease_until < ? AND metric IN ("
+                + ",".join("?" * len(metrics)) + ") ORDER BY attempts, job_id LIMIT 1) "
+                "RETURNING job_id, record_id, metric, metric_version, attempts, created_at",
+                (owner, now + lease_s, now, now, *metrics)).fetchone()
+        return None if row is None else Job(*row)
+
+    def has_lost_jobs(self, metrics: Sequence[str]) -> bool:
+        """A job of ``metrics`` waits whose lease ran out (a read: (status, lease_until))."""
+        return self.conn.execute(
+            "SELECT 1 FROM jobs WHERE status='leased' AND lease_until < ? AND metric IN ("
+            + ",".join("?" * len(metrics)) + ") LIMIT 1",
+            (time.time(), *metrics)).fetchone() is not None
 
     def complete_jobs(
         self, owner: str, done: Sequence[tuple[Job, Sequence[Score]]],
@@ -567,15 +587,16 @@ class Store(LabelsMixin):
             for chunk in _chunks([job.job_id for job, _, _ in items]):
                 owned.update(r[0] for r in self.conn.execute(
                     "UPDATE jobs SET status='done', lease_owner=NULL, lease_until=NULL, "
-                    "updated_at=?, reason=NULL WHERE job_id IN (" + ",".join("?" * len(chunk))
+                    "attempts = attempts + 1, updated_at=?, reason=NULL WHERE job_id IN ("
+                    + ",".join("?" * len(chunk))
                     + ") AND status='leased' AND lease_owner=? RETURNING job_id",
                     (now, *chunk, owner)))
         for job, scores, judge_model in items:
             if owned is None:
                 cur = self.conn.execute(
                     "UPDATE jobs SET status='done', lease_owner=NULL, lease_until=NULL, "
-                    "updated_at=?, reason=NULL WHERE job_id=? AND status='leased' "
-                    "AND lease_owner=?", (now, job.job_id, owner))
+                    "attempts = attempts + 1, updated_at=?, reason=NULL WHERE job_id=? "
+                    "AND status='leased' AND lease_owner=?", (now, job.job_id, owner))
                 mine = cur.rowcount == 1
             else:
                 mine = job.job_id in owned
@@ -638,21 +659,22 @@ class Store(LabelsMixin):
             )
 
     def release_job(self, job: Job, owner: str, reason: str | None = None) -> None:
-        """Give a leased job back for another attempt (the attempt still counts)."""
+        """Give a leased job back for another attempt after a failed run (it counts)."""
         with self.transaction():
             self.conn.execute(
                 "UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=NULL, "
-                "reason=? WHERE job_id=? AND lease_owner=?",
+                "attempts = attempts + 1, reason=? WHERE job_id=? AND lease_owner=?",
                 (scrub(reason) if reason else reason, job.job_id, owner),
             )
 
     def defer_job(self, job: Job, owner: str, delay_s: float, reason: str) -> None:
-        """Put a job back to wait ``delay_s`` (judge down / over budget); the attempt is free.
-        The wait is bounded by the worker's ``judge_max_wait_s``."""
+        """Put a job back to wait ``delay_s`` (judge down / over budget, the database
+        refusing writes, the worker stopping); no attempt is counted. The wait is bounded by
+        the worker's ``judge_max_wait_s``."""
         with self.transaction():
             self.conn.execute(
                 "UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=?, "
-                "attempts = MAX(attempts - 1, 0), reason=? WHERE job_id=? AND lease_owner=?",
+                "reason=? WHERE job_id=? AND lease_owner=?",
                 (time.time() + max(0.0, delay_s), scrub(reason)[:500], job.job_id, owner),
             )
 
