@@ -148,6 +148,7 @@ POISON_SCRIPT = textwrap.dedent("""
 
     ts = tracescore.init(db=db, metrics=[ScriptedMetric(kills, name="m")],
                          lease_seconds=1.0, concurrency=2)
+    ts.worker.local_window = 16  # (the default is 1: a window of 32 jobs is what is tested)
     if mode == "produce":
         for i in range(24):
             ts.log_record(query="poison" if i == 5 else f"q{i}", answer="a")

@@ -110,10 +110,13 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
         self._loop_state: Any = None
         #: local jobs leased per unit of ``concurrency`` (at most ``concurrency`` run at
         #: once whatever it is). Larger windows make fewer, larger batches: the scorer loop's
-        #: CPU per record −40 % at 16. A lease costs no attempt and a job whose lease ran out
-        #: runs alone (see the module docstring), so a worker killed while holding the window
-        #: spends at most one attempt of each job it held and not run, once.
-        self.local_window = 16
+        #: CPU per record −40 % at 16, and, since a lease costs no attempt and a job whose
+        #: lease ran out runs alone (see the module docstring), a worker killed while holding
+        #: the window spends at most one attempt of each job it held and not run, once. Kept
+        #: at 1: at 16 the scorer's larger batches starved the writer thread of the GIL under
+        #: a sustained ``log_record`` load (issue 19, bench/pipeline_rate.py: 3 of 5 rounds
+        #: stored 4,800–7,500 records/s instead of ~13,300, more dropped).
+        self.local_window = 1
         #: ids of the lost job(s) running alone (nothing else is leased meanwhile), and
         #: whether lost jobs wait (the worker then finishes what it holds and leases no more)
         self._alone: set[int] = set()
