@@ -6,6 +6,8 @@ import json
 import shutil
 import sys
 import threading
+import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,19 @@ from typing import Any
 
 def is_pg(db: Path | str) -> bool:
     return str(db).startswith(("postgresql://", "postgres://"))
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
+    """Poll ``cond`` until it is truthy and return its value; a generous deadline (a loaded
+    machine), then an AssertionError naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached in {timeout:g}s: {what}")
+        time.sleep(0.02)
 
 
 def rows(db: Path | str, sql: str, *args: Any) -> list[dict[str, Any]]:

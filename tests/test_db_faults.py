@@ -8,12 +8,12 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import rows, run_cli
+from helpers import rows, run_cli, wait_for
 
 from tracescore.testing import ScriptedMetric
 
@@ -28,14 +28,6 @@ HOLDER = textwrap.dedent("""
 """)
 
 
-def wait_for(cond: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
 
 
 class Lock:

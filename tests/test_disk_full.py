@@ -14,12 +14,13 @@ import os
 import sqlite3
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import helpers
 import pytest
 from helpers import rows
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -28,17 +29,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import tracescore
 from tracescore.testing import ScriptedMetric
 
-
-def wait_for(cond: Callable[[], Any], timeout: float = 60.0, what: str = "") -> Any:
-    """Poll ``cond`` until it is truthy; generous deadline (a loaded machine)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached in {timeout:g}s: {what}")
-        time.sleep(0.02)
+#: (this file's deadline: 60 s, as it was)
+wait_for = partial(helpers.wait_for, timeout=60.0)
 
 
 @pytest.fixture

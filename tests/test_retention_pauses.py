@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import rows
+from helpers import rows, wait_for
 
 from tracescore.record import RagRecord
 from tracescore.store import Store, vacuum
@@ -24,13 +24,6 @@ def _conn(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     return conn
-
-
-def _wait_for(cond, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "state not reached"
-        time.sleep(0.001)
 
 
 def test_pauses_are_skipped_while_nobody_else_commits_and_kept_once_someone_does(
@@ -101,7 +94,7 @@ def test_a_waiting_writer_of_this_process_gets_the_lock_at_the_next_pause(tmp_pa
     with pruner.transaction() as conn:
         conn.execute("INSERT INTO meta(key, value) VALUES ('p1', 'x')")
         go.set()
-        _wait_for(lambda: WAITING.count(pruner.path) == 1)  # the app waits for the lock
+        wait_for(lambda: WAITING.count(pruner.path) == 1, what="the app waits for the lock")
         time.sleep(0.15)  # (its busy handler is now in its long sleeps)
     pauses = Pauses(pruner.conn, pruner.path, pause_s=0.001)
     pauses(0.2)
