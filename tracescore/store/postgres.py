@@ -580,12 +580,6 @@ class PostgresStore(LabelsMixin):
                 "attempts = attempts + 1, reason=%s WHERE job_id=%s AND lease_owner=%s",
                 (_nul_free(reason), job.job_id, owner))
 
-    def release_leases(self, owner: str) -> int:
-        """Give back every job ``owner`` still holds (a worker stopping), at no attempt.
-        Returns how many."""
-        return self._x("UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=NULL "
-                       "WHERE lease_owner=%s AND status='leased'", (owner,)).rowcount
-
     def defer_job(self, job: Job, owner: str, delay_s: float, reason: str) -> None:
         self._x("UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=%s, "
                 "reason=%s WHERE job_id=%s AND lease_owner=%s",
