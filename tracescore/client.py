@@ -259,6 +259,8 @@ class Tracescore(Feedback, Lifecycle):
             max_size=s.max_queue, on_written=self.worker.wake, losses=self.losses,
             keep_full_text=s.keep_full_text is not False, segments=self.segment_spec,
         )
+        if s.score:  # cheap local metrics are scored by the writer as it stores a record
+            self.queue.on_write = self.worker
         # retention: prune old records in small background batches (own thread, own store).
         # On PostgreSQL (a fleet) only where scoring runs — the `tracescore worker` processes
         # (or a scoring app); capture-only replicas (score=False) leave it to them. Several

@@ -42,7 +42,7 @@ from ._internal.validate import (
 )
 from .record import Context, RagRecord
 from .sampling import Decision, trace_fraction
-from .store import NewJob, SegmentSpec, StoreAPI, open_store
+from .store import PENDING, NewJob, SegmentSpec, StoreAPI, open_store
 
 log = logging.getLogger("tracescore")
 
@@ -112,7 +112,12 @@ class RecordQueue:
         #: records' mean gap (s, moving average), kept by put(): a float op or two per record
         self._gap = 1.0
         self._last_put = 0.0
+        #: called after a batch that may have opened jobs for the worker (wakes it)
         self.on_written = on_written
+        #: the scoring worker, when the writer may score cheap local metrics itself
+        #: (:mod:`tracescore.scoring.on_write`); None: every job goes to the worker
+        self.on_write: Any = None
+        self._opened = False
         #: how long one write waits for a lock before the writer backs off and retries
         self.busy_timeout_s = 5.0
         self.dropped = 0
@@ -373,6 +378,7 @@ class RecordQueue:
                     except Exception as exc:
                         record_internal_error("queue.task", exc)
                 elif isinstance(item, (GroundTruthUpdate, FeedbackUpdate)):
+                    self._opened = True  # (it may open jobs)
                     try:
                         self._apply_ground_truth(store, item)
                     except _DbUnavailable:
@@ -391,7 +397,9 @@ class RecordQueue:
                     raise
             for m in markers:
                 m.done.set()
-            if self.on_written is not None:
+            if self.on_written is not None and self._opened:
+                # (a batch whose jobs were all scored on write or skipped: nothing to lease)
+                self._opened = False
                 self.on_written()
 
     def _write(self, store: StoreAPI, records: list[Any]) -> None:
@@ -429,17 +437,38 @@ class RecordQueue:
                     counters: dict[str, int]) -> None:
         try:
             jobs: list[NewJob] = []
+            scored: list[tuple[NewJob, list[Any]]] = []
+            ow = self.on_write
+            if ow is not None and (len(self._buf) > self.batch_size or not ow.on_write_open()):
+                ow = None  # behind (a backlog), or no worker: the worker scores them all
+            until = time.perf_counter() + ow.on_write_budget_s if ow is not None else 0.0
             for item in getattr(records, "items", records):
-                if type(item) is tuple:  # (a record alone: no metric sampled it, no jobs)
-                    jobs.extend(self.plan_jobs(item[0], item[1]))
-            store.write_batch(records, jobs, counters, keep_full_text=self.keep_full_text,
-                              segments=self.segments)
+                if type(item) is not tuple:  # (a record alone: no metric sampled it, no jobs)
+                    continue
+                for job in self.plan_jobs(item[0], item[1]):
+                    if ow is not None and job.status == PENDING:
+                        scores = ow.score_now(item[0], job)
+                        if scores is not None:
+                            scored.append((job, scores))
+                            if time.perf_counter() > until:
+                                ow = None  # this batch's budget is spent
+                            continue
+                    jobs.append(job)
+            refs = store.write_batch(
+                records, jobs, counters, keep_full_text=self.keep_full_text,
+                segments=self.segments, scored=scored,
+                delivery=self.on_write.delivery_on_write if scored else None)
             self.written += len(records)
+            if not self._opened:
+                self._opened = any(j.status == PENDING for j in jobs)
+            if scored:
+                self._scored_on_write(scored, refs)
             return
         except Exception as exc:
             if store.unavailable(exc):
                 raise _DbUnavailable.of(exc) from exc
             record_internal_error("queue.write_batch", exc)
+        self._opened = True
         # The batch as a whole failed on its content: write one record at a time so a single
         # bad record costs only itself, and count what could not be stored, by reason.
         for rec, decision in records:
@@ -453,6 +482,18 @@ class RecordQueue:
                 self._lose(exc)
         store.bump_counters({**counters, **{f"lost.{k}": v for k, v in
                                             self.losses.take_unsaved().items()}})
+
+    def _scored_on_write(self, scored: Sequence[tuple[NewJob, list[Any]]],
+                         refs: Sequence[Any]) -> None:
+        """Committed: the scores stored on write go to the exporter and the span attacher
+        (isolated: the batch is written, a failure here must not write it again)."""
+        for (job, scores), ids in zip(scored, refs):
+            if ids is None:
+                continue  # a replay: its job existed already
+            try:
+                self.on_write.stored_on_write(job.record_id, scores, ids)
+            except Exception as exc:
+                record_internal_error("queue.scored_on_write", exc)
 
     def _lose(self, exc: BaseException) -> None:
         self.failed += 1

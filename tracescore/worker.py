@@ -57,12 +57,13 @@ from .scoring.calls import (
 )
 from .scoring.completions import Completions
 from .scoring.deliveries import Deliveries
+from .scoring.on_write import ScoresOnWrite
 from .store import Job, StoreAPI, open_store
 
 log = logging.getLogger("tracescore")
 
 
-class ScoringWorker(LocalBatches, Deliveries, Completions):
+class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
     def __init__(
         self,
         db_path: str,
@@ -89,8 +90,11 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
         self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         #: the app's redaction function (Tracescore sets it)
         self.redact: Callable[[str], str] | None = None
-        self.scored = 0
-        self.errors = 0
+        #: jobs scored (and error scores among them) by this loop; scored on write: their own
+        #: counters (another thread), ``scored``/``errors`` sum both
+        self._scored = 0
+        self._errors = 0
+        self._init_on_write()
         self.deferred = 0
         #: The judge session of judge metrics (its SQLite connection lives on this loop).
         self.judge_session: JudgeSession | None = None
@@ -211,6 +215,7 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
         self._idle = threading.Event()
         self._started = threading.Event()
         self._delivered_lock = threading.Lock()
+        self._on_write_lock = threading.Lock()
         self._delivered = []
         self._completions = []
         self._running_jobs = 0
@@ -262,6 +267,16 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
         self.wake()
         if self._thread is not None:
             self._thread.join(timeout)
+
+    @property
+    def scored(self) -> int:
+        """Jobs scored in this process (by the loop, and on write)."""
+        return self._scored + self.scored_on_write
+
+    @property
+    def errors(self) -> int:
+        """Error scores among them."""
+        return self._errors + self.errors_on_write
 
     @property
     def idle(self) -> bool:

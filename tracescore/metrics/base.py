@@ -66,6 +66,12 @@ class Metric:
     default_sample_rate: ClassVar[float | None] = None
     #: (low, high) of the values emitted, or None (not declared): see the class docstring.
     value_range: ClassVar[tuple[float, float] | None] = None
+    #: A pure local metric that takes well under a millisecond on a record of up to this
+    #: many characters (answer, references, and the query/contexts when it reads them) may
+    #: be scored by the background writer as it stores the record (docs/metrics.md,
+    #: "Scores on write"); 0: always by the scoring worker. Declared in the module that
+    #: defines the metric's ``__call__``.
+    on_write_chars: ClassVar[int] = 0
 
     #: pass/fail threshold; instances may override it through ``__init__``.
     threshold: float | None = 0.5

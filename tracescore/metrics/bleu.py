@@ -54,6 +54,7 @@ class Bleu(Metric):
     version = "1"
     requires = frozenset({ANSWER, GROUND_TRUTHS})
     kind = "local"
+    on_write_chars = 4_000  # scores on write up to this size (docs/metrics.md)
     description = "Sentence BLEU of the answer against all ground truths (nltk, Valor tokens)."
 
     def __init__(

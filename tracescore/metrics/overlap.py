@@ -50,6 +50,7 @@ class TokenF1(Metric):
     version = "1"
     requires = frozenset({ANSWER, GROUND_TRUTHS})
     kind = "local"
+    on_write_chars = 8_000  # scores on write up to this size (docs/metrics.md)
     description = "SQuAD token F1 of the normalised answer vs the best ground truth."
 
     def __init__(self, *, threshold: float | None = 0.5) -> None:
@@ -94,6 +95,7 @@ class ExactMatch(Metric):
     version = "1"
     requires = frozenset({ANSWER, GROUND_TRUTHS})
     kind = "local"
+    on_write_chars = 8_000  # scores on write up to this size (docs/metrics.md)
     description = "1 if the SQuAD-normalised answer equals a normalised ground truth."
 
     def __init__(self, *, threshold: float | None = 1.0) -> None:

@@ -183,6 +183,7 @@ class RgbAccuracy(_Flexible):
     version = "1"
     requires = frozenset({ANSWER, GROUND_TRUTHS})
     kind = "local"
+    on_write_chars = 8_000  # scores on write up to this size (docs/metrics.md)
     description = "RGB: 1 if the answer contains a ground-truth answer (normalised, whole words)."
 
     def __init__(
@@ -234,6 +235,7 @@ class RgbRejection(Metric):
     version = "1"
     requires = frozenset({ANSWER})
     kind = "local"
+    on_write_chars = 4_000  # scores on write up to this size (docs/metrics.md)
     description = "RGB: 1 if the answer refuses for lack of information (phrase match)."
 
     def __init__(self, *, threshold: float | None = None) -> None:
@@ -269,6 +271,7 @@ class RgbErrorDetection(Metric):
     version = "1"
     requires = frozenset({ANSWER})
     kind = "local"
+    on_write_chars = 4_000  # scores on write up to this size (docs/metrics.md)
     description = "RGB: 1 if the answer flags factual errors in the documents (phrase match)."
 
     def __init__(self, *, threshold: float | None = None) -> None:
@@ -298,6 +301,7 @@ class RgbErrorCorrection(_Flexible):
     version = "1"
     requires = frozenset({ANSWER, GROUND_TRUTHS})
     kind = "local"
+    on_write_chars = 4_000  # scores on write up to this size (docs/metrics.md)
     description = "RGB: 1 if the answer flags document errors and gives a ground-truth answer."
 
     def __call__(self, record: RagRecord) -> Score:

@@ -64,6 +64,7 @@ class Rouge(Metric):
     version = "1"
     requires = frozenset({ANSWER, GROUND_TRUTHS})
     kind = "local"
+    on_write_chars = 600  # scores on write up to this size (docs/metrics.md)
     description = "ROUGE-1/2/L/Lsum F-measure of the answer vs the best ground truth."
     score_names: ClassVar[tuple[str, ...]] = ("rouge1", "rouge2", "rouge_l", "rouge_lsum")
 

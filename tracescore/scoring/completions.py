@@ -150,8 +150,8 @@ class Completions:
         """A job's scores are stored (``refs``): count them, tell the exporter and the span
         attacher. Isolated like :meth:`_stored`: the job is done, so a failure of either must
         not give it back."""
-        self.scored += 1
-        self.errors += sum(1 for s in scores if s.status == "error")
+        self._scored += 1
+        self._errors += sum(1 for s in scores if s.status == "error")
         self._stored(job.record_id, refs)
         if self.attacher is not None:
             try:

@@ -58,9 +58,13 @@ class StoreAPI(Protocol):
     def write_batch(self, records: Sequence[tuple[RagRecord, Decision]], jobs: Sequence[NewJob],
                     counters: Mapping[str, int] | None = None, *,
                     keep_full_text: bool = True,
-                    segments: SegmentSpec | None = None) -> None:
+                    segments: SegmentSpec | None = None,
+                    scored: Sequence[tuple[NewJob, Sequence[Score]]] = (),
+                    delivery: str | None = None) -> list[list[tuple[int, Score]] | None]:
         """Records and jobs in one transaction, with their rollups (only rows inserted count);
-        ``segments``: the process's release/environment/metadata keys (each record's seg_id)."""
+        ``segments``: the process's release/environment/metadata keys (each record's seg_id);
+        ``scored``: jobs scored on the writer, stored done with their scores (their score
+        ids returned in order, None for a job that existed already)."""
     def bump_counters(self, counters: Mapping[str, int]) -> None: ...
     def counters(self) -> dict[str, int]: ...
     def set_ground_truths(self, trace_id: str,

@@ -328,11 +328,13 @@ class PostgresStore(LabelsMixin):
     # -- writer side ---------------------------------------------------------------------------
     def write_batch(self, records: Sequence[tuple[RagRecord, Decision]], jobs: Sequence[NewJob],
                     counters: Mapping[str, int] | None = None, *,
-                    keep_full_text: bool = True, segments: SegmentSpec | None = None) -> None:
+                    keep_full_text: bool = True, segments: SegmentSpec | None = None,
+                    scored: Sequence[tuple[NewJob, Sequence[Score]]] = (),
+                    delivery: str | None = None) -> list[list[tuple[int, Score]] | None]:
         """Persist records and their jobs in one transaction (idempotent on replays), with
         their contribution to the hourly rollups (only rows the inserts returned count);
         ``keep_full_text=False``: unsampled records are stored compact (as on SQLite);
-        ``segments``: as on SQLite."""
+        ``segments``, ``scored`` and ``delivery``: as on SQLite."""
         now = time.time()
         spec = segments or _NO_SEGMENTS
         try:
@@ -357,10 +359,29 @@ class PostgresStore(LabelsMixin):
                         overflow[OVERFLOW_COUNTER + dim] = overflow.get(OVERFLOW_COUNTER + dim,
                                                                         0) + 1
                 created = self._insert_jobs(jobs, now)
+                refs: list[list[tuple[int, Score]] | None] = []
+                if scored:
+                    self._hold_records([j for j, _ in scored])
+                    for job, scores in scored:
+                        row = self._x(
+                            "INSERT INTO jobs(record_id, metric, metric_version, status, "
+                            "attempts, created_at, updated_at) VALUES (%s,%s,%s,'done',1,%s,%s)"
+                            " ON CONFLICT DO NOTHING RETURNING job_id",
+                            (job.record_id, job.metric, job.metric_version, now,
+                             now)).fetchone()
+                        if row is None:
+                            refs.append(None)
+                            continue
+                        fact = facts.get(job.record_id) \
+                            or self._record_facts([job.record_id]).get(job.record_id)
+                        refs.append(self._put_scores(
+                            int(row[0]), job.record_id, job.metric, scores, delivery, "", now,
+                            NONE_SEG if fact is None else fact[1], delta))
                 count_skips(delta, [(j, None) for j in created], facts, self._record_facts)
                 delta.write(QmarkConnection(self.conn))
                 if counters or overflow:
                     self.bump_counters({**(counters or {}), **overflow})
+            return refs
         except BaseException:
             self.segmenter.reset()  # part of a caller's transaction that is rolled back
             raise
@@ -535,12 +556,20 @@ class PostgresStore(LabelsMixin):
             "AND status='leased' AND lease_owner=%s", (now, job.job_id, owner))
         if cur.rowcount != 1:
             return None
+        return self._put_scores(job.job_id, job.record_id, job.metric, scores, delivery,
+                                judge_model, now, seg_id, delta)
+
+    def _put_scores(self, job_id: int, record_id: str, job_metric: str,
+                    scores: Sequence[Score], delivery: str | None, judge_model: str,
+                    now: float, seg_id: int, delta: Delta) -> list[tuple[int, Score]]:
+        """Store one job's scores (inside the caller's transaction) and add them to
+        ``delta``, taking the contribution of the rows they replace away first."""
         names = {s.name for s in scores}
-        for row in self._x(_OLD_SCORES.replace("?", "%s"), (job.record_id,)).fetchall():
+        for row in self._x(_OLD_SCORES.replace("?", "%s"), (record_id,)).fetchall():
             if row[0] in names and row[2] is not None:  # NULL seg_id: never rolled up
                 delta.add_score(row[1], row[0], row[2], row[3], row[4], row[5], row[6], row[7],
                                 row[8], -1)
-        trace_id = job.record_id.split("-", 1)[0]
+        trace_id = record_id.split("-", 1)[0]
         ids: dict[str, int] = {}
         # Keys out of the texts (a judge's reason may quote the key it was sent): stored and,
         # through the returned scores, exported scrubbed.
@@ -559,7 +588,7 @@ class PostgresStore(LabelsMixin):
                 "created_at=excluded.created_at, delivery=excluded.delivery, "
                 "seg_id=excluded.seg_id, judge_model=excluded.judge_model "
                 "RETURNING score_id",
-                (job.job_id, job.record_id, trace_id, s.name, s.metric or job.metric,
+                (job_id, record_id, trace_id, s.name, s.metric or job_metric,
                  s.metric_version, s.value, s.label,
                  _nul_free(clean_text(s.explanation)) if s.explanation else None, s.status,
                  _nul_free(clean_text(s.error)) if s.error else None, s.duration_ms,
@@ -568,7 +597,7 @@ class PostgresStore(LabelsMixin):
             )
             ids[s.name] = int(row[0])
             delta.add_score(now, s.name, seg_id, s.metric_version, judge_model,
-                            s.metric or job.metric, s.value, s.label, s.status)
+                            s.metric or job_metric, s.value, s.label, s.status)
         return [(ids[s.name], s) for s in scores]
 
     def renew_leases(self, owner: str, job_ids: Sequence[int], lease_s: float) -> None:

@@ -320,9 +320,17 @@ class Store(LabelsMixin):
         *,
         keep_full_text: bool = True,
         segments: SegmentSpec | None = None,
-    ) -> None:
+        scored: Sequence[tuple[NewJob, Sequence[Score]]] = (),
+        delivery: str | None = None,
+    ) -> list[list[tuple[int, Score]] | None]:
         """Persist records and their jobs in one transaction (idempotent on replays), with
         their contribution to the hourly rollups (only rows actually inserted count).
+
+        ``scored``: jobs of these records already scored on the writer (scores on write,
+        :mod:`tracescore.scoring.on_write`): each is stored ``done`` after one run, with its
+        scores (``delivery`` as :meth:`complete_job` takes it), in the same transaction as
+        its record. Returns their ``(score_id, score)`` pairs, in order; None for a job that
+        existed already (a replay: nothing of it is stored twice).
 
         ``keep_full_text=False``: records that no metric sampled are stored compact (no text;
         lengths and hashes instead, see :mod:`.compact`). ``segments``: the process's release,
@@ -351,6 +359,16 @@ class Store(LabelsMixin):
                         overflow[OVERFLOW_COUNTER + dim] = overflow.get(OVERFLOW_COUNTER + dim,
                                                                         0) + 1
                 created = self._insert_jobs(jobs, now)
+                refs: list[list[tuple[int, Score]] | None] = []
+                for job, scores in scored:
+                    row = self.conn.execute(
+                        "INSERT OR IGNORE INTO jobs(record_id, metric, metric_version, status,"
+                        " attempts, created_at, updated_at) VALUES (?,?,?,'done',1,?,?)"
+                        " RETURNING job_id",
+                        (job.record_id, job.metric, job.metric_version, now, now)).fetchone()
+                    refs.append(None if row is None else self._insert_scores(
+                        int(row[0]), job.record_id, job.metric, scores, "", delivery, now,
+                        delta))
 
                 def record_facts(ids: Iterable[str]) -> dict[str, tuple[float, int]]:
                     # (only a batch with skipped jobs asks: no dict per record otherwise)
@@ -363,6 +381,7 @@ class Store(LabelsMixin):
                 delta.write(self.conn)
                 if counters or overflow:
                     self.bump_counters({**(counters or {}), **overflow})
+            return refs
         except BaseException:
             # Part of a caller's transaction that is rolled back: forget what was admitted.
             self.segmenter.reset()
@@ -604,30 +623,38 @@ class Store(LabelsMixin):
             if not mine:
                 out.append(None)
                 continue
-            trace_id = job.record_id.split("-", 1)[0]
-            ids: dict[str, int] = {}
-            # Keys out of the texts (a judge's reason may quote the key it was sent): stored
-            # and, through the returned scores, exported scrubbed.
-            scores = [scrub_score(s) for s in scores]
-            for s in scores:
-                metric = s.metric or job.metric
-                values = (job.job_id, job.record_id, trace_id, s.name, metric, s.metric_version,
-                          s.value, s.label,
-                          clean_text(s.explanation) if s.explanation else None, s.status,
-                          clean_text(s.error) if s.error else None, s.duration_ms,
-                          dumps(_json_safe(dict(s.details))), now, delivery)
-                # The common case in one statement: a new (record, name) row, with its
-                # record's segment looked up on the way (RETURNING tells both).
-                row = self.conn.execute(_INSERT_SCORE, (*values, job.record_id, NONE_SEG,
-                                                        judge_model)).fetchone()
-                if row is None:  # the record has this score already: replace the row
-                    row = self._replace_score(job.record_id, values, judge_model, delta)
-                ids[s.name], seg_id = int(row[0]), int(row[1])
-                delta.add_score(now, s.name, seg_id, s.metric_version, judge_model, metric,
-                                s.value, s.label, s.status)
-            out.append([(ids[s.name], s) for s in scores])
+            out.append(self._insert_scores(job.job_id, job.record_id, job.metric, scores,
+                                           judge_model, delivery, now, delta))
         delta.write(self.conn)
         return out
+
+    def _insert_scores(self, job_id: int, record_id: str, job_metric: str,
+                       scores: Sequence[Score], judge_model: str, delivery: str | None,
+                       now: float, delta: Delta) -> list[tuple[int, Score]]:
+        """Store one job's scores (inside the caller's transaction) and add them to
+        ``delta``; their ``(score_id, score)`` pairs."""
+        trace_id = record_id.split("-", 1)[0]
+        ids: dict[str, int] = {}
+        # Keys out of the texts (a judge's reason may quote the key it was sent): stored
+        # and, through the returned scores, exported scrubbed.
+        scores = [scrub_score(s) for s in scores]
+        for s in scores:
+            metric = s.metric or job_metric
+            values = (job_id, record_id, trace_id, s.name, metric, s.metric_version,
+                      s.value, s.label,
+                      clean_text(s.explanation) if s.explanation else None, s.status,
+                      clean_text(s.error) if s.error else None, s.duration_ms,
+                      dumps(_json_safe(dict(s.details))), now, delivery)
+            # The common case in one statement: a new (record, name) row, with its
+            # record's segment looked up on the way (RETURNING tells both).
+            row = self.conn.execute(_INSERT_SCORE, (*values, record_id, NONE_SEG,
+                                                    judge_model)).fetchone()
+            if row is None:  # the record has this score already: replace the row
+                row = self._replace_score(record_id, values, judge_model, delta)
+            ids[s.name], seg_id = int(row[0]), int(row[1])
+            delta.add_score(now, s.name, seg_id, s.metric_version, judge_model, metric,
+                            s.value, s.label, s.status)
+        return [(ids[s.name], s) for s in scores]
 
     def _replace_score(self, record_id: str, values: tuple[Any, ...], judge_model: str,
                        delta: Delta) -> tuple[int, int]:
