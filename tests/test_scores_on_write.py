@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from helpers import rows, wait_for
 
 import tracescore

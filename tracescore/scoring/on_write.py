@@ -148,7 +148,7 @@ def _declared_limit(metric: Metric | None) -> int:
     cls = type(metric)
     owner = next((b for b in cls.__mro__ if "on_write_chars" in b.__dict__), None)
     limit = getattr(cls, "on_write_chars", 0)
-    call = getattr(cls, "__call__", None)
+    call = next((b.__dict__["__call__"] for b in cls.__mro__ if "__call__" in b.__dict__), None)
     if owner is None or type(limit) is not int or limit <= 0 \
             or inspect.iscoroutinefunction(call) \
             or not cls.__module__ == owner.__module__ == getattr(call, "__module__", None):
