@@ -45,14 +45,25 @@ def register_secret(secret: str | None) -> None:
 _ENV_KEYS = ("OPENAI_API_KEY",)
 
 
+#: (the registered keys' count, the environment's values) -> the sorted list: rebuilt only
+#: when a key is registered or the environment changes (every stored score's texts pass here)
+_cache: tuple[Any, list[str]] = ((), [])
+
+
 def _known() -> list[str]:
+    global _cache
+    key = (len(_secrets), *(os.environ.get(name) for name in _ENV_KEYS))
+    cached_key, known = _cache
+    if key == cached_key:
+        return known
     with _lock:
-        known = set(_secrets)
-    for name in _ENV_KEYS:
-        value = os.environ.get(name)
+        found = set(_secrets)
+    for value in key[1:]:
         if value and len(value) >= 6 and value != "not-needed":
-            known.add(value)
-    return sorted(known, key=len, reverse=True)
+            found.add(value)
+    known = sorted(found, key=len, reverse=True)
+    _cache = (key, known)
+    return known
 
 
 def scrub(text: str) -> str:
@@ -65,8 +76,13 @@ def scrub(text: str) -> str:
         if s in text:
             text = text.replace(s, MASK)
     for p in _PATTERNS:
-        text = p.sub(lambda m: m.group(1) + MASK, text)
+        if p.search(text) is not None:  # (most texts have none: a scan, no new string)
+            text = p.sub(_masked, text)
     return text
+
+
+def _masked(m: re.Match[str]) -> str:
+    return m.group(1) + MASK
 
 
 def scrub_opt(text: str | None) -> str | None:
