@@ -155,7 +155,9 @@ class Node:
     kind: str | None
     owner: int  # id() of the instance whose method opened the span
     name: str
-    target: Node | None = None  # the traced node this one reports to (itself when traced)
+    #: the traced node this one reports to; None when traced (it reports to itself: no
+    #: reference to itself, so a finished node is freed without the garbage collector)
+    target: Node | None = None
     parent: Node | None = None  # a traced node's traced parent (None for the root)
     usage: TokenUsage | None = None
     op: str | None = None  # gen_ai operation, set by the first LLM start event

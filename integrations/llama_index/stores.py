@@ -241,7 +241,6 @@ class SearchMixin:
         pending: Any = (_PendingSpan(name, target.span, attrs, time.time_ns()) if run.spans
                         else NO_SPAN)
         search = Node(name, run, pending, RETRIEVE, id(store), name, parent=target)
-        search.target = search
         q = query_text(query)
         if q is not None:
             self._set_input(search, q)
