@@ -225,6 +225,33 @@ def test_a_replayed_batch_stores_nothing_twice(db_path: Path) -> None:
         store.close()
 
 
+def test_a_new_version_scored_on_write_replaces_the_old_score(db_path: Path) -> None:
+    """A record that has a metric's score already (an older version of it) gets the new
+    version's score in place of the old one, and the rollups count it once."""
+    from tracescore.queue import _Pairs
+    from tracescore.sampling import Decision
+    from tracescore.store import NewJob, open_store
+
+    store = open_store(str(db_path))
+    try:
+        rec = tracescore.RagRecord(trace_id="c" * 32, span_id="d" * 16, query="q",
+                                   answer="a", ground_truths=("a",))
+        batch = _Pairs([(rec, Decision(0.0, ("exact_match",)))])
+        for version, value in (("1", 0.0), ("2", 1.0)):
+            score = Score(name="exact_match", value=value, label="pass" if value else "fail",
+                          metric="exact_match", metric_version=version)
+            refs = store.write_batch(batch, [], scored=[
+                (NewJob(rec.record_id, "exact_match", version), [score])], delivery="none")
+            assert refs[0] is not None and refs[0][0][1] == score
+        got = rows(db_path, "SELECT metric_version, value FROM scores")
+        assert got == [{"metric_version": "2", "value": 1.0}]
+        n = rows(db_path, "SELECT sum(n_ok) AS n, sum(value_sum) AS s FROM hourly_scores "
+                          "WHERE name = 'exact_match'")
+        assert (n[0]["n"], n[0]["s"]) == (1, 1.0)
+    finally:
+        store.close()
+
+
 def test_scores_on_write_on_postgres(pg_url: str, make_ts: Any) -> None:
     ts, _ = make_ts(db=pg_url, metrics=["rgb_rejection", "exact_match"], sample_rate=1.0)
     _warm(ts, ["rgb_rejection", "exact_match"])

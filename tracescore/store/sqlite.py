@@ -359,16 +359,9 @@ class Store(LabelsMixin):
                         overflow[OVERFLOW_COUNTER + dim] = overflow.get(OVERFLOW_COUNTER + dim,
                                                                         0) + 1
                 created = self._insert_jobs(jobs, now)
-                refs: list[list[tuple[int, Score]] | None] = []
-                for job, scores in scored:
-                    row = self.conn.execute(
-                        "INSERT OR IGNORE INTO jobs(record_id, metric, metric_version, status,"
-                        " attempts, created_at, updated_at) VALUES (?,?,?,'done',1,?,?)"
-                        " RETURNING job_id",
-                        (job.record_id, job.metric, job.metric_version, now, now)).fetchone()
-                    refs.append(None if row is None else self._insert_scores(
-                        int(row[0]), job.record_id, job.metric, scores, "", delivery, now,
-                        delta))
+                refs = self._scored_on_write(
+                    scored, {rows[i][0]: rows[i][_SEG] for i in inserted} if scored else {},
+                    delivery, now, delta)
 
                 def record_facts(ids: Iterable[str]) -> dict[str, tuple[float, int]]:
                     # (only a batch with skipped jobs asks: no dict per record otherwise)
@@ -628,6 +621,61 @@ class Store(LabelsMixin):
         delta.write(self.conn)
         return out
 
+    def _scored_on_write(self, scored: Sequence[tuple[NewJob, Sequence[Score]]],
+                         segs: Mapping[str, Any], delivery: str | None, now: float,
+                         delta: Delta) -> list[list[tuple[int, Score]] | None]:
+        """:meth:`write_batch`'s ``scored`` jobs, stored ``done`` with their scores (inside
+        its transaction): two statements for the whole batch, not two per job (each
+        statement lets go of the GIL and waits to get it back behind a busy app: see
+        :func:`_insert_rows`). ``segs``: record id -> seg_id of the records this batch
+        inserted."""
+        refs: list[list[tuple[int, Score]] | None] = [None] * len(scored)
+        if not scored:
+            return refs
+        made = {(r[1], r[2], r[3]): int(r[0]) for r in _insert_returning(
+            self.conn, "INSERT OR IGNORE INTO jobs(record_id, metric, metric_version, status,"
+            " attempts, created_at, updated_at) VALUES (?,?,?,'done',1,?,?)"
+            " RETURNING job_id, record_id, metric, metric_version",
+            [(j.record_id, j.metric, j.metric_version, now, now) for j, _ in scored])}
+        rest = [j.record_id for j, _ in scored if j.record_id not in segs]
+        facts = self._record_facts(rest) if rest else {}
+        values: list[tuple[Any, ...]] = []
+        where: list[tuple[int, Score, int]] = []  # (index in scored, score, seg_id)
+        for i, (job, scores) in enumerate(scored):
+            job_id = made.pop((job.record_id, job.metric, job.metric_version), None)
+            if job_id is None:
+                continue  # it existed already (a replay), or twice in the batch
+            seg = segs.get(job.record_id)
+            seg_id = (NONE_SEG if seg is None else int(seg)) if job.record_id in segs \
+                else facts.get(job.record_id, (0.0, NONE_SEG))[1]
+            trace_id = job.record_id.split("-", 1)[0]
+            refs[i] = []
+            # Keys out of the texts (as in _insert_scores)
+            for sc in (scrub_score(x) for x in scores):
+                values.append((job_id, job.record_id, trace_id, sc.name, sc.metric or job.metric,
+                               sc.metric_version, sc.value, sc.label,
+                               clean_text(sc.explanation) if sc.explanation else None,
+                               sc.status, clean_text(sc.error) if sc.error else None,
+                               sc.duration_ms, dumps(_json_safe(dict(sc.details))), now,
+                               delivery, seg_id, ""))
+                where.append((i, sc, seg_id))
+        ids = {(r[1], r[2]): int(r[0]) for r in _insert_returning(
+            self.conn, "INSERT INTO scores(job_id, record_id, trace_id, name, metric,"
+            " metric_version, value, label, explanation, status, error, duration_ms, details,"
+            " created_at, delivery, seg_id, judge_model) VALUES"
+            " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(record_id, name) DO NOTHING"
+            " RETURNING score_id, record_id, name", values)} if values else {}
+        for row, (i, sc, seg_id) in zip(values, where):
+            score_id = ids.pop((row[1], row[3]), None)
+            if score_id is None:  # the record has this score already: replace the row
+                score_id, seg_id = self._replace_score(row[1], row[:15], "", delta)
+            delta.add_score(now, sc.name, seg_id, sc.metric_version, "", row[4], sc.value,
+                            sc.label, sc.status)
+            out = refs[i]
+            assert out is not None
+            out.append((score_id, sc))
+        return refs
+
     def _insert_scores(self, job_id: int, record_id: str, job_metric: str,
                        scores: Sequence[Score], judge_model: str, delivery: str | None,
                        now: float, delta: Delta) -> list[tuple[int, Score]]:
@@ -880,6 +928,30 @@ def _insert_rows(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any
         n += conn.execute(text, list(_chain(chunk))).rowcount
         i += k
     return n
+
+
+def _insert_returning(conn: sqlite3.Connection, sql: str,
+                      rows: Sequence[Sequence[Any]]) -> list[Any]:
+    """The rows ``sql`` (an ``INSERT … VALUES (…) … RETURNING …`` that ignores a row whose
+    key exists) returns for ``rows``, inserted as :func:`_insert_rows` does: multi-row
+    statements of cached sizes, the last one filled with copies of its last row (ignored)."""
+    head, _, rest = sql.partition(" VALUES (")
+    group, _, tail = rest.partition(")")
+    width = max(1, group.count("?"))
+    biggest = min(_MAX_ROWS, max(1, _MAX_VARIABLES // width))
+    out: list[Any] = []
+    i = 0
+    while i < len(rows):
+        k = biggest
+        while k // 2 >= len(rows) - i:
+            k //= 2
+        chunk = rows[i:i + k]
+        if len(chunk) < k:
+            chunk = [*chunk, *[chunk[-1]] * (k - len(chunk))]
+        text = head + " VALUES " + ",".join(["(" + group + ")"] * k) + tail
+        out.extend(conn.execute(text, list(_chain(chunk))).fetchall())
+        i += k
+    return out
 
 
 _chain = itertools.chain.from_iterable
