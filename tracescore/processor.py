@@ -386,6 +386,11 @@ class ScoreAttachingProcessor(SpanProcessor):
                     # A hold whose span never ended (the span was lost) is dropped too: its
                     # scores so far, and later ones, go out on carrier spans.
                     due.append(self._holds.pop(span_id))
+                # Deadlines of holds released already (their scores came: the usual case) are
+                # dropped now, not woken for: the next wake is the first live hold's deadline,
+                # not one per request.
+                while self._deadlines and self._deadlines[0][1] not in self._holds:
+                    heapq.heappop(self._deadlines)
                 wait = self._deadlines[0][0] - now if self._deadlines else 1.0
             for hold in due:
                 with handle_internal_errors("processor.reap", reraise=False):
