@@ -484,3 +484,19 @@ def test_bulk_insert_stores_what_executemany_stores(tmp_path):
         every = "SELECT rowid, * FROM {} ORDER BY rowid"
         assert conn.execute(every.format("c")).fetchall() == \
             conn.execute(every.format("d")).fetchall()
+
+
+def test_a_cut_off_answer_holds_its_span_for_the_jobs_that_run(make_ts: Any) -> None:
+    """The span hold counts the jobs a record will run; a cut-off answer runs fewer than a
+    complete one with the same inputs (metrics over the answer are skipped), so the count
+    must not be the complete record's (the span would wait for jobs that never come)."""
+    from tracescore.record import RagRecord
+
+    ts, _ = make_ts(metrics=["rgb_rejection", "token_f1"], sample_rate=1.0)
+    whole = RagRecord(trace_id="e" * 32, span_id="f" * 16, query="q", answer="a",
+                      ground_truths=("a",))
+    assert ts._jobs_to_run(whole, ("rgb_rejection", "token_f1")) == 2
+    cut = whole.replace(complete=False)
+    assert ts._jobs_to_run(cut, ("rgb_rejection", "token_f1")) == 0
+    plan = ts._plan_jobs(cut, tracescore.sampling.Decision(0.0, ("rgb_rejection",)))
+    assert [(j.record_id, j.status) for j in plan] == [(cut.record_id, "skipped")]

@@ -159,7 +159,8 @@ class Tracescore(Feedback, Lifecycle):
         self.redact = s.redact
         self._metric_by_name = {m.name: m for m in self.metrics}
         self._metric_names = s.metric_names
-        self._job_counts: dict[tuple[Any, ...], int] = {}
+        #: job plans by metrics and which inputs a record has (see _plan)
+        self._plans: dict[tuple[Any, ...], tuple[tuple[str, str, str, str | None], ...]] = {}
 
         # record → sample
         self.sampler = Sampler(s.sample_rate, s.sample_rates, s.force_rules)
@@ -473,16 +474,8 @@ class Tracescore(Feedback, Lifecycle):
         return u < self._top_rate or self.queue.keep_full_text
 
     def _jobs_to_run(self, record: RagRecord, metrics: tuple[str, ...]) -> int:
-        """How many of ``metrics`` will score ``record`` (cached by which inputs it has)."""
-        key = (metrics, record.content_captured, bool(record.query), bool(record.contexts),
-               bool(record.answer), bool(record.ground_truths))
-        n = self._job_counts.get(key)
-        if n is None:
-            n = sum(1 for j in self._plan_jobs(record, Decision(0.0, metrics)) if
-                    j.status == PENDING)
-            if len(self._job_counts) < 4096:
-                self._job_counts[key] = n
-        return n
+        """How many of ``metrics`` will score ``record`` (hot path: a cached plan)."""
+        return sum(1 for p in self._plan(record, metrics) if p[2] == PENDING)
 
     def defer(self, task: Callable[[], None]) -> bool:
         """Run ``task`` on the background writer thread (hot path: never blocks; a full queue
@@ -643,26 +636,43 @@ class Tracescore(Feedback, Lifecycle):
 
     # -- pipeline callbacks (writer thread) ---------------------------------------------------
     def _plan_jobs(self, record: RagRecord, decision: Decision) -> list[NewJob]:
-        jobs = []
-        for name in decision.metrics:
+        rid = record.record_id
+        return [NewJob(rid, *p) for p in self._plan(record, decision.metrics)]
+
+    def _plan(self, record: RagRecord, metrics: tuple[str, ...]
+              ) -> tuple[tuple[str, str, str, str | None], ...]:
+        """``(metric, version, status, reason)`` of each of ``metrics`` for ``record``: a
+        function of which inputs the record has (and whether it is compact, captured, cut
+        off), so cached by that (any thread; the app's for the hold count, the writer's)."""
+        key = (metrics, record.compact, record.content_captured, record.complete,
+               bool(record.query), len(record.contexts) > 0,
+               record.answer is not None and record.answer != "",
+               len(record.ground_truths) > 0)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        out = []
+        for name in metrics:
             metric = self._metric_by_name[name]
             if record.compact and metric.requires & TEXT_INPUTS:
                 # forced later (negative feedback, a late reference) but stored text-less
-                jobs.append(NewJob(record.record_id, name, metric.version, SKIPPED,
-                                   skip_reason(self.settings.sample_rate,
-                                               self.settings.compact_after_s)))
+                out.append((name, metric.version, SKIPPED,
+                            skip_reason(self.settings.sample_rate,
+                                        self.settings.compact_after_s)))
                 continue
             if not record.content_captured and metric.requires & TEXT_INPUTS:
-                jobs.append(NewJob(record.record_id, name, metric.version, SKIPPED,
-                                   "content capture is off"))
+                out.append((name, metric.version, SKIPPED, "content capture is off"))
                 continue
             missing = record.missing(metric.requires)
             if missing:
-                jobs.append(NewJob(record.record_id, name, metric.version, SKIPPED,
-                                   f"record has no {', '.join(missing)}"))
+                out.append((name, metric.version, SKIPPED,
+                            f"record has no {', '.join(missing)}"))
             else:
-                jobs.append(NewJob(record.record_id, name, metric.version))
-        return jobs
+                out.append((name, metric.version, PENDING, None))
+        plan = tuple(out)
+        if len(self._plans) < 4096:
+            self._plans[key] = plan
+        return plan
 
     def _apply_ground_truth(self, store: StoreAPI, upd: GroundTruthUpdate | FeedbackUpdate) -> None:
         from .labels import LabelUpdate

@@ -37,6 +37,7 @@ Which rows count: ``hourly_scores`` counts score rows (``n_ok`` with a value, ``
 from __future__ import annotations
 
 import math
+import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
@@ -326,6 +327,15 @@ class Delta:
                 (_UPSERT_SKIPS, [(*k, n) for k, n in sorted(self.skips.items()) if n])):
             if len(rows) == 1:  # (one job's score: a plain execute costs less)
                 conn.execute(sql, rows[0])
+            elif rows and isinstance(conn, sqlite3.Connection):
+                # One statement of many rows, not one step per row (SQLite's executemany):
+                # each step lets go of the GIL and waits to get it back behind a busy app.
+                head, _, rest = sql.partition(" VALUES (")
+                group, _, tail = rest.partition(")")
+                for i in range(0, len(rows), 512):
+                    chunk = rows[i:i + 512]
+                    conn.execute(head + " VALUES " + ",".join(["(" + group + ")"] * len(chunk))
+                                 + tail, [v for row in chunk for v in row])
             elif rows:
                 conn.executemany(sql, rows)
 
