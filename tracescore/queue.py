@@ -4,9 +4,11 @@
 ``deque.append`` (both atomic under the GIL). It never blocks and never raises; when the buffer
 is full the item is dropped and counted, with a rate-limited warning. A daemon writer thread,
 woken by an ``Event`` when a batch is ready or every ``interval_s``, writes records and their
-scoring jobs to SQLite in one transaction per batch, then wakes the scoring worker. Each
-record's segment (release, environment, model, declared metadata keys) is resolved there too,
-on the writer thread, never on the app's.
+scoring jobs to SQLite in one transaction per batch, then wakes the scoring worker when the
+batch opened jobs for it. The cheap built-in local metrics of a sampled record are scored by
+the writer itself, in the record's transaction, while it keeps up (scores on write:
+:mod:`tracescore.scoring.on_write`). Each record's segment (release, environment, model,
+declared metadata keys) is resolved there too, on the writer thread, never on the app's.
 
 When the database refuses writes for a reason that passes (a full disk, an I/O error, a lock:
 :func:`~tracescore._internal.db_faults.storage_fault`), the batch goes back to the front of the

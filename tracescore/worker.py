@@ -12,8 +12,10 @@ leases it by itself and nothing beside it), so a job that kills its process ever
 its own ``max_attempts`` and ends in a "gave up" error score, not the attempts of the jobs
 leased with it.
 
-Its parts live in :mod:`tracescore.scoring`: local jobs scored in batches, completions, and
-deliveries to the span attacher.
+Its parts live in :mod:`tracescore.scoring`: local jobs scored in batches, completions,
+deliveries to the span attacher, and scores on write (the background writer scores cheap
+built-in local metrics itself as it stores a sampled record, with this worker's metrics,
+redaction, exporter and attacher; the worker scores everything else).
 
 Everything here runs with OpenTelemetry instrumentation suppressed: the judge's own LLM calls are
 never traced, captured and scored in a loop.
