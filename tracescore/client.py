@@ -293,6 +293,8 @@ class Tracescore(Feedback, Lifecycle):
         self.run_ids = RunIds()
         self._closed = False
         self._lock = threading.Lock()
+        #: flush()'s connection per flushing thread (see Lifecycle._open_jobs)
+        self._flush_readers = threading.local()
 
     def _setup_judge(self, s: Settings) -> Any:
         from .judge import ResilientJudge, resolve_judge

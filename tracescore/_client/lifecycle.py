@@ -5,7 +5,8 @@ request path); ``stats`` reads in-memory counters and a cached database snapshot
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .._internal.errors import record_internal_error
@@ -15,7 +16,7 @@ from ..export import (
     open_jobs,
 )
 from ..processor import release_processors
-from ..store import StoreAPI, open_store
+from ..store import open_store
 
 _Self = TypeVar("_Self", bound="Lifecycle")
 
@@ -42,36 +43,27 @@ class Lifecycle:
         # after the scorer's last look is still open — at widening intervals while it stays so.
         if self.scoring:
             self.worker.wake()
-            store: StoreAPI | None = None
-            try:
-                pause, db_gap, next_check, was_idle = 0.002, 0.005, 0.0, False
-                while True:
-                    if self.worker.gave_up:
-                        return False  # (a scorer that is not restarted any more: at once)
-                    idle = self.worker.idle
-                    if idle and (not was_idle or time.monotonic() >= next_check):
-                        if not self._metric_names:
-                            break
-                        if store is None:
-                            try:  # bounded by the deadline, also when another process
-                                store = open_store(  # holds the database
-                                    self.db_path,
-                                    timeout_s=max(0.05, deadline - time.monotonic()))
-                            except Exception:
-                                return False
-                        if not _has_open_jobs(store, self._metric_names):
-                            break
-                        self.worker.wake()  # (it may not have looked since the last commit)
-                        db_gap = db_gap * 2 if was_idle else 0.005
-                        next_check = time.monotonic() + min(db_gap, 0.25)
-                    was_idle = idle
-                    if time.monotonic() > deadline:
+            pause, db_gap, next_check, was_idle = 0.002, 0.005, 0.0, False
+            while True:
+                if self.worker.gave_up:
+                    return False  # (a scorer that is not restarted any more: at once)
+                idle = self.worker.idle
+                if idle and (not was_idle or time.monotonic() >= next_check):
+                    if not self._metric_names:
+                        break
+                    open_jobs = self._open_jobs(deadline)
+                    if open_jobs is None:
                         return False
-                    time.sleep(pause)
-                    pause = min(pause * 2, 0.02)  # an in-memory flag: cheap to read often
-            finally:
-                if store is not None:
-                    store.close()
+                    if not open_jobs:
+                        break
+                    self.worker.wake()  # (it may not have looked since the last commit)
+                    db_gap = db_gap * 2 if was_idle else 0.005
+                    next_check = time.monotonic() + min(db_gap, 0.25)
+                was_idle = idle
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(pause)
+                pause = min(pause * 2, 0.02)  # an in-memory flag: cheap to read often
         ok = True
         # On helper threads: the SDK's batch processors ignore the flush timeout, and with the
         # backend down the exporters retry for their own timeout per batch.
@@ -83,6 +75,47 @@ class Lifecycle:
             ok = flush_within(self.telemetry.force_flush, deadline - time.monotonic(),
                               "logs-metrics") and ok
         return ok
+
+    def _open_jobs(self, deadline: float) -> bool | None:
+        """Whether the database has open jobs of our metrics; None: it cannot be opened
+        before ``deadline``. Asked through a connection kept per flushing thread (opening
+        one, with its schema check, cost each ``flush()`` ~2 ms of CPU: a serverless app
+        flushes once per request); one that fails is opened again once."""
+        import time
+
+        cache = self._flush_readers
+        for attempt in (0, 1):
+            store = getattr(cache, "store", None)
+            if store is not None and cache.pid != os.getpid():
+                store = None  # (a forked child: the parent's connection is not ours to use)
+            if store is None:
+                try:  # bounded by the deadline, also when another process holds the database
+                    store = open_store(self.db_path,
+                                       timeout_s=max(0.05, deadline - time.monotonic()))
+                except Exception:
+                    return None
+                cache.store, cache.pid = store, os.getpid()
+            try:
+                return bool(store.has_open_jobs(self._metric_names))
+            except Exception:  # locked for longer than the wait, or the server away
+                cache.store = None
+                try:
+                    store.close()
+                except Exception:
+                    pass
+                if attempt:
+                    return True  # (still open, as far as we can tell)
+        return True
+
+    def _close_flush_reader(self) -> None:
+        cache = self._flush_readers
+        store = getattr(cache, "store", None)
+        if store is not None and cache.pid == os.getpid():
+            cache.store = None
+            try:
+                store.close()
+            except Exception:
+                pass
 
     def shutdown(self, timeout: float = 30.0) -> bool:
         """Flush, stop the background threads, and shut down the span pipeline.
@@ -127,6 +160,7 @@ class Lifecycle:
         close = getattr(self.embedder, "close", None)
         if close is not None:
             close()
+        self._close_flush_reader()
         return ok
 
     def stats(self) -> dict[str, Any]:
@@ -212,13 +246,6 @@ class Lifecycle:
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
-
-
-def _has_open_jobs(store: StoreAPI, metrics: Sequence[str]) -> bool:
-    try:
-        return store.has_open_jobs(metrics)
-    except Exception:  # locked for longer than the wait, or the server away: still open
-        return True
 
 
 def _returning_true(stop: Callable[[int], Any]) -> Callable[[int], bool]:
