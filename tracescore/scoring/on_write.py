@@ -39,11 +39,12 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from .._internal.errors import record_internal_error
+from ..judge.base import RetryLater
 from ..metrics.base import Metric
 from ..record import CONTEXTS, QUERY, RagRecord
 from ..score import Score
 from ..store import NewJob
-from .calls import MetricAborted, _aborted, _normalise
+from .calls import MetricAborted, _aborted
 
 log = logging.getLogger("tracescore")
 
@@ -106,19 +107,10 @@ class ScoresOnWrite:
             self._on_write_chars[job.metric] = 0
             log.info("tracescore: metric %r took %.0f ms on the writer; the worker scores it "
                      "from now on", job.metric, ms)
-        try:
-            if ok:
-                try:
-                    scores = _normalise(metric, out, ms)
-                except Exception as exc:
-                    out, ok = exc, False
-            if not ok:
-                reason = str(out) if isinstance(out, MetricAborted) \
-                    else f"{type(out).__name__}: {out}"[:2000]
-                scores = [Score.failed(n, reason, metric=metric.name,
-                                       metric_version=metric.version, duration_ms=ms)
-                          for n in metric.names()]
-            return [self._clean(s) for s in scores]
+        try:  # (the worker's own conversion: normalised, or an error score with the reason)
+            return [self._clean(s) for s in self._local_scores(metric, (ok, out, ms))]
+        except RetryLater:
+            return None  # the worker defers it
         except Exception as exc:  # ours, or the app's redact: the worker tries it as a job
             record_internal_error("worker.score_on_write", exc)
             return None

@@ -652,12 +652,8 @@ class Store(LabelsMixin):
             refs[i] = []
             # Keys out of the texts (as in _insert_scores)
             for sc in (scrub_score(x) for x in scores):
-                values.append((job_id, job.record_id, trace_id, sc.name, sc.metric or job.metric,
-                               sc.metric_version, sc.value, sc.label,
-                               clean_text(sc.explanation) if sc.explanation else None,
-                               sc.status, clean_text(sc.error) if sc.error else None,
-                               sc.duration_ms, dumps(_json_safe(dict(sc.details))), now,
-                               delivery, seg_id, ""))
+                values.append((*_score_values(job_id, job.record_id, trace_id, job.metric, sc,
+                                              now, delivery), seg_id, ""))
                 where.append((i, sc, seg_id))
         ids = {(r[1], r[2]): int(r[0]) for r in _insert_returning(
             self.conn, "INSERT INTO scores(job_id, record_id, trace_id, name, metric,"
@@ -688,11 +684,7 @@ class Store(LabelsMixin):
         scores = [scrub_score(s) for s in scores]
         for s in scores:
             metric = s.metric or job_metric
-            values = (job_id, record_id, trace_id, s.name, metric, s.metric_version,
-                      s.value, s.label,
-                      clean_text(s.explanation) if s.explanation else None, s.status,
-                      clean_text(s.error) if s.error else None, s.duration_ms,
-                      dumps(_json_safe(dict(s.details))), now, delivery)
+            values = _score_values(job_id, record_id, trace_id, job_metric, s, now, delivery)
             # The common case in one statement: a new (record, name) row, with its
             # record's segment looked up on the way (RETURNING tells both).
             row = self.conn.execute(_INSERT_SCORE, (*values, record_id, NONE_SEG,
@@ -928,6 +920,15 @@ def _insert_rows(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any
         n += conn.execute(text, list(_chain(chunk))).rowcount
         i += k
     return n
+
+
+def _score_values(job_id: int, record_id: str, trace_id: str, job_metric: str, s: Score,
+                  now: float, delivery: str | None) -> tuple[Any, ...]:
+    """A score row's first 15 columns (``_INSERT_SCORE``'s order; ``s`` scrubbed already)."""
+    return (job_id, record_id, trace_id, s.name, s.metric or job_metric, s.metric_version,
+            s.value, s.label, clean_text(s.explanation) if s.explanation else None, s.status,
+            clean_text(s.error) if s.error else None, s.duration_ms,
+            dumps(_json_safe(dict(s.details))), now, delivery)
 
 
 def _insert_returning(conn: sqlite3.Connection, sql: str,
