@@ -109,10 +109,15 @@ class RecordQueue:
         #: more before it writes: each transaction costs the writer (and the scorer it wakes)
         #: about as much as dozens of records' rows, and one transaction per request doubled
         #: the background CPU per record. Requests further apart are written at once. Scores
-        #: reach a busy app's spans within ~``linger_s`` more.
+        #: reach a busy app's spans within ~``linger_s`` more. "Faster" is the records' mean
+        #: gap, or the last one: a burst after a quiet spell lingers from its second record
+        #: on, not only once the mean has come down (a dozen records later, each of them a
+        #: transaction of its own).
         self.linger_s = linger_s
-        #: records' mean gap (s, moving average), kept by put(): a float op or two per record
+        #: records' mean gap (s, moving average) and the last one, kept by put(): a float op
+        #: or two per record
         self._gap = 1.0
+        self._last_gap = 1.0
         self._last_put = 0.0
         #: called after a batch that may have opened jobs for the worker (wakes it)
         self.on_written = on_written
@@ -189,7 +194,8 @@ class RecordQueue:
         self._buf.append(item)
         if record:
             now = time.monotonic()
-            self._gap += (min(now - self._last_put, 1.0) - self._gap) * 0.2
+            gap = self._last_gap = min(now - self._last_put, 1.0)
+            self._gap += (gap - self._gap) * 0.2
             self._last_put = now
         if self._thread is None:
             self._start()
@@ -246,7 +252,7 @@ class RecordQueue:
             woken = self._event.wait(max(self.interval_s, backoff))
             self._event.clear()
             if woken and self.linger_s > 0 and not self._now.is_set() and not backoff \
-                    and self._gap * 4 < self.linger_s:
+                    and self._busy():
                 # a sampled record of a busy stream woke us: let more join its transaction
                 self._now.wait(self.linger_s)
             self._now.clear()
@@ -281,6 +287,11 @@ class RecordQueue:
             self.lose_buffered()  # stopped with the database unavailable: counted, not silent
         if store is not None:
             store.close()
+
+    def _busy(self) -> bool:
+        """Records arrive faster than one per ``linger_s / 4``: by their mean gap, or by the
+        last one (see ``linger_s``)."""
+        return min(self._gap, self._last_gap) * 4 < self.linger_s
 
     def _open(self) -> StoreAPI:
         try:

@@ -77,7 +77,8 @@ def _sqlite_v1(store: Any) -> None:
         defaults={"attempts": 0},
     )
     db.table("jobs").create_index(["record_id", "metric", "metric_version"], unique=True)
-    db.table("jobs").create_index(["status", "lease_until"])
+    # (version 1 as released also indexed jobs(status, lease_until), and a later start added
+    # jobs(status, job_id): version 7 replaces both by indexes of the open jobs only)
     db.table("scores").create(
         {
             "score_id": int, "job_id": int, "record_id": str, "trace_id": str,
@@ -89,7 +90,7 @@ def _sqlite_v1(store: Any) -> None:
     )
     db.table("scores").create_index(["record_id", "name"], unique=True)
     db.table("scores").create_index(["name", "created_at"])
-    db.table("scores").create_index(["delivery"])
+    # (version 1 as released also indexed scores(delivery): version 7 keeps the undelivered)
     db.table("counters").create({"name": str, "value": int}, pk="name")
     # What each configured metric declares, so readers in other processes (the CLI)
     # know a custom metric's direction and threshold.
@@ -134,6 +135,37 @@ def _sqlite_v6(store: Any) -> None:
     store.conn.execute("DROP INDEX IF EXISTS idx_records_trace_id")
 
 
+#: The jobs a worker may still run (the only ones the status indexes hold, version 7). SQLite
+#: uses a partial index only for a query that has this very term (its planner does not prove
+#: ``status='pending'`` implies it), so every query that reads jobs by status says it.
+OPEN_JOBS = "status IN ('pending', 'leased')"
+#: Version 7's indexes of the open jobs: leasing in job order, leases that ran out.
+OPEN_JOB_INDEXES = (
+    ("idx_jobs_open_job_id", f"ON jobs(status, job_id) WHERE {OPEN_JOBS}"),
+    ("idx_jobs_open_lease_until", f"ON jobs(status, lease_until) WHERE {OPEN_JOBS}"),
+)
+#: Version 7's index of the scores not delivered yet (every reader of them says
+#: ``delivery IS NULL``; the plans stay those of the old index of every score's delivery).
+UNDELIVERED_INDEX = ("idx_scores_undelivered",
+                     "ON scores(delivery) WHERE delivery IS NULL")
+
+
+def _v7_open_row_indexes(store: Any) -> None:
+    """Version 7 (SQLite; PostgreSQL's 6): the status indexes of ``jobs`` hold the open jobs
+    only, and the delivery index of ``scores`` the undelivered scores only. Every record
+    writes a job row per configured metric, and most end ``skipped`` (no reference answer)
+    or ``done`` at once (scores on write); most scores are delivered when they are stored (on
+    the held span). Under the old indexes each such row kept entries nobody reads: two per
+    job, one per score — about a quarter of the pages a batch of records wrote to the WAL
+    (issue 19). Every reader of jobs by status asks for open ones (:data:`OPEN_JOBS`), every
+    reader of scores by delivery for ``delivery IS NULL``; the rest go by record (the unique
+    indexes). Building them reads each table once."""
+    for old in ("idx_jobs_status_lease_until", "idx_jobs_status_job_id", "idx_scores_delivery"):
+        store.conn.execute(f"DROP INDEX IF EXISTS {old}")
+    for name, sql in (*OPEN_JOB_INDEXES, UNDELIVERED_INDEX):
+        store.conn.execute(f"CREATE INDEX IF NOT EXISTS {name} {sql}")
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "records, jobs, scores, counters, metrics (+ judge tables, feedback)",
               _sqlite_v1),
@@ -144,6 +176,8 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "records: retrieval candidates, complete flag", lambda s: _v5(s, "sqlite")),
     Migration(6, "records: no trace_id index (a trace's records are a primary-key range)",
               _sqlite_v6),
+    Migration(7, "jobs, scores: status and delivery indexes of the open jobs and undelivered "
+                 "scores only", _v7_open_row_indexes),
 )
 
 
@@ -475,6 +509,8 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "human labels, label plans, judge canary history",
               lambda s: _v4(s, "postgres")),
     Migration(5, "records: retrieval candidates, complete flag", lambda s: _v5(s, "postgres")),
+    Migration(6, "jobs, scores: status and delivery indexes of the open jobs and undelivered "
+                 "scores only", _v7_open_row_indexes),
 )
 
 #: pg_advisory_xact_lock key: "tracescore" as an int

@@ -31,7 +31,7 @@ from ..sampling import Decision
 from ..score import Score
 from .compat import connect
 from .labels import LabelsMixin
-from .migrations import migrate_postgres
+from .migrations import OPEN_JOBS, migrate_postgres
 from .rollup import Delta, QmarkConnection, count_skips
 from .rows import (
     _CREATED,
@@ -98,6 +98,7 @@ _LEASE = (
     "UPDATE jobs SET status='leased', lease_owner=%(owner)s, lease_until=%(until)s, "
     "updated_at=%(now)s WHERE job_id IN ("
     " SELECT job_id FROM jobs WHERE metric = ANY(%(metrics)s) AND status='pending'"
+    f"  AND {OPEN_JOBS}"
     "  AND (lease_until IS NULL OR lease_until <= %(now)s)"
     " {which} FOR UPDATE SKIP LOCKED) "
     "RETURNING job_id, record_id, metric, metric_version, attempts, created_at")
@@ -108,6 +109,7 @@ _LEASE_LOST = (
     "UPDATE jobs SET status='leased', lease_owner=%(owner)s, lease_until=%(until)s, "
     "attempts = attempts + 1, updated_at=%(now)s WHERE job_id = ("
     " SELECT job_id FROM jobs WHERE metric = ANY(%(metrics)s) AND status='leased'"
+    f"  AND {OPEN_JOBS}"
     "  AND lease_until < %(now)s ORDER BY attempts, job_id LIMIT 1 FOR UPDATE SKIP LOCKED) "
     "RETURNING job_id, record_id, metric, metric_version, attempts, created_at")
 
@@ -511,7 +513,8 @@ class PostgresStore(LabelsMixin):
         return None if row is None else Job(*row)
 
     def has_lost_jobs(self, metrics: Sequence[str]) -> bool:
-        return self._x("SELECT 1 FROM jobs WHERE status='leased' AND lease_until < %s "
+        return self._x(f"SELECT 1 FROM jobs WHERE {OPEN_JOBS} AND status='leased' "
+                       "AND lease_until < %s "
                        "AND metric = ANY(%s) LIMIT 1",
                        (time.time(), list(metrics))).fetchone() is not None
 

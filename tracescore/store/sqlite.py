@@ -29,7 +29,7 @@ from ..score import Score
 from . import migrations as _migrations
 from .compat import trace_records
 from .labels import LabelsMixin
-from .migrations import SQLITE_MIGRATIONS, migrate_sqlite
+from .migrations import OPEN_JOBS, SQLITE_MIGRATIONS, migrate_sqlite
 from .rollup import Delta, count_skips
 from .rows import (
     _CREATED,
@@ -165,7 +165,7 @@ class Store(LabelsMixin):
         cols = {r[1] for r in conn.execute("PRAGMA table_info(records)")}
         metric_cols = {r[1] for r in conn.execute("PRAGMA table_info(metrics)")}
         return {"prompt", "retrieval_queries"} <= cols and "is_binary" in metric_cols and {"judge_cache", "judge_calls", "feedback", "judge_health",
-                                     "idx_jobs_status_job_id", "idx_feedback_trace"} <= names \
+                                     "idx_jobs_open_job_id", "idx_feedback_trace"} <= names \
             and {name for name, _ in _migrations.REBUILT_INDEXES} <= names  # (retention's)
 
     def _ensure_schema(self) -> None:
@@ -194,7 +194,6 @@ class Store(LabelsMixin):
                 input_tokens INTEGER, output_tokens INTEGER, latency_ms REAL, cost_usd REAL,
                 error TEXT, created_at REAL);
             CREATE INDEX IF NOT EXISTS idx_judge_calls_created_at ON judge_calls(created_at);
-            CREATE INDEX IF NOT EXISTS idx_jobs_status_job_id ON jobs(status, job_id);
             CREATE TABLE IF NOT EXISTS feedback (
                 feedback_id INTEGER PRIMARY KEY, trace_id TEXT, name TEXT, value REAL,
                 label TEXT, comment TEXT, created_at REAL);
@@ -509,10 +508,11 @@ class Store(LabelsMixin):
         now = time.time()
         marks = ",".join("?" * len(metrics))
         with self.transaction():
-            # (status, job_id): index-friendly, also with a large backlog
+            # (status, job_id) of the open jobs: index-friendly, also with a large backlog
             rows = self.conn.execute(
                 "UPDATE jobs SET status='leased', lease_owner=?, lease_until=?, updated_at=? "
-                "WHERE job_id IN (SELECT job_id FROM jobs WHERE status='pending' AND "
+                f"WHERE job_id IN (SELECT job_id FROM jobs WHERE {OPEN_JOBS} AND "
+                "status='pending' AND "
                 "(lease_until IS NULL OR lease_until <= ?) AND metric IN (" + marks + ") "
                 "ORDER BY job_id LIMIT ?) "
                 "RETURNING job_id, record_id, metric, metric_version, attempts, created_at",
@@ -547,7 +547,7 @@ class Store(LabelsMixin):
             row = self.conn.execute(
                 "UPDATE jobs SET status='leased', lease_owner=?, lease_until=?, "
                 "attempts = attempts + 1, updated_at=? WHERE job_id = (SELECT job_id FROM jobs "
-                "WHERE status='leased' AND lease_until < ? AND metric IN ("
+                f"WHERE {OPEN_JOBS} AND status='leased' AND lease_until < ? AND metric IN ("
                 + ",".join("?" * len(metrics)) + ") ORDER BY attempts, job_id LIMIT 1) "
                 "RETURNING job_id, record_id, metric, metric_version, attempts, created_at",
                 (owner, now + lease_s, now, now, *metrics)).fetchone()
@@ -556,7 +556,8 @@ class Store(LabelsMixin):
     def has_lost_jobs(self, metrics: Sequence[str]) -> bool:
         """A job of ``metrics`` waits whose lease ran out (a read: (status, lease_until))."""
         return self.conn.execute(
-            "SELECT 1 FROM jobs WHERE status='leased' AND lease_until < ? AND metric IN ("
+            f"SELECT 1 FROM jobs WHERE {OPEN_JOBS} AND status='leased' AND lease_until < ?"
+            " AND metric IN ("
             + ",".join("?" * len(metrics)) + ") LIMIT 1",
             (time.time(), *metrics)).fetchone() is not None
 
