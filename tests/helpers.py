@@ -43,6 +43,27 @@ def rows(db: Path | str, sql: str, *args: Any) -> list[dict[str, Any]]:
         conn.close()
 
 
+def execute(db: Path | str, *stmts: str) -> None:
+    """Run ``stmts`` (DDL, updates: no parameters) on a SQLite file or a PostgreSQL URL, in
+    order, committed (e.g. to put a database back as an older version left it)."""
+    if is_pg(db):
+        import psycopg
+
+        with psycopg.connect(str(db), autocommit=True) as pg:
+            for stmt in stmts:
+                pg.execute(stmt)
+        return
+    import sqlite3
+
+    conn = sqlite3.connect(str(db))
+    try:
+        for stmt in stmts:
+            conn.execute(stmt)
+        conn.commit()
+    finally:
+        conn.close()
+
+
 def cli_script() -> list[str]:
     """The installed console script, else the module (same code, still a real process)."""
     beside = Path(sys.executable).with_name("tracescore")

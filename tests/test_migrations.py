@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import rows, run_cli
+from helpers import execute, rows, run_cli
 
 import tracescore
 from tracescore.store import migrations, open_store
@@ -29,23 +29,9 @@ def _latest(db: str) -> int:
 def _as_version_3(db: str) -> None:
     """Turn a database written by today's code into what version 3 left: without version 4's
     tables and version 5's record columns (today's write path cannot write a cut-down schema)."""
-    drops = ["DROP TABLE labels", "DROP TABLE label_plan", "DROP TABLE judge_canary",
-             *(f"ALTER TABLE records DROP COLUMN {c}" for c, _, _ in migrations.V5_COLUMNS),
-             "UPDATE meta SET value = '3' WHERE key = 'schema_version'"]
-    if db.startswith("postgresql://"):
-        import psycopg
-
-        with psycopg.connect(db, autocommit=True) as conn:
-            for stmt in drops:
-                conn.execute(stmt)
-        return
-    conn = sqlite3.connect(db)
-    try:
-        for stmt in drops:
-            conn.execute(stmt)
-        conn.commit()
-    finally:
-        conn.close()
+    execute(db, "DROP TABLE labels", "DROP TABLE label_plan", "DROP TABLE judge_canary",
+            *(f"ALTER TABLE records DROP COLUMN {c}" for c, _, _ in migrations.V5_COLUMNS),
+            "UPDATE meta SET value = '3' WHERE key = 'schema_version'")
 
 
 def test_a_new_step_upgrades_an_existing_database_once(db: str,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import run_cli
+from helpers import execute, is_pg, rows, run_cli
 
 import tracescore
 from tracescore.export import open_jobs
@@ -41,44 +41,18 @@ def _pipeline(db: str, n: int, *, score: bool = True, **kw: Any) -> None:
 
 
 def _index_names(db: str) -> set[str]:
-    if db.startswith("postgresql://"):
-        import psycopg
-
-        with psycopg.connect(db) as conn:
-            return {r[0] for r in conn.execute(
-                "SELECT indexname FROM pg_indexes WHERE tablename = 'jobs'")}
-    conn = sqlite3.connect(db)
-    try:
-        return {r[0] for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='jobs'")}
-    finally:
-        conn.close()
+    sql = ("SELECT indexname AS name FROM pg_indexes WHERE tablename = 'jobs'" if is_pg(db)
+           else "SELECT name FROM sqlite_master WHERE type='index' AND tbl_name='jobs'")
+    return {r["name"] for r in rows(db, sql)}
 
 
-def _as_older(db: str) -> int:
-    """Put the status indexes back as the version before left them; that version."""
-    pg = db.startswith("postgresql://")
-    steps = migrations.POSTGRES_MIGRATIONS if pg else migrations.SQLITE_MIGRATIONS
-    older = steps[-2].version
-    stmts = [*(f"DROP INDEX {name}" for name in OPEN_INDEXES),
-             "CREATE INDEX idx_jobs_status_lease_until ON jobs(status, lease_until)",
-             "CREATE INDEX idx_jobs_status_job_id ON jobs(status, job_id)",
-             f"UPDATE meta SET value = '{older}' WHERE key = 'schema_version'"]
-    if pg:
-        import psycopg
-
-        with psycopg.connect(db, autocommit=True) as conn:
-            for stmt in stmts:
-                conn.execute(stmt)
-        return older
-    conn = sqlite3.connect(db)
-    try:
-        for stmt in stmts:
-            conn.execute(stmt)
-        conn.commit()
-    finally:
-        conn.close()
-    return older
+def _as_older(db: str) -> None:
+    """Put the status indexes back as the version before left them."""
+    steps = migrations.POSTGRES_MIGRATIONS if is_pg(db) else migrations.SQLITE_MIGRATIONS
+    execute(db, *(f"DROP INDEX {name}" for name in OPEN_INDEXES),
+            "CREATE INDEX idx_jobs_status_lease_until ON jobs(status, lease_until)",
+            "CREATE INDEX idx_jobs_status_job_id ON jobs(status, job_id)",
+            f"UPDATE meta SET value = '{steps[-2].version}' WHERE key = 'schema_version'")
 
 
 def test_an_older_database_gets_the_open_job_indexes_with_its_jobs_kept(db: str) -> None:
@@ -104,21 +78,10 @@ def test_an_older_database_gets_the_open_job_indexes_with_its_jobs_kept(db: str)
         assert store.open_job_count() == 0
     finally:
         store.close()
-    if db.startswith("postgresql://"):
-        import psycopg
-
-        with psycopg.connect(db) as conn:
-            statuses = Counter(r[0] for r in conn.execute("SELECT status FROM jobs"))
-            scores = conn.execute("SELECT count(*), count(DISTINCT record_id) FROM scores"
-                                  " WHERE name = 'm'").fetchone()
-    else:
-        conn = sqlite3.connect(db)
-        statuses = Counter(r[0] for r in conn.execute("SELECT status FROM jobs"))
-        scores = conn.execute("SELECT count(*), count(DISTINCT record_id) FROM scores"
-                              " WHERE name = 'm'").fetchone()
-        conn.close()
+    statuses = Counter(r["status"] for r in rows(db, "SELECT status FROM jobs"))
     assert statuses == {"done": 12, "skipped": 12}
-    assert tuple(scores) == (12, 12)
+    assert rows(db, "SELECT count(*) AS n, count(DISTINCT record_id) AS records FROM scores"
+                    " WHERE name = 'm'") == [{"n": 12, "records": 12}]
 
 
 def test_every_reader_of_open_jobs_goes_through_an_index(tmp_path: Path,

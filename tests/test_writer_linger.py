@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from helpers import wait_for
 
 from tracescore.store.sqlite import Store
 from tracescore.testing import ScriptedMetric
@@ -15,15 +16,6 @@ from tracescore.testing import ScriptedMetric
 #: long enough that a writer which lingers cannot be mistaken for a slow one under load (its
 #: threshold, LINGER_S / 4, stays under the 1 s a gap is capped at)
 LINGER_S = 3.0
-
-
-def _wait(cond: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.005)
-    return bool(cond())
 
 
 @pytest.fixture
@@ -68,7 +60,7 @@ def test_a_burst_after_a_quiet_spell_lingers_from_its_second_record(make_ts: Any
     q = _quiet(ts)
     before = q.written
     ts.log_record(query="q0", answer="a0")  # the burst's first: written at once
-    assert _wait(lambda: q.written == before + 1, 20)
+    wait_for(lambda: q.written == before + 1, 20, "the burst's first record written")
     del batches[:]
     q._last_put = time.monotonic()  # (as if q0 had come just now, however long it took)
     ts.log_record(query="q1", answer="a1")  # the second, right after: the writer lingers,

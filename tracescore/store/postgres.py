@@ -73,8 +73,7 @@ NOW = "extract(epoch FROM clock_timestamp())::float8"
 def open_jobs(url: str, metrics: Sequence[str] | None) -> tuple[int, float]:
     """(open jobs, seconds since the oldest open job was created/re-opened/leased) on a short
     connection: the queue depth a worker Deployment is scaled on (metric reader thread)."""
-    sql = ("SELECT count(*), min(coalesce(updated_at, created_at)) FROM jobs "
-           "WHERE status IN ('pending', 'leased')")
+    sql = f"SELECT count(*), min(coalesce(updated_at, created_at)) FROM jobs WHERE {OPEN_JOBS}"
     args: tuple[Any, ...] = ()
     if metrics is not None:
         sql += " AND metric = ANY(%s)"
@@ -618,18 +617,18 @@ class PostgresStore(LabelsMixin):
                 (time.time() + max(0.0, delay_s), _nul_free(reason[:500]), job.job_id, owner))
 
     def has_open_jobs(self, metrics: Sequence[str]) -> bool:
-        return self._x("SELECT 1 FROM jobs WHERE status IN ('pending', 'leased') "
+        return self._x(f"SELECT 1 FROM jobs WHERE {OPEN_JOBS} "
                        "AND metric = ANY(%s) LIMIT 1", (list(metrics),)).fetchone() is not None
 
     def open_job_count(self, metrics: Sequence[str] | None = None) -> int:
-        sql = "SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')"
+        sql = f"SELECT count(*) FROM jobs WHERE {OPEN_JOBS}"
         if metrics is None:
             return int(self._row(sql)[0])
         return int(self._row(sql + " AND metric = ANY(%s)", (list(metrics),))[0])
 
     def open_jobs_for(self, record_id: str) -> int:
-        return int(self._row("SELECT count(*) FROM jobs WHERE record_id=%s "
-                             "AND status IN ('pending','leased')", (record_id,))[0])
+        return int(self._row(f"SELECT count(*) FROM jobs WHERE record_id=%s AND {OPEN_JOBS}",
+                             (record_id,))[0])
 
     def load_records(self, record_ids: Iterable[str]) -> dict[str, RagRecord]:
         ids = list(dict.fromkeys(record_ids))

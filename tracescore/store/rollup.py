@@ -330,14 +330,21 @@ class Delta:
             elif rows and isinstance(conn, sqlite3.Connection):
                 # One statement of many rows, not one step per row (SQLite's executemany):
                 # each step lets go of the GIL and waits to get it back behind a busy app.
-                head, _, rest = sql.partition(" VALUES (")
-                group, _, tail = rest.partition(")")
                 for i in range(0, len(rows), 512):
                     chunk = rows[i:i + 512]
-                    conn.execute(head + " VALUES " + ",".join(["(" + group + ")"] * len(chunk))
-                                 + tail, [v for row in chunk for v in row])
+                    conn.execute(multi_row_sql(sql, len(chunk)),
+                                 [v for row in chunk for v in row])
             elif rows:
                 conn.executemany(sql, rows)
+
+
+def multi_row_sql(sql: str, k: int) -> str:
+    """``sql`` (an ``INSERT … VALUES (…) …`` of one row) with ``k`` rows of values: one
+    statement of many rows instead of an ``executemany`` (SQLite's writers: here and
+    :mod:`.sqlite`)."""
+    head, _, rest = sql.partition(" VALUES (")
+    group, _, tail = rest.partition(")")
+    return head + " VALUES " + ",".join(["(" + group + ")"] * k) + tail
 
 
 def count_skips(delta: Delta, changes: Sequence[tuple[Any, Any]],

@@ -17,7 +17,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from . import migrations as _migrations
 from .compat import trace_records
 from .labels import LabelsMixin
 from .migrations import OPEN_JOBS, SQLITE_MIGRATIONS, migrate_sqlite
-from .rollup import Delta, count_skips
+from .rollup import Delta, count_skips, multi_row_sql
 from .rows import (
     _CREATED,
     _FACTS_OF,
@@ -748,12 +748,12 @@ class Store(LabelsMixin):
 
     def has_open_jobs(self, metrics: Sequence[str]) -> bool:
         """Cheap (LIMIT 1) check used while waiting in flush."""
-        sql = ("SELECT 1 FROM jobs WHERE status IN ('pending', 'leased') AND metric IN ("
+        sql = (f"SELECT 1 FROM jobs WHERE {OPEN_JOBS} AND metric IN ("
                + ",".join("?" * len(metrics)) + ") LIMIT 1")
         return self.conn.execute(sql, tuple(metrics)).fetchone() is not None
 
     def open_job_count(self, metrics: Sequence[str] | None = None) -> int:
-        sql = "SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')"
+        sql = f"SELECT count(*) FROM jobs WHERE {OPEN_JOBS}"
         args: tuple[str, ...] = ()
         if metrics is not None:
             sql += " AND metric IN (" + ",".join("?" * len(metrics)) + ")"
@@ -762,7 +762,7 @@ class Store(LabelsMixin):
 
     def open_jobs_for(self, record_id: str) -> int:
         return int(self.conn.execute(
-            "SELECT count(*) FROM jobs WHERE record_id=? AND status IN ('pending','leased')",
+            f"SELECT count(*) FROM jobs WHERE record_id=? AND {OPEN_JOBS}",
             (record_id,),
         ).fetchone()[0])
 
@@ -900,11 +900,19 @@ def _insert_rows(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any
     pad = sql.startswith("INSERT OR IGNORE ")
     if len(rows) < 4 and not pad:
         return int(conn.executemany(sql, rows).rowcount)
-    head, _, rest = sql.partition(" VALUES (")
-    group, _, tail = rest.partition(")")
-    width = max(1, group.count("?"))
+    return sum(conn.execute(text, values).rowcount
+               for text, values in _statements(sql, rows, pad))
+
+
+def _statements(sql: str, rows: Sequence[Sequence[Any]],
+                pad: bool) -> Iterator[tuple[str, list[Any]]]:
+    """:func:`_insert_rows`' statements for ``rows``: (text, values) of 2**k rows each, as
+    many as SQLite's bound-value limit allows; ``pad``: the rows left over go in one
+    statement of the next size up, filled with copies of its last row (for statements that
+    ignore a row whose key exists), else in one statement per power of two."""
+    width = max(1, sql.partition(" VALUES (")[2].partition(")")[0].count("?"))
     biggest = min(_MAX_ROWS, max(1, _MAX_VARIABLES // width))
-    n = i = 0
+    i = 0
     while i < len(rows):
         left = len(rows) - i
         k = biggest
@@ -917,10 +925,8 @@ def _insert_rows(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any
         chunk = rows[i:i + k]
         if len(chunk) < k:
             chunk = [*chunk, *[chunk[-1]] * (k - len(chunk))]
-        text = head + " VALUES " + ",".join(["(" + group + ")"] * k) + tail
-        n += conn.execute(text, list(_chain(chunk))).rowcount
+        yield multi_row_sql(sql, k), list(_chain(chunk))
         i += k
-    return n
 
 
 def _score_values(job_id: int, record_id: str, trace_id: str, job_metric: str, s: Score,
@@ -937,23 +943,8 @@ def _insert_returning(conn: sqlite3.Connection, sql: str,
     """The rows ``sql`` (an ``INSERT … VALUES (…) … RETURNING …`` that ignores a row whose
     key exists) returns for ``rows``, inserted as :func:`_insert_rows` does: multi-row
     statements of cached sizes, the last one filled with copies of its last row (ignored)."""
-    head, _, rest = sql.partition(" VALUES (")
-    group, _, tail = rest.partition(")")
-    width = max(1, group.count("?"))
-    biggest = min(_MAX_ROWS, max(1, _MAX_VARIABLES // width))
-    out: list[Any] = []
-    i = 0
-    while i < len(rows):
-        k = biggest
-        while k // 2 >= len(rows) - i:
-            k //= 2
-        chunk = rows[i:i + k]
-        if len(chunk) < k:
-            chunk = [*chunk, *[chunk[-1]] * (k - len(chunk))]
-        text = head + " VALUES " + ",".join(["(" + group + ")"] * k) + tail
-        out.extend(conn.execute(text, list(_chain(chunk))).fetchall())
-        i += k
-    return out
+    return [row for text, values in _statements(sql, rows, pad=True)
+            for row in conn.execute(text, values).fetchall()]
 
 
 _chain = itertools.chain.from_iterable
