@@ -6,16 +6,18 @@ Expected values are computed by hand in the comments next to them.
 from __future__ import annotations
 
 import math
+import random
 import re
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import nltk
 import pytest
 from rouge_score import rouge_scorer
 
-from tracescore.metrics import registry, text
+from tracescore.metrics import registry, rgb, text
 from tracescore.metrics.base import Metric
 from tracescore.metrics.bleu import Bleu
 from tracescore.metrics.local import LOCAL_METRICS
@@ -552,6 +554,67 @@ def test_rgb_error_correction(answer: str, value: float, start: str) -> None:
     s = one(RgbErrorCorrection(), rec(answer, "Beijing"))
     assert s.value == value
     assert s.explanation is not None and s.explanation.startswith(start)
+
+
+# The phrase checks first look for a hint word (rgb._REFUSAL_HINT, rgb._ERROR_HINT) and try
+# the patterns only when one is there. That is right only if every branch of every pattern
+# holds a hint word: strings drawn from each pattern's own syntax tree (every alternative
+# taken, random case) must all carry one, and the checks must agree with the bare patterns.
+def _draw(items: Any, rng: random.Random) -> str:
+    out: list[str] = []
+    for op, av in items:
+        name = str(op)
+        if name == "LITERAL":
+            out.append(chr(av))
+        elif name == "IN":
+            lits = [chr(a) for o, a in av if str(o) == "LITERAL"]
+            out.append(" " if any(str(o) == "NEGATE" for o, _ in av) or not lits
+                       else rng.choice(lits))
+        elif name == "BRANCH":
+            out.append(_draw(rng.choice(av[1]), rng))
+        elif name == "SUBPATTERN":
+            out.append(_draw(av[-1], rng))
+        elif name in ("MAX_REPEAT", "MIN_REPEAT"):
+            lo, hi, sub = av
+            out.extend(_draw(sub, rng) for _ in range(rng.randint(lo, min(hi, lo + 2))))
+        elif name != "AT":  # (word boundaries: the words drawn are whole)
+            raise AssertionError(f"no sampler for {name}")
+    return "".join(out)
+
+
+@pytest.mark.parametrize("which", ["refusal", "error"])
+def test_rgb_phrase_hints_hold_in_every_branch(which: str) -> None:
+    patterns, hint, find = {
+        "refusal": (rgb._REFUSAL_PATTERNS, rgb._REFUSAL_HINT, rgb.find_refusal),
+        "error": (rgb._ERROR_PATTERNS, rgb._ERROR_HINT, rgb.find_error_flag)}[which]
+    rng = random.Random(11)
+    for pattern in patterns:
+        tree = re._parser.parse(pattern, re.IGNORECASE)  # type: ignore[attr-defined]
+        matched = 0
+        for _ in range(3000):
+            text = "".join(c.upper() if rng.random() < 0.3 else c
+                           for c in _draw(tree, rng))
+            if re.search(pattern, text, re.IGNORECASE) is None:
+                continue  # (a draw the sampler got wrong: not a text of the pattern)
+            matched += 1
+            assert hint.search(text), (pattern, text)
+            assert find(f"So: {text}.") is not None, (pattern, text)
+        assert matched > 1500, pattern
+
+
+def test_rgb_phrase_checks_agree_with_the_bare_patterns() -> None:
+    rng = random.Random(5)
+    words = ("i we the documents context no not can't cannot unable to answer know don't "
+             "information is are wrong false incorrect errors factual in contradicts known "
+             "facts based on it was paris . , 信息 不足 有误 无法 回答 possible").split()
+    for _ in range(20_000):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(1, 12)))
+        bare = rgb._REFUSAL_RE.search(rgb._clean(text))
+        assert rgb.find_refusal(text) == (bare.group() if bare else None), text
+        flags = [m.group() for m in rgb._ERROR_RE.finditer(rgb._clean(text))]
+        assert (rgb.find_error_flag(text) is None) or rgb.find_error_flag(text) in flags, text
+        if not flags:
+            assert rgb.find_error_flag(text) is None, text
 
 
 def test_rgb_long_text() -> None:

@@ -66,6 +66,16 @@ _ERROR_PATTERNS = (
 )
 _REFUSAL_RE = re.compile("|".join(_REFUSAL_PATTERNS), re.IGNORECASE)
 _ERROR_RE = re.compile("|".join(_ERROR_PATTERNS), re.IGNORECASE)
+# Each branch of each pattern above holds one of these words (same flags, so the same case
+# folding): a text with none of them cannot match, and finding out costs one scan for a few
+# words instead of trying every pattern at every position (26 µs → 6 µs per answer of ~80
+# characters, scored for every sampled record). tests/test_metrics_local.py checks each
+# branch against them.
+_REFUSAL_HINT = re.compile(
+    r"n[o']|dont|unable|impossible|insufficient|信息不足|无法|不知道|没有", re.IGNORECASE)
+_ERROR_HINT = re.compile(
+    r"factual|incorrect|inaccura|wrong|false|erroneous|mistake|outdated|misleading|error"
+    r"|contradict|conflict|有误|错误|不正确", re.IGNORECASE)
 # "There are no factual errors", "does not contain any incorrect information", ...
 _NEGATION_BEFORE_RE = re.compile(
     r"(?:\b(?:no|not|without|never|nor|free of|free from)\b|n't\b)[^.!?\n]*$", re.IGNORECASE
@@ -83,13 +93,18 @@ def _quote(text: str, limit: int = 60) -> str:
 
 def find_refusal(answer: str) -> str | None:
     """The first refusal phrase in ``answer`` ("insufficient information", ...), or None."""
-    m = _REFUSAL_RE.search(_clean(answer))
+    text = _clean(answer)
+    if _REFUSAL_HINT.search(text) is None:
+        return None
+    m = _REFUSAL_RE.search(text)
     return m.group() if m else None
 
 
 def find_error_flag(answer: str) -> str | None:
     """The first non-negated "the documents contain errors" phrase in ``answer``, or None."""
     text = _clean(answer)
+    if _ERROR_HINT.search(text) is None:
+        return None
     for m in _ERROR_RE.finditer(text):
         if not _NEGATION_BEFORE_RE.search(text[max(0, m.start() - 40) : m.start()]):
             return m.group()
