@@ -540,3 +540,15 @@ def test_flush_keeps_one_connection_per_thread_and_reopens_a_broken_one(
     else:
         with pytest.raises(sqlite3.ProgrammingError):
             mine.conn.execute("SELECT 1")
+
+
+def test_json_safe_keeps_flat_dicts_and_mends_the_rest() -> None:
+    from tracescore.store.rows import _json_safe, dumps
+
+    flat = {"source": "a.md", "score": 13.25, "n": 3, "ok": True, "none": None}
+    assert _json_safe(flat) is flat  # JSON as it is: not walked, not copied
+    assert _json_safe({"x": float("inf")}) == {"x": "inf"}
+    assert _json_safe({1: "a", "t": (1, float("nan"))}) == {"1": "a", "t": [1, "nan"]}
+    nested = {"outer": {"inner": float("-inf")}}
+    assert _json_safe(nested) == {"outer": {"inner": "-inf"}}
+    assert dumps(_json_safe({"s": {1, 2}})) == '{"s": [1, 2]}'  # (the encoder's fallback)

@@ -72,12 +72,26 @@ def _fallback(o: Any) -> Any:  # (the ``default`` of _DUMPS, below)
     return repr(o)[:1000]
 
 
+#: values JSON takes as they are (floats apart: NaN and infinities are not JSON)
+_JSON_PLAIN = frozenset({str, int, bool, type(None)})
+
 #: :func:`dumps`' encoder, built once (``json.dumps`` with options builds one per call)
 _DUMPS = json.JSONEncoder(default=_fallback, ensure_ascii=False, allow_nan=False)
 
 
 def _json_safe(value: Any) -> Any:
-    """Floats like NaN are not JSON; make them strings instead of failing the batch."""
+    """Floats like NaN are not JSON; make them strings instead of failing the batch. (A
+    flat dict of str keys and plain values — a context's metadata, a score's details — is
+    JSON as it is: returned itself, not walked and copied. Written for every context of
+    every record, the walk cost ~2 µs a dict.)"""
+    if type(value) is dict:
+        for k, v in value.items():
+            t = type(v)
+            if type(k) is not str or (t not in _JSON_PLAIN and (
+                    t is not float or not math.isfinite(v))):
+                break
+        else:
+            return value
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, Mapping):
