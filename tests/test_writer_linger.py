@@ -84,3 +84,40 @@ def test_the_busy_rule(make_ts: Any) -> None:
                              (0.001, 0.001, True), (0.01, 0.01, False)):
         q._gap, q._last_gap = mean, last
         assert q._busy() is busy, (mean, last)
+
+
+def test_records_that_come_in_during_a_write_linger_with_the_next_ones(
+        make_ts: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy stream's records that arrive while a batch is being written are not a
+    transaction of their own right after it: they wait for the next wake and linger."""
+    import threading
+
+    ts, _ = make_ts(metrics=[ScriptedMetric(lambda r: 0.5, name="m")])
+    ts.log_record(query="warm", answer="up")
+    assert ts.flush(20)
+    q = ts.queue
+    inside, go = threading.Event(), threading.Event()
+    seen: list[int] = []
+    real = Store.write_batch
+
+    def write_batch(self: Store, records: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(len(records))
+        if len(seen) == 1:
+            inside.set()
+            go.wait(20)
+        return real(self, records, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "write_batch", write_batch)
+    q.linger_s = 0.0  # the first record: written at once
+    ts.log_record(query="q0", answer="a0")
+    assert inside.wait(20)
+    for i in (1, 2):  # they come in while q0's batch is being written
+        ts.log_record(query=f"q{i}", answer=f"a{i}")
+    q.linger_s = LINGER_S
+    q._gap = q._last_gap = 0.001  # a busy stream
+    go.set()
+    wait_for(lambda: q.written >= 1, 20, "q0 written")
+    time.sleep(0.3)  # (a writer that did not wait writes them within this)
+    assert seen == [1] and q.written == 1 + 1  # (the warm-up record, q0)
+    assert ts.flush(20)  # a flush cuts the lingering short
+    assert seen == [1, 2]
