@@ -633,11 +633,11 @@ class Store(LabelsMixin):
         refs: list[list[tuple[int, Score]] | None] = [None] * len(scored)
         if not scored:
             return refs
-        made = {(r[1], r[2], r[3]): int(r[0]) for r in _insert_returning(
+        made = _insert_keyed(
             self.conn, "INSERT OR IGNORE INTO jobs(record_id, metric, metric_version, status,"
-            " attempts, created_at, updated_at) VALUES (?,?,?,'done',1,?,?)"
-            " RETURNING job_id, record_id, metric, metric_version",
-            [(j.record_id, j.metric, j.metric_version, now, now) for j, _ in scored])}
+            " attempts, created_at, updated_at) VALUES (?,?,?,'done',1,?,?)",
+            [(j.record_id, j.metric, j.metric_version, now, now) for j, _ in scored],
+            "jobs", ("record_id", "metric", "metric_version"), (0, 1, 2))
         rest = [j.record_id for j, _ in scored if j.record_id not in segs]
         facts = self._record_facts(rest) if rest else {}
         values: list[tuple[Any, ...]] = []
@@ -656,12 +656,12 @@ class Store(LabelsMixin):
                 values.append((*_score_values(job_id, job.record_id, trace_id, job.metric, sc,
                                               now, delivery), seg_id, ""))
                 where.append((i, sc, seg_id))
-        ids = {(r[1], r[2]): int(r[0]) for r in _insert_returning(
+        ids = _insert_keyed(
             self.conn, "INSERT INTO scores(job_id, record_id, trace_id, name, metric,"
             " metric_version, value, label, explanation, status, error, duration_ms, details,"
             " created_at, delivery, seg_id, judge_model) VALUES"
-            " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(record_id, name) DO NOTHING"
-            " RETURNING score_id, record_id, name", values)} if values else {}
+            " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(record_id, name) DO NOTHING",
+            values, "scores", ("record_id", "name"), (1, 3)) if values else {}
         for row, (i, sc, seg_id) in zip(values, where):
             score_id = ids.pop((row[1], row[3]), None)
             if score_id is None:  # the record has this score already: replace the row
@@ -901,12 +901,13 @@ def _insert_rows(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any
     if len(rows) < 4 and not pad:
         return int(conn.executemany(sql, rows).rowcount)
     return sum(conn.execute(text, values).rowcount
-               for text, values in _statements(sql, rows, pad))
+               for text, values, _ in _statements(sql, rows, pad))
 
 
 def _statements(sql: str, rows: Sequence[Sequence[Any]],
-                pad: bool) -> Iterator[tuple[str, list[Any]]]:
-    """:func:`_insert_rows`' statements for ``rows``: (text, values) of 2**k rows each, as
+                pad: bool) -> Iterator[tuple[str, list[Any], int]]:
+    """:func:`_insert_rows`' statements for ``rows``: (text, values, how many of ``rows``
+    it holds) of 2**k rows each, as
     many as SQLite's bound-value limit allows; ``pad``: the rows left over go in one
     statement of the next size up, filled with copies of its last row (for statements that
     ignore a row whose key exists), else in one statement per power of two."""
@@ -923,9 +924,10 @@ def _statements(sql: str, rows: Sequence[Sequence[Any]],
             while k > left:
                 k //= 2
         chunk = rows[i:i + k]
-        if len(chunk) < k:
-            chunk = [*chunk, *[chunk[-1]] * (k - len(chunk))]
-        yield multi_row_sql(sql, k), list(_chain(chunk))
+        real = len(chunk)
+        if real < k:
+            chunk = [*chunk, *[chunk[-1]] * (k - real)]
+        yield multi_row_sql(sql, k), list(_chain(chunk)), real
         i += k
 
 
@@ -938,13 +940,38 @@ def _score_values(job_id: int, record_id: str, trace_id: str, job_metric: str, s
             dumps(_json_safe(dict(s.details))), now, delivery)
 
 
-def _insert_returning(conn: sqlite3.Connection, sql: str,
-                      rows: Sequence[Sequence[Any]]) -> list[Any]:
-    """The rows ``sql`` (an ``INSERT … VALUES (…) … RETURNING …`` that ignores a row whose
-    key exists) returns for ``rows``, inserted as :func:`_insert_rows` does: multi-row
-    statements of cached sizes, the last one filled with copies of its last row (ignored)."""
-    return [row for text, values in _statements(sql, rows, pad=True)
-            for row in conn.execute(text, values).fetchall()]
+def _insert_keyed(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]],
+                  table: str, key_cols: Sequence[str], key_at: Sequence[int]
+                  ) -> dict[tuple[Any, ...], int]:
+    """Insert ``rows`` with ``sql`` (an ``INSERT … VALUES (…)`` into ``table`` that skips a row
+    whose key exists), as :func:`_insert_rows` does; the rows inserted, key → rowid. The key
+    of a row: its values at ``key_at``, the columns ``key_cols``.
+
+    No ``RETURNING``: each row it returns is a step of its own, and each step lets go of the
+    GIL and waits to get it back behind a busy app (:func:`_insert_rows`). A statement that
+    inserted every row of its own gave them consecutive rowids, in order, up to the cursor's
+    ``lastrowid`` (SQLite gives a new row the largest rowid + 1; inside the caller's write
+    transaction nothing else inserts meanwhile — as :meth:`Store._insert_or_ignore`
+    assumes). When some rows were skipped (a replay, a key twice), the ones inserted are read
+    back by rowid."""
+    out: dict[tuple[Any, ...], int] = {}
+    cols = ", ".join(key_cols)
+    i = 0
+    for text, values, k in _statements(sql, rows, pad=True):
+        chunk = rows[i:i + k]
+        i += k
+        cur = conn.execute(text, values)
+        n, last = cur.rowcount, cur.lastrowid
+        if n <= 0 or last is None:
+            continue
+        if n == len(chunk):
+            for j, row in enumerate(chunk):
+                out[tuple(row[a] for a in key_at)] = last - n + 1 + j
+            continue
+        for rowid, *key in conn.execute(
+                f"SELECT rowid, {cols} FROM {table} WHERE rowid > ?", (last - n,)):
+            out[tuple(key)] = int(rowid)
+    return out
 
 
 _chain = itertools.chain.from_iterable
