@@ -9,6 +9,7 @@ ends (:func:`_materialize_all`, run through ``Tracescore.defer``).
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
@@ -180,6 +181,14 @@ _PLAIN = frozenset({str, bool, int, float, NoneType, bytes})
 #: while the span waits in the batch processor's queue.
 _NONE = BoundedList(0)
 _UNSET = StatusCode.UNSET
+#: A child span's trace flags (sampled, and the parent's random-trace-id bit): one shared
+#: ``TraceFlags`` per value — an int subclass the garbage collector tracks, one per span
+#: while it waits in the batch processor's queue otherwise.
+_FLAGS: dict[int, TraceFlags] = {}
+#: The lock of a finished child span's attributes: they are immutable (every method that
+#: takes the lock raises on them first, or reads without it), so one lock serves them all
+#: instead of one per span for the collector to track.
+_SHARED_LOCK = threading.Lock()
 
 
 def _quiet(p: Any) -> bool:
@@ -228,7 +237,10 @@ def _finish_direct(tracer: Any, parent: Any, name: str, attrs: Mapping[str, Any]
             or (status is not None and type(status) is not Status):
         return None
     limits = tracer._span_limits
-    flags = TraceFlags(TraceFlags.SAMPLED | (ctx.trace_flags & TraceFlags.RANDOM_TRACE_ID))
+    bits = TraceFlags.SAMPLED | (ctx.trace_flags & TraceFlags.RANDOM_TRACE_ID)
+    flags = _FLAGS.get(bits)
+    if flags is None:
+        flags = _FLAGS[bits] = TraceFlags(bits)
     context = SpanContext(ctx.trace_id, tracer.id_generator.generate_span_id(),
                           is_remote=False, trace_flags=flags, trace_state=ctx.trace_state)
     kw: dict[str, Any] = {}
@@ -261,4 +273,5 @@ def _bounded(attrs: Mapping[str, Any], maxlen: int | None,
         else:
             d[k] = _clean_attribute_value(v, max_value_len)
     out._immutable = True
+    out._lock = _SHARED_LOCK
     return out
