@@ -184,12 +184,17 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         if not self.ts.capture_content or span is NO_SPAN:
             return
         if type(span) is _PendingSpan:
-            span.lazy.append(lambda: {k: v for k, v in {key: self._text(value)}.items()
-                                      if v is not None})
+            # (a partial of the plain function, not a closure: two objects for the
+            # collector, not five)
+            span.lazy.append(partial(type(self)._text_attr, self, key, value))
         else:
             text = self._text(value)
             if text is not None:
                 span.set_attribute(key, text)
+
+    def _text_attr(self, key: str, value: Any) -> dict[str, Any]:
+        text = self._text(value)
+        return {} if text is None else {key: text}
 
     def _text(self, value: Any) -> str | None:
         text = self.ts.redact_text(to_text(value))

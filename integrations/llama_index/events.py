@@ -74,7 +74,7 @@ class EventsMixin:
         if span is NO_SPAN:
             return
         if isinstance(span, _PendingSpan):
-            span.lazy.append(partial(self._text_attr, key, value))
+            span.lazy.append(partial(type(self)._text_attr, self, key, value))
         else:
             text = self._text(value)
             if text is not None:
