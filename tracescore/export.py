@@ -62,6 +62,7 @@ from . import __version__ as _version
 from . import attributes as A
 from ._internal.errors import handle_internal_errors, record_internal_error
 from .integrations._text import clip
+from .store.rows import clean_text
 
 if TYPE_CHECKING:
     from .score import Score
@@ -84,16 +85,8 @@ ScoreRef = tuple[int, "Score"]
 # -- strings that OTLP can encode --------------------------------------------------------------
 # A Python str may hold lone surrogates (a "\\ud800" JSON escape, a mis-decoded file name):
 # not UTF-8, so the OTLP encoder drops the attribute and logs a traceback per span. They are
-# escaped as the store escapes them (``\\ud800`` as text), so nothing is lost.
-def clean_text(s: str) -> str:
-    """``s`` encodable as UTF-8: lone surrogates become ``\\udXXX`` escapes (as stored)."""
-    if s.isascii():
-        return s
-    try:
-        s.encode("utf-8")
-        return s
-    except UnicodeEncodeError:
-        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+# escaped as the store escapes them (``\\ud800`` as text: store.rows.clean_text, imported
+# above), so nothing is lost.
 
 
 def _dirty(v: Any) -> bool:

@@ -48,7 +48,10 @@ class NewJob:
 
 
 def clean_text(s: str) -> str:
-    """Make ``s`` storable as UTF-8: lone surrogates become ``\\udXXX`` escapes."""
+    """Make ``s`` storable (and OTLP-encodable) as UTF-8: lone surrogates become ``\\udXXX``
+    escapes. (ASCII text — most of it — is known clean without encoding a copy.)"""
+    if s.isascii():
+        return s
     try:
         s.encode("utf-8")
         return s
