@@ -112,7 +112,8 @@ class RecordQueue:
         #: reach a busy app's spans within ~``linger_s`` more. "Faster" is the records' mean
         #: gap, or the last one: a burst after a quiet spell lingers from its second record
         #: on, not only once the mean has come down (a dozen records later, each of them a
-        #: transaction of its own).
+        #: transaction of its own). Records that come in while a batch is being written
+        #: linger with the ones after them too (see ``_drain``).
         self.linger_s = linger_s
         #: records' mean gap (s, moving average) and the last one, kept by put(): a float op
         #: or two per record
