@@ -252,8 +252,7 @@ class RecordQueue:
         while True:
             woken = self._event.wait(max(self.interval_s, backoff))
             self._event.clear()
-            if woken and self.linger_s > 0 and not self._now.is_set() and not backoff \
-                    and self._busy():
+            if woken and not backoff and self._may_linger():
                 # a sampled record of a busy stream woke us: let more join its transaction
                 self._now.wait(self.linger_s)
             self._now.clear()
@@ -288,6 +287,11 @@ class RecordQueue:
             self.lose_buffered()  # stopped with the database unavailable: counted, not silent
         if store is not None:
             store.close()
+
+    def _may_linger(self) -> bool:
+        """Lingering is on, nothing asked for a write now (a full batch, a flush, shutdown),
+        and the stream is busy."""
+        return self.linger_s > 0 and not self._now.is_set() and self._busy()
 
     def _busy(self) -> bool:
         """Records arrive faster than one per ``linger_s / 4``: by their mean gap, or by the
@@ -416,7 +420,7 @@ class RecordQueue:
                 self._opened = False
                 self.on_written()
             if records and self._buf and len(self._buf) < self.batch_size \
-                    and self.linger_s > 0 and not self._now.is_set() and self._busy():
+                    and self._may_linger():
                 # Records of a busy stream that came in while this batch was written: they
                 # wait for the next wake and linger with the ones after them (a sampled one
                 # among them has set the event), instead of a transaction of one or two of

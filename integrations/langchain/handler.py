@@ -48,7 +48,7 @@ from tracescore.runs import current_scope
 
 from .._owner import current_owner
 from .._record import NODE, RETRIEVER, TOOL, enclose
-from .._spans import NO_SPAN, _materialize_all, _PendingSpan, usage_attributes
+from .._spans import NO_SPAN, _materialize_all, _only, _PendingSpan, usage_attributes
 from .._text import clip, json_attr, to_text
 from . import messages as M
 from .emit import emit_record
@@ -193,8 +193,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                 span.set_attribute(key, text)
 
     def _text_attr(self, key: str, value: Any) -> dict[str, Any]:
-        text = self._text(value)
-        return {} if text is None else {key: text}
+        return _only({key: self._text(value)})
 
     def _text(self, value: Any) -> str | None:
         text = self.ts.redact_text(to_text(value))

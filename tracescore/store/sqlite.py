@@ -907,10 +907,10 @@ def _insert_rows(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any
 def _statements(sql: str, rows: Sequence[Sequence[Any]],
                 pad: bool) -> Iterator[tuple[str, list[Any], int]]:
     """:func:`_insert_rows`' statements for ``rows``: (text, values, how many of ``rows``
-    it holds) of 2**k rows each, as
-    many as SQLite's bound-value limit allows; ``pad``: the rows left over go in one
-    statement of the next size up, filled with copies of its last row (for statements that
-    ignore a row whose key exists), else in one statement per power of two."""
+    it holds) of 2**k rows each, as many as SQLite's bound-value limit allows; ``pad``: the
+    rows left over go in one statement of the next size up, filled with copies of its last
+    row (for statements that ignore a row whose key exists), else in one statement per power
+    of two."""
     width = max(1, sql.partition(" VALUES (")[2].partition(")")[0].count("?"))
     biggest = min(_MAX_ROWS, max(1, _MAX_VARIABLES // width))
     i = 0
