@@ -43,6 +43,29 @@ def force_on_metadata_flag(record: RagRecord) -> str | None:
 
 DEFAULT_RULES: tuple[Rule, ...] = (force_on_error, force_on_metadata_flag)
 
+#: The start of the reason a :func:`priority` rule gives (the read side parses the rate back
+#: from it: :func:`tracescore.monitor.weighted.priority_rate`).
+PRIORITY_PREFIX = "priority "
+
+
+def priority(rate: float, when: Callable[[RagRecord], bool], reason: str) -> Rule:
+    """A rule that samples the records for which ``when`` holds at ``rate`` at least (on the
+    same hash as the metrics' rates): it forces those with ``u < rate``, with the reason
+    ``"priority <rate>: <reason>"``, which the read side turns back into each scored record's
+    inclusion probability max(rate, metric rate) (docs/monitoring.md, "Populations").
+    A forced record is scored by every metric, as for any rule."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 < rate <= 1.0:
+        raise ValueError(f"priority rate must be a number in (0, 1], got {rate!r}")
+    if not isinstance(reason, str) or not reason:
+        raise ValueError("priority reason must be a non-empty str")
+    tag = f"{PRIORITY_PREFIX}{float(rate)!r}: {reason}"
+
+    def rule(record: RagRecord) -> str | None:
+        return tag if when(record) and trace_fraction(record.trace_id) < rate else None
+
+    rule.__name__ = f"priority({rate!r}, {reason!r})"
+    return rule
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:

@@ -56,6 +56,7 @@ class MetricSummary:
         out = {k: v for k, v in asdict(self).items() if k not in ("name", "skip_reasons")}
         out["skip_reasons"] = [{"reason": r, "records": n} for r, n in self.skip_reasons]
         out["mostly_skipped"] = self.mostly_skipped
+        out["population"] = "scored records"  # reports.inclusion: weighted to all records
         return out
 
 
@@ -142,6 +143,9 @@ class Report:
     #: score names with human labels in the window: agreement, corrected estimate
     #: (:class:`.trust.TrustSummary`)
     trust: list[Any] = field(default_factory=list)
+    #: per score name: the population its figures speak for, and the figure weighted to all
+    #: records (:class:`.inclusion.PopulationSummary`)
+    population: list[Any] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -169,6 +173,7 @@ class Report:
             },
             "judges": self.judges,
             "judge_vs_humans": {t.name: t.to_json() for t in self.trust},
+            "population": {p.name: p.to_json() for p in self.population},
         }
 
 @dataclass(frozen=True, slots=True)

@@ -105,6 +105,7 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
     ``where``/``by`` name a dimension (:func:`.query.dims_of`).
     """
     from .feedback import feedback_summary
+    from .inclusion import population_summaries
     from .trust import trust_summaries
 
     window = Q.Window(since, until)
@@ -148,6 +149,9 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
         pending_reasons=pending_reasons(conn) if pending else [],
         feedback=feedback_summary(conn, since, until, seg.matching(where)),
         trust=trust_summaries(conn, window, scores, where=where, seg=seg, info=info),
+        population=population_summaries(conn, window, scores,
+                                        {m.name: m.binary for m in metrics}, where=where,
+                                        seg=seg),
     )
 
 

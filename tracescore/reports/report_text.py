@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .model import FeedbackSummary, MetricSummary, PendingReason, Report
+from .population_text import population_lines
 from .textfmt import WIDTH, printable
 from .textfmt import clip as _clip
 from .textfmt import num as _num
@@ -74,6 +75,7 @@ def format_report(report: Report, width: int = WIDTH) -> str:
     if notes:
         out += _wrap("; ".join(notes), width)
     out += _skip_notes(report.metrics, width)
+    out += population_lines(report.population, width)
     out += _feedback_lines(report.feedback, width)
     out += trust_lines(report.trust, width)
 

@@ -33,8 +33,12 @@ HTML page, the monitors) plain data — no formatting (:mod:`.trust_text`, :mod:
   (``source = 'plan:<id>'``) get the stratified form with the plan's strata (each record of the
   window put back into its stratum by :func:`tracescore.trust.plan.parse_stratum`; the weights
   are the strata's sizes in the window, which are the plan's N_k when the window is the
-  population the plan drew from); other labels are *assumed a random sample of the window*,
-  and the output says which of the two it did.
+  population the plan drew from: the plan's inclusion probabilities n_k/N_k, never a pooled
+  "random sample"; records of the window outside every stratum are left out of it, and its
+  ``population`` says so); other labels are *assumed a random sample of the window*,
+  and the output says which of the two it did. Both carry a check that the labels look like
+  a random draw (:mod:`tracescore.trust.selection`: Welch's test of the labelled vs the
+  unlabelled judge scores; within strata for a plan), whose warning every output prints.
 
 Blocking database reads on the caller's connection (SQLite or PostgreSQL, through the same
 SQL); everything else is pure computation.
@@ -144,6 +148,16 @@ class Correction:
     #: labels not used by the estimate (e.g. not drawn by the plan), with why
     unused: int = 0
     unused_reason: str | None = None
+    #: do the labelled records look like a random draw (within the plan's strata, for a
+    #: plan)? :class:`~tracescore.trust.selection.DrawCheck`; None when not checked
+    draw: Any = None
+    #: the records the corrected estimate speaks for (:func:`population_words`)
+    population: str = "scored records in the window"
+
+    @property
+    def warning(self) -> str | None:
+        """The draw check's warning (every output showing the estimate prints it)."""
+        return None if self.draw is None else self.draw.warning
 
     @property
     def value(self) -> float | None:
@@ -155,6 +169,8 @@ class Correction:
 
     def to_json(self) -> dict[str, Any]:
         return {"design": self.design, "plan_id": self.plan_id, "assumption": self.assumption,
+                "population": self.population, "warning": self.warning,
+                "label_draw": None if self.draw is None else self.draw.to_json(),
                 "reason": self.reason, "unused_labels": self.unused,
                 "unused_reason": self.unused_reason,
                 **(self.result.to_json() if self.result is not None else {})}
@@ -191,6 +207,7 @@ def _stratified(conn: Any, lp: LabelledPairs, plan_id: str, window: Q.Window,
     """Stratified PPI++ over the plan's strata, or the reason it cannot be made."""
     from ..trust.plan import parse_stratum
     from ..trust.ppi import MIN_LABELS, Stratum, stratified_ppi_mean
+    from ..trust.selection import stratified_draw_check
 
     names = _plan_strata(conn, plan_id, lp.name)
     if not names:
@@ -209,9 +226,10 @@ def _stratified(conn: Any, lp: LabelledPairs, plan_id: str, window: Q.Window,
             outside += count
         else:
             moments[k] = moments[k] + Moments(count, count * value, count * value * value)
-    if outside:
-        return (f"{outside} scored records in the window fall in none of plan {plan_id}'s "
-                "strata (a release or score range the plan did not draw from)")
+    inside = sum(m.n for m in moments.values())
+    if not inside:
+        return (f"none of the window's scored records falls in plan {plan_id}'s strata "
+                "(a release or score range the plan did not draw from)")
     mine = [p for p in lp.pairs if p.source == PLAN_PREFIX + plan_id]
     fs: dict[str, list[float]] = {n: [] for n in names}
     ys: dict[str, list[float]] = {n: [] for n in names}
@@ -224,9 +242,19 @@ def _stratified(conn: Any, lp: LabelledPairs, plan_id: str, window: Q.Window,
         [Stratum(n, moments[n], fs[n], ys[n]) for n in names], alpha=alpha,
         unlabelled_includes_labelled=True, min_n=MIN_LABELS if min_n is None else min_n)
     unused = lp.labels - sum(len(p.annotators) for p in mine)
+    draw = stratified_draw_check([(moments[n].n / inside, fs[n], moments[n]) for n in names],
+                                 unlabelled_includes_labelled=True)
+    # The plan's known probabilities n_k/N_k: each stratum's labels stand for its records
+    # (stratified PPI), never pooled as if drawn uniformly. Records outside every stratum
+    # were not in the plan's population: the estimate speaks for the ones inside, and says so.
+    population = "scored records in the window" if not outside else (
+        f"the {inside} scored records in plan {plan_id}'s strata ({outside} of the window's "
+        "fall outside them: a release or score range the plan did not draw from, not "
+        "covered)")
     return Correction(PLAN, f"labels drawn by plan {plan_id}, stratified over its "
-                      f"{len(names)} strata", result, plan_id, result.corrected.reason,
-                      unused, "not drawn by the plan" if unused else None)
+                      f"{len(names)} strata (weighted by the plan's inclusion probabilities "
+                      "n_k/N_k)", result, plan_id, result.corrected.reason,
+                      unused, "not drawn by the plan" if unused else None, draw, population)
 
 
 def corrected(conn: Any, lp: LabelledPairs, unlabelled: Moments, window: Q.Window = Q.Window(),
@@ -236,10 +264,13 @@ def corrected(conn: Any, lp: LabelledPairs, unlabelled: Moments, window: Q.Windo
 
     ``unlabelled``: the window's judge scores of that name as moments (n, Σf, Σf²: the
     rollups, labelled records included). Labels of a plan → stratified PPI++ over the plan's
-    strata (the plan with the most labelled pairs here); if the window holds records outside
-    the plan's strata, plain PPI++ over all labels instead, with the reason said.
+    strata (the plan with the most labelled pairs here), over the window's records inside
+    them (records outside every stratum are left out and the population says so); no record
+    inside: plain PPI++ over all labels, with the reason said. Either way ``draw`` checks
+    that the labels look like a random draw (:mod:`tracescore.trust.selection`).
     """
     from ..trust.ppi import MIN_LABELS, ppi_mean
+    from ..trust.selection import draw_check
 
     seg = seg or Q.SegmentIndex(conn)
     plans = Counter(p.source[len(PLAN_PREFIX):] for p in lp.pairs
@@ -258,7 +289,8 @@ def corrected(conn: Any, lp: LabelledPairs, unlabelled: Moments, window: Q.Windo
                           min_n=MIN_LABELS if min_n is None else min_n)
     except ValueError as exc:  # the labelled scores are not among the rollups' (pruned hour)
         return Correction(RANDOM, assumption, None, reason=str(exc))
-    return Correction(RANDOM, assumption, result, reason=result.corrected.reason)
+    draw = draw_check([p.judge for p in lp.pairs], unlabelled, unlabelled_includes_labelled=True)
+    return Correction(RANDOM, assumption, result, reason=result.corrected.reason, draw=draw)
 
 
 def corrected_difference(a: Correction | None, b: Correction | None,

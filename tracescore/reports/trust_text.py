@@ -111,7 +111,9 @@ def trust_lines(rows: Sequence[Any], width: int = WIDTH) -> list[str]:
             # the method only beside an estimate made by it
             method = ("" if c.result is None or c.result.corrected.value is None
                       else f"; {c.result.corrected.method}")
-            out += wrap(f"({c.assumption}{method})", width, "  ")
+            out += wrap(f"({c.assumption}{method}; population: {c.population})", width, "  ")
+            if c.warning:
+                out += wrap(c.warning, width, "  ")
             if c.unused:
                 out += wrap(f"({c.unused} labels not used: {c.unused_reason})", width, "  ")
         out += agreement_lines(t.agreement, width)
@@ -155,6 +157,15 @@ def compare_trust_lines(rows: Sequence[Any], current: str, baseline: str,
     out = ["", "Judge vs humans: the judge mean and the estimate corrected with human labels",
            *_table(["score", "side", "judge mean", "corrected [95% CI]", "labels"], table,
                    "<<><>")]
+    for r in rows:
+        for who, s in (("current", r.current), ("baseline", r.baseline)):
+            c = None if s is None else s.correction
+            if c is not None and c.warning:
+                out += wrap(f"{r.name}, {who}: {c.warning}", width)
+            if c is not None and c.result is not None and not c.population.startswith(
+                    "scored records in the window"):
+                out += wrap(f"{r.name}, {who}: the corrected estimate covers {c.population}",
+                            width)
     out += wrap(f"current = {current}, baseline = {baseline}; judge mean = the judge's own "
                 "scores, uncorrected; corrected = PPI++ with the human labels of that side "
                 "(assumed a random sample of it; labels of a plan: stratified); difference "

@@ -79,6 +79,7 @@ color:var(--bad);font-size:13px}
 .record{margin-bottom:14px}
 .record .query{font-size:17px}
 .meta{margin:2px 0 0;color:var(--muted);font-size:13px}
+p.warn{margin:6px 0 0;padding:4px 8px;background:var(--warn-bg);color:var(--ink);border-left:3px solid var(--warn);font-size:13px}
 .why{list-style:none;padding:0;margin:10px 0;display:grid;
 grid-template-columns:max-content 1fr;gap:5px 10px;align-items:baseline;font-size:14px}
 .why li{display:contents}

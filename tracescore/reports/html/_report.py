@@ -22,6 +22,7 @@ from ..model import (
     ReportPage,
     TimeBucket,
 )
+from ..population_text import population_html
 from ..textfmt import pct as _pct
 from ..textfmt import when as _when
 from ._charts import _histogram_svg, _timeline_svg
@@ -101,6 +102,7 @@ def render_html(page: ReportPage, trend: TrendPage | None = None, *,
             f'fail <span class="sw none"></span>no threshold{charts}</p></div>',
             f'<div class="grid">{"".join(cards)}</div>',
         ]
+        body.append(population_html(getattr(report, "population", [])))
     if report.feedback:
         body.append(_feedback(report.feedback))
     body.append(_trust_section(getattr(report, "trust", [])))

@@ -82,7 +82,11 @@ def _estimates(t: Any) -> str:
         rows.append((f"corrected with {e.n} human label{'s' if e.n != 1 else ''}", e.n, shown))
         rows.append(("human labels only", r.labels.n,
                      _est(r.labels.value, r.labels.lo, r.labels.hi)))
-        note = escape(f"{c.assumption}; {e.method}" if e.value is not None else c.assumption)
+        note = escape((f"{c.assumption}; {e.method}" if e.value is not None else c.assumption)
+                      + f"; population: {c.population}")
+        if c.warning:
+            note += f'</p><p class="warn" data-warning="label-draw">{escape(c.warning)}'
+
     elif c is not None:
         rows.append((f"corrected with {t.pairs} human labels", t.pairs,
                      escape(f"not available: {c.reason}")))

@@ -1,0 +1,270 @@
+"""Which population a score's figures speak for: each scored record's inclusion probability,
+read from what the store keeps, and the weighted (Hájek) mean over all records.
+
+A score of metric m is stored for a record because (``records`` row, written with the
+sampling decision; ``feedback`` table):
+
+- a rule forced it (``records.forced``: "error", "metadata flag", a custom rule's reason):
+  π = 1, the rule picks every record it holds;
+- the trace got negative feedback (a ``feedback`` value < 0.5 forces every metric on the
+  trace, whatever was decided before): π = 1;
+- a priority rule picked it (``forced`` = "priority p: ..."): π = max(p, r_m);
+- its hash fraction ``records.sample_u`` was below the metric's rate r_m: π = r_m.
+
+The rate r_m is not a column: it is read back from the decisions themselves. Among records no
+rule forced, m scored exactly those with u < r_m (``sampled_metrics``), so r_m lies in
+(max u of those sampled for m, min u of those not] — a bracket about 1/N wide; the rate
+reported is the shortest decimal inside it (0.1, not 0.10004). Where the bracket is empty the
+rate changed inside the window (a restart with another ``sample_rate``); π is then the
+window's sampled share of the unforced records, and the output says so.
+
+The weighted mean (:func:`tracescore.monitor.weighted.hajek_mean`) needs a row per scored
+record, so it is read from the raw ``scores`` rows (an index range on (name, created_at), as
+the worst records are): hours whose rows were pruned (``tracescore prune``) are in the
+rollups but not here — the weighted figure then covers the rows kept, and says how many
+scores it left out. (Weighted sums in the rollups would keep it exact after a prune, but the
+weight of a record can change after it was rolled up — feedback arriving later makes π = 1 —
+so they would be wrong exactly where it matters.)
+
+Blocking reads on the caller's connection (SQLite or PostgreSQL, through the same SQL).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..monitor.stats import Estimate
+from ..monitor.weighted import (
+    ALL_WEIGHTED,
+    NEGATIVE_FEEDBACK,
+    SCORED,
+    WeightedMean,
+    hajek_mean,
+    inclusion_probability,
+    priority_rate,
+)
+from . import query as Q
+
+__all__ = ["ALL_WEIGHTED", "SCORED", "PopulationSummary", "SampleRate", "population_summaries",
+           "sample_rate", "scored_rows"]
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRate:
+    """A metric's rate read back from the unforced records' decisions in a window.
+
+    rate: the shortest decimal in the bracket (lo, hi]; consistent False: the bracket is
+    empty (the rate changed in the window), rate is then the sampled share ``share``."""
+
+    rate: float | None
+    lo: float | None
+    hi: float | None
+    consistent: bool
+    unforced: int
+    sampled: int
+
+    @property
+    def share(self) -> float | None:
+        return self.sampled / self.unforced if self.unforced else None
+
+
+def _like(metric: str) -> str:
+    token = json.dumps(metric, ensure_ascii=False)
+    return "%" + token.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _shortest(lo: float, hi: float) -> float:
+    """The decimal with the fewest digits in (lo, hi] (hi itself failing that)."""
+    for d in range(1, 13):
+        scale = 10.0 ** d
+        c = (math.floor(lo * scale) + 1) / scale
+        if lo < c <= hi:
+            return c
+    return hi
+
+
+def sample_rate(conn: Any, metric: str, window: Q.Window, ids: set[int] | None) -> SampleRate:
+    """The rate of ``metric`` over the window's unforced records (``ids``: their segments)."""
+    seg_sql, seg_args = Q._seg_clause(ids)
+    pat = _like(metric)
+    lo = Q._num(-math.inf if window.since is None else window.since)
+    hi = Q._num(math.inf if window.until is None else window.until)
+    row = conn.execute(
+        "SELECT count(*),"
+        " sum(CASE WHEN sampled_metrics LIKE ? ESCAPE '\\' THEN 1 ELSE 0 END),"
+        " max(CASE WHEN sampled_metrics LIKE ? ESCAPE '\\' THEN sample_u END),"
+        " min(CASE WHEN sampled_metrics LIKE ? ESCAPE '\\' THEN NULL ELSE sample_u END)"
+        " FROM records WHERE forced IS NULL AND sample_u IS NOT NULL"
+        " AND created_at >= ? AND created_at < ?" + seg_sql,
+        (pat, pat, pat, lo, hi, *seg_args)).fetchone()
+    unforced, sampled = int(row[0] or 0), int(row[1] or 0)
+    top = None if row[2] is None else float(row[2])
+    bottom = None if row[3] is None else float(row[3])
+    if not unforced:
+        return SampleRate(None, None, None, True, 0, 0)
+    if sampled == 0:  # nothing sampled by rate: the rate is at most the smallest u
+        return SampleRate(0.0 if bottom is None else _shortest(0.0, bottom), 0.0, bottom,
+                          True, unforced, 0)
+    if bottom is None:  # every unforced record sampled: the rate is above the largest u
+        return SampleRate(1.0, top, 1.0, True, unforced, sampled)
+    assert top is not None
+    if top < bottom:
+        return SampleRate(_shortest(top, bottom), top, bottom, True, unforced, sampled)
+    return SampleRate(sampled / unforced, top, bottom, False, unforced, sampled)
+
+
+def scored_rows(conn: Any, name: str, window: Q.Window, where: Mapping[str, str] | None,
+                seg: Q.SegmentIndex) -> list[tuple[float, str | None, bool, bool]]:
+    """(value, forced, negative feedback, has a record row) of each ok score of ``name``
+    created in the window, matching ``where``."""
+    seg_sql, seg_args = Q._seg_clause(seg.matching(where), "s.seg_id")
+    dim_sql, dim_args = Q._score_dim_clause(where, "s.")
+    lo = Q._num(-math.inf if window.since is None else window.since)
+    hi = Q._num(math.inf if window.until is None else window.until)
+    rows = conn.execute(
+        "SELECT s.value, r.forced, r.record_id,"
+        " (SELECT count(*) FROM feedback f WHERE f.trace_id = s.trace_id AND f.value < 0.5)"
+        " FROM scores s LEFT JOIN records r ON r.record_id = s.record_id"
+        " WHERE s.name = ? AND s.status = 'ok' AND s.value IS NOT NULL"
+        " AND s.created_at >= ? AND s.created_at < ?" + seg_sql + dim_sql,
+        (name, lo, hi, *seg_args, *dim_args)).fetchall()
+    return [(float(v), forced, bool(neg), rid is not None) for v, forced, rid, neg in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class PopulationSummary:
+    """One score name: the plain figure over the scored records beside the weighted one over
+    all records, and why the two differ.
+
+    scored: the plain mean (rate) over the scored rows read here (population
+    :data:`SCORED`); weighted: the Hájek mean (population :data:`ALL_WEIGHTED`), None when
+    no row has a known π. certain: scored records with π = 1, by reason; priority: scored
+    records a priority rule picked; by_rate: the rest; unknown: scores without a record row
+    (no sampling decision: left out of the weighted figure); pruned: ok scores of the window
+    in the rollups whose raw rows are gone (left out of both figures here).
+    """
+
+    name: str
+    metric: str
+    binary: bool
+    scored: Estimate
+    weighted: WeightedMean | None
+    rate: SampleRate
+    certain: tuple[tuple[str, int], ...] = ()
+    priority: int = 0
+    by_rate: int = 0
+    unknown: int = 0
+    pruned: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def unequal(self) -> bool:
+        """Some scored records were chosen with another probability than the rest."""
+        return bool(self.certain or self.priority) and (self.by_rate > 0 or self.rate.rate != 1)
+
+    @property
+    def statement(self) -> str:
+        """What the report's plain figure speaks for, in words."""
+        if not self.unequal:
+            r = self.rate.rate
+            if not self.certain and not self.priority and r is not None:
+                return (f"{SCORED}: a uniform sample (rate {r:g}) of all records, so they "
+                        "speak for all records")
+            return f"{SCORED}: every record scored"
+        forced = ", ".join(f"{reason}: {n}" for reason, n in self.certain)
+        return (f"{SCORED} only: {sum(n for _, n in self.certain) + self.priority} of the "
+                f"{self.scored.n} were chosen with a higher probability ({forced}"
+                f"{', priority rules: ' + str(self.priority) if self.priority else ''}); "
+                f"{ALL_WEIGHTED} weights each by 1/pi")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric, "binary": self.binary, "statement": self.statement,
+            "unequal_selection": self.unequal,
+            "scored": {**self.scored.to_json(), "population": SCORED},
+            "weighted": None if self.weighted is None else self.weighted.to_json(),
+            "rate": self.rate.rate, "rate_bracket": [self.rate.lo, self.rate.hi],
+            "rate_consistent": self.rate.consistent,
+            "certain": dict(self.certain), "priority": self.priority,
+            "by_rate": self.by_rate, "unknown": self.unknown, "pruned": self.pruned,
+            "notes": list(self.notes),
+        }
+
+
+def summarise_population(conn: Any, name: str, metric: str, binary: bool, window: Q.Window,
+                         where: Mapping[str, str] | None, seg: Q.SegmentIndex,
+                         rolled_up: int | None = None) -> PopulationSummary:
+    """The population figures of one score name (``rolled_up``: its ok scores in the rollups,
+    to count pruned rows)."""
+    rows = scored_rows(conn, name, window, where, seg)
+    rate = sample_rate(conn, metric, window, seg.matching(where))
+    r = rate.rate
+    values, pis = [], []
+    certain: Counter[str] = Counter()
+    priority = by_rate = unknown = 0
+    for value, forced, negative, has_record in rows:
+        if not has_record:
+            unknown += 1
+            continue
+        if negative:
+            certain[NEGATIVE_FEEDBACK] += 1
+        elif forced and priority_rate(forced) is None:
+            certain[forced] += 1
+        elif forced:
+            priority += 1
+        else:
+            by_rate += 1
+        if r is None or r <= 0:
+            pi = 1.0 if negative or (forced and priority_rate(forced) is None) else (
+                priority_rate(forced) or 0.0)
+        else:
+            pi = inclusion_probability(forced, negative, r)
+        if pi <= 0:  # sampled by rate where the window shows none: its own decision is lost
+            unknown += 1
+            continue
+        values.append(value)
+        pis.append(pi)
+    plain = Estimate(len(rows), None, None, None, "")
+    if rows:
+        from ..monitor.stats import Moments, mean_ci, rate_ci
+
+        xs = [v for v, *_ in rows]
+        plain = (rate_ci(sum(1 for x in xs if x >= 0.5), len(xs)) if binary
+                 else mean_ci(Moments.from_values(xs)))
+    notes = []
+    if not rate.consistent:
+        notes.append(f"the sample rate changed inside the window (hash fractions overlap): "
+                     f"pi taken as the window's sampled share {rate.rate:.4g} of the "
+                     f"{rate.unforced} unforced records")
+    pruned = max(0, rolled_up - len(rows)) if rolled_up is not None else 0
+    if pruned:
+        notes.append(f"{pruned} scores of the window were pruned (their rows folded into the "
+                     "rollups): both figures here cover the rows kept")
+    if unknown:
+        notes.append(f"{unknown} scores without a sampling decision (no record row) left out "
+                     "of the weighted figure")
+    weighted = hajek_mean(values, pis) if values else None
+    if certain and not by_rate and not priority and (rate.unforced - rate.sampled) > 0:
+        # only records taken with certainty were scored: the others are not represented
+        weighted = None
+        notes.append(f"no record was scored by the sample rate, only forced ones: the "
+                     f"{rate.unforced} unforced records are not represented, no weighted "
+                     "figure")
+    return PopulationSummary(name, metric, binary, plain, weighted, rate,
+                             tuple(sorted(certain.items(), key=lambda kv: (-kv[1], kv[0]))),
+                             priority, by_rate, unknown, pruned, tuple(notes))
+
+
+def population_summaries(conn: Any, window: Q.Window, scores: Mapping[str, Q.Agg],
+                         binaries: Mapping[str, bool], *, where: Mapping[str, str] | None = None,
+                         seg: Q.SegmentIndex | None = None) -> list[PopulationSummary]:
+    """Per score name of ``scores`` with ok scores: :func:`summarise_population`."""
+    seg = seg or Q.SegmentIndex(conn)
+    return [summarise_population(conn, name, a.metric, binaries.get(name, False), window,
+                                 where, seg, a.n_ok)
+            for name, a in sorted(scores.items()) if a.n_ok]
