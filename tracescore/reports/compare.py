@@ -55,7 +55,7 @@ class ScoreComparison:
                 "higher_is_better": self.higher_is_better,
                 "current": self.current.to_json(), "baseline": self.baseline.to_json(),
                 "difference": self.diff.to_json(), "p_adjusted": self.p_adjusted,
-                "verdict": self.verdict}
+                "verdict": self.verdict, "population": "scored records"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +78,9 @@ class Comparison:
     baseline_records: int = 0
     #: score names with human labels on either side: corrected estimates and their difference
     trust: list[TrustComparison] = field(default_factory=list)
+    #: per side ("current", "baseline"): the population of its score figures and the figure
+    #: weighted to all records (:class:`.inclusion.PopulationSummary`)
+    population: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def regressed(self) -> list[ScoreComparison]:
@@ -97,6 +100,8 @@ class Comparison:
                        r.to_json() for r in self.rows},
             "regressed": [r.name for r in self.regressed],
             "corrected": {t.name: t.to_json() for t in self.trust},
+            "population": {side: {p.name: p.to_json() for p in pops}
+                           for side, pops in self.population.items()},
         }
 
 
@@ -149,6 +154,7 @@ def build_comparison(
     Raises :class:`CompareError` with a clear message when that cannot be done.
     """
     from ..monitor import stats
+    from .inclusion import population_summaries
 
     now = time.time() if now is None else now
     seg = Q.SegmentIndex(conn)
@@ -241,10 +247,15 @@ def build_comparison(
             higher_is_better=hib, p_adjusted=p_adj, alpha=alpha))
         for (name, metric, kind, hib, ea, eb, diff, n_a, n_b), p_adj in zip(pending, adjusted)
     ]
+    binaries = {r.name: r.kind == "rate" for r in rows}
     return Comparison(db, by, cur_label, base_label, cw, bw, where, min_n, min_effect, alpha,
                       adjust, rows, time.time(), cur_n, base_n,
                       _trust(conn, seg, info, (cw, cur_where, cur), (bw, base_where, base),
-                             alpha))
+                             alpha),
+                      {"current": population_summaries(conn, cw, cur, binaries,
+                                                       where=cur_where, seg=seg),
+                       "baseline": population_summaries(conn, bw, base, binaries,
+                                                        where=base_where, seg=seg)})
 
 
 def _trust(conn: Any, seg: Q.SegmentIndex, info: MetricInfo, current: tuple[Any, Any, Any],

@@ -90,5 +90,6 @@ def population_html(pops: Sequence[Any], title: str = "") -> str:
     notes = "".join(f'<p class="meta">{escape(p.name)}: {escape(n)}</p>'
                     for p in pops for n in p.notes)
     heading = "Population" + (f" ({escape(title)})" if title else "")
-    return (f'<section class="card" id="population"><h2>{heading}</h2>{body}{notes}'
+    anchor = "population" + ("-" + escape(title.split(":")[0]) if title else "")
+    return (f'<section class="card" id="{anchor}"><h2>{heading}</h2>{body}{notes}'
             "</section>")

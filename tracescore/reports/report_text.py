@@ -266,6 +266,13 @@ def format_comparison(c: Any, width: int = WIDTH) -> str:
         f"p-values adjusted across the {len(c.rows)} rows by {adjust}; alpha {c.alpha:g}; "
         f"'no change' = the interval lies inside ±{c.min_effect:g}; 'not enough data' = "
         f"fewer than {c.min_n} scored records on a side.", width)
+    pops = getattr(c, "population", {})
+    if any(p.unequal for side in pops.values() for p in side):
+        out += [""] + textwrap.wrap(
+            "The verdicts above compare the scored records of each side; where some were "
+            "forced into scoring, the figures weighted to all records follow.", width)
+    for side, label in (("current", c.current_label), ("baseline", c.baseline_label)):
+        out += population_lines(pops.get(side, []), width, f"{side}: {label}")
     out += compare_trust_lines(getattr(c, "trust", []), c.current_label, c.baseline_label,
                                width)
     return printable("\n".join(out), keep="\n")

@@ -13,6 +13,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from ... import __version__
+from ..population_text import population_html
 from ..textfmt import when as _when
 from ._page import _attr, _document, _estimate
 from ._svg import _nice_up
@@ -88,6 +89,9 @@ def render_comparison_html(c: Comparison) -> str:
         banner,
         f'<p class="chips">{chips}</p>' if chips else "",
         table,
+        *(population_html(getattr(c, "population", {}).get(side, []),
+                          f"{side}: {label}")
+          for side, label in (("current", c.current_label), ("baseline", c.baseline_label))),
         _comparison_notes(c),
         f"<footer>tracescore {escape(__version__)} · the same numbers: <code>tracescore "
         f"compare --json</code></footer>",
