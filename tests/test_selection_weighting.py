@@ -21,7 +21,8 @@ from tracescore.cli import main
 from tracescore.monitor import weighted as W
 from tracescore.reports.db import open_db
 from tracescore.reports.report import build_report
-from tracescore.reports.report_text import format_report
+from tracescore.reports.compare import build_comparison
+from tracescore.reports.report_text import format_comparison, format_report
 from tracescore.sampling import DEFAULT_RULES, PRIORITY_PREFIX, priority, trace_fraction
 
 RATE = 0.1
@@ -149,6 +150,23 @@ def test_report_states_the_population_and_weights_to_all_records(
     html = page.read_text()
     assert 'data-population="scored records only"' in html
     assert "all records (weighted)" in html and f"{w.value:.3f}" in html
+
+    # compare: the rows are over the scored records; each side's population follows
+    conn = open_db(db)
+    try:
+        cmp = build_comparison(conn, by="time", current_window=86400.0,
+                               baseline_window=86400.0)
+    finally:
+        conn.close()
+    cur = {p.name: p for p in cmp.population["current"]}["sel_truth"]
+    assert cur.weighted.estimate.value == pytest.approx(w.value, abs=1e-12)
+    cjs = cmp.to_json()
+    assert cjs["scores"]["sel_truth"]["population"] == "scored records"
+    assert cjs["population"]["current"]["sel_truth"]["weighted"]["population"] == \
+        "all records (weighted)"
+    ctext = format_comparison(cmp, width=120)
+    assert "The verdicts above compare the scored records" in ctext
+    assert "Population (current: last 1d)" in ctext and f"{w.value:.3f} [" in ctext
 
 
 def test_a_uniform_sample_says_it_speaks_for_all_records(make_ts: Any, db_path: Path) -> None:
