@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .stats import Estimate, _t_quantile
+from .stats import Estimate, Moments, _t_quantile
 
 #: The population an estimate speaks for (every estimate of the read side says one of these).
 SCORED = "scored records"
@@ -133,5 +133,37 @@ def hajek_mean(values: Sequence[float], pis: Sequence[float], conf: float = 0.95
     return WeightedMean(Estimate(n, mean, mean - half, mean + half, HAJEK), se, n_hat, deff)
 
 
+def hajek_from_moments(groups: Sequence[tuple[float, Moments]], conf: float = 0.95
+                       ) -> WeightedMean:
+    """:func:`hajek_mean` from groups of records sharing one π: (π, their n, Σx, Σx²).
+
+    The same figures as :func:`hajek_mean` on the records themselves (the variance's
+    Σ (1 − π)/π² (x − μ̂)² expands to (1 − π)/π² (Σx² − 2μ̂Σx + nμ̂²) per group), so a reader
+    can let the database sum a window's scores by why they were chosen instead of returning a
+    row per record."""
+    if not 0.0 < conf < 1.0:
+        raise ValueError(f"conf must be in (0, 1), got {conf!r}")
+    used = [(float(pi), m) for pi, m in groups if m.n > 0]
+    if any(not 0.0 < pi <= 1.0 for pi, _ in used):
+        raise ValueError("every pi must be in (0, 1]")
+    n = sum(m.n for _, m in used)
+    if n == 0:
+        return WeightedMean(Estimate(0, None, None, None, HAJEK), None, 0.0, 1.0)
+    n_hat = sum(m.n / pi for pi, m in used)
+    mean = sum(m.s / pi for pi, m in used) / n_hat
+    deff = n * sum(m.n / (pi * pi) for pi, m in used) / (n_hat * n_hat)
+    if n < 2:
+        return WeightedMean(Estimate(n, mean, None, None, HAJEK), None, n_hat, deff)
+    if all(pi == 1.0 for pi, _ in used):
+        return WeightedMean(Estimate(n, mean, mean, mean, "census (every record scored)"),
+                            0.0, n_hat, deff)
+    var = sum((1.0 - pi) / (pi * pi) * max(0.0, m.ss - 2 * mean * m.s + m.n * mean * mean)
+              for pi, m in used) / (n_hat * n_hat)
+    se = math.sqrt(var)
+    half = _t_quantile(0.5 + conf / 2, n - 1) * se
+    return WeightedMean(Estimate(n, mean, mean - half, mean + half, HAJEK), se, n_hat, deff)
+
+
 __all__ = ["ALL_WEIGHTED", "HAJEK", "NEGATIVE_FEEDBACK", "PRIORITY_PREFIX", "SCORED",
-           "WeightedMean", "hajek_mean", "inclusion_probability", "priority_rate"]
+           "WeightedMean", "hajek_from_moments", "hajek_mean", "inclusion_probability",
+           "priority_rate"]

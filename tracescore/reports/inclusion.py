@@ -18,9 +18,10 @@ reported is the shortest decimal inside it (0.1, not 0.10004). Where the bracket
 rate changed inside the window (a restart with another ``sample_rate``); π is then the
 window's sampled share of the unforced records, and the output says so.
 
-The weighted mean (:func:`tracescore.monitor.weighted.hajek_mean`) needs a row per scored
-record, so it is read from the raw ``scores`` rows (an index range on (name, created_at), as
-the worst records are): hours whose rows were pruned (``tracescore prune``) are in the
+The weighted mean (:func:`tracescore.monitor.weighted.hajek_from_moments`) needs each scored
+record's π, so it is read from the raw ``scores`` rows joined to their records (an index range
+on (name, created_at), summed in the database by why each record was chosen: a handful of rows
+back whatever n; the rate is one aggregate over the window's records per metric): hours whose rows were pruned (``tracescore prune``) are in the
 rollups but not here — the weighted figure then covers the rows kept, and says how many
 scores it left out. (Weighted sums in the rollups would keep it exact after a prune, but the
 weight of a record can change after it was rolled up — feedback arriving later makes π = 1 —
@@ -38,20 +39,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..monitor.stats import Estimate
+from ..monitor.stats import Estimate, Moments
 from ..monitor.weighted import (
     ALL_WEIGHTED,
     NEGATIVE_FEEDBACK,
     SCORED,
     WeightedMean,
-    hajek_mean,
+    hajek_from_moments,
     inclusion_probability,
     priority_rate,
 )
 from . import query as Q
 
 __all__ = ["ALL_WEIGHTED", "SCORED", "PopulationSummary", "SampleRate", "population_summaries",
-           "sample_rate", "scored_rows"]
+           "sample_rate", "scored_groups"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,22 +119,29 @@ def sample_rate(conn: Any, metric: str, window: Q.Window, ids: set[int] | None) 
     return SampleRate(sampled / unforced, top, bottom, False, unforced, sampled)
 
 
-def scored_rows(conn: Any, name: str, window: Q.Window, where: Mapping[str, str] | None,
-                seg: Q.SegmentIndex) -> list[tuple[float, str | None, bool, bool]]:
-    """(value, forced, negative feedback, has a record row) of each ok score of ``name``
-    created in the window, matching ``where``."""
+def scored_groups(conn: Any, name: str, window: Q.Window, where: Mapping[str, str] | None,
+                  seg: Q.SegmentIndex) -> list[tuple[str | None, bool, bool, Moments]]:
+    """The ok scores of ``name`` created in the window, matching ``where``, summed by why
+    their record was chosen: (forced reason, negative feedback on the trace, has a record
+    row, moments of the values). The database sums them (an index range on the scores'
+    (name, created_at), one feedback probe per score): a handful of rows whatever n."""
     seg_sql, seg_args = Q._seg_clause(seg.matching(where), "s.seg_id")
     dim_sql, dim_args = Q._score_dim_clause(where, "s.")
     lo = Q._num(-math.inf if window.since is None else window.since)
     hi = Q._num(math.inf if window.until is None else window.until)
     rows = conn.execute(
-        "SELECT s.value, r.forced, r.record_id,"
-        " (SELECT count(*) FROM feedback f WHERE f.trace_id = s.trace_id AND f.value < 0.5)"
+        "SELECT forced, neg, has_record, count(*), sum(v), sum(v * v) FROM ("
+        "SELECT s.value AS v, r.forced AS forced,"
+        " CASE WHEN r.record_id IS NULL THEN 0 ELSE 1 END AS has_record,"
+        " CASE WHEN EXISTS (SELECT 1 FROM feedback f WHERE f.trace_id = s.trace_id"
+        " AND f.value < 0.5) THEN 1 ELSE 0 END AS neg"
         " FROM scores s LEFT JOIN records r ON r.record_id = s.record_id"
         " WHERE s.name = ? AND s.status = 'ok' AND s.value IS NOT NULL"
-        " AND s.created_at >= ? AND s.created_at < ?" + seg_sql + dim_sql,
+        " AND s.created_at >= ? AND s.created_at < ?" + seg_sql + dim_sql
+        + ") t GROUP BY forced, neg, has_record",
         (name, lo, hi, *seg_args, *dim_args)).fetchall()
-    return [(float(v), forced, bool(neg), rid is not None) for v, forced, rid, neg in rows]
+    return [(forced, bool(neg), bool(has), Moments(int(n), float(sx or 0.0), float(sxx or 0.0)))
+            for forced, neg, has, n, sx, sxx in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,57 +206,55 @@ class PopulationSummary:
 
 def summarise_population(conn: Any, name: str, metric: str, binary: bool, window: Q.Window,
                          where: Mapping[str, str] | None, seg: Q.SegmentIndex,
-                         rolled_up: int | None = None) -> PopulationSummary:
+                         rolled_up: int | None = None, rate: SampleRate | None = None
+                         ) -> PopulationSummary:
     """The population figures of one score name (``rolled_up``: its ok scores in the rollups,
-    to count pruned rows)."""
-    rows = scored_rows(conn, name, window, where, seg)
-    rate = sample_rate(conn, metric, window, seg.matching(where))
+    to count pruned rows; ``rate``: the metric's :func:`sample_rate`, when known)."""
+    groups = scored_groups(conn, name, window, where, seg)
+    if rate is None:
+        rate = sample_rate(conn, metric, window, seg.matching(where))
     r = rate.rate
-    values, pis = [], []
+    weighted_groups: list[tuple[float, Moments]] = []
     certain: Counter[str] = Counter()
     priority = by_rate = unknown = 0
-    for value, forced, negative, has_record in rows:
+    total = Moments(0, 0.0, 0.0)
+    for forced, negative, has_record, m in groups:
+        total = total + m
         if not has_record:
-            unknown += 1
+            unknown += m.n
             continue
         if negative:
-            certain[NEGATIVE_FEEDBACK] += 1
+            certain[NEGATIVE_FEEDBACK] += m.n
         elif forced and priority_rate(forced) is None:
-            certain[forced] += 1
+            certain[forced] += m.n
         elif forced:
-            priority += 1
+            priority += m.n
         else:
-            by_rate += 1
-        if r is None or r <= 0:
-            pi = 1.0 if negative or (forced and priority_rate(forced) is None) else (
-                priority_rate(forced) or 0.0)
-        else:
-            pi = inclusion_probability(forced, negative, r)
-        if pi <= 0:  # sampled by rate where the window shows none: its own decision is lost
-            unknown += 1
+            by_rate += m.n
+        pi = inclusion_probability(forced, negative, r if r is not None else 0.0)
+        if pi <= 0:  # sampled by rate where the window shows no rate: its decision is lost
+            unknown += m.n
             continue
-        values.append(value)
-        pis.append(pi)
-    plain = Estimate(len(rows), None, None, None, "")
-    if rows:
-        from ..monitor.stats import Moments, mean_ci, rate_ci
+        weighted_groups.append((pi, m))
+    plain = Estimate(0, None, None, None, "")
+    if total.n:
+        from ..monitor.stats import mean_ci, rate_ci
 
-        xs = [v for v, *_ in rows]
-        plain = (rate_ci(sum(1 for x in xs if x >= 0.5), len(xs)) if binary
-                 else mean_ci(Moments.from_values(xs)))
+        plain = (rate_ci(min(total.n, max(0, round(total.s))), total.n) if binary
+                 else mean_ci(total))
     notes = []
     if not rate.consistent:
         notes.append(f"the sample rate changed inside the window (hash fractions overlap): "
                      f"pi taken as the window's sampled share {rate.rate:.4g} of the "
                      f"{rate.unforced} unforced records")
-    pruned = max(0, rolled_up - len(rows)) if rolled_up is not None else 0
+    pruned = max(0, rolled_up - total.n) if rolled_up is not None else 0
     if pruned:
         notes.append(f"{pruned} scores of the window were pruned (their rows folded into the "
                      "rollups): both figures here cover the rows kept")
     if unknown:
         notes.append(f"{unknown} scores without a sampling decision (no record row) left out "
                      "of the weighted figure")
-    weighted = hajek_mean(values, pis) if values else None
+    weighted = hajek_from_moments(weighted_groups) if weighted_groups else None
     if certain and not by_rate and not priority and (rate.unforced - rate.sampled) > 0:
         # only records taken with certainty were scored: the others are not represented
         weighted = None
@@ -263,8 +269,16 @@ def summarise_population(conn: Any, name: str, metric: str, binary: bool, window
 def population_summaries(conn: Any, window: Q.Window, scores: Mapping[str, Q.Agg],
                          binaries: Mapping[str, bool], *, where: Mapping[str, str] | None = None,
                          seg: Q.SegmentIndex | None = None) -> list[PopulationSummary]:
-    """Per score name of ``scores`` with ok scores: :func:`summarise_population`."""
+    """Per score name of ``scores`` with ok scores: :func:`summarise_population` (the rate
+    read once per metric: a metric such as rouge emits several names)."""
     seg = seg or Q.SegmentIndex(conn)
-    return [summarise_population(conn, name, a.metric, binaries.get(name, False), window,
-                                 where, seg, a.n_ok)
-            for name, a in sorted(scores.items()) if a.n_ok]
+    rates: dict[str, SampleRate] = {}
+    out = []
+    for name, a in sorted(scores.items()):
+        if not a.n_ok:
+            continue
+        if a.metric not in rates:
+            rates[a.metric] = sample_rate(conn, a.metric, window, seg.matching(where))
+        out.append(summarise_population(conn, name, a.metric, binaries.get(name, False),
+                                        window, where, seg, a.n_ok, rates[a.metric]))
+    return out
