@@ -19,9 +19,9 @@ from click.testing import CliRunner
 from tracescore import Metric
 from tracescore.cli import main
 from tracescore.monitor import weighted as W
+from tracescore.reports.compare import build_comparison
 from tracescore.reports.db import open_db
 from tracescore.reports.report import build_report
-from tracescore.reports.compare import build_comparison
 from tracescore.reports.report_text import format_comparison, format_report
 from tracescore.sampling import DEFAULT_RULES, PRIORITY_PREFIX, priority, trace_fraction
 
@@ -183,11 +183,27 @@ def test_a_uniform_sample_says_it_speaks_for_all_records(make_ts: Any, db_path: 
     finally:
         conn.close()
     pop = rep.population[0]
-    assert not pop.unequal and pop.rate.rate == 0.5 and not pop.certain
-    text = format_report(rep, width=120)
-    assert "each scored with the same probability (sample rate 0.5" in text
+    assert not pop.unequal and not pop.certain and pop.rate.source == "share"
+    # nothing forced, no negative feedback: the rollups alone, the rate as the sampled share
+    assert pop.rate.rate == pytest.approx(rep.sampled / rep.records)
+    assert pop.scored.value == pytest.approx(rep.metrics[0].mean, abs=1e-12)
+    text = format_report(rep, width=400)
+    assert (f"each scored with the same probability (sample rate about "
+            f"{rep.sampled / rep.records:.3g}; no record forced): they speak for all records"
+            in text)
     # equal weights: the weighted mean is the plain one
-    assert pop.weighted.estimate.value == pytest.approx(pop.scored.value, abs=1e-12)
+    from tracescore.reports.inclusion import selection_possible, summarise_population
+    from tracescore.reports.query import SegmentIndex, Window
+
+    conn = open_db(str(db_path))
+    try:
+        assert not selection_possible(conn, Window(), None)
+        exact = summarise_population(conn, "sel_truth", "sel_truth", False, Window(), None,
+                                     SegmentIndex(conn))
+    finally:
+        conn.close()
+    assert exact.rate.rate == 0.5 and exact.rate.source == "decisions"
+    assert exact.weighted.estimate.value == pytest.approx(pop.scored.value, abs=1e-12)
 
 
 # -- the estimator against the formulas -------------------------------------------------------

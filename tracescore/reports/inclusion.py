@@ -52,7 +52,7 @@ from ..monitor.weighted import (
 from . import query as Q
 
 __all__ = ["ALL_WEIGHTED", "SCORED", "PopulationSummary", "SampleRate", "population_summaries",
-           "sample_rate", "scored_groups"]
+           "sample_rate", "scored_groups", "selection_possible"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +68,9 @@ class SampleRate:
     consistent: bool
     unforced: int
     sampled: int
+    #: "decisions" (read back from the hash fractions) or "share" (the rollups' sampled
+    #: share of the window's records, shown as approximate where nothing was forced)
+    source: str = "decisions"
 
     @property
     def share(self) -> float | None:
@@ -181,7 +184,8 @@ class PopulationSummary:
         if not self.unequal:
             r = self.rate.rate
             if not self.certain and not self.priority and r is not None:
-                return (f"{SCORED}: a uniform sample (rate {r:g}) of all records, so they "
+                said = f"{r:g}" if self.rate.source == "decisions" else f"about {r:.3g}"
+                return (f"{SCORED}: a uniform sample (rate {said}) of all records, so they "
                         "speak for all records")
             return f"{SCORED}: every record scored"
         forced = ", ".join(f"{reason}: {n}" for reason, n in self.certain)
@@ -197,7 +201,7 @@ class PopulationSummary:
             "scored": {**self.scored.to_json(), "population": SCORED},
             "weighted": None if self.weighted is None else self.weighted.to_json(),
             "rate": self.rate.rate, "rate_bracket": [self.rate.lo, self.rate.hi],
-            "rate_consistent": self.rate.consistent,
+            "rate_consistent": self.rate.consistent, "rate_source": self.rate.source,
             "certain": dict(self.certain), "priority": self.priority,
             "by_rate": self.by_rate, "unknown": self.unknown, "pruned": self.pruned,
             "notes": list(self.notes),
@@ -266,19 +270,55 @@ def summarise_population(conn: Any, name: str, metric: str, binary: bool, window
                              priority, by_rate, unknown, pruned, tuple(notes))
 
 
+#: How far before the window the forced records are looked for (a record scored in the window
+#: may have been created a little before it).
+LOOKBACK_S = 86400.0
+
+
+def selection_possible(conn: Any, window: Q.Window, ids: set[int] | None) -> bool:
+    """Whether any score of the window may have been chosen with another probability than the
+    rest: a forced record near the window (the partial index ``idx_records_forced``: no read
+    of the other records) or any negative feedback (a small table). False: every score of
+    the window was chosen at its metric's rate, and no raw row need be read."""
+    seg_sql, seg_args = Q._seg_clause(ids)
+    lo = Q._num(-math.inf if window.since is None else window.since - LOOKBACK_S)
+    hi = Q._num(math.inf if window.until is None else window.until)
+    if conn.execute("SELECT 1 FROM records WHERE forced IS NOT NULL AND created_at >= ?"
+                    " AND created_at < ?" + seg_sql + " LIMIT 1",
+                    (lo, hi, *seg_args)).fetchone() is not None:
+        return True
+    return conn.execute("SELECT 1 FROM feedback WHERE value < 0.5 LIMIT 1").fetchone() \
+        is not None
+
+
+def _uniform(a: Q.Agg, binary: bool, share: SampleRate) -> PopulationSummary:
+    return PopulationSummary(a.name, a.metric, binary, a.estimate(binary), None, share,
+                             by_rate=a.n_ok)
+
+
 def population_summaries(conn: Any, window: Q.Window, scores: Mapping[str, Q.Agg],
                          binaries: Mapping[str, bool], *, where: Mapping[str, str] | None = None,
                          seg: Q.SegmentIndex | None = None) -> list[PopulationSummary]:
     """Per score name of ``scores`` with ok scores: :func:`summarise_population` (the rate
-    read once per metric: a metric such as rouge emits several names)."""
+    read once per metric: a metric such as rouge emits several names). Where no record near
+    the window was forced and no feedback was negative (:func:`selection_possible`), every
+    score was chosen at its rate: the summaries come from the rollups alone (the rate shown
+    is the window's sampled share), at the cost of two index probes."""
     seg = seg or Q.SegmentIndex(conn)
+    ids = seg.matching(where)
+    named = [(name, a) for name, a in sorted(scores.items()) if a.n_ok]
+    if not named:
+        return []
+    if not selection_possible(conn, window, ids):
+        recs = Q.merge_records(Q.record_aggs(conn, window, where=where, seg=seg).values())
+        share = SampleRate(recs.sampled / recs.records if recs.records else None, None, None,
+                           True, recs.records, recs.sampled, "share")
+        return [_uniform(a, binaries.get(name, False), share) for name, a in named]
     rates: dict[str, SampleRate] = {}
     out = []
-    for name, a in sorted(scores.items()):
-        if not a.n_ok:
-            continue
+    for name, a in named:
         if a.metric not in rates:
-            rates[a.metric] = sample_rate(conn, a.metric, window, seg.matching(where))
+            rates[a.metric] = sample_rate(conn, a.metric, window, ids)
         out.append(summarise_population(conn, name, a.metric, binaries.get(name, False),
                                         window, where, seg, a.n_ok, rates[a.metric]))
     return out

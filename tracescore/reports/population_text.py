@@ -47,8 +47,9 @@ def population_lines(pops: Sequence[Any], width: int = WIDTH, title: str = "") -
     unequal = [p for p in pops if p.unequal]
     head = f"Population{' (' + title + ')' if title else ''}: "
     if not unequal:
-        rates = sorted({p.rate.rate for p in pops if p.rate.rate is not None})
-        said = ", ".join(f"{r:g}" for r in rates) or "-"
+        rates = sorted({(p.rate.rate, p.rate.source) for p in pops if p.rate.rate is not None})
+        said = ", ".join(f"{r:g}" if src == "decisions" else f"about {r:.3g}"
+                         for r, src in rates) or "-"
         out = ["", *_wrap(head + "the figures above are over the scored records, each "
                           f"scored with the same probability (sample rate {said}; no record "
                           "forced): they speak for all records", width)]

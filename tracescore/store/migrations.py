@@ -166,6 +166,20 @@ def _v7_open_row_indexes(store: Any) -> None:
         store.conn.execute(f"CREATE INDEX IF NOT EXISTS {name} {sql}")
 
 
+#: The forced records of a window, found without reading the others: a partial index, one
+#: entry per forced record (few: a rule's errors, flags, priority picks), none for the rest.
+FORCED_INDEX = ("idx_records_forced", "ON records(created_at) WHERE forced IS NOT NULL")
+
+
+def _v8_forced_index(store: Any) -> None:
+    """Version 8 (SQLite; PostgreSQL's 7): :data:`FORCED_INDEX`, so a report can tell at once
+    whether a window holds forced records — whether its scores were chosen with unequal
+    probability and need weighting (:mod:`tracescore.reports.inclusion`). Building it reads
+    ``records`` once."""
+    name, sql = FORCED_INDEX
+    store.conn.execute(f"CREATE INDEX IF NOT EXISTS {name} {sql}")
+
+
 SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "records, jobs, scores, counters, metrics (+ judge tables, feedback)",
               _sqlite_v1),
@@ -178,6 +192,7 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
               _sqlite_v6),
     Migration(7, "jobs, scores: status and delivery indexes of the open jobs and undelivered "
                  "scores only", _v7_open_row_indexes),
+    Migration(8, "records: an index of the forced records only", _v8_forced_index),
 )
 
 
@@ -511,6 +526,7 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "records: retrieval candidates, complete flag", lambda s: _v5(s, "postgres")),
     Migration(6, "jobs, scores: status and delivery indexes of the open jobs and undelivered "
                  "scores only", _v7_open_row_indexes),
+    Migration(7, "records: an index of the forced records only", _v8_forced_index),
 )
 
 #: pg_advisory_xact_lock key: "tracescore" as an int
