@@ -228,6 +228,16 @@ def test_hajek_mean_equals_the_direct_formula() -> None:
     assert (got.estimate.lo, got.estimate.hi) == pytest.approx((mu - half, mu + half),
                                                                abs=1e-12)
     assert got.to_json()["population"] == W.ALL_WEIGHTED
+    # statsmodels' weighted statistics: the weighted mean; the variance Σ c_i (x_i − μ̂)² / N̂²
+    # with c = (1 − π)/π² is DescrStatsW's var (ddof 0: Σ c (x − μ̂)² / Σ c) × Σ c / N̂²
+    from statsmodels.stats.weightstats import DescrStatsW
+
+    w = [1 / p for p in pis]
+    assert got.estimate.value == pytest.approx(DescrStatsW(xs, weights=w).mean, abs=1e-12)
+    c = [(1 - p) / p ** 2 for p in pis]
+    around = DescrStatsW([x - mu for x in xs], weights=c)
+    sm_var = (around.var + around.mean ** 2) * sum(c) / sum(w) ** 2
+    assert got.se == pytest.approx(math.sqrt(sm_var), rel=1e-10)
     # equal probabilities: the plain mean; every pi = 1: the exact mean of a census
     assert W.hajek_mean(xs, [0.2] * len(xs)).estimate.value == pytest.approx(
         sum(xs) / len(xs), abs=1e-12)

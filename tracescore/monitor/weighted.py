@@ -35,7 +35,10 @@ add nothing to it. The interval is μ̂ ± t_{n−1}·√V̂. Hájek rather than
 jobs), and the ratio is invariant to a constant factor in π (a slightly wrong rate does not move
 it when nothing was forced).
 
-Pure computation on the caller's thread; numpy and statsmodels are imported lazily.
+Pure computation on the caller's thread; numpy is imported lazily. (statsmodels is not a
+dependency of the package: the tests check these figures against its ``DescrStatsW`` — the
+weighted mean, and its ``std_mean`` with weights (1 − π)/π² as the Poisson variance — and
+against a direct transcription of the formulas.)
 """
 
 from __future__ import annotations
@@ -105,7 +108,6 @@ def hajek_mean(values: Sequence[float], pis: Sequence[float], conf: float = 0.95
     window) gives the exact mean with a zero-width interval, method "census".
     """
     import numpy as np
-    from statsmodels.stats.weightstats import DescrStatsW
 
     if len(values) != len(pis):
         raise ValueError(f"values and pis differ in length: {len(values)} vs {len(pis)}")
@@ -119,8 +121,8 @@ def hajek_mean(values: Sequence[float], pis: Sequence[float], conf: float = 0.95
     if n == 0:
         return WeightedMean(Estimate(0, None, None, None, HAJEK), None, 0.0, 1.0)
     w = 1.0 / pi
-    d = DescrStatsW(x, weights=w)
-    mean, n_hat = float(d.mean), float(d.sum_weights)
+    n_hat = float(w.sum())
+    mean = float(np.dot(w, x)) / n_hat
     deff = float(n * np.sum(w * w) / (n_hat * n_hat))
     if n < 2:
         return WeightedMean(Estimate(n, mean, None, None, HAJEK), None, n_hat, deff)
