@@ -269,3 +269,57 @@ def test_inclusion_probabilities() -> None:
     assert W.inclusion_probability(None, False, 0.1) == 0.1
     with pytest.raises(ValueError):
         priority(0.0, lambda r: True, "x")
+
+
+def test_the_weighted_figures_on_both_backends(db: str) -> None:
+    """The store's write path on SQLite and PostgreSQL: forced, priority-picked, rate-sampled
+    and feedback-forced records; the report's weighted figure is the Hájek mean of exactly
+    those scores with their π (the reader's SQL on both engines)."""
+    from tracescore.record import RagRecord
+    from tracescore.sampling import Decision
+    from tracescore.score import Score
+    from tracescore.store import NewJob, open_store
+
+    rng = random.Random(4)
+    store = open_store(db)
+    values, pis = [], []
+    try:
+        store.register_metrics([Truth()])
+        for i in range(600):
+            trace = f"{i + 1:032x}"
+            u = trace_fraction(trace)
+            x = rng.random()
+            forced = ("error" if i % 10 == 0 else
+                      "priority 0.5: premium" if i % 10 == 1 and u < 0.5 else None)
+            negative = forced is None and i % 10 == 2 and x < 0.3
+            sampled = forced is not None or u < RATE
+            rec = RagRecord(trace_id=trace, span_id=f"{i + 1:016x}", query="q", answer="a")
+            d = Decision(u, ("sel_truth",) if sampled else (), forced)
+            scored = sampled or negative
+            store.write_batch([(rec, d)], [NewJob(rec.record_id, "sel_truth", "1")]
+                              if scored else [], None)
+            if negative:
+                store.add_feedback(trace, "user", 0.0, None, None, 0.0)
+            if scored:
+                jobs = store.lease_jobs("t", 10, 60.0, ["sel_truth"])
+                store.complete_jobs("t", [(j, [Score("sel_truth", x, metric="sel_truth")])
+                                          for j in jobs], "none")
+                values.append(x)
+                pis.append(1.0 if forced == "error" or negative else
+                           0.5 if forced else RATE)
+    finally:
+        store.close()
+    conn = open_db(db)
+    try:
+        rep = build_report(conn)
+    finally:
+        conn.close()
+    pop = rep.population[0]
+    assert pop.rate.rate == RATE and pop.unequal
+    ref = W.hajek_mean(values, pis)
+    got = pop.weighted
+    assert (got.estimate.value, got.se, got.estimate.n) == pytest.approx(
+        (ref.estimate.value, ref.se, ref.estimate.n), rel=1e-9)
+    assert dict(pop.certain)["error"] == 60
+    assert dict(pop.certain)["negative feedback"] == sum(
+        1 for v, p in zip(values, pis) if p == 1.0) - 60
