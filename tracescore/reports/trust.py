@@ -151,7 +151,7 @@ class Correction:
     #: do the labelled records look like a random draw (within the plan's strata, for a
     #: plan)? :class:`~tracescore.trust.selection.DrawCheck`; None when not checked
     draw: Any = None
-    #: the records the corrected estimate speaks for (:func:`population_words`)
+    #: the records the corrected estimate speaks for (a plan's: those in its strata)
     population: str = "scored records in the window"
 
     @property
