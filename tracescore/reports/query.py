@@ -167,7 +167,12 @@ class Agg:
 
     @property
     def yes(self) -> int:
-        """Values in the upper half of [0, 1] (a yes/no metric's 1s: exact)."""
+        """A yes/no metric's 1s, exactly: Σx when every value is 0 or 1 (Σx² = Σx), which the
+        sums carry in every split and time bucket — the histograms do not (they are kept per
+        record segment and hour: none per judge model, metric version or series bucket).
+        Other values: those in the upper half of [0, 1], from the histogram."""
+        if self.n_ok and self.s >= 0 and abs(self.ss - self.s) <= 1e-9 * max(1, self.n_ok):
+            return min(self.n_ok, round(self.s))
         return sum(n for b, n in self.bins.items() if bin_mid(b) >= 0.5)
 
     @property
@@ -187,14 +192,15 @@ class Agg:
 
     def estimate(self, binary: bool = False) -> Any:
         """The 95 % interval of the mean (Student t) or, for a yes/no metric, of the rate
-        (Wilson); a mean's interval is clipped to [0, 1] for scores in [0, 1]."""
+        (Wilson); a mean's interval is clipped to [0, 1] for scores in [0, 1], and where all
+        of those are equal it is their exact range bound (:func:`.stats.range_bound`)."""
         from dataclasses import replace
 
         from ..monitor.stats import mean_ci, rate_ci
 
         if binary:
             return rate_ci(self.yes, self.n_ok)
-        est = mean_ci(self.moments())
+        est = mean_ci(self.moments(), bounded=self.unit_range)
         if self.unit_range and est.lo is not None and est.hi is not None:
             est = replace(est, lo=max(0.0, est.lo), hi=min(1.0, est.hi))
         return est
@@ -397,9 +403,11 @@ def _score_edge(conn: Any, seg: SegmentIndex, out: dict[Group, dict[str, Agg]], 
     in_sql, in_args = _names_clause(names)
     raw_n = conn.execute("SELECT count(*) FROM scores WHERE created_at >= ? AND created_at < ?"
                          + in_sql, (hour, hour + HOUR, *in_args)).fetchone()[0]
+    # the same names on both sides: with one name asked for, the hour's rollup of every name
+    # outnumbered its raw rows and the hour looked pruned (issue 29: the first hour dropped)
     rolled_n = conn.execute(
-        "SELECT coalesce(sum(n_ok + n_error + n_skipped), 0) FROM hourly_scores WHERE hour = ?",
-        (hour,)).fetchone()[0]
+        "SELECT coalesce(sum(n_ok + n_error + n_skipped), 0) FROM hourly_scores WHERE hour = ?"
+        + in_sql, (hour, *in_args)).fetchone()[0]
     if int(raw_n) < int(rolled_n):  # pruned (partly): the hour counts whole if it starts inside
         if window.contains(hour):
             inner = score_aggs(conn, Window(hour, hour + HOUR), where=where, by=by,

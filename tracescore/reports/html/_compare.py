@@ -1,6 +1,7 @@
 """The comparison page (``tracescore compare --html``): per score n and the mean (or rate)
 on each side, the difference current − baseline as an interval bar against the ±min-effect
-band, the adjusted p-value and the verdict; the methods in a footnote.
+band, the adjusted p-value and the verdict; when either side has human labels, the judge vs
+humans section (corrected estimates per side and their difference); the methods in a footnote.
 
 Renders a :class:`~tracescore.reports.compare.Comparison`
 (:func:`~tracescore.reports.compare.build_comparison`): no connection, no queries. Labels,
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import __version__
 from ..textfmt import when as _when
+from ._compare_trust import _compare_trust_section
 from ._page import _attr, _document, _estimate
 from ._svg import _nice_up
 
@@ -25,9 +27,15 @@ METHODS = {
     "t": "Student t interval of the mean",
     "wilson": "Wilson score interval of the rate",
     "welch": "Welch's unequal-variance t interval and test (means)",
-    "bootstrap": "percentile bootstrap over the rollups' 100-bin histograms (4,000 seeded "
-                 "resamples), where Welch's normal approximation is not trusted (few or "
-                 "skewed values)",
+    "range bound": "exact interval for a mean of scores in [0, 1] whose values are all "
+                   "equal (no spread): Clopper–Pearson at 0 or 1, its bounded-range form "
+                   "between",
+    "mover+range": "MOVER interval (Zou & Donner 2008) built from each side's own interval "
+                   "— the exact range bound for a side without spread — with the p-value "
+                   "found by inverting it (means in [0, 1] where a side has no spread)",
+    # the method of comparisons saved before session 11
+    "bootstrap": "percentile bootstrap over the rollups' 100-bin histograms (before "
+                 "tracescore 0.11)",
     "newcombe+score": "Newcombe's hybrid score interval (from the two Wilson intervals) with "
                       "the pooled two-proportion score test (rates)",
     "newcombe+fisher": "Newcombe's hybrid score interval with Fisher's exact test (rates with "
@@ -88,6 +96,7 @@ def render_comparison_html(c: Comparison) -> str:
         banner,
         f'<p class="chips">{chips}</p>' if chips else "",
         table,
+        _compare_trust_section(getattr(c, "trust", []), c.current_label, c.baseline_label),
         _comparison_notes(c),
         f"<footer>tracescore {escape(__version__)} · the same numbers: <code>tracescore "
         f"compare --json</code></footer>",
