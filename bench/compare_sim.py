@@ -19,7 +19,9 @@ share whose difference interval holds the true difference 0 (the claim: >= 93 % 
 the share of false verdicts. "old" is the method before session 11 (a percentile bootstrap over
 the 100-bin histograms for sides without spread or too skewed by Cochran's rule), loaded from
 ``--old`` (a path to that version of ``tracescore/monitor/stats.py``) when given; "new" is the
-installed library.
+installed library; "Welch only" is the installed library told nothing of the [0, 1] range
+(Welch wherever it is defined; no interval when both sides have no spread). Then the cost:
+an A/B drop of the near-constant score, the share of replicates each method finds.
 
 Run:  python bench/compare_sim.py [--quick] [--old /path/to/old/stats.py] [--json out.json]
 """
@@ -74,15 +76,36 @@ def _bins(xs: np.ndarray) -> list[tuple[float, float]]:
     return [((i + 0.5) / 100, float(c)) for i, c in enumerate(counts) if c]
 
 
-def _difference(st: ModuleType, kind: str, a: np.ndarray, b: np.ndarray) -> Any:
+def _difference(st: ModuleType, kind: str, a: np.ndarray, b: np.ndarray,
+                welch_only: bool = False) -> Any:
     if kind == "rate":
         return st.rate_difference(int(a.sum()), len(a), int(b.sum()), len(b))
     ma, mb = st.Moments.from_values(a), st.Moments.from_values(b)
+    if welch_only:  # the range unknown: Welch wherever it is defined
+        return st.mean_difference(ma, mb, bounded=False)
     # as compare passes them: the histograms (the old method's input), scores in [0, 1]
     return st.mean_difference(ma, mb, bins_current=_bins(a), bins_baseline=_bins(b))
 
 
-def simulate(st: ModuleType, n: int, reps: int, seed: int) -> dict[str, Any]:
+def power(st: ModuleType, n: int, reps: int, seed: int, welch_only: bool = False) -> float:
+    """A/B on the near-constant score: the share of outlying values grows from 3 % to 15 %
+    (mean 0.985 -> 0.925) — the share of replicates judged "regressed" (one score, no
+    adjustment)."""
+    rng = np.random.default_rng(seed)
+    found = 0
+    for _ in range(reps):
+        base = _near_constant(rng, (1, n))[0]
+        cur = np.ones(n)
+        hit = rng.random(n) < 0.15
+        cur[hit] = rng.random(int(hit.sum()))
+        d = _difference(st, "mean", cur, base, welch_only)
+        found += st.verdict(d, n_current=n, n_baseline=n, higher_is_better=True,
+                            p_adjusted=d.p_value) == "regressed"
+    return found / reps
+
+
+def simulate(st: ModuleType, n: int, reps: int, seed: int,
+             welch_only: bool = False) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     data = [(name, kind, draw(rng, (reps, n)), draw(rng, (reps, n)))
             for name, kind, draw in SCORES]
@@ -91,7 +114,8 @@ def simulate(st: ModuleType, n: int, reps: int, seed: int) -> dict[str, Any]:
     false = {name: 0 for name, _, _ in SCORES}
     zero_width = {name: 0 for name, _, _ in SCORES}
     for i in range(reps):
-        diffs = [_difference(st, kind, cur[i], base[i]) for _, kind, cur, base in data]
+        diffs = [_difference(st, kind, cur[i], base[i], welch_only)
+                 for _, kind, cur, base in data]
         adjusted = st.adjust_pvalues([d.p_value for d in diffs])
         any_bad = False
         for (name, _, _, _), d, p in zip(data, diffs, adjusted):
@@ -129,13 +153,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     reps = 300 if args.quick else 2000
     info = machine_info()
     print_machine(info)
-    methods: list[tuple[str, ModuleType]] = [("new", new_stats)]
+    methods: list[tuple[str, ModuleType, bool]] = [("new", new_stats, False),
+                                                   ("Welch only", new_stats, True)]
     if args.old:
-        methods.insert(0, ("old", _load(args.old)))
+        methods.insert(0, ("old", _load(args.old), False))
     results: dict[str, list[dict[str, Any]]] = {}
+    powers: dict[str, dict[int, float]] = {}
     t0 = time.perf_counter()
-    for label, st in methods:
-        results[label] = [simulate(st, n, reps, seed=29_000 + n) for n in SIZES]
+    for label, st, welch_only in methods:
+        results[label] = [simulate(st, n, reps, 29_000 + n, welch_only) for n in SIZES]
+        powers[label] = {n: power(st, n, reps, 29_500 + n, welch_only) for n in (50, 200)}
     elapsed = time.perf_counter() - t0
     names = [name for name, _, _ in SCORES]
     rows = []
@@ -153,7 +180,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                            f"{100 * r['zero_width'][k]:.1f}" for k in names)])
     print("\nper score: false verdicts % / zero-width intervals %\n")
     print(md_table(["method", "n per side", *names], rows))
-    out = {"machine": info, "reps": reps, "elapsed_s": elapsed, "results": results}
+    print("\nA/B, near-constant score, outlying share 3 % -> 15 % (mean -0.06): "
+          "share judged regressed\n")
+    print(md_table(["method", "n = 50 per side", "n = 200 per side"],
+                   [[label, f"{100 * p[50]:.1f}", f"{100 * p[200]:.1f}"]
+                    for label, p in powers.items()]))
+    out = {"machine": info, "reps": reps, "elapsed_s": elapsed, "results": results,
+           "power": powers}
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
     return out

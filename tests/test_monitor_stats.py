@@ -362,3 +362,13 @@ def test_ab_drop_of_005_at_500_per_side_is_found() -> None:
     assert found_rate >= 0.80, found_rate
     power = sps.norm.cdf(0.05 / math.sqrt(0.95 * 0.05 / N + 0.9 * 0.1 / N) - 1.959964)
     assert abs(found_rate - power) < 0.06
+
+
+def test_verdict_never_contradicts_its_interval() -> None:
+    """Issue 29: where the p-value and the interval come from different tests (Newcombe's
+    interval with the score test), p < 0.05 with an interval holding 0 said "regressed"."""
+    d = rate_difference(3, 20, 16, 40)
+    assert d.p_value is not None and d.p_value < 0.05
+    assert d.lo is not None and d.hi is not None and d.lo < 0.0 < d.hi
+    assert _v(d, n_current=20, n_baseline=40, min_n=10) == NO_EVIDENCE
+    assert _v(Difference(-0.05, -0.08, -0.02, 0.001, "welch")) == REGRESSED

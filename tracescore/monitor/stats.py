@@ -424,9 +424,11 @@ def verdict(
     """The verdict on a difference (current - baseline); one of VERDICTS.
 
     - NOT_ENOUGH_DATA: a side has fewer than min_n observations, or no interval could be made.
-    - REGRESSED / IMPROVED: p (p_adjusted, else the unadjusted diff.p_value) < alpha and the
-      interval is not entirely inside +-min_effect; the direction from the estimate's sign and
-      higher_is_better. CHANGED when higher_is_better is None.
+    - REGRESSED / IMPROVED: p (p_adjusted, else the unadjusted diff.p_value) < alpha, the
+      interval lies wholly on one side of 0 and not entirely inside +-min_effect; the direction
+      from the estimate's sign and higher_is_better. CHANGED when higher_is_better is None.
+      (Where p and the interval come from different tests — Newcombe's interval with the score
+      or Fisher's test — both must agree, so a printed verdict never contradicts its interval.)
     - NO_CHANGE: the interval lies inside [-min_effect, +min_effect] (an equivalence verdict;
       it includes statistically significant differences too small to matter).
     - NO_EVIDENCE: otherwise (the interval is too wide to say either).
@@ -437,7 +439,8 @@ def verdict(
         return NOT_ENOUGH_DATA
     p = p_adjusted if p_adjusted is not None else diff.p_value
     inside = -min_effect <= diff.lo and diff.hi <= min_effect
-    if p is not None and p < alpha and not inside and diff.estimate != 0:
+    one_side = diff.lo > 0 or diff.hi < 0
+    if p is not None and p < alpha and one_side and not inside and diff.estimate != 0:
         if higher_is_better is None:
             return CHANGED
         return IMPROVED if (diff.estimate > 0) == higher_is_better else REGRESSED
