@@ -253,3 +253,21 @@ def test_export_carries_the_split_keys_and_recounts_report_by(db: str, clock: St
                 assert m.count == len(vals) and m.mean == pytest.approx(sum(vals) / len(vals))
     finally:
         conn.close()
+
+
+def test_compare_page_marks_a_side_without_spread() -> None:
+    from tracescore.monitor import stats
+    from tracescore.reports.compare import Comparison, ScoreComparison
+    from tracescore.reports.html import render_comparison_html
+
+    ones = stats.Moments.from_values([1.0] * 40)
+    dip = stats.Moments.from_values([1.0] * 39 + [0.2])
+    d = stats.mean_difference(dip, ones, bounded=True)
+    row = ScoreComparison("quality", "quality", "mean", True, stats.mean_ci(dip, bounded=True),
+                          stats.mean_ci(ones, bounded=True), d, d.p_value, "no evidence")
+    c = Comparison("x.db", "release", "release=v2", "release=v1", Q.Window(), Q.Window(), {},
+                   30, 0.02, 0.05, "holm", [row])
+    page = render_comparison_html(c)
+    assert "1.000 [0.912, 1.000]" in page and "1.000 [1.000, 1.000]" not in page
+    assert page.count('data-note="no-spread"') == 1
+    assert "<code>mover+range</code>" in page and "<code>range bound</code>" in page

@@ -174,10 +174,12 @@ def _comparison_row(r: ScoreComparison, c: Comparison, shared: float) -> str:
         f'<td><div class="sname">{label}</div><div class="dir">{escape(note)}</div></td>'
         f'<td class="num" data-n="current">{r.current.n:,}</td>'
         f'<td class="num" data-est="current" data-value="{_attr(r.current.value)}">'
-        f"{escape(_estimate(r.current.value, r.current.lo, r.current.hi, rate))}</td>"
+        f"{escape(_estimate(r.current.value, r.current.lo, r.current.hi, rate))}"
+        f"{_no_spread(r.current)}</td>"
         f'<td class="num" data-n="baseline">{r.baseline.n:,}</td>'
         f'<td class="num" data-est="baseline" data-value="{_attr(r.baseline.value)}">'
-        f"{escape(_estimate(r.baseline.value, r.baseline.lo, r.baseline.hi, rate))}</td>"
+        f"{escape(_estimate(r.baseline.value, r.baseline.lo, r.baseline.hi, rate))}"
+        f"{_no_spread(r.baseline)}</td>"
         f'<td class="diffcell">{_diff_svg(r, c.min_effect, scale, rate, cls)}'
         f'<div class="difftext" data-diff="{escape(d.method)}">{escape(diff)}</div></td>'
         f'<td class="num" data-p="{_attr(r.p_adjusted)}">{escape(p)}</td>'
@@ -222,6 +224,13 @@ def _diff_svg(r: ScoreComparison, min_effect: float, scale: float, rate: bool,
     return "".join(out)
 
 
+def _no_spread(e: Any) -> str:
+    """A side whose values are all equal: its interval is the range bound, and says so."""
+    note = getattr(e, "note", "")
+    return (f' <abbr class="from" data-note="no-spread" title="{escape(note)}; the interval '
+            'is the exact range bound over scores in [0, 1]">no spread</abbr>' if note else "")
+
+
 def _comparison_notes(c: Comparison) -> str:
     methods = sorted({m for r in c.rows for m in (r.diff.method, r.current.method,
                                                   r.baseline.method) if m})
@@ -238,7 +247,8 @@ def _comparison_notes(c: Comparison) -> str:
     }.get(c.adjust, escape(c.adjust))
     verdicts = (
         f"<b>regressed</b> / <b>improved</b>: the adjusted p-value is below α = {c.alpha:g} "
-        f"and the interval is not inside ±{c.min_effect:g} (<b>changed</b>: a score with no "
+        f"and the interval lies on one side of 0, not inside ±{c.min_effect:g} "
+        "(<b>changed</b>: a score with no "
         f"better direction); <b>no change</b>: the whole interval lies inside "
         f"±{c.min_effect:g} (the shaded band); <b>no evidence</b>: the interval is too wide "
         f"to say either; <b>not enough data</b>: fewer than {c.min_n} scored records on a "
