@@ -186,6 +186,11 @@ def test_near_constant_side_does_not_fail_the_gate(db: str, clock: StoreClock) -
     assert js["baseline"]["note"].startswith("no spread")
     assert "[1.000, 1.000]" not in CliRunner().invoke(
         main, ["compare", "--db", db, "--current", "v2", "--baseline", "v1"]).output
+    # report --by release: v1's all-1.0 quality has the range bound, marked, not 1.000–1.000
+    rep = CliRunner().invoke(main, ["report", "--db", db, "--by", "release"])
+    assert rep.exit_code == 0, rep.output
+    assert "1.000–1.000" not in rep.output and "0.912–1.000*" in rep.output
+    assert "every value equal (no spread)" in rep.output
 
 
 # -- 4. a value outside its own interval ---------------------------------------------------------

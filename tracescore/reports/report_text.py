@@ -105,7 +105,8 @@ def _ci(m: MetricSummary, rate: bool = False) -> str:
         return "-"
     if rate:
         return f"{100 * m.lo:.1f}–{100 * m.hi:.1f}%"
-    return f"{m.lo:.3f}–{m.hi:.3f}"
+    # every value equal: the range bound, not a t interval (which would have zero width)
+    return f"{m.lo:.3f}–{m.hi:.3f}" + ("*" if m.ci_method == "range bound" else "")
 
 
 def _score_tables(metrics: Sequence[MetricSummary]) -> list[str]:
@@ -119,6 +120,8 @@ def _score_tables(metrics: Sequence[MetricSummary]) -> list[str]:
     if rows:
         out += _table(["score", "n", "mean", "95% CI", "p10", "p50", "p90", "fail", "errors",
                        "skipped"], rows, "<>>>>>>>>>")
+        if any(m.ci_method == "range bound" for m in metrics if not m.binary):
+            out.append("* every value equal (no spread): the exact bound for scores in [0, 1]")
     # Yes/no metrics (values 0/1): how many said yes, not percentiles of 0s and 1s.
     checks = [
         [m.name + _MARKS[m.higher_is_better], str(m.count),
