@@ -372,3 +372,12 @@ def test_verdict_never_contradicts_its_interval() -> None:
     assert d.lo is not None and d.hi is not None and d.lo < 0.0 < d.hi
     assert _v(d, n_current=20, n_baseline=40, min_n=10) == NO_EVIDENCE
     assert _v(Difference(-0.05, -0.08, -0.02, 0.001, "welch")) == REGRESSED
+
+
+@pytest.mark.parametrize("n", [1, 7, 80, 1000])
+def test_wilson_bounds_are_exact_at_all_and_none(n: int) -> None:
+    """At k = n the computed upper bound was 0.9999999999999999: the rate 1.0 printed outside
+    its own interval (issue 29). The exact bounds are 1 and 0."""
+    assert rate_ci(n, n).hi == 1.0 and rate_ci(0, n).lo == 0.0
+    assert rate_ci(n, n).lo == pytest.approx(proportion_confint(n, n, method="wilson")[0],
+                                              abs=TOL)
