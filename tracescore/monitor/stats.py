@@ -186,7 +186,8 @@ def mean_ci(m: Moments, conf: float = 0.95, *, bounded: bool = False) -> Estimat
     if var == 0.0:
         if bounded and -1e-12 <= mean <= 1.0 + 1e-12:
             lo, hi = range_bound(min(1.0, max(0.0, mean)), m.n, conf)
-            return Estimate(m.n, mean, lo, hi, "range bound", NO_SPREAD)
+            # min/max: a mean a rounding error outside [0, 1] stays inside its own interval
+            return Estimate(m.n, mean, min(lo, mean), max(hi, mean), "range bound", NO_SPREAD)
         return Estimate(m.n, mean, None, None, "t", NO_SPREAD)
     half = _t_quantile(0.5 + conf / 2, m.n - 1) * math.sqrt(var / m.n)
     return Estimate(m.n, mean, mean - half, mean + half, "t")
@@ -291,7 +292,7 @@ def mean_difference(
     for a side with spread, the exact :func:`range_bound` for a side without — and the p-value
     found by inverting it (the smallest 1 - conf that leaves 0 out). method "mover+range",
     note :data:`NO_SPREAD`. This replaces the percentile bootstrap over the histograms that
-    versions before 0.11 used here: a bootstrap cannot see spread a side does not show, so it
+    earlier versions used here: a bootstrap cannot see spread a side does not show, so it
     gave zero-width intervals for constant sides and false "regressed" verdicts for nearly
     constant ones (bench/compare_sim.py measures both methods).
 

@@ -33,9 +33,9 @@ METHODS = {
     "mover+range": "MOVER interval (Zou & Donner 2008) built from each side's own interval "
                    "— the exact range bound for a side without spread — with the p-value "
                    "found by inverting it (means in [0, 1] where a side has no spread)",
-    # the method of comparisons saved before session 11
-    "bootstrap": "percentile bootstrap over the rollups' 100-bin histograms (before "
-                 "tracescore 0.11)",
+    # the method of comparisons saved (compare --json) by earlier versions
+    "bootstrap": "percentile bootstrap over the rollups' 100-bin histograms (earlier "
+                 "versions of tracescore)",
     "newcombe+score": "Newcombe's hybrid score interval (from the two Wilson intervals) with "
                       "the pooled two-proportion score test (rates)",
     "newcombe+fisher": "Newcombe's hybrid score interval with Fisher's exact test (rates with "
