@@ -170,9 +170,11 @@ class Agg:
         """A yes/no metric's 1s, exactly: Σx when every value is 0 or 1 (Σx² = Σx), which the
         sums carry in every split and time bucket — the histograms do not (they are kept per
         record segment and hour: none per judge model, metric version or series bucket).
-        Other values: those in the upper half of [0, 1], from the histogram."""
-        if self.n_ok and self.s >= 0 and abs(self.ss - self.s) <= 1e-9 * max(1, self.n_ok):
-            return min(self.n_ok, round(self.s))
+        Other values: those in the upper half of [0, 1], from the histogram; where there is
+        no histogram, Σx rounded (as the trend did), never 0 by default."""
+        zero_one = self.s >= 0 and abs(self.ss - self.s) <= 1e-9 * max(1, self.n_ok)
+        if self.n_ok and (zero_one or not self.bins):
+            return max(0, min(self.n_ok, round(self.s)))
         return sum(n for b, n in self.bins.items() if bin_mid(b) >= 0.5)
 
     @property
