@@ -146,6 +146,9 @@ def test_window_cut_mid_hour_counts_that_hours_records_for_one_name(
         for names in (["quality"], None):
             got = Q.score_aggs(conn, Q.Window(since, None), names=names)
             assert Q.merge(got.values())["quality"].n_ok == raw, names
+            # the trend's hourly buckets add up to the same window (not its whole first hour)
+            series = Q.score_series(conn, names, Q.Window(since, None), HOUR)
+            assert sum(a.n_ok for pts in series["quality"].values() for _, a in pts) == raw
         # and a window cut at both ends, inside one hour
         w = Q.Window(NOW - 4 * HOUR + 100, NOW - 4 * HOUR + 1900)
         inside = rows(db, "SELECT count(*) AS n FROM scores WHERE name = 'quality'"

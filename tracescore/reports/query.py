@@ -537,7 +537,9 @@ def score_series(conn: Any, names: Sequence[str] | None, window: Window, bucket_
                  ) -> dict[str, dict[Group, list[tuple[float, Agg]]]]:
     """Per score name and group: (bucket start, aggregates) per time bucket, ascending.
 
-    ``bucket_s`` ≥ 1 hour reads rollups only; shorter buckets (a short demo run) read the
+    ``bucket_s`` ≥ 1 hour reads the rollups for the window's whole hours and, for an hour the
+    window cuts, that hour's raw rows inside it (as :func:`score_aggs`, so the buckets add up to
+    the window's total); shorter buckets (a short demo run) read the
     raw rows of the window (only sensible for short windows: the caller picks the bucket from
     the data's span, :func:`pick_bucket`)."""
     seg = seg or SegmentIndex(conn)
@@ -557,12 +559,23 @@ def score_series(conn: Any, names: Sequence[str] | None, window: Window, bucket_
     lo = -math.inf if window.since is None else window.since
     hi = math.inf if window.until is None else window.until
     if bucket_s >= HOUR:
+        # the window's whole hours from the rollups; an hour the window cuts (--since 30m)
+        # through score_aggs, as every other reader counts it (its raw rows inside the window)
+        full_lo, full_hi = _hours(window)
         rows = conn.execute(
             "SELECT hour, name, seg_id, judge_model, metric_version, metric, n_ok, value_sum,"
             " value_sumsq, n_labelled, n_fail, n_error, n_skipped FROM hourly_scores"
             " WHERE hour >= ? AND hour < ?" + seg_sql + dim_sql + name_sql,
-            (_num(math.floor(lo / HOUR) * HOUR if math.isfinite(lo) else lo), _num(hi),
-             *seg_args, *dim_args, *name_args)).fetchall()
+            (_num(full_lo), _num(full_hi), *seg_args, *dim_args, *name_args)
+        ).fetchall() if full_lo < full_hi else []
+        for hour, t0, t1 in _edges(window):
+            t = float(int(hour) // int(bucket_s) * int(bucket_s))
+            part = score_aggs(conn, Window(t0, t1), where=where, by=by, names=names, seg=seg)
+            for g, per in part.items():
+                for name, a in per.items():
+                    edge = slot(name, a.metric, g, t)
+                    edge.add(a)
+                    edge.bins.clear()  # as the rollup buckets: no histograms per bucket
         for (hour, name, seg_id, jm, mv, metric, n_ok, s, ss, n_lab, n_fail, n_err,
              n_skip) in rows:
             t = float(int(hour) // int(bucket_s) * int(bucket_s))
