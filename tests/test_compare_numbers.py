@@ -149,6 +149,9 @@ def test_window_cut_mid_hour_counts_that_hours_records_for_one_name(
             # the trend's hourly buckets add up to the same window (not its whole first hour)
             series = Q.score_series(conn, names, Q.Window(since, None), HOUR)
             assert sum(a.n_ok for pts in series["quality"].values() for _, a in pts) == raw
+        # a judge model scored only inside the cut first hour is a value of the window
+        first_hour = Q.Window(since, since - since % HOUR + HOUR)
+        assert [v for v, _ in Q.values_of(conn, "judge_model", first_hour)] == ["judge-a"]
         # and a window cut at both ends, inside one hour
         w = Q.Window(NOW - 4 * HOUR + 100, NOW - 4 * HOUR + 1900)
         inside = rows(db, "SELECT count(*) AS n FROM scores WHERE name = 'quality'"

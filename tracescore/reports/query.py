@@ -127,10 +127,21 @@ def values_of(conn: Any, dim: str, window: Window = Window(),
     """The values ``dim`` takes (with when each was first seen), oldest first."""
     if dim in SCORE_DIMS:
         lo, hi = _hours(window)
+        first: dict[str, float] = {}
         rows = conn.execute(
             f"SELECT {dim}, min(hour) FROM hourly_scores WHERE hour >= ? AND hour < ?"
-            f" AND {dim} IS NOT NULL AND {dim} != '' GROUP BY {dim}", (lo, hi)).fetchall()
-        return sorted(((str(v), float(t)) for v, t in rows), key=lambda kv: (kv[1], kv[0]))
+            f" AND {dim} IS NOT NULL AND {dim} != '' GROUP BY {dim}",
+            (_num(lo), _num(hi))).fetchall() if lo < hi else []
+        # an hour the window cuts: its raw rows inside the window, as score_aggs counts them
+        # (a judge model seen only there is a value of the window too)
+        for _hour, t0, t1 in _edges(window):
+            rows += conn.execute(
+                f"SELECT {dim}, min(created_at) FROM scores WHERE created_at >= ?"
+                f" AND created_at < ? AND {dim} IS NOT NULL AND {dim} != '' GROUP BY {dim}",
+                (t0, t1)).fetchall()
+        for v, t in rows:
+            first[str(v)] = min(first.get(str(v), float(t)), float(t))
+        return sorted(first.items(), key=lambda kv: (kv[1], kv[0]))
     return (seg or SegmentIndex(conn)).values(dim)
 
 
