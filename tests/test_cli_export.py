@@ -74,6 +74,7 @@ def _expected(db: Path, metrics: set[str] | None = None, scored_only: bool = Fal
     """What the export must contain, computed from the tables one at a time."""
     out = []
     recs = rows(db, "SELECT * FROM records ORDER BY created_at, record_id")
+    segs = {g["seg_id"]: g for g in rows(db, "SELECT * FROM segments")}
     scores = defaultdict(list)
     for s in rows(db, "SELECT * FROM scores ORDER BY name"):
         if metrics is None or s["name"] in metrics:
@@ -88,10 +89,14 @@ def _expected(db: Path, metrics: set[str] | None = None, scored_only: bool = Fal
         base["sampled"] = bool(r["sampled"])
         base["ground_truths"] = json.loads(r["ground_truths"])
         base["contexts"] = json.loads(r["contexts"])
+        g = segs.get(r["seg_id"])
+        base["release"] = None if g is None else g["release"]
+        base["environment"] = None if g is None else g["environment"]
+        base["segments"] = None if g is None else json.loads(g["meta"] or "{}")
         for s in scores[r["record_id"]] or ([] if scored_only else [None]):
             row = dict(base)
             for k in ("name", "metric", "value", "label", "explanation", "status", "error",
-                      "metric_version", "duration_ms", "created_at"):
+                      "metric_version", "judge_model", "duration_ms", "created_at"):
                 row[f"score_{k}"] = None if s is None else s[k]
             out.append(row)
     return out
@@ -163,7 +168,7 @@ def test_csv_quotes_newlines_and_matches_jsonl(db: Path) -> None:
     assert len(got) == len(expected)
 
     def cell(v: Any) -> str:
-        if isinstance(v, list):  # ground truths, contexts: JSON text
+        if isinstance(v, (list, dict)):  # ground truths, contexts, segments: JSON text
             return json.dumps(v, ensure_ascii=False)
         return "" if v is None else ("true" if v is True else "false" if v is False else str(v))
 

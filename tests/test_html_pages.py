@@ -263,7 +263,7 @@ def comparison(rows: list[ScoreComparison] | None = None) -> Comparison:
             row("exact_match", "no evidence", (-0.03, -0.09, 0.03), kind="rate", p=0.4,
                 method="newcombe+score"),
             row("coherence", "not enough data", (-0.2, -0.5, 0.1), n=(12, 500), p=0.3,
-                method="bootstrap"),
+                method="mover+range"),
             row("all scores", "regressed", (0.03, 0.015, 0.05), kind="error rate", p=0.001,
                 method="newcombe+fisher", hib=False),
         ]
@@ -621,7 +621,7 @@ def test_comparison_verdict_colours() -> None:
 def test_comparison_footnote_names_the_methods() -> None:
     root = dom(H.render_comparison_html(comparison()))
     notes = root.one("section", cls="notes").text
-    for word in ("Welch", "Newcombe", "bootstrap", "Fisher", "Wilson", "Student t", "Holm",
+    for word in ("Welch", "Newcombe", "MOVER", "range bound", "Fisher", "Wilson", "Student t", "Holm",
                  "family-wise", "±0.02", "fewer than 30", "α = 0.05"):
         assert word in notes, word
     bh = replace(comparison(), adjust="fdr_bh")

@@ -24,6 +24,7 @@ from tracescore.monitor.stats import (
     IMPROVED,
     NO_CHANGE,
     NO_EVIDENCE,
+    NO_SPREAD,
     NOT_ENOUGH_DATA,
     REGRESSED,
     VERDICTS,
@@ -88,6 +89,26 @@ def test_mean_ci_degenerate_sizes() -> None:
         mean_ci(Moments(3, 1.0, 0.5), conf=1.0)
 
 
+@pytest.mark.parametrize("c,n", [(1.0, 80), (0.0, 30), (0.7, 40), (1.0, 2)])
+def test_mean_ci_of_equal_values_is_never_zero_width(c: float, n: int) -> None:
+    """Issue 29: an all-equal sample got a zero-width "95 %" interval such as [1.000, 1.000].
+    For scores in [0, 1] it now gets the exact range bound (Clopper-Pearson at c = 0 or 1);
+    without a known range, no interval; the note says why."""
+    m = Moments.from_values([c] * n)
+    est = mean_ci(m, bounded=True)
+    assert est.method == "range bound" and est.note == NO_SPREAD
+    assert est.lo is not None and est.hi is not None
+    assert est.lo <= c <= est.hi and est.hi - est.lo > 0
+    if c in (0.0, 1.0):
+        lo, hi = proportion_confint(int(c) * n, n, alpha=0.05, method="beta")
+        assert est.lo == pytest.approx(lo, abs=TOL) and est.hi == pytest.approx(hi, abs=TOL)
+    else:  # P(n equal values) = q^n with q = P(X = c) <= (mean - 0) / c on the low side
+        assert est.lo == pytest.approx(c * 0.025 ** (1 / n), abs=TOL)
+    plain = mean_ci(m)
+    assert plain.lo is None and plain.hi is None and plain.note == NO_SPREAD
+    assert "note" in plain.to_json() and "note" not in mean_ci(Moments(3, 1.0, 0.5)).to_json()
+
+
 @pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (10, 10), (7, 30), (412, 500), (1, 100000)])
 @pytest.mark.parametrize("conf", [0.9, 0.95, 0.99])
 def test_rate_ci_equals_statsmodels_wilson(k: int, n: int, conf: float) -> None:
@@ -145,32 +166,81 @@ def test_rate_difference_p_values_score_or_fisher() -> None:
     assert rate_difference(0, 0, 3, 10).estimate is None
 
 
-def test_bootstrap_used_for_skewed_or_constant_sides_and_seeded() -> None:
-    # A pass/fail-like score at 0.97: skewness ~ -5.5, so Cochran's rule wants n > 28 + 25*G1^2.
+def test_skewed_sides_with_spread_keep_welch_and_match_scipy() -> None:
+    # A pass/fail-like score at 0.97 (skewness ~ -5.5) with spread on both sides: Welch, as
+    # scipy computes it from the raw values (the old histogram bootstrap is gone, issue 29).
     rng = np.random.default_rng(11)
     cur = (rng.random(200) < 0.93).astype(float)
     base = (rng.random(200) < 0.97).astype(float)
     mc, mb = Moments.from_values(cur), Moments.from_values(base)
     d = mean_difference(mc, mb, bins_current=_bins(cur), bins_baseline=_bins(base), seed=3)
-    assert d.method == "bootstrap"
-    assert d.estimate == pytest.approx(float(cur.mean() - base.mean()), abs=TOL)
+    assert d.method == "welch" and d.note == ""
+    assert d.p_value == pytest.approx(float(sps.ttest_ind(cur, base, equal_var=False).pvalue),
+                                      abs=TOL)
     assert d.lo is not None and d.hi is not None and d.lo < d.estimate < d.hi
-    again = mean_difference(mc, mb, bins_current=_bins(cur), bins_baseline=_bins(base), seed=3)
-    assert again == d
-    # Close to Welch's interval where both are fine (same data, bins not given -> Welch).
-    w = mean_difference(mc, mb)
-    assert w.method == "welch" and w.lo is not None and w.hi is not None
-    assert abs(d.lo - w.lo) < 0.02 and abs(d.hi - w.hi) < 0.02
-    # A constant side: Welch is undefined, the bootstrap still answers.
-    const = np.full(100, 1.0)
-    dc = mean_difference(Moments.from_values(const), mb, bins_current=_bins(const),
-                         bins_baseline=_bins(base))
-    assert dc.method == "bootstrap" and dc.p_value is not None
-    # Mildly skewed scores at a decent n keep Welch.
-    a, b = _data(12, 8, 2, 300), _data(13, 8, 2, 300)
-    dw = mean_difference(Moments.from_values(a), Moments.from_values(b),
-                         bins_current=_bins(a), bins_baseline=_bins(b))
-    assert dw.method == "welch"
+
+
+def test_near_constant_side_is_not_regressed() -> None:
+    """Issue 29: 40 x 1.0 against 39 x 1.0 + one 0.2 was REGRESSED at p ~ 0.0005 (the shifted
+    histogram bootstrap); Welch says p = 0.32. Now: the MOVER interval with the range bound for
+    the constant side, p > 0.05, an interval that holds 0, and no verdict."""
+    base = np.full(40, 1.0)
+    cur = np.array([1.0] * 39 + [0.2])
+    mc, mb = Moments.from_values(cur), Moments.from_values(base)
+    d = mean_difference(mc, mb, bins_current=_bins(cur), bins_baseline=_bins(base))
+    assert d.method == "mover+range" and d.note == NO_SPREAD
+    assert d.estimate == pytest.approx(-0.02, abs=TOL)
+    assert d.lo is not None and d.hi is not None and d.lo < 0.0 < d.hi
+    assert d.p_value is not None and d.p_value > 0.3
+    welch = sps.ttest_ind_from_stats(float(cur.mean()), float(cur.std(ddof=1)), 40,
+                                     1.0, 0.0, 40, equal_var=False).pvalue
+    assert welch == pytest.approx(0.32, abs=0.01)  # the issue's reference figure
+    assert _v(d, n_current=40, n_baseline=40) == NO_EVIDENCE
+
+
+def test_mover_interval_and_p_agree_and_match_their_parts() -> None:
+    # MOVER by hand from statsmodels' t interval and the exact Clopper-Pearson bound of the
+    # all-1.0 side (the range bound at c = 1 is Clopper-Pearson's n successes in n).
+    cur = _data(21, 8, 2, 60)
+    base = np.full(45, 1.0)
+    mc, mb = Moments.from_values(cur), Moments.from_values(base)
+    for conf in (0.9, 0.95, 0.99):
+        d = mean_difference(mc, mb, conf, bounded=True)
+        t_lo, t_hi = DescrStatsW(cur).tconfint_mean(alpha=1 - conf)
+        cp_lo, cp_hi = proportion_confint(45, 45, alpha=1 - conf, method="beta")
+        est = float(cur.mean()) - 1.0
+        assert d.lo == pytest.approx(est - math.hypot(cur.mean() - t_lo, cp_hi - 1.0), abs=TOL)
+        assert d.hi == pytest.approx(est + math.hypot(t_hi - cur.mean(), 1.0 - cp_lo), abs=TOL)
+        # the p-value is the level at which the interval touches 0
+        assert d.p_value is not None
+        at_p = mean_difference(mc, mb, 1 - d.p_value, bounded=True)
+        assert at_p.hi == pytest.approx(0.0, abs=1e-7)
+    # both sides without spread: an honest interval of positive width, p = 1
+    same = mean_difference(Moments.from_values([1.0] * 50), Moments.from_values([1.0] * 50),
+                           bounded=True)
+    assert same.estimate == 0.0 and same.p_value == 1.0 and same.note == NO_SPREAD
+    assert same.lo is not None and same.hi is not None and same.lo < 0.0 < same.hi
+    assert same.hi == pytest.approx(1 - 0.025 ** (1 / 50), abs=TOL)
+
+
+def test_aa_near_constant_score_false_verdicts_and_coverage() -> None:
+    """Issue 29, seeded A/A: a score that is 1.0 in 97 % of records, else uniform, n = 50 per
+    side, 300 replicates, compared as ``compare`` compares it (histograms given). The old
+    bootstrap gave a false verdict in ~30 % and covered 0 in ~63 %."""
+    reps, n = 300, 50
+    rng = np.random.default_rng(2900)
+    false, covered = 0, 0
+    for _ in range(reps):
+        a, b = np.ones(n), np.ones(n)
+        for x in (a, b):
+            hit = rng.random(n) < 0.03
+            x[hit] = rng.random(int(hit.sum()))
+        d = mean_difference(Moments.from_values(a), Moments.from_values(b),
+                            bins_current=_bins(a), bins_baseline=_bins(b))
+        false += _v(d, n_current=n, n_baseline=n) in (REGRESSED, IMPROVED)
+        covered += d.lo is not None and d.hi is not None and d.lo <= 0.0 <= d.hi
+    assert false / reps <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / reps), false / reps
+    assert covered / reps >= 0.93, covered / reps
 
 
 def test_mean_difference_without_enough_data() -> None:
@@ -179,6 +249,8 @@ def test_mean_difference_without_enough_data() -> None:
     both_const = mean_difference(Moments(5, 5.0, 5.0), Moments(5, 2.5, 1.25))
     assert both_const.lo is None and both_const.p_value is None
     assert json.loads(json.dumps(both_const.to_json()))["method"] == "welch"
+    # not known to be in [0, 1]: no interval, and the reason says so
+    assert mean_difference(Moments(5, 5.0, 5.0), Moments(5, 5.0, 5.0)).note == NO_SPREAD
 
 
 # --- multiple comparisons --------------------------------------------------------------------
@@ -290,3 +362,22 @@ def test_ab_drop_of_005_at_500_per_side_is_found() -> None:
     assert found_rate >= 0.80, found_rate
     power = sps.norm.cdf(0.05 / math.sqrt(0.95 * 0.05 / N + 0.9 * 0.1 / N) - 1.959964)
     assert abs(found_rate - power) < 0.06
+
+
+def test_verdict_never_contradicts_its_interval() -> None:
+    """Issue 29: where the p-value and the interval come from different tests (Newcombe's
+    interval with the score test), p < 0.05 with an interval holding 0 said "regressed"."""
+    d = rate_difference(3, 20, 16, 40)
+    assert d.p_value is not None and d.p_value < 0.05
+    assert d.lo is not None and d.hi is not None and d.lo < 0.0 < d.hi
+    assert _v(d, n_current=20, n_baseline=40, min_n=10) == NO_EVIDENCE
+    assert _v(Difference(-0.05, -0.08, -0.02, 0.001, "welch")) == REGRESSED
+
+
+@pytest.mark.parametrize("n", [1, 7, 80, 1000])
+def test_wilson_bounds_are_exact_at_all_and_none(n: int) -> None:
+    """At k = n the computed upper bound was 0.9999999999999999: the rate 1.0 printed outside
+    its own interval (issue 29). The exact bounds are 1 and 0."""
+    assert rate_ci(n, n).hi == 1.0 and rate_ci(0, n).lo == 0.0
+    assert rate_ci(n, n).lo == pytest.approx(proportion_confint(n, n, method="wilson")[0],
+                                              abs=TOL)

@@ -341,6 +341,14 @@ def test_compare_corrected_per_side_and_difference(db: str, clock: StoreClock) -
     js = c.to_json()["corrected"]["grounded"]
     assert js["difference"]["estimate"] == pytest.approx(g.diff.estimate)
     assert js["current"]["judge_mean"]["label"] == "judge mean (uncorrected)"
+    # the compare page shows the same section as the report page (issue 29)
+    from tracescore.reports.html import render_comparison_html
+
+    page = render_comparison_html(c)
+    assert 'id="judge-vs-humans"' in page and "judge mean" in page
+    assert f"{cur.value:.3f} [{cur.lo:.3f}, {cur.hi:.3f}]" in page
+    assert f"{g.diff.estimate:+.3f} [{g.diff.lo:+.3f}, {g.diff.hi:+.3f}]" in page
+    assert "Cohen" in page
 
 
 # -- HTML --------------------------------------------------------------------------------------

@@ -295,9 +295,11 @@ def test_ppi_edge_cases() -> None:
     # a constant judge carries no information: lambda 0 (ppi_py would divide by zero)
     const = ppi_mean(_moments(np.full(1000, 0.9)), [0.9] * 50, y.tolist()).corrected
     assert const.lam == 0.0 and const.value == pytest.approx(y.mean(), abs=TOL)
-    # constant human labels: an interval of width 0 around them when lambda is 0
+    # constant human labels: not an interval of width 0 (issue 29) but the exact range bound
+    # of 50 equal values in [0, 1] (Clopper-Pearson of 50 in 50)
     flat = ppi_mean(_moments(fu), f.tolist(), [1.0] * 50)
-    assert flat.labels.value == 1.0 and flat.labels.lo == 1.0
+    assert flat.labels.value == 1.0 and flat.labels.hi == 1.0
+    assert flat.labels.lo == pytest.approx(0.025 ** (1 / 50), abs=TOL)
     assert flat.corrected.lam == 0.0 and flat.corrected.value == pytest.approx(1.0)
     # too few labels: said, not guessed
     for n in (0, 1, 49):

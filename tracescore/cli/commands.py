@@ -421,9 +421,9 @@ def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
 
     Record fields (record_id, trace_id, span_id, created_at as ISO 8601 UTC, query,
     answer, ground_truths, n_contexts, contexts (unless --no-contexts), latency_ms,
-    input_tokens, output_tokens, model, error, sampled),
-    then score fields (score_name, score_value, score_label, score_explanation,
-    score_status, score_error, ...). A record without a score gets one row with empty
+    input_tokens, output_tokens, model, error, sampled, release, environment, segments:
+    the declared metadata keys), then score fields (score_name, score_value, score_label,
+    score_explanation, score_status, score_error, score_judge_model, ...). A record without a score gets one row with empty
     score fields unless --scored-only. Rows are streamed, oldest record first, so the
     database can be larger than memory. CSV text cells that a spreadsheet would run as a
     formula are prefixed with ' (see --raw-csv).

@@ -61,8 +61,8 @@ def _comparison(conn: Any, db: Any, **kw: Any) -> Any:
 
 
 _STATS_HELP = ("Per score: n and mean (or rate) on each side with 95 % intervals, the "
-               "difference with its 95 % interval (Welch for means, Newcombe for rates, a "
-               "bootstrap over the histograms where Welch's assumptions fail), p-values "
+               "difference with its 95 % interval (Welch for means, Newcombe for rates, the "
+               "MOVER interval from a range bound where a side has no spread), p-values "
                "adjusted across all rows (Holm by default), and a verdict: regressed, improved, "
                "no change, no evidence, or not enough data.")
 

@@ -5,7 +5,7 @@ in ``tracescore check`` / ``monitor``, in a ``tracescore worker`` or in a scorin
 background thread (``init(monitors=...)``).
 
 - :mod:`.stats` — fixed-sample statistics from sufficient statistics (n, Σx, Σx²): intervals,
-  Welch / Newcombe / bootstrap differences, Holm-adjusted p-values, verdicts.
+  Welch / Newcombe / MOVER differences, Holm-adjusted p-values, verdicts.
 - :mod:`.confseq` — anytime-valid confidence sequences (Waudby-Smith & Ramdas 2023; Howard
   et al. 2021) and the default alert rule built on them.
 - :mod:`.config` — monitor and channel declarations (``tracescore-monitors.toml`` or

@@ -6,11 +6,14 @@ gives the same answer before and after raw rows are pruned.
 
 What each function uses (and what ``method`` says in its result):
 
-- ``mean_ci``: Student t interval for a mean (``"t"``).
+- ``mean_ci``: Student t interval for a mean (``"t"``); for a sample of scores in [0, 1] whose
+  values are all equal (no spread, where t gives a zero-width interval), the exact bound over
+  every distribution on [0, 1] (``"range bound"``, see :func:`range_bound`).
 - ``rate_ci``: Wilson score interval for a proportion (``"wilson"``).
-- ``mean_difference``: Welch's unequal-variance t test and interval (``"welch"``), or a seeded
-  percentile bootstrap over the two histograms (``"bootstrap"``) when Welch's normal
-  approximation is not trusted; see ``mean_difference`` for the rule.
+- ``mean_difference``: Welch's unequal-variance t test and interval (``"welch"``) when both
+  sides have spread; for scores in [0, 1] with a side without spread, the MOVER interval of Zou
+  & Donner (2008) built from each side's own interval (the range bound for that side) and its
+  inverted p-value (``"mover+range"``); see ``mean_difference``.
 - ``rate_difference``: Newcombe's hybrid score interval (method 10 of Newcombe 1998, built from
   the two Wilson intervals) with the pooled two-proportion score (z) test, or Fisher's exact test
   when an expected cell count is below 5 (``"newcombe+score"`` / ``"newcombe+fisher"``).
@@ -37,11 +40,8 @@ NO_EVIDENCE = "no evidence"
 NOT_ENOUGH_DATA = "not enough data"
 VERDICTS = (REGRESSED, IMPROVED, CHANGED, NO_CHANGE, NO_EVIDENCE, NOT_ENOUGH_DATA)
 
-# Bootstrap resamples for mean_difference; 4,000 keeps the Monte Carlo error of a 95 % percentile
-# bound well under the bin width (0.01) while costing a few milliseconds.
-BOOTSTRAP_RESAMPLES = 4000
-
 Bins = Sequence[tuple[float, float]]
+_EPS = 2.220446049250313e-16  # float64 machine epsilon
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,12 @@ class Moments:
         """The sample variance (ddof=1), or None when n < 2."""
         if self.n < 2:
             return None
-        # Clipped: ss - s^2/n may come out a hair below zero by cancellation for constant data.
-        return max(0.0, (self.ss - self.s * self.s / self.n) / (self.n - 1))
+        # ss - s^2/n of equal values comes out a hair off zero (either side) by cancellation:
+        # within the rounding of n additions it is zero, so "no spread" is recognised as such
+        spread = self.ss - self.s * self.s / self.n
+        if spread <= 4 * self.n * _EPS * abs(self.ss):
+            return 0.0
+        return spread / (self.n - 1)
 
     @classmethod
     def from_values(cls, xs: Iterable[float]) -> Moments:
@@ -90,10 +94,15 @@ class Estimate:
     lo: float | None
     hi: float | None
     method: str
+    #: what a reader must know to read the interval right (e.g. :data:`NO_SPREAD`), or ""
+    note: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"n": self.n, "value": self.value, "lo": self.lo, "hi": self.hi,
-                "method": self.method}
+        out: dict[str, Any] = {"n": self.n, "value": self.value, "lo": self.lo, "hi": self.hi,
+                               "method": self.method}
+        if self.note:
+            out["note"] = self.note
+        return out
 
 
 @dataclass(frozen=True)
@@ -105,10 +114,15 @@ class Difference:
     hi: float | None
     p_value: float | None
     method: str
+    #: what a reader must know to read the interval right (e.g. :data:`NO_SPREAD`), or ""
+    note: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"estimate": self.estimate, "lo": self.lo, "hi": self.hi,
-                "p_value": self.p_value, "method": self.method}
+        out: dict[str, Any] = {"estimate": self.estimate, "lo": self.lo, "hi": self.hi,
+                               "p_value": self.p_value, "method": self.method}
+        if self.note:
+            out["note"] = self.note
+        return out
 
 
 def _check_conf(conf: float) -> None:
@@ -131,15 +145,50 @@ def _z_quantile(p: float) -> float:
     return float(ndtri(p))
 
 
-def mean_ci(m: Moments, conf: float = 0.95) -> Estimate:
+def range_bound(value: float, n: int, conf: float = 0.95) -> tuple[float, float]:
+    """The exact interval for the mean of scores in [0, 1] when all n observed values equal
+    ``value`` (c): ``[c * q, c + (1 - c) * (1 - q)]`` with ``q = ((1 - conf) / 2) ** (1 / n)``.
+
+    Why it holds for every distribution on [0, 1]: n values all equal to c have probability
+    P(X = c)^n; a distribution with P(X = c) = q has mean at least q*c (the rest at 0) and at
+    most q*c + (1 - q) (the rest at 1), so a mean outside the interval makes seeing n equal
+    values less likely than (1 - conf)/2 on that side. For c = 1 (or 0) it is the
+    Clopper-Pearson interval of n successes (failures) in n trials; it never has zero width.
+    """
+    _check_conf(conf)
+    if n < 1 or not 0.0 <= value <= 1.0:
+        raise ValueError(f"need n >= 1 and a value in [0, 1], got n={n!r}, value={value!r}")
+    return _range_limits(value, n, 1 - conf)
+
+
+def _range_limits(value: float, n: int, alpha: float) -> tuple[float, float]:
+    # alpha, not conf: 1 - alpha is 1.0 in floating point for the p-value search's tiny alphas
+    q = math.pow(alpha / 2, 1 / n)
+    return value * q, value + (1 - value) * (1 - q)
+
+
+#: the note of an interval made for a side whose values are all equal
+NO_SPREAD = "no spread: every value is equal"
+
+
+def mean_ci(m: Moments, conf: float = 0.95, *, bounded: bool = False) -> Estimate:
     """Student t interval for the mean: mean +- t_{n-1} * sd / sqrt(n).
 
-    value is None when n == 0; lo and hi are None when n < 2.
+    value is None when n == 0; lo and hi are None when n < 2. When every value is equal (zero
+    sample variance) the t interval has zero width, which no sample justifies: for scores known
+    to lie in [0, 1] (``bounded``) the interval is then :func:`range_bound` (method
+    ``"range bound"``), else lo and hi are None; either way ``note`` is :data:`NO_SPREAD`.
     """
     _check_conf(conf)
     mean, var = m.mean, m.var
     if mean is None or var is None:
         return Estimate(m.n, mean, None, None, "t")
+    if var == 0.0:
+        if bounded and -1e-12 <= mean <= 1.0 + 1e-12:
+            lo, hi = range_bound(min(1.0, max(0.0, mean)), m.n, conf)
+            # min/max: a mean a rounding error outside [0, 1] stays inside its own interval
+            return Estimate(m.n, mean, min(lo, mean), max(hi, mean), "range bound", NO_SPREAD)
+        return Estimate(m.n, mean, None, None, "t", NO_SPREAD)
     half = _t_quantile(0.5 + conf / 2, m.n - 1) * math.sqrt(var / m.n)
     return Estimate(m.n, mean, mean - half, mean + half, "t")
 
@@ -149,8 +198,11 @@ def _wilson(k: float, n: float, z: float) -> tuple[float, float]:
     denom = 1.0 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    # max/min only absorb rounding at k == 0 or k == n, where the exact bound is 0 or 1.
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # at k == 0 or k == n the exact bound is 0 or 1; computed, it misses by a rounding error
+    # (0.9999999999999999), which would leave the rate 1.0 outside its own interval
+    lo = 0.0 if k <= 0 else max(0.0, centre - half)
+    hi = 1.0 if k >= n else min(1.0, centre + half)
+    return lo, hi
 
 
 def _check_counts(k: int, n: int) -> None:
@@ -169,34 +221,52 @@ def rate_ci(k: int, n: int, conf: float = 0.95) -> Estimate:
     return Estimate(n, k / n, lo, hi, "wilson")
 
 
-def _skewness(bins: Bins) -> float | None:
-    """Adjusted Fisher-Pearson sample skewness G1 from (midpoint, count) bins."""
-    n = sum(c for _, c in bins)
-    if n < 3:
-        return None
-    mean = sum(x * c for x, c in bins) / n
-    m2 = sum(c * (x - mean) ** 2 for x, c in bins) / n
-    m3 = sum(c * (x - mean) ** 3 for x, c in bins) / n
-    if m2 <= 0:
-        return None
-    g1 = m3 / math.pow(m2, 1.5)
-    return g1 * math.sqrt(n * (n - 1)) / (n - 2)
+def _side_limits(m: Moments, alpha: float, bounded: bool) -> tuple[float, float]:
+    """One side's distances (below, above) from its mean to its 1 - alpha interval's limits:
+    the t interval with spread, the range bound without."""
+    mean, var = m.mean, m.var
+    assert mean is not None and var is not None
+    if var == 0.0 and bounded:
+        lo, hi = _range_limits(min(1.0, max(0.0, mean)), m.n, alpha)
+        return mean - lo, hi - mean
+    # t_{1-alpha/2} as -t_{alpha/2}: exact for the tiny alphas the p-value search visits
+    half = -_t_quantile(alpha / 2, m.n - 1) * math.sqrt(var / m.n)
+    return half, half
 
 
-def _normal_enough(n: int, bins: Bins | None) -> bool:
-    """Sugden, Smith & Jones (2000) refinement of Cochran's rule: n > 28 + 25 * G1**2.
+def _mover(current: Moments, baseline: Moments, alpha: float,
+           bounded: bool) -> tuple[float, float]:
+    """Zou & Donner's MOVER interval for current - baseline (Newcombe's method 10 is its form
+    for two proportions): d - sqrt(l1^2 + u2^2), d + sqrt(u1^2 + l2^2), with (l, u) each side's
+    distances from its estimate to its own limits."""
+    assert current.mean is not None and baseline.mean is not None
+    d = current.mean - baseline.mean
+    l1, u1 = _side_limits(current, alpha, bounded)
+    l2, u2 = _side_limits(baseline, alpha, bounded)
+    return d - math.hypot(l1, u2), d + math.hypot(u1, l2)
 
-    Cochran (1977, Sampling Techniques, sec. 2.15) asks n > 25 * G1**2 for the sample mean of a
-    skewed population to be near normal; Sugden et al. ("Cochran's rule for simple random
-    sampling", JRSS-B 62) showed that adding 28 keeps a 95 % interval's tail errors balanced.
-    Without bins the skewness is unknown and the rule cannot fail.
-    """
-    if bins is None:
-        return True
-    g1 = _skewness(bins)
-    if g1 is None:
-        return True
-    return n > 28 + 25 * g1 * g1
+
+def _mover_p(current: Moments, baseline: Moments, bounded: bool) -> float:
+    """The p-value of the MOVER interval: the smallest alpha whose 1 - alpha interval leaves
+    out 0 (1 when every interval holds 0), found by root search on log(alpha). The verdict
+    from p and the one from the interval then agree at every level."""
+    assert current.mean is not None and baseline.mean is not None
+    d = current.mean - baseline.mean
+    if d == 0.0:
+        return 1.0
+
+    def gap(log_alpha: float) -> float:  # > 0: the interval leaves out 0
+        lo, hi = _mover(current, baseline, math.exp(log_alpha), bounded)
+        return lo if d > 0 else -hi
+
+    top, bottom = math.log(1.0 - 1e-12), math.log(1e-300)
+    if gap(top) <= 0:
+        return 1.0
+    if gap(bottom) > 0:
+        return 1e-300
+    from scipy.optimize import brentq
+
+    return float(math.exp(brentq(gap, bottom, top, xtol=1e-12, rtol=1e-10)))
 
 
 def mean_difference(
@@ -207,42 +277,47 @@ def mean_difference(
     bins_current: Bins | None = None,
     bins_baseline: Bins | None = None,
     seed: int = 0,
+    bounded: bool | None = None,
 ) -> Difference:
-    """The difference of means (current - baseline): Welch, or a bootstrap where Welch fails.
+    """The difference of means (current - baseline), its interval and p-value.
 
-    Welch: p from scipy.stats.ttest_ind_from_stats(equal_var=False); the interval uses the
-    Welch-Satterthwaite degrees of freedom and the t quantile. method "welch".
+    Both sides with spread: Welch. p from the t distribution with the Welch-Satterthwaite
+    degrees of freedom (as scipy.stats.ttest_ind_from_stats(equal_var=False)); the interval is
+    the estimate +- t * SE. method "welch".
 
-    Welch's assumptions are judged to fail, and a seeded percentile bootstrap over the two
-    histograms is used instead (method "bootstrap"), when histograms are given for both sides and
-    either (a) a side has zero sample variance (the t statistic and its df are undefined), or
-    (b) a side is too skewed for its size by the Sugden-Smith-Jones form of Cochran's rule,
-    n <= 28 + 25 * G1**2, with G1 the sample skewness of its histogram. The bootstrap resamples
-    each side's n from its binned distribution (multinomial over bin midpoints), shifts the
-    resampled differences by (exact difference - binned difference) so the 100-bin rounding does
-    not bias the interval, and takes the percentile interval; p is twice the smaller tail share
-    of resampled differences on either side of zero ((count + 1) / (B + 1) each).
+    A side without spread (every value equal; Welch's t and df are undefined or lean on that
+    side being known exactly) for scores in [0, 1] (``bounded``; given histograms imply it):
+    the MOVER interval (Zou & Donner 2008, "Construction of confidence limits about effect
+    measures", Stat. Med. 27:1693), which combines each side's own interval — the t interval
+    for a side with spread, the exact :func:`range_bound` for a side without — and the p-value
+    found by inverting it (the smallest 1 - conf that leaves 0 out). method "mover+range",
+    note :data:`NO_SPREAD`. This replaces the percentile bootstrap over the histograms that
+    earlier versions used here: a bootstrap cannot see spread a side does not show, so it
+    gave zero-width intervals for constant sides and false "regressed" verdicts for nearly
+    constant ones (bench/compare_sim.py measures both methods).
 
-    With fewer than 2 observations on a side (or zero variance and no bins) the interval and p
-    are None: a verdict on such data is "not enough data".
+    Not bounded, with a side without spread: Welch from the other side's variance alone; both
+    sides without spread: interval and p None (note :data:`NO_SPREAD`). With fewer than 2
+    observations on a side the interval and p are None: "not enough data". ``bins_*`` and
+    ``seed`` are accepted for compatibility and only imply ``bounded``.
     """
+    del seed
     _check_conf(conf)
+    if bounded is None:
+        bounded = bins_current is not None and bins_baseline is not None
     mc, mb = current.mean, baseline.mean
     estimate = None if mc is None or mb is None else mc - mb
     vc, vb = current.var, baseline.var
     if estimate is None or vc is None or vb is None:
         return Difference(estimate, None, None, None, "welch")
-    zero_var = vc == 0.0 or vb == 0.0
-    have_bins = bins_current is not None and bins_baseline is not None
-    if have_bins and (zero_var or not _normal_enough(current.n, bins_current)
-                      or not _normal_enough(baseline.n, bins_baseline)):
-        assert bins_current is not None and bins_baseline is not None
-        boot = _bootstrap_difference(current, baseline, bins_current, bins_baseline,
-                                     estimate, conf, seed)
-        if boot is not None:
-            return boot
-    if vc == 0.0 and vb == 0.0:
-        return Difference(estimate, None, None, None, "welch")
+    if vc == 0.0 or vb == 0.0:
+        in_range = all(-1e-12 <= m <= 1.0 + 1e-12 for m in (mc, mb) if m is not None)
+        if bounded and in_range:
+            lo, hi = _mover(current, baseline, 1 - conf, True)
+            return Difference(estimate, lo, hi, _mover_p(current, baseline, True),
+                              "mover+range", NO_SPREAD)
+        if vc == 0.0 and vb == 0.0:
+            return Difference(estimate, None, None, None, "welch", NO_SPREAD)
     a, b = vc / current.n, vb / baseline.n
     se = math.sqrt(a + b)
     df = (a + b) ** 2 / (a * a / (current.n - 1) + b * b / (baseline.n - 1))
@@ -254,34 +329,6 @@ def mean_difference(
 
     p_value = float(2 * stdtr(df, -abs(estimate) / se))
     return Difference(estimate, estimate - half, estimate + half, p_value, "welch")
-
-
-def _bootstrap_difference(
-    current: Moments, baseline: Moments, bins_c: Bins, bins_b: Bins, estimate: float,
-    conf: float, seed: int,
-) -> Difference | None:
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    means = []
-    binned = []
-    for m, bins in ((current, bins_c), (baseline, bins_b)):
-        mids = np.array([x for x, _ in bins], dtype=float)
-        counts = np.array([c for _, c in bins], dtype=float)
-        total = counts.sum()
-        if total <= 0:
-            return None
-        p = counts / total
-        draws = rng.multinomial(m.n, p, size=BOOTSTRAP_RESAMPLES)
-        means.append(draws @ mids / m.n)
-        binned.append(float(p @ mids))
-    diffs = means[0] - means[1] + (estimate - (binned[0] - binned[1]))
-    tail = (1 - conf) / 2
-    lo, hi = np.quantile(diffs, [tail, 1 - tail])
-    below = (np.count_nonzero(diffs <= 0) + 1) / (BOOTSTRAP_RESAMPLES + 1)
-    above = (np.count_nonzero(diffs >= 0) + 1) / (BOOTSTRAP_RESAMPLES + 1)
-    p_value = min(1.0, 2 * min(below, above))
-    return Difference(estimate, float(lo), float(hi), p_value, "bootstrap")
 
 
 def rate_difference(
@@ -378,9 +425,11 @@ def verdict(
     """The verdict on a difference (current - baseline); one of VERDICTS.
 
     - NOT_ENOUGH_DATA: a side has fewer than min_n observations, or no interval could be made.
-    - REGRESSED / IMPROVED: p (p_adjusted, else the unadjusted diff.p_value) < alpha and the
-      interval is not entirely inside +-min_effect; the direction from the estimate's sign and
-      higher_is_better. CHANGED when higher_is_better is None.
+    - REGRESSED / IMPROVED: p (p_adjusted, else the unadjusted diff.p_value) < alpha, the
+      interval lies wholly on one side of 0 and not entirely inside +-min_effect; the direction
+      from the estimate's sign and higher_is_better. CHANGED when higher_is_better is None.
+      (Where p and the interval come from different tests — Newcombe's interval with the score
+      or Fisher's test — both must agree, so a printed verdict never contradicts its interval.)
     - NO_CHANGE: the interval lies inside [-min_effect, +min_effect] (an equivalence verdict;
       it includes statistically significant differences too small to matter).
     - NO_EVIDENCE: otherwise (the interval is too wide to say either).
@@ -391,7 +440,8 @@ def verdict(
         return NOT_ENOUGH_DATA
     p = p_adjusted if p_adjusted is not None else diff.p_value
     inside = -min_effect <= diff.lo and diff.hi <= min_effect
-    if p is not None and p < alpha and not inside and diff.estimate != 0:
+    one_side = diff.lo > 0 or diff.hi < 0
+    if p is not None and p < alpha and one_side and not inside and diff.estimate != 0:
         if higher_is_better is None:
             return CHANGED
         return IMPROVED if (diff.estimate > 0) == higher_is_better else REGRESSED

@@ -3,8 +3,9 @@ windows, per score, with honest statistics — as data.
 
 Per score: n and the mean (or, for a yes/no metric, the rate) on each side with its 95 %
 interval; the difference *current − baseline* with its 95 % interval (Welch for means,
-Newcombe's hybrid score interval for rates, a bootstrap over the rollups' histograms where
-Welch's assumptions fail — each row says which); p-values adjusted across every row compared
+Newcombe's hybrid score interval for rates; where a side of a score in [0, 1] has no spread,
+the MOVER interval built from that side's exact range bound — each row says which); p-values
+adjusted across every row compared
 (Holm by default: a deployment gate must bound the chance of *any* false "regressed" among all
 the scores, which is Holm's family-wise guarantee; Benjamini–Hochberg, which bounds the share
 of false discoveries instead, on request); and a verdict from
@@ -220,9 +221,10 @@ def build_comparison(
             kind = "rate"
         else:
             ea, eb = a.estimate(), b.estimate()
+            # scores in [0, 1] (as the sums tell): a side without spread gets the range
+            # bound, not a zero-width interval (stats.mean_difference)
             diff = stats.mean_difference(a.moments(), b.moments(),
-                                         bins_current=a.histogram() or None,
-                                         bins_baseline=b.histogram() or None)
+                                         bounded=a.unit_range and b.unit_range)
             kind = "mean"
         pending.append((name, a.metric, kind, hib, ea, eb, diff, a.n_ok, b.n_ok))
     # pipeline rows: errors and skips over every job, lower is better

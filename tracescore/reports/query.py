@@ -127,10 +127,21 @@ def values_of(conn: Any, dim: str, window: Window = Window(),
     """The values ``dim`` takes (with when each was first seen), oldest first."""
     if dim in SCORE_DIMS:
         lo, hi = _hours(window)
+        first: dict[str, float] = {}
         rows = conn.execute(
             f"SELECT {dim}, min(hour) FROM hourly_scores WHERE hour >= ? AND hour < ?"
-            f" AND {dim} IS NOT NULL AND {dim} != '' GROUP BY {dim}", (lo, hi)).fetchall()
-        return sorted(((str(v), float(t)) for v, t in rows), key=lambda kv: (kv[1], kv[0]))
+            f" AND {dim} IS NOT NULL AND {dim} != '' GROUP BY {dim}",
+            (_num(lo), _num(hi))).fetchall() if lo < hi else []
+        # an hour the window cuts: its raw rows inside the window, as score_aggs counts them
+        # (a judge model seen only there is a value of the window too)
+        for _hour, t0, t1 in _edges(window):
+            rows += conn.execute(
+                f"SELECT {dim}, min(created_at) FROM scores WHERE created_at >= ?"
+                f" AND created_at < ? AND {dim} IS NOT NULL AND {dim} != '' GROUP BY {dim}",
+                (t0, t1)).fetchall()
+        for v, t in rows:
+            first[str(v)] = min(first.get(str(v), float(t)), float(t))
+        return sorted(first.items(), key=lambda kv: (kv[1], kv[0]))
     return (seg or SegmentIndex(conn)).values(dim)
 
 
@@ -167,7 +178,14 @@ class Agg:
 
     @property
     def yes(self) -> int:
-        """Values in the upper half of [0, 1] (a yes/no metric's 1s: exact)."""
+        """A yes/no metric's 1s, exactly: Σx when every value is 0 or 1 (Σx² = Σx), which the
+        sums carry in every split and time bucket — the histograms do not (they are kept per
+        record segment and hour: none per judge model, metric version or series bucket).
+        Other values: those in the upper half of [0, 1], from the histogram; where there is
+        no histogram, Σx rounded (as the trend did), never 0 by default."""
+        zero_one = self.s >= 0 and abs(self.ss - self.s) <= 1e-9 * max(1, self.n_ok)
+        if self.n_ok and (zero_one or not self.bins):
+            return max(0, min(self.n_ok, round(self.s)))
         return sum(n for b, n in self.bins.items() if bin_mid(b) >= 0.5)
 
     @property
@@ -187,14 +205,15 @@ class Agg:
 
     def estimate(self, binary: bool = False) -> Any:
         """The 95 % interval of the mean (Student t) or, for a yes/no metric, of the rate
-        (Wilson); a mean's interval is clipped to [0, 1] for scores in [0, 1]."""
+        (Wilson); a mean's interval is clipped to [0, 1] for scores in [0, 1], and where all
+        of those are equal it is their exact range bound (:func:`.stats.range_bound`)."""
         from dataclasses import replace
 
         from ..monitor.stats import mean_ci, rate_ci
 
         if binary:
             return rate_ci(self.yes, self.n_ok)
-        est = mean_ci(self.moments())
+        est = mean_ci(self.moments(), bounded=self.unit_range)
         if self.unit_range and est.lo is not None and est.hi is not None:
             est = replace(est, lo=max(0.0, est.lo), hi=min(1.0, est.hi))
         return est
@@ -397,9 +416,11 @@ def _score_edge(conn: Any, seg: SegmentIndex, out: dict[Group, dict[str, Agg]], 
     in_sql, in_args = _names_clause(names)
     raw_n = conn.execute("SELECT count(*) FROM scores WHERE created_at >= ? AND created_at < ?"
                          + in_sql, (hour, hour + HOUR, *in_args)).fetchone()[0]
+    # the same names on both sides: with one name asked for, the hour's rollup of every name
+    # outnumbered its raw rows and the hour looked pruned (issue 29: the first hour dropped)
     rolled_n = conn.execute(
-        "SELECT coalesce(sum(n_ok + n_error + n_skipped), 0) FROM hourly_scores WHERE hour = ?",
-        (hour,)).fetchone()[0]
+        "SELECT coalesce(sum(n_ok + n_error + n_skipped), 0) FROM hourly_scores WHERE hour = ?"
+        + in_sql, (hour, *in_args)).fetchone()[0]
     if int(raw_n) < int(rolled_n):  # pruned (partly): the hour counts whole if it starts inside
         if window.contains(hour):
             inner = score_aggs(conn, Window(hour, hour + HOUR), where=where, by=by,
@@ -527,7 +548,9 @@ def score_series(conn: Any, names: Sequence[str] | None, window: Window, bucket_
                  ) -> dict[str, dict[Group, list[tuple[float, Agg]]]]:
     """Per score name and group: (bucket start, aggregates) per time bucket, ascending.
 
-    ``bucket_s`` ≥ 1 hour reads rollups only; shorter buckets (a short demo run) read the
+    ``bucket_s`` ≥ 1 hour reads the rollups for the window's whole hours and, for an hour the
+    window cuts, that hour's raw rows inside it (as :func:`score_aggs`, so the buckets add up to
+    the window's total); shorter buckets (a short demo run) read the
     raw rows of the window (only sensible for short windows: the caller picks the bucket from
     the data's span, :func:`pick_bucket`)."""
     seg = seg or SegmentIndex(conn)
@@ -547,12 +570,23 @@ def score_series(conn: Any, names: Sequence[str] | None, window: Window, bucket_
     lo = -math.inf if window.since is None else window.since
     hi = math.inf if window.until is None else window.until
     if bucket_s >= HOUR:
+        # the window's whole hours from the rollups; an hour the window cuts (--since 30m)
+        # through score_aggs, as every other reader counts it (its raw rows inside the window)
+        full_lo, full_hi = _hours(window)
         rows = conn.execute(
             "SELECT hour, name, seg_id, judge_model, metric_version, metric, n_ok, value_sum,"
             " value_sumsq, n_labelled, n_fail, n_error, n_skipped FROM hourly_scores"
             " WHERE hour >= ? AND hour < ?" + seg_sql + dim_sql + name_sql,
-            (_num(math.floor(lo / HOUR) * HOUR if math.isfinite(lo) else lo), _num(hi),
-             *seg_args, *dim_args, *name_args)).fetchall()
+            (_num(full_lo), _num(full_hi), *seg_args, *dim_args, *name_args)
+        ).fetchall() if full_lo < full_hi else []
+        for hour, t0, t1 in _edges(window):
+            t = float(int(hour) // int(bucket_s) * int(bucket_s))
+            part = score_aggs(conn, Window(t0, t1), where=where, by=by, names=names, seg=seg)
+            for g, per in part.items():
+                for name, a in per.items():
+                    edge = slot(name, a.metric, g, t)
+                    edge.add(a)
+                    edge.bins.clear()  # as the rollup buckets: no histograms per bucket
         for (hour, name, seg_id, jm, mv, metric, n_ok, s, ss, n_lab, n_fail, n_err,
              n_skip) in rows:
             t = float(int(hour) // int(bucket_s) * int(bucket_s))

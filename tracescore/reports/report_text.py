@@ -10,7 +10,7 @@ from typing import Any
 
 from .model import FeedbackSummary, MetricSummary, PendingReason, Report
 from .population_text import population_lines
-from .textfmt import WIDTH, printable
+from .textfmt import WIDTH, monitor_estimate, printable
 from .textfmt import clip as _clip
 from .textfmt import num as _num
 from .textfmt import pct as _pct
@@ -107,7 +107,8 @@ def _ci(m: MetricSummary, rate: bool = False) -> str:
         return "-"
     if rate:
         return f"{100 * m.lo:.1f}–{100 * m.hi:.1f}%"
-    return f"{m.lo:.3f}–{m.hi:.3f}"
+    # every value equal: the range bound, not a t interval (which would have zero width)
+    return f"{m.lo:.3f}–{m.hi:.3f}" + ("*" if m.ci_method == "range bound" else "")
 
 
 def _score_tables(metrics: Sequence[MetricSummary]) -> list[str]:
@@ -121,6 +122,8 @@ def _score_tables(metrics: Sequence[MetricSummary]) -> list[str]:
     if rows:
         out += _table(["score", "n", "mean", "95% CI", "p10", "p50", "p90", "fail", "errors",
                        "skipped"], rows, "<>>>>>>>>>")
+        if any(m.ci_method == "range bound" for m in metrics if not m.binary):
+            out.append("* every value equal (no spread): the exact bound for scores in [0, 1]")
     # Yes/no metrics (values 0/1): how many said yes, not percentiles of 0s and 1s.
     checks = [
         [m.name + _MARKS[m.higher_is_better], str(m.count),
@@ -145,9 +148,7 @@ def _monitor_lines(report: Report, width: int) -> list[str]:
     for m in report.monitors:
         if m.state == "OK":
             continue
-        est = "" if m.value is None else f" {m.value:.3f}"
-        if m.lo is not None and m.hi is not None:
-            est += f" [{m.lo:.3f}, {m.hi:.3f}]"
+        est = "" if m.value is None else " " + monitor_estimate(m.value, m.lo, m.hi)
         if m.n is not None:
             est += f" n={m.n}"
         text = f"{m.state} {m.name}:{est}" + (f" — {m.summary}" if m.summary else "")
@@ -219,7 +220,8 @@ def format_comparison(c: Any, width: int = WIDTH) -> str:
         if rate:
             text = f"{100 * e.value:.1f}%"
             return text + (f" [{100 * e.lo:.1f}, {100 * e.hi:.1f}]" if e.lo is not None else "")
-        return f"{e.value:.3f}" + (f" [{e.lo:.3f}, {e.hi:.3f}]" if e.lo is not None else "")
+        return (f"{e.value:.3f}" + (f" [{e.lo:.3f}, {e.hi:.3f}]" if e.lo is not None else "")
+                + ("*" if getattr(e, "note", "") else ""))
 
     def dif(d: Any, rate: bool) -> str:
         if d.estimate is None:
@@ -258,7 +260,9 @@ def format_comparison(c: Any, width: int = WIDTH) -> str:
     if rows:
         out += _table(["score", "n", "current", "n", "baseline", "difference [95% CI]",
                        "p adj", "verdict"], rows, "<>>>>>><")
-    methods = sorted({r.diff.method for r in c.rows if r.diff.method})
+    methods = sorted({m for r in c.rows for m in (r.diff.method, r.current.method,
+                                                  r.baseline.method)
+                      if m and m not in ("t", "wilson")})
     adjust = {"holm": "Holm (family-wise)", "fdr_bh": "Benjamini-Hochberg (false discovery "
               "rate)"}.get(c.adjust, c.adjust)
     out += [""] + textwrap.wrap(
@@ -266,6 +270,11 @@ def format_comparison(c: Any, width: int = WIDTH) -> str:
         f"p-values adjusted across the {len(c.rows)} rows by {adjust}; alpha {c.alpha:g}; "
         f"'no change' = the interval lies inside ±{c.min_effect:g}; 'not enough data' = "
         f"fewer than {c.min_n} scored records on a side.", width)
+    if any(getattr(e, "note", "") for r in c.rows for e in (r.current, r.baseline)):
+        out += textwrap.wrap(
+            "* no spread: every value on that side is equal; its interval is the exact bound "
+            "over all scores in [0, 1] (range bound), and the difference's interval is built "
+            "from it (mover+range), never a zero-width interval.", width)
     pops = getattr(c, "population", {})
     if any(p.unequal for side in pops.values() for p in side):
         out += [""] + textwrap.wrap(

@@ -27,13 +27,17 @@ from typing import Any, TextIO
 __all__ = ["COLUMNS", "FORMATS", "FORMULA_STARTS", "columns", "iter_rows", "write_csv",
            "write_jsonl"]
 
-#: Output columns, in order: the record's, then the score's (prefixed ``score_``).
+#: Output columns, in order: the record's, then the score's (prefixed ``score_``). The
+#: record's segment (``release``, ``environment``, and ``segments``: the declared metadata keys
+#: as an object, ``{"route": "search"}``) and the score's ``score_judge_model`` are the values
+#: ``report --by`` / ``compare --by`` split on, so every split's numbers can be recomputed.
 COLUMNS: tuple[str, ...] = (
     "record_id", "trace_id", "span_id", "created_at", "query", "answer", "ground_truths",
-    "n_contexts", "contexts", "latency_ms", "input_tokens", "output_tokens", "model", "error", "sampled",
+    "n_contexts", "contexts", "latency_ms", "input_tokens", "output_tokens", "model", "error",
+    "sampled", "release", "environment", "segments",
     "score_name", "score_metric", "score_value", "score_label", "score_explanation",
-    "score_status", "score_error", "score_metric_version", "score_duration_ms",
-    "score_created_at",
+    "score_status", "score_error", "score_metric_version", "score_judge_model",
+    "score_duration_ms", "score_created_at",
 )
 
 FORMATS = ("jsonl", "csv")
@@ -46,11 +50,12 @@ def columns(*, contexts: bool = True) -> tuple[str, ...]:
 
 _SELECT = (
     "SELECT r.record_id, r.trace_id, r.span_id, r.created_at, r.query, r.answer,"
-    " r.ground_truths, r.n_contexts, {contexts}, r.latency_ms, r.input_tokens, r.output_tokens, r.model, r.error,"
-    " r.sampled, s.name, s.metric, s.value, s.label, s.explanation, s.status, s.error,"
-    " s.metric_version, s.duration_ms, s.created_at"
+    " r.ground_truths, r.n_contexts, {contexts}, r.latency_ms, r.input_tokens,"
+    " r.output_tokens, r.model, r.error, r.sampled, {segment},"
+    " s.name, s.metric, s.value, s.label, s.explanation, s.status, s.error,"
+    " s.metric_version, s.judge_model, s.duration_ms, s.created_at"
     " FROM records r {join} JOIN scores s ON s.record_id = r.record_id{metric_filter}"
-    " WHERE r.created_at >= ?"
+    "{segments} WHERE r.created_at >= ?"
     # created_at first so the records(created_at) index drives the scan: SQLite then only
     # sorts each record's few scores, never the whole result.
     " ORDER BY r.created_at, r.record_id, s.name"
@@ -89,11 +94,22 @@ def iter_rows(conn: sqlite3.Connection, *, since: float | None = None,
         metric_filter = " AND s.name IN (" + ",".join("?" * len(names)) + ")"
         args += names
     args.append(since if since is not None else -math.inf)
+    from ..store.compat import has_table
+
+    # a database from before segments (schema < 3) has no segments table: those columns null
+    seg = has_table(conn, "segments")
     # CROSS JOIN is SQLite's way to keep records the outer loop (see _SELECT's ORDER BY).
     sql = _SELECT.format(join="CROSS" if scored_only else "LEFT", metric_filter=metric_filter,
-                         contexts="r.contexts" if contexts else "NULL")
+                         contexts="r.contexts" if contexts else "NULL",
+                         segment="g.release, g.environment, g.meta" if seg
+                         else "NULL, NULL, NULL",
+                         segments=" LEFT JOIN segments g ON g.seg_id = r.seg_id" if seg else "")
     for row in conn.execute(sql, args):
         out = dict(zip(COLUMNS, row))
+        meta = _decoded(out["segments"])
+        out["segments"] = (None if meta is None and out["release"] is None
+                           and out["environment"] is None
+                           else dict(meta) if isinstance(meta, dict) else {})
         out["ground_truths"] = _decoded(out["ground_truths"])
         if contexts:
             out["contexts"] = _decoded(out["contexts"])

@@ -49,6 +49,24 @@ def num(v: float | None, digits: int = 3) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def monitor_estimate(value: float | None, lo: float | None, hi: float | None,
+                     digits: int = 3) -> str:
+    """A monitor's value and interval: ``0.712 [0.690, 0.734]`` when the interval holds the
+    value as printed. A monitor's interval is an anytime-valid confidence sequence centred on
+    the window's λ-weighted mean, not on the plain mean it reports, so the two can part; then
+    the interval is named for what it is: ``0.641; anytime interval [0.645, 0.746] (of the
+    weighted mean)`` — never a mean printed outside its own interval."""
+    if value is None:
+        return ""
+    text = f"{value:.{digits}f}"
+    if lo is None or hi is None:
+        return text
+    shown_lo, shown_hi = f"{lo:.{digits}f}", f"{hi:.{digits}f}"
+    if float(shown_lo) <= float(text) <= float(shown_hi):
+        return f"{text} [{shown_lo}, {shown_hi}]"
+    return f"{text}; anytime interval [{shown_lo}, {shown_hi}] (of the weighted mean)"
+
+
 def pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 

@@ -129,7 +129,6 @@ def build_trend(conn: Any, *, since: float | None = None,
     under :data:`HOURLY_BELOW`). Blocking I/O; reads rollups, ``segments`` and the monitor
     tables only.
     """
-    from ..monitor.stats import Moments, mean_ci, rate_ci
     from .report import monitor_statuses
 
     now = time.time() if now is None else now
@@ -158,9 +157,10 @@ def build_trend(conn: Any, *, since: float | None = None,
         for t, a in sorted(merged.items()):
             if not a.n_ok:
                 continue
-            # Σx counts the 1s of a 0/1 metric exactly; rollups carry no bins per bucket
-            est = (rate_ci(min(a.n_ok, round(a.s)), a.n_ok) if binary
-                   else mean_ci(Moments(a.n_ok, a.s, a.ss)))
+            # Agg.estimate, as the report: Σx counts a 0/1 metric's yeses exactly (rollups
+            # carry no bins per bucket), a mean's interval is clipped to [0, 1] for scores in
+            # it, and a bucket of equal values gets the range bound, not zero width
+            est = a.estimate(binary)
             pts.append(TrendPoint(float(t), a.n_ok, float(est.value if est.value is not None
                                                           else a.s / a.n_ok), est.lo, est.hi))
         series.append(TrendSeries(name, total.metric, "rate" if binary else "mean",

@@ -278,8 +278,14 @@ def _not_enough(kind: str, n: int, big_n: int, method: str, reason: str) -> Mean
                         NOT_ENOUGH_DATA, reason)
 
 
+def _unit(m: Moments) -> bool:
+    """Σx ≥ 0 and Σx² ≤ Σx: for equal values (the only case ``mean_ci`` asks) exactly "in
+    [0, 1]", where an honest interval exists without spread (``stats.range_bound``)."""
+    return m.n > 0 and m.s >= 0 and m.ss <= m.s + 1e-9 * m.n
+
+
 def _judge_estimate(population: Moments, alpha: float) -> MeanEstimate:
-    est = mean_ci(population, 1 - alpha)
+    est = mean_ci(population, 1 - alpha, bounded=_unit(population))
     se = math.sqrt(population.var / population.n) if population.var is not None else None
     status, reason = (OK, None) if est.lo is not None else (
         NOT_ENOUGH_DATA, f"{population.n} judge score(s); at least 2 are needed")
@@ -292,7 +298,7 @@ def _labels_estimate(ys: list[float], alpha: float, min_n: int) -> MeanEstimate:
     if n < max(2, min_n):
         return _not_enough(LABELS, n, 0, "t", _too_few(n, min_n))
     m = Moments.from_values(ys)
-    est = mean_ci(m, 1 - alpha)
+    est = mean_ci(m, 1 - alpha, bounded=_unit(m))
     return MeanEstimate(LABELS, _WORDS[LABELS], est.value, est.lo, est.hi,
                         math.sqrt((m.var or 0.0) / n), n, 0, None, "t")
 

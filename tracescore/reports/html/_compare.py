@@ -1,6 +1,7 @@
 """The comparison page (``tracescore compare --html``): per score n and the mean (or rate)
 on each side, the difference current − baseline as an interval bar against the ±min-effect
-band, the adjusted p-value and the verdict; the methods in a footnote.
+band, the adjusted p-value and the verdict; when either side has human labels, the judge vs
+humans section (corrected estimates per side and their difference); the methods in a footnote.
 
 Renders a :class:`~tracescore.reports.compare.Comparison`
 (:func:`~tracescore.reports.compare.build_comparison`): no connection, no queries. Labels,
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ... import __version__
 from ..population_text import population_html
 from ..textfmt import when as _when
+from ._compare_trust import _compare_trust_section
 from ._page import _attr, _document, _estimate
 from ._svg import _nice_up
 
@@ -26,9 +28,15 @@ METHODS = {
     "t": "Student t interval of the mean",
     "wilson": "Wilson score interval of the rate",
     "welch": "Welch's unequal-variance t interval and test (means)",
-    "bootstrap": "percentile bootstrap over the rollups' 100-bin histograms (4,000 seeded "
-                 "resamples), where Welch's normal approximation is not trusted (few or "
-                 "skewed values)",
+    "range bound": "exact interval for a mean of scores in [0, 1] whose values are all "
+                   "equal (no spread): Clopper–Pearson at 0 or 1, its bounded-range form "
+                   "between",
+    "mover+range": "MOVER interval (Zou & Donner 2008) built from each side's own interval "
+                   "— the exact range bound for a side without spread — with the p-value "
+                   "found by inverting it (means in [0, 1] where a side has no spread)",
+    # the method of comparisons saved (compare --json) by earlier versions
+    "bootstrap": "percentile bootstrap over the rollups' 100-bin histograms (earlier "
+                 "versions of tracescore)",
     "newcombe+score": "Newcombe's hybrid score interval (from the two Wilson intervals) with "
                       "the pooled two-proportion score test (rates)",
     "newcombe+fisher": "Newcombe's hybrid score interval with Fisher's exact test (rates with "
@@ -92,6 +100,7 @@ def render_comparison_html(c: Comparison) -> str:
         *(population_html(getattr(c, "population", {}).get(side, []),
                           f"{side}: {label}")
           for side, label in (("current", c.current_label), ("baseline", c.baseline_label))),
+        _compare_trust_section(getattr(c, "trust", []), c.current_label, c.baseline_label),
         _comparison_notes(c),
         f"<footer>tracescore {escape(__version__)} · the same numbers: <code>tracescore "
         f"compare --json</code></footer>",
@@ -169,10 +178,12 @@ def _comparison_row(r: ScoreComparison, c: Comparison, shared: float) -> str:
         f'<td><div class="sname">{label}</div><div class="dir">{escape(note)}</div></td>'
         f'<td class="num" data-n="current">{r.current.n:,}</td>'
         f'<td class="num" data-est="current" data-value="{_attr(r.current.value)}">'
-        f"{escape(_estimate(r.current.value, r.current.lo, r.current.hi, rate))}</td>"
+        f"{escape(_estimate(r.current.value, r.current.lo, r.current.hi, rate))}"
+        f"{_no_spread(r.current)}</td>"
         f'<td class="num" data-n="baseline">{r.baseline.n:,}</td>'
         f'<td class="num" data-est="baseline" data-value="{_attr(r.baseline.value)}">'
-        f"{escape(_estimate(r.baseline.value, r.baseline.lo, r.baseline.hi, rate))}</td>"
+        f"{escape(_estimate(r.baseline.value, r.baseline.lo, r.baseline.hi, rate))}"
+        f"{_no_spread(r.baseline)}</td>"
         f'<td class="diffcell">{_diff_svg(r, c.min_effect, scale, rate, cls)}'
         f'<div class="difftext" data-diff="{escape(d.method)}">{escape(diff)}</div></td>'
         f'<td class="num" data-p="{_attr(r.p_adjusted)}">{escape(p)}</td>'
@@ -217,6 +228,13 @@ def _diff_svg(r: ScoreComparison, min_effect: float, scale: float, rate: bool,
     return "".join(out)
 
 
+def _no_spread(e: Any) -> str:
+    """A side whose values are all equal: its interval is the range bound, and says so."""
+    note = getattr(e, "note", "")
+    return (f' <abbr class="from" data-note="no-spread" title="{escape(note)}; the interval '
+            'is the exact range bound over scores in [0, 1]">no spread</abbr>' if note else "")
+
+
 def _comparison_notes(c: Comparison) -> str:
     methods = sorted({m for r in c.rows for m in (r.diff.method, r.current.method,
                                                   r.baseline.method) if m})
@@ -233,7 +251,8 @@ def _comparison_notes(c: Comparison) -> str:
     }.get(c.adjust, escape(c.adjust))
     verdicts = (
         f"<b>regressed</b> / <b>improved</b>: the adjusted p-value is below α = {c.alpha:g} "
-        f"and the interval is not inside ±{c.min_effect:g} (<b>changed</b>: a score with no "
+        f"and the interval lies on one side of 0, not inside ±{c.min_effect:g} "
+        "(<b>changed</b>: a score with no "
         f"better direction); <b>no change</b>: the whole interval lies inside "
         f"±{c.min_effect:g} (the shaded band); <b>no evidence</b>: the interval is too wide "
         f"to say either; <b>not enough data</b>: fewer than {c.min_n} scored records on a "

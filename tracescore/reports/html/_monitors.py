@@ -12,8 +12,9 @@ from collections.abc import Sequence
 from html import escape
 
 from ..model import MonitorStatus
+from ..textfmt import monitor_estimate
 from ..textfmt import when as _when
-from ._page import _attr, _estimate
+from ._page import _attr
 
 #: Monitor states, worst first (the badge colours are in the CSS: .st-STATE).
 STATES = ("ALERT", "WARNING", "NO_DATA", "OK")
@@ -36,7 +37,7 @@ def _monitor_table(monitors: Sequence[MonitorStatus],
                        for s, n in counts.items() if n)
     rows = []
     for m in monitors:
-        est = _estimate(m.value, m.lo, m.hi)
+        est = monitor_estimate(m.value, m.lo, m.hi) or "—"
         strip = "" if strips is None else f'<td class="stripcell">{strips.get(m.name, "")}</td>'
         rows.append(
             f'<tr data-monitor="{escape(m.name)}" data-state="{escape(m.state)}">'

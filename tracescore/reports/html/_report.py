@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 #: Characters of each context shown (inside a collapsed <details>).
 CONTEXT_CHARS = 4000
-_SHORT = {"t": "Student t", "wilson": "Wilson"}
+_SHORT = {"t": "Student t", "wilson": "Wilson",
+          "range bound": "range bound: every value equal, the exact bound over [0, 1]"}
 
 
 def render_html(page: ReportPage, trend: TrendPage | None = None, *,
@@ -247,7 +248,8 @@ def _direction(m: MetricSummary) -> str:
 def _ci_line(m: MetricSummary) -> str:
     """The headline's 95 % interval, with the method that gave it."""
     if m.lo is None or m.hi is None:
-        why = "no values" if not m.count else "one value: no interval"
+        why = ("no values" if not m.count else "one value: no interval" if m.count == 1
+               else "every value equal, range unknown: no interval")
         return f'<p class="ci" data-stat="ci">95% CI — ({why})</p>'
     shown = (f"{100 * m.lo:.1f}–{100 * m.hi:.1f}%" if m.binary
              else f"{_val(m.lo)}–{_val(m.hi)}")

@@ -16,6 +16,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from ... import __version__
+from ..textfmt import monitor_estimate
 from ..textfmt import when as _when
 from ._monitors import STATES, _badge, _monitor_table
 from ._page import _attr, _clip, _document, _estimate, _scope
@@ -275,7 +276,7 @@ def _history_card(trend: TrendPage, strips: dict[str, str] | None, most: int = 2
                      "</table>")
     items = []
     for h in trend.history[:most]:
-        est = "" if h.value is None else f" · {_estimate(h.value, h.lo, h.hi)}"
+        est = "" if h.value is None else f" · {monitor_estimate(h.value, h.lo, h.hi)}"
         n = "" if h.n is None else f" · n = {h.n:,}"
         prev = f"{_badge(h.previous)} → " if h.previous else ""
         summary = f' <span class="msum">{escape(h.summary)}</span>' if h.summary else ""
