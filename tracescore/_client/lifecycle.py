@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .._internal import capture_degraded as _degraded
 from .._internal.errors import record_internal_error
 from ..export import (
     PipelineSnapshot,
@@ -205,6 +206,8 @@ class Lifecycle:
         return {
             "queue_depth": self.queue.depth,
             "dropped": self.queue.dropped,
+            # capture fallbacks taken, per cause (process-wide; docs/capture.md)
+            "capture": _degraded.counts(),
             "dropped_other": self.queue.dropped_other,
             "written": self.queue.written,
             "lost": lost,
