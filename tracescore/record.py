@@ -56,7 +56,9 @@ class Candidate:
     ``via`` says how a kept document reached the model when the model saw a text derived
     from it rather than the document itself: ``"<tool> (tool reply)"`` (a sub-agent or
     sub-graph behind a tool wrote the reply from it), ``"<node> (model text)"`` (a model call
-    of the graph node that retrieved it summarised it); None when the model saw the document.
+    of the graph node that retrieved it summarised it), or for a document the model saw only
+    in pieces (``kept`` false), ``"split into the chunks the model saw"`` (LlamaIndex's
+    ``CitationQueryEngine``); None when the model saw the document itself.
     The same text found by two steps is two candidates: each step's hit is evidence.
     """
 

@@ -135,10 +135,10 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         if parent is not None:
             _degraded.note("root_in_run" if parent_run_id is None else "unknown_parent")
             return parent
+        if _suppressed():  # tracescore's own judge calls (and their children)
+            return _SKIP
         if parent_run_id is not None:
             _degraded.note("unknown_parent")  # the fallback: a request of its own
-        if _suppressed():
-            return _SKIP
         return None
 
     def _running_parent(self) -> _Run | None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracescore._internal import capture_degraded as _degraded
 from tracescore.record import Context, TokenUsage
 from tracescore.runs import RunScope
 
@@ -155,6 +156,7 @@ def _queued_chunks(stream: Any, msg_id: Any) -> int:
         return 0
     items = getattr(stream, "_queue", None)  # SyncQueue and asyncio.Queue: a deque
     if items is None:
+        _degraded.note("stream_queue")  # a LangGraph release changed its queue
         return 0
     n = 0
     for item in list(items):
@@ -162,6 +164,7 @@ def _queued_chunks(stream: Any, msg_id: Any) -> int:
             if item[1] == "messages" and getattr(item[2][0], "id", None) == msg_id:
                 n += 1
         except (IndexError, KeyError, TypeError):
+            _degraded.note("stream_item")
             continue
     return n
 
@@ -179,4 +182,5 @@ def find_stream_queue(config: Any) -> Any:
             owner = getattr(put, "__self__", None)
             if owner is not None and hasattr(owner, "_queue"):
                 return owner
+            _degraded.note("stream_queue")  # a LangGraph release changed its stream handler
     return None

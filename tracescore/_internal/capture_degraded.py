@@ -5,8 +5,9 @@ Capture leans on the frameworks' callback order and a few private fields (LangGr
 ``_queue``). When a release breaks one of those assumptions, the capture takes the documented
 fallback (docs/capture.md, "When capture meets a shape it does not understand") and calls
 :func:`note` with the cause: counted per cause (process-wide: ``ts.stats()["capture"]``), a
-log line once per cause and process, and written to the database's counters as
-``capture_degraded`` (the pipeline figure a monitor can watch) with the next batch of records.
+log line once per cause and process, and — unless the capture recovered in full
+(:data:`RECOVERED`) — written to the database's counters as ``capture_degraded`` (the
+pipeline figure a monitor can watch) with the next batch of records.
 
 :func:`note` costs a dict update; it runs only on the rare path.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 
-__all__ = ["CAUSES", "counts", "give_back", "note", "take_unwritten"]
+__all__ = ["CAUSES", "RECOVERED", "counts", "give_back", "note", "take_unwritten"]
 
 log = logging.getLogger("tracescore.capture")
 
@@ -33,24 +34,34 @@ CAUSES: dict[str, str] = {
                     "graph stream may include chunks the client never received",
     "stream_item": "an item of LangGraph's stream queue has an unknown shape: it is not "
                    "subtracted from a cut-off stream's answer",
-    "llama_parent": "a LlamaIndex span named a parent span the handler never saw: recorded "
-                    "as a request of its own",
 }
 
 _lock = threading.Lock()
 _counts: dict[str, int] = {}
-_written = 0  # the total already handed to a store's counters
+_degraded = 0  # fallbacks whose record may be wrong (all causes but RECOVERED)
+_written = 0  # the part of _degraded already handed to a store's counters
+
+
+#: Causes the capture recovers from in full (the record is right): counted and logged, but
+#: not in the ``capture_degraded`` figure, so a monitor watches only records that may be wrong.
+RECOVERED = frozenset({"root_in_run"})
 
 
 def note(cause: str) -> None:
     """Count one fallback taken for ``cause`` (a key of :data:`CAUSES`); log the first."""
-    global _counts
+    global _counts, _degraded
     with _lock:
         n = _counts.get(cause, 0) + 1
         _counts = {**_counts, cause: n}  # a new dict: readers take it without the lock
+        if cause not in RECOVERED:
+            _degraded += 1
     if n == 1:
-        log.warning("tracescore capture: %s (counted in stats()['capture'][%r] and the "
-                    "capture_degraded counter)", CAUSES.get(cause, cause), cause)
+        if cause in RECOVERED:
+            log.info("tracescore capture: %s (counted in stats()['capture'][%r])",
+                     CAUSES.get(cause, cause), cause)
+        else:
+            log.warning("tracescore capture: %s (counted in stats()['capture'][%r] and the "
+                        "capture_degraded counter)", CAUSES.get(cause, cause), cause)
 
 
 def counts() -> dict[str, int]:
@@ -62,8 +73,7 @@ def take_unwritten() -> int:
     """Fallbacks noted since the last call (for the store's ``capture_degraded`` counter)."""
     global _written
     with _lock:
-        total = sum(_counts.values())
-        new, _written = total - _written, total
+        new, _written = _degraded - _written, _degraded
     return new
 
 
