@@ -91,6 +91,19 @@ def _fault(where: str, exc: Exception) -> None:
 _SKIP: Any = object()
 
 
+def _late_tool_call(run: _Run, call: str) -> None:
+    """A tool run's call id learnt at its end (langchain-core before 1.2 passes no
+    ``tool_call_id`` to ``on_tool_start``; its ``ToolMessage`` has it): the retrievals made
+    inside the tool get it as their outermost enclosing call so far."""
+    run.tool_call = call
+    entry = (call, run.name, run.seq)
+    for r in run.root.retrievals:
+        if run.seq in r.ancestors:
+            r.tool_calls = (*r.tool_calls, entry)
+            if r.tool_call is None:
+                r.tool_call = call
+
+
 class TracescoreCallbackHandler(BaseCallbackHandler):
     """Captures LangChain runs for a :class:`~tracescore.client.Tracescore` pipeline.
 
@@ -532,6 +545,10 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                     **kwargs: Any) -> None:
         try:
             run = self._runs.get(getattr(run_id, "int", run_id))
+            if run is not None and run.tool_call is None:
+                call = getattr(output, "tool_call_id", None)
+                if isinstance(call, str):  # langchain-core < 1.2: known from the ToolMessage
+                    _late_tool_call(run, call)
             if run is not None:
                 docs = M.artifact_documents(output)
                 if docs:

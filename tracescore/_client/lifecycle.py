@@ -176,6 +176,8 @@ class Lifecycle:
         full disk, a lock), or None: records and scores wait in memory meanwhile and are
         written when it passes. ``scorer`` is the scoring loop's health (``alive``, ``restarts``,
         ``gave_up``, ``last_error``): a loop that dies is restarted with a backoff.
+        ``capture`` counts, per cause, the fallbacks capture took when a framework's run had a
+        shape it does not understand (process-wide; docs/capture.md).
         """
         try:
             return self._stats()
