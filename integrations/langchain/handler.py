@@ -464,8 +464,10 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             root.prompt = prompt
             root.last_llm = run
             root.model = model if isinstance(model, str) else None
-            step = run.parent
-            while step is not None:  # the tools and nodes whose text this model call writes
+            # the tools and nodes whose text this model call writes (only a call made after a
+            # retrieval can write from its documents)
+            step = run.parent if root.retrievals else None
+            while step is not None:
                 if step.is_tool or step.node:
                     root.step_models[step.seq] = run.seq
                 step = step.parent

@@ -124,7 +124,7 @@ def new_retrieval(run: _Run, source: str, ctxs: list[Context], kind: str, seq: i
     order.reverse()
     return Retrieval(seq=seq, source=source, contexts=ctxs, kind=kind,
                      ancestors=frozenset(ancestors), run_seq=run.seq, loop_key=loop_key,
-                     loop_round=tuple(s for s, _ in order) if order else (run.seq,),
+                     loop_round=tuple([s for s, _ in order]) if order else (run.seq,),
                      tool_call=run.tool_call, tool_calls=tuple(calls), order=tuple(order),
                      node=(node.seq, node.name) if node is not None else None)
 
