@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from helpers import records, rows
 from langchain_core.runnables import RunnableConfig, RunnableLambda
+from tracescore.integrations.langchain import runs as lc_runs
 
 from tracescore._internal import capture_degraded
-from tracescore.integrations.langchain import runs as lc_runs
 from tracescore.monitor.config import monitors_from_objects
 from tracescore.monitor.evaluate import Evaluator
 
