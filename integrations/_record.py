@@ -17,9 +17,15 @@ decision is made from the framework's own tree, never from prompt strings:
    last retrieval. A superseded retrieval made by a tool call stays when the answering model's
    prompt still holds that call's ``ToolMessage`` (a ReAct agent's several searches).
 3. **Tool calls the answering model never saw** (their ``ToolMessage`` is not in its prompt,
-   when that prompt holds tool messages at all) are dropped.
+   when that prompt holds tool messages at all) are dropped. A call inside another tool
+   call (a sub-agent's search inside the supervisor's ``research`` tool) was seen when the
+   enclosing call was: the model saw a reply derived from the documents, which are then the
+   evidence the answer rests on (their candidates say ``via="<tool> (tool reply)"``).
+   Likewise documents a graph node's own model call turned into text that a later answering
+   call read (a map-reduce branch's summary): ``via="<node> (model text)"``.
 4. Contexts are the kept documents in the order their steps ran (retrievers by start, tools
-   and nodes by end), **de-duplicated by content**: the same text found by two steps (BM25 and
+   and nodes by end; parallel ``Send`` branches of one graph step in the order of their
+   tasks, whatever order their threads ran in), **de-duplicated by content**: the same text found by two steps (BM25 and
    a vector store in an ensemble; a copy a reranker made) is one context, with its first
    step's source and the first id any copy had. Documents a tool or node passed on keep the
    source of the retriever (tool, node) inside it that found them.
@@ -27,7 +33,7 @@ decision is made from the framework's own tree, never from prompt strings:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tracescore.record import Candidate, Context
@@ -60,11 +66,18 @@ class Retrieval:
     #: Set when an outer document-producing step encloses it: that step's name (and run).
     within: str | None = None
     within_seq: int | None = None
-    #: Supersession: a later retrieval with the same key and a later round replaces this one.
+    #: Supersession: a later retrieval with the same key and a later round replaces this one
+    #: (rounds: the graph steps of the enclosing nodes, outermost first).
     loop_key: str | None = None
-    loop_round: int = 0
+    loop_round: tuple[int, ...] = (0,)
     #: The tool call whose result carried these documents, if any.
     tool_call: str | None = None
+    #: Every enclosing tool call, innermost first: (call id, tool name, tool run).
+    tool_calls: tuple[tuple[str, str, int], ...] = ()
+    #: Order among steps: (graph step, Send task index) of the enclosing nodes, outermost first.
+    order: tuple[tuple[int, int], ...] = ()
+    #: The enclosing graph node run: (its sequence number, its name).
+    node: tuple[int, str] | None = None
 
 
 def enclose(retrievals: Iterable[Retrieval], outer_seq: int, outer_name: str) -> None:
@@ -75,28 +88,53 @@ def enclose(retrievals: Iterable[Retrieval], outer_seq: int, outer_name: str) ->
             r.within_seq = outer_seq
 
 
+def _order(r: Retrieval) -> tuple[tuple[tuple[int, int], ...], int]:
+    return r.order, r.seq
+
+
 def assemble(retrievals: Sequence[Retrieval], prompt_tool_calls: frozenset[str] = frozenset(),
-             candidates: bool = True) -> tuple[tuple[Context, ...], tuple[Candidate, ...]]:
+             candidates: bool = True, answer_seq: int | None = None,
+             step_models: Mapping[int, int] | None = None,
+             ) -> tuple[tuple[Context, ...], tuple[Candidate, ...]]:
     """(contexts, candidates) of a run from its retrievals (rules in the module docstring).
 
-    ``candidates=False``: no candidates (a record stored compact keeps none)."""
+    ``candidates=False``: no candidates (a record stored compact keeps none).
+    ``answer_seq``: the answering model call's run; ``step_models``: tool or graph node run →
+    its last model call (outside retrievers), to tell a step that wrote text from its
+    documents (a sub-agent's reply, a branch's summary)."""
+    models = step_models or {}
+
+    def wrote(step: int, after: int) -> bool:
+        model = models.get(step)
+        return model is not None and model > after and model != answer_seq
+
     if not retrievals:
         return (), ()
-    ordered = sorted(retrievals, key=lambda r: r.seq)
-    latest: dict[str, int] = {}
+    ordered = sorted(retrievals, key=_order)
+    latest: dict[str, tuple[int, ...]] = {}
     for r in ordered:
         if r.within is None and r.loop_key is not None and r.contexts:
             latest[r.loop_key] = max(latest.get(r.loop_key, r.loop_round), r.loop_round)
     dropped: dict[int, str] = {}  # id(retrieval) → why its documents were not kept
+    via: dict[int, str] = {}  # id(retrieval) → the derived text the model saw instead
     for r in ordered:
         if r.within is not None:
             continue
-        seen_call = r.tool_call is not None and r.tool_call in prompt_tool_calls
+        seen_call = False
+        if r.tool_calls and prompt_tool_calls:
+            for i, (call, name, tool) in enumerate(r.tool_calls):
+                if call in prompt_tool_calls:
+                    seen_call = True
+                    if i or wrote(tool, r.seq):  # the reply was written from the documents
+                        via[id(r)] = f"{name} (tool reply)"
+                    break
         if prompt_tool_calls and r.tool_call is not None and not seen_call:
             dropped[id(r)] = "not in the answering model's prompt"
         elif (r.loop_key is not None and r.loop_round < latest.get(r.loop_key, r.loop_round)
               and not seen_call):
             dropped[id(r)] = f"retrieved again ({r.loop_key})"
+        elif id(r) not in via and r.node is not None and wrote(r.node[0], r.seq):
+            via[id(r)] = f"{r.node[1]} (model text)"
     # provenance: a retriever (tool, node) inside a tool or node names the documents it found;
     # a raw vector-store search inside one is that step's own implementation
     by_text: dict[str, Context] = {}
@@ -166,5 +204,6 @@ def assemble(retrievals: Sequence[Retrieval], prompt_tool_calls: frozenset[str] 
             is_kept = not inner and why is None and c.text in kept
             out.append(Candidate(
                 text=c.text, id=c.id, score=c.score, source=source, kept=is_kept,
-                dropped_by=None if is_kept else (why or r.within or "dropped")))
+                dropped_by=None if is_kept else (why or r.within or "dropped"),
+                via=via.get(id(r)) if is_kept else None))
     return tuple(contexts), tuple(out)

@@ -27,8 +27,8 @@ from langchain_classic.retrievers.document_compressors import (
     LLMChainFilter,
     LLMListwiseRerank,
 )
+from langchain_classic.retrievers.document_compressors.cross_encoder import BaseCrossEncoder
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
-from langchain_core.cross_encoders import BaseCrossEncoder
 from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel

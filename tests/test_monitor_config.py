@@ -546,7 +546,7 @@ threshold = 0.3
         "'faithfulness'?)",
         f"{path}: monitor 'unknown': score: unknown score 'latency' (known: "
         "answer_relevance, faithfulness; pipeline figures: error_rate, skip_rate, "
-        "dropped_records, backlog_age, judge_cost_per_day)",
+        "dropped_records, backlog_age, judge_cost_per_day, capture_degraded)",
         f"{path}: monitor 'segment': where: segment 'metadata.tenat' is not declared: add "
         "'tenat' to init(segments=[...]) (did you mean 'metadata.tenant'?)",
     )

@@ -565,7 +565,7 @@ class Tracescore(Feedback, Lifecycle):
             prompt=r(record.prompt) if record.prompt else record.prompt,
             retrieval_queries=tuple(r(q) for q in record.retrieval_queries),
             candidates=tuple(c.__class__(r(c.text) if isinstance(c.text, str) else c.text,
-                                         c.id, c.score, c.source, c.kept, c.dropped_by)
+                                         c.id, c.score, c.source, c.kept, c.dropped_by, c.via)
                              for c in record.candidates),
             error=r(record.error) if isinstance(record.error, str) else record.error,
             metadata=self.redact_value(record.metadata),

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._internal import capture_degraded as _degraded
 from ._internal.db_faults import DISK_FULL, IO_ERROR, NOTICE, storage_fault
 from ._internal.errors import record_internal_error
 from ._internal.losses import Losses
@@ -442,14 +443,18 @@ class RecordQueue:
         drops = self._unsaved_drops
         lost = self.losses.take_unsaved()
         by_reason, self._unsaved_drop_reasons = self._unsaved_drop_reasons, {}
+        degraded = _degraded.take_unwritten()
         counters = {"records_dropped": drops, "records_seen": len(records) + drops,
                     **{f"lost.{k}": v for k, v in lost.items()}}
+        if degraded:  # capture fallbacks taken (integrations/_degraded.py)
+            counters["capture_degraded"] = degraded
         for k, v in by_reason.items():
             counters[f"lost.{k}"] = counters.get(f"lost.{k}", 0) + v
         try:
             self._write_good(store, _Pairs(good), counters)
         except BaseException:
             self.losses.give_back(lost)
+            _degraded.give_back(degraded)
             for k, v in by_reason.items():
                 self._unsaved_drop_reasons[k] = self._unsaved_drop_reasons.get(k, 0) + v
             raise

@@ -53,6 +53,12 @@ class Candidate:
     graph node); ``kept`` tells whether it is among the record's contexts (it reached the
     answering model); ``dropped_by`` names the step that left it out (a compressor, reranker
     or filter wrapping the retriever, a later retrieval that replaced it) when it did not.
+    ``via`` says how a kept document reached the model when the model saw a text derived
+    from it rather than the document itself: ``"<tool> (tool reply)"`` (a sub-agent or
+    sub-graph behind a tool wrote the reply from it), ``"<node> (model text)"`` (a model call
+    of the graph node that retrieved it summarised it), or for a document the model saw only
+    in pieces (``kept`` false), ``"split into the chunks the model saw"`` (LlamaIndex's
+    ``CitationQueryEngine``); None when the model saw the document itself.
     The same text found by two steps is two candidates: each step's hit is evidence.
     """
 
@@ -62,6 +68,7 @@ class Candidate:
     source: str | None = None
     kept: bool = True
     dropped_by: str | None = None
+    via: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.score, float) and not math.isfinite(self.score):

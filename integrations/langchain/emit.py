@@ -46,6 +46,9 @@ def emit_record(h: TracescoreCallbackHandler, run: _Run, outputs: Any,
         if q:
             root.query = q
     answer = M.extract_answer(outputs) if error is None else None
+    structured = None
+    if answer is None and error is None and not cut:
+        answer, structured = M.structured_answer(outputs)
     if cut:
         answer = streamed_text(root) or answer
     elif answer is None and error is None:
@@ -57,9 +60,12 @@ def emit_record(h: TracescoreCallbackHandler, run: _Run, outputs: Any,
     # (only a retrieval made by a tool call is checked against the prompt's tool messages)
     calls = (M.prompt_tool_calls(root.prompt)
              if any(r.tool_call is not None for r in root.retrievals) else frozenset[str]())
+    llm = root.last_llm
+    found = partial(assemble, root.retrievals, calls, answer_seq=None if llm is None else llm.seq,
+                    step_models=root.step_models)
     span = run.span
     if root.guest_of is not None:
-        contexts, candidates = assemble(root.retrievals, calls)
+        contexts, candidates = found()
         owner = root.guest_of
         owner.add_contexts(contexts, step=run.name, final=True)
         dropped = [Context(c.text, c.id, c.score, source=c.source)
@@ -73,7 +79,7 @@ def emit_record(h: TracescoreCallbackHandler, run: _Run, outputs: Any,
     # An unsampled record is stored compact (lengths and hashes): the prompt, the candidates
     # and the retrieval queries are built only for a record that keeps its text.
     full = ts.text_needed(u)
-    contexts, candidates = assemble(root.retrievals, calls, candidates=full)
+    contexts, candidates = found(candidates=full)
     md = root.metadata
     scope = root.scope
     session, user = M._session_user(md, scope)
@@ -83,6 +89,8 @@ def emit_record(h: TracescoreCallbackHandler, run: _Run, outputs: Any,
     metadata = {k: v for k, v in md.items()
                 if not k.startswith(("ls_", "langgraph_")) and k not in M.GROUND_TRUTH_KEYS}
     ground_truths = ground_truths_from(md)
+    if structured is not None:  # a structured answer's JSON (docs/capture.md)
+        metadata["structured_answer"] = structured
     if scope is not None:
         metadata.update(scope.metadata)
         ground_truths = scope.ground_truths + ground_truths
@@ -103,7 +111,7 @@ def emit_record(h: TracescoreCallbackHandler, run: _Run, outputs: Any,
     record = ts.prepare(build(full))
     decision = ts.decide(record, u)
     if decision.sampled and not full:  # forced by a rule (an error, a flag): the full record
-        contexts, candidates = assemble(root.retrievals, calls)
+        contexts, candidates = found()
         record = ts.prepare(build(True))
     span.set_attribute(A.RAG_ROOT, True)
     span.set_attribute(A.RECORD_ID, record.record_id)

@@ -38,6 +38,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry.trace import Status, StatusCode
 
 from tracescore import attributes as A
+from tracescore._internal import capture_degraded as _degraded
 from tracescore._internal.errors import (
     handle_internal_errors,
     raise_internal_errors,
@@ -90,6 +91,19 @@ def _fault(where: str, exc: Exception) -> None:
 _SKIP: Any = object()
 
 
+def _late_tool_call(run: _Run, call: str) -> None:
+    """A tool run's call id learnt at its end (langchain-core before 1.2 passes no
+    ``tool_call_id`` to ``on_tool_start``; its ``ToolMessage`` has it): the retrievals made
+    inside the tool get it as their outermost enclosing call so far."""
+    run.tool_call = call
+    entry = (call, run.name, run.seq)
+    for r in run.root.retrievals:
+        if run.seq in r.ancestors:
+            r.tool_calls = (*r.tool_calls, entry)
+            if r.tool_call is None:
+                r.tool_call = call
+
+
 class TracescoreCallbackHandler(BaseCallbackHandler):
     """Captures LangChain runs for a :class:`~tracescore.client.Tracescore` pipeline.
 
@@ -119,12 +133,40 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
 
     def _parent(self, parent_run_id: UUID | None) -> Any:
         """The live parent run; None for a root; :data:`_SKIP` for a root that starts with
-        instrumentation suppressed (tracescore's own judge calls): not captured."""
-        parent = (self._runs.get(getattr(parent_run_id, "int", parent_run_id))
-                  if parent_run_id is not None else None)
-        if parent is None and _suppressed():
+        instrumentation suppressed (tracescore's own judge calls): not captured.
+
+        A run that reports no parent (or a parent never seen) may still run inside a live
+        run: langchain-core 1.8's ``with_fallbacks`` hands its children the caller's config
+        (no parent), but sets the child config (its own run as parent) as the running
+        config. That run is the parent: one request, one record (counted, see
+        :mod:`tracescore._internal.capture_degraded`)."""
+        if parent_run_id is not None:
+            parent = self._runs.get(getattr(parent_run_id, "int", parent_run_id))
+            if parent is not None:
+                return parent
+        parent = self._running_parent()
+        if parent is not None:
+            _degraded.note("root_in_run" if parent_run_id is None else "unknown_parent")
+            return parent
+        if _suppressed():  # tracescore's own judge calls (and their children)
             return _SKIP
-        return parent
+        if parent_run_id is not None:
+            _degraded.note("unknown_parent")  # the fallback: a request of its own
+        return None
+
+    def _running_parent(self) -> _Run | None:
+        """The live run of ours whose children are running now (LangChain's running config:
+        its callback manager's parent run), if any."""
+        config = var_child_runnable_config.get()
+        if not config:
+            return None
+        parent_id = getattr(config.get("callbacks"), "parent_run_id", None)
+        if parent_id is None:
+            return None
+        run = self._runs.get(getattr(parent_id, "int", parent_id))
+        if run is None or run.root.guest_of is not None or run.root.done:
+            return None
+        return run
 
     # -- run map ----------------------------------------------------------------------------
     def _start(self, run_id: UUID, parent: _Run | None, name: str, kind: str,
@@ -258,6 +300,13 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             elif metadata and metadata.get("langgraph_node") == name:
                 run.node = True
                 run.node_run = run
+                step = metadata.get("langgraph_step")
+                if type(step) is int:
+                    run.step = step
+                    path = metadata.get("langgraph_path")
+                    if (type(path) is tuple and len(path) > 1 and type(path[1]) is int
+                            and path[0] == "__pregel_push"):
+                        run.task = path[1]  # a Send: its index among the step's tasks
         except Exception as exc:
             _fault("langchain.on_chain_start", exc)
 
@@ -410,10 +459,18 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         self._set_text(run.span, A.INPUT_VALUE, prompt)
         root = run.root
         if run.retriever is None:  # a compressor's or filter's model is not the answering one
+            # the answering call is the last one: its prompt and model are the record's (a
+            # failed primary before a fallback, a query rewriter before the answer are not)
             root.prompt = prompt
             root.last_llm = run
-            if isinstance(model, str) and root.model is None:
-                root.model = model
+            root.model = model if isinstance(model, str) else None
+            # the tools and nodes whose text this model call writes (only a call made after a
+            # retrieval can write from its documents)
+            step = run.parent if root.retrievals else None
+            while step is not None:
+                if step.is_tool or step.node:
+                    root.step_models[step.seq] = run.seq
+                step = step.parent
 
     def on_llm_new_token(self, token: str | list[str | dict[str, Any]], *, chunk: Any = None,
                          run_id: UUID, parent_run_id: UUID | None = None,
@@ -445,7 +502,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                     self._set_text(span, A.OUTPUT_VALUE, text)
                 if model:
                     span.set_attribute(A.GEN_AI_RESPONSE_MODEL, model)
-                    if run.root.model is None and run.retriever is None:
+                    if run.root.last_llm is run:
                         run.root.model = model
                 if usage is not None:
                     if span is not NO_SPAN:
@@ -474,6 +531,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                 return
             name = kwargs.get("name") or M._name(serialized) or "tool"
             run = self._start(run_id, parent, name, A.KIND_TOOL, metadata, tags, {})
+            run.is_tool = True
             call = kwargs.get("tool_call_id")
             if isinstance(call, str):
                 run.tool_call = call
@@ -489,6 +547,10 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                     **kwargs: Any) -> None:
         try:
             run = self._runs.get(getattr(run_id, "int", run_id))
+            if run is not None and run.tool_call is None:
+                call = getattr(output, "tool_call_id", None)
+                if isinstance(call, str):  # langchain-core < 1.2: known from the ToolMessage
+                    _late_tool_call(run, call)
             if run is not None:
                 docs = M.artifact_documents(output)
                 if docs:

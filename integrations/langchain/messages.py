@@ -6,6 +6,7 @@ request path calls them), tested directly.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -177,6 +178,29 @@ def extract_answer(outputs: Any) -> str | None:
     if isinstance(outputs, list) and outputs and _role(outputs[-1]) is not None:
         return final_ai_message(outputs)
     return _message_text(outputs)
+
+
+def structured_answer(outputs: Any) -> tuple[str | None, Any]:
+    """(answer text, JSON value) of a structured answer: ``create_agent``'s
+    ``structured_response`` (``response_format=ToolStrategy(...)`` / ``ProviderStrategy``),
+    or a Pydantic model a chain ended with (``llm.with_structured_output(Schema)``).
+
+    The text is the schema's answer field (the first of :data:`ANSWER_KEYS` holding a
+    string), else the whole JSON; (None, None) for anything else."""
+    value = outputs.get("structured_response") if isinstance(outputs, Mapping) else outputs
+    dump = getattr(value, "model_dump", None)
+    if value is None or not callable(dump) or hasattr(value, "content"):  # not a message
+        if not isinstance(value, Mapping) or value is outputs:
+            return None, None
+        data: Any = dict(value)  # a structured_response given as a dict (a JSON schema)
+    else:
+        data = dump(mode="json")
+    if not isinstance(data, Mapping):
+        return None, None
+    for key in ANSWER_KEYS:
+        if isinstance(data.get(key), str):
+            return data[key], data
+    return json.dumps(data, ensure_ascii=False, default=str), data
 
 
 def tool_query(tool_input: Any) -> str | None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tracescore._internal import capture_degraded as _degraded
 from tracescore.record import Context, TokenUsage
 from tracescore.runs import RunScope
 
@@ -66,6 +67,9 @@ class _Root:
     #: LangGraph's stream queue (``stream_mode="messages"``), found at the answering model's
     #: first token: at a cut, the chunks still in it never reached the client.
     stream_queue: Any = None
+    #: Tool or graph node run → its last model call outside retrievers (a sub-agent's reply,
+    #: a branch's summary: text derived from the documents reached the answering model).
+    step_models: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -87,29 +91,42 @@ class _Run:
     #: An LLM run's node ended with an update whose last message is not a final AI message
     #: (a rewriter's user message, a grader's structured output): not the answering call.
     not_answer: bool = False
-
-    def ancestors(self) -> frozenset[int]:
-        """Sequence numbers of this run and every enclosing run (walked once per retrieval)."""
-        out = []
-        run: _Run | None = self
-        while run is not None:
-            out.append(run.seq)
-            run = run.parent
-        return frozenset(out)
+    #: A tool run (its ``tool_call`` is its own call's id).
+    is_tool: bool = False
+    #: A LangGraph node run: its superstep (``langgraph_step``) and, for a ``Send`` task, its
+    #: index among the step's pushed tasks (parallel branches run in any order; the index is
+    #: the order their results are reduced in).
+    step: int | None = None
+    task: int = -1
 
 
 def new_retrieval(run: _Run, source: str, ctxs: list[Context], kind: str, seq: int,
                   loop_key: str | None = None) -> Retrieval:
-    """A document step of ``run``: inside a graph node, a later run of that node (or, for a
-    state update, a later write of that key) supersedes it."""
+    """A document step of ``run``: inside a graph node, a later run of that node (a later
+    superstep; not a parallel ``Send`` branch of the same step) or, for a state update, a
+    later write of that key supersedes it. One walk up the run tree gathers the enclosing
+    runs, tool calls (innermost first) and graph steps (outermost first)."""
     node = run.node_run
     if loop_key is None and node is not None:
         loop_key = f"node:{node.name}"
+    ancestors = []
+    calls = []
+    order = []
+    r: _Run | None = run
+    while r is not None:
+        if r.is_tool and r.tool_call is not None:
+            calls.append((r.tool_call, r.name, r.seq))
+        if r.step is not None:
+            order.append((r.step, r.task))
+        r = r.parent
+        if r is not None:
+            ancestors.append(r.seq)
+    order.reverse()
     return Retrieval(seq=seq, source=source, contexts=ctxs, kind=kind,
-                     ancestors=run.parent.ancestors() if run.parent is not None else frozenset(),
-                     run_seq=run.seq, loop_key=loop_key,
-                     loop_round=node.seq if node is not None else run.seq,
-                     tool_call=run.tool_call)
+                     ancestors=frozenset(ancestors), run_seq=run.seq, loop_key=loop_key,
+                     loop_round=tuple([s for s, _ in order]) if order else (run.seq,),
+                     tool_call=run.tool_call, tool_calls=tuple(calls), order=tuple(order),
+                     node=(node.seq, node.name) if node is not None else None)
 
 
 def streamed_text(root: _Root) -> str | None:
@@ -139,6 +156,7 @@ def _queued_chunks(stream: Any, msg_id: Any) -> int:
         return 0
     items = getattr(stream, "_queue", None)  # SyncQueue and asyncio.Queue: a deque
     if items is None:
+        _degraded.note("stream_queue")  # a LangGraph release changed its queue
         return 0
     n = 0
     for item in list(items):
@@ -146,6 +164,7 @@ def _queued_chunks(stream: Any, msg_id: Any) -> int:
             if item[1] == "messages" and getattr(item[2][0], "id", None) == msg_id:
                 n += 1
         except (IndexError, KeyError, TypeError):
+            _degraded.note("stream_item")
             continue
     return n
 
@@ -163,4 +182,5 @@ def find_stream_queue(config: Any) -> Any:
             owner = getattr(put, "__self__", None)
             if owner is not None and hasattr(owner, "_queue"):
                 return owner
+            _degraded.note("stream_queue")  # a LangGraph release changed its stream handler
     return None

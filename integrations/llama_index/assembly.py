@@ -18,7 +18,12 @@ Decided from LlamaIndex's own tree and the values its calls passed, never from p
    (``SubQuestionQueryEngine``'s "Sub question: … Response: …" nodes, a multi-selection
    ``RouterQueryEngine``'s combined responses): left out; the sub-engines' own synthesizer
    inputs are the contexts.
-4. Contexts are in the order the steps ran (each list in its own order), de-duplicated by
+5. **Chunks the model saw, not the nodes they were cut from.** A synthesizer's input that no
+   retrieval produced whose text (less a ``Source N:`` label line) is a piece of a retrieved
+   text — ``CitationQueryEngine``'s citation chunks — went on from that text: the chunks are
+   the contexts (source: the retriever of their node), the retrieved node a candidate with
+   ``via`` "split into the chunks the model saw" (``kept`` false: it is not a context).
+6. Contexts are in the order the steps ran (each list in its own order), de-duplicated by
    content, with the first retrieval step that found the text as ``source`` and the first id
    any copy had.
 
@@ -76,8 +81,18 @@ def assemble(steps: Sequence[Step], candidates: bool = True
                 produced.setdefault(c.text, c.source or s.name)
         elif s.kind == STEP_SYNTHESIZE:
             synths += 1
+    # Rule 5: a synthesizer's input no retrieval produced, cut from a retrieved text
+    # (CitationQueryEngine's "Source N:" chunks): chunk text -> the text it was cut from.
+    derived: dict[str, str] = {}
+    for s in ordered:
+        if s.kind == STEP_SYNTHESIZE:
+            for c in outputs[id(s)]:
+                if c.text not in produced:
+                    whole = _cut_from(c.text, produced)
+                    if whole is not None:
+                        derived[c.text] = whole
     # A step's output went on (as a whole: what the consumer left out, it dropped) when a
-    # later postprocessor or synthesizer took any of it as input.
+    # later postprocessor or synthesizer took any of it (or a chunk cut from it) as input.
     consumed: set[int] = set()
     later: set[str] = set()
     for s in reversed(ordered):
@@ -88,6 +103,8 @@ def assemble(steps: Sequence[Step], candidates: bool = True
             later.update(ctx(n).text for n in s.inputs or ())
         elif s.kind == STEP_SYNTHESIZE:
             later.update(c.text for c in outputs[id(s)])
+            if derived:
+                later.update(derived[c.text] for c in outputs[id(s)] if c.text in derived)
     contexts: list[Context] = []
     index: dict[str, int] = {}
     for s in ordered:
@@ -95,7 +112,8 @@ def assemble(steps: Sequence[Step], candidates: bool = True
                 or (s.kind == STEP_EXTERNAL and not s.final):
             continue
         for c in outputs[id(s)]:
-            if s.kind == STEP_SYNTHESIZE and synths > 1 and c.text not in produced:
+            if s.kind == STEP_SYNTHESIZE and synths > 1 and c.text not in produced \
+                    and c.text not in derived:
                 continue  # another synthesizer's answer, not evidence
             i = index.get(c.text)
             if i is not None:
@@ -103,11 +121,12 @@ def assemble(steps: Sequence[Step], candidates: bool = True
                     contexts[i] = replace(contexts[i], id=c.id)
                 continue
             index[c.text] = len(contexts)
-            source = produced.get(c.text, c.source or s.name)
+            source = produced.get(derived.get(c.text, c.text), c.source or s.name)
             contexts.append(c if source == c.source else
                             Context(c.text, c.id, c.score, c.metadata, source))
     if not candidates:
         return contexts, []
+    cut_texts = set(derived.values())
     out: list[Candidate] = []
     for s in ordered:
         if s.kind not in _PRODUCERS:
@@ -116,10 +135,29 @@ def assemble(steps: Sequence[Step], candidates: bool = True
             if len(out) >= MAX_CANDIDATES:
                 break
             kept = c.text in index
+            cut = not kept and c.text in cut_texts
             out.append(Candidate(
                 text=c.text, id=c.id, score=c.score, source=c.source or s.name, kept=kept,
-                dropped_by=None if kept else _dropped_by(c.text, s, ordered, ctx)))
+                dropped_by=None if kept or cut else _dropped_by(c.text, s, ordered, ctx),
+                via=CUT_VIA if cut else None))
     return contexts, out
+
+
+#: How a retrieved text reached the model when the model saw only chunks cut from it.
+CUT_VIA = "split into the chunks the model saw"
+#: Shortest chunk body matched against the retrieved texts (shorter is no evidence of a cut).
+_MIN_CUT = 16
+
+
+def _cut_from(text: str, produced: dict[str, str]) -> str | None:
+    """The retrieved text ``text`` was cut from: its body (without a ``Source N:`` label
+    line, as CitationQueryEngine writes it) is a piece of that text; else None. Runs at the
+    root's end only, for synthesizer inputs no retrieval produced."""
+    body = text.split("\n", 1)[1] if text.startswith("Source ") and "\n" in text else text
+    body = body.strip()
+    if len(body) < _MIN_CUT:
+        return None
+    return next((p for p in produced if body in p), None)
 
 
 def _dropped_by(text: str, step: Step, ordered: Sequence[Step], ctx: Any) -> str:

@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .._internal import capture_degraded as _degraded
 from .._internal.errors import record_internal_error
 from ..export import (
     PipelineSnapshot,
@@ -175,6 +176,8 @@ class Lifecycle:
         full disk, a lock), or None: records and scores wait in memory meanwhile and are
         written when it passes. ``scorer`` is the scoring loop's health (``alive``, ``restarts``,
         ``gave_up``, ``last_error``): a loop that dies is restarted with a backoff.
+        ``capture`` counts, per cause, the fallbacks capture took when a framework's run had a
+        shape it does not understand (process-wide; docs/capture.md).
         """
         try:
             return self._stats()
@@ -205,6 +208,8 @@ class Lifecycle:
         return {
             "queue_depth": self.queue.depth,
             "dropped": self.queue.dropped,
+            # capture fallbacks taken, per cause (process-wide; docs/capture.md)
+            "capture": _degraded.counts(),
             "dropped_other": self.queue.dropped_other,
             "written": self.queue.written,
             "lost": lost,

@@ -225,7 +225,8 @@ def _worst(ctx: _Context, m: Monitor, start: float, direction: str) -> list[str]
 
 
 def _measure(ctx: _Context, m: Monitor, prior: S.StateRow | None) -> _Result:
-    if m.score in ("skip_rate", "dropped_records", "backlog_age", "judge_cost_per_day"):
+    if m.score in ("skip_rate", "dropped_records", "backlog_age", "judge_cost_per_day",
+                   "capture_degraded"):
         return _figure(ctx, m, prior)
     direction = m.direction or ("above" if m.score == "error_rate" or m.statistic == "fail_rate"
                                 else m.direction_for(ctx.info.higher_is_better(
@@ -379,11 +380,12 @@ def _figure(ctx: _Context, m: Monitor, prior: S.StateRow | None = None) -> _Resu
         n = k + sum(a.n_ok + a.n_error for a in aggs.values())
         value: float | None = k / n if n else None
         what = "share of scoring jobs skipped"
-    elif m.score == "dropped_records":
+    elif m.score in ("dropped_records", "capture_degraded"):
         # the counter is a running total: the figure is its growth over the window, from
         # the total seen at the window's start (kept in the monitor's state)
+        counter = "records_dropped" if m.score == "dropped_records" else "capture_degraded"
         total = float(r.execute("SELECT coalesce(max(value), 0) FROM counters"
-                                " WHERE name = 'records_dropped'").fetchone()[0])
+                                " WHERE name = ?", (counter,)).fetchone()[0])
         saved = prior.test_state if prior is not None and isinstance(prior.test_state, dict) \
             else {}
         base_t, base = float(saved.get("t", ctx.now)), float(saved.get("total", total))
@@ -391,7 +393,8 @@ def _figure(ctx: _Context, m: Monitor, prior: S.StateRow | None = None) -> _Resu
             base_t, base = ctx.now, total
         test_state = {"t": base_t, "total": base}
         value = total - base
-        what = f"records dropped since {format_duration(ctx.now - base_t) if ctx.now > base_t else 'now'}"
+        what = (f"{'records dropped' if counter == 'records_dropped' else 'capture fallbacks'}"
+                f" since {format_duration(ctx.now - base_t) if ctx.now > base_t else 'now'}")
         n = 1
     elif m.score == "backlog_age":
         oldest = r.execute("SELECT min(created_at) FROM jobs WHERE status IN"

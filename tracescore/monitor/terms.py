@@ -21,6 +21,7 @@ PIPELINE_FIGURES: tuple[str, ...] = (
     "dropped_records",     # records the bounded queue dropped (count over the window)
     "backlog_age",         # age of the oldest pending scoring job (seconds; threshold "15m" ok)
     "judge_cost_per_day",  # judge spend, USD per day
+    "capture_degraded",    # capture fallbacks taken (docs/capture.md; count over the window)
 )
 #: ``statistic`` values: a score's mean; the share of 1s of a yes/no metric; the share of
 #: "fail" labels; a percentile.
@@ -53,7 +54,7 @@ ChannelKind = Literal["webhook", "slack"]
 _FIGURE_DIMS: Mapping[str, tuple[str, ...]] = {
     "error_rate": ("release", "environment", "model", "metadata"),
     "skip_rate": ("release", "environment", "model", "metadata"),
-    "dropped_records": (), "backlog_age": (), "judge_cost_per_day": (),
+    "dropped_records": (), "backlog_age": (), "judge_cost_per_day": (), "capture_degraded": (),
 }
 _RATE_FIGURES = ("error_rate", "skip_rate")
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")

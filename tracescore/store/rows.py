@@ -213,6 +213,10 @@ def _candidates(r: RagRecord) -> str | None:
         return None
     return dumps([{"text": clean_text(c.text), "id": c.id, "score": c.score,
                    "source": c.source, "kept": c.kept, "dropped_by": c.dropped_by}
+                  if c.via is None else
+                  {"text": clean_text(c.text), "id": c.id, "score": c.score,
+                   "source": c.source, "kept": c.kept, "dropped_by": c.dropped_by,
+                   "via": c.via}
                   for c in r.candidates])
 
 
@@ -220,7 +224,7 @@ def _stored_candidates(raw: str | None) -> tuple[Candidate, ...]:
     return tuple(
         Candidate(text=c.get("text") or "", id=c.get("id"), score=c.get("score"),
                   source=c.get("source"), kept=bool(c.get("kept", True)),
-                  dropped_by=c.get("dropped_by"))
+                  dropped_by=c.get("dropped_by"), via=c.get("via"))
         for c in json.loads(raw or "[]"))
 
 
