@@ -57,17 +57,23 @@ def grounded_values(draw: Any, n: int) -> list[float]:
 
 @st.composite
 def specs(draw: Any, *, min_records: int = 0, max_records: int = 60, releases: int = 3,
-          prune: bool = True, rescore: bool = True) -> Spec:
+          prune: bool = True, rescore: bool = True, multi: bool = False) -> Spec:
+    """``multi``: at least two releases and two values of every other dimension (for
+    comparisons; a record's values are still drawn, so a side may hold few of them)."""
     n = draw(st.integers(min_records, max_records))
     # times: whole seconds plus a fraction, some records sharing a second (ties in time)
     ts = sorted(draw(st.lists(st.integers(0, HOURS * int(HOUR) - 1), min_size=n, max_size=n)))
     ts = [t + draw(st.sampled_from([0.0, 0.25, 0.5])) for t in ts]
-    n_rel = draw(st.integers(1, releases))
+    n_rel = draw(st.integers(2 if multi else 1, releases))
     by_time = draw(st.booleans())  # releases in time order (deploys), or interleaved
-    envs = draw(st.sampled_from([("prod",), ("prod", "canary")]))
-    routes = draw(st.sampled_from([("a",), ("a", "b")]))
-    models = draw(st.sampled_from([("m1",), ("m1", "m2")]))
-    judges = draw(st.sampled_from([("judge-a",), ("judge-a", "judge-b")]))
+
+    def values(*vs: str) -> tuple[str, ...]:
+        return vs if multi else draw(st.sampled_from([vs[:1], vs]))
+
+    envs = values("prod", "canary")
+    routes = values("a", "b")
+    models = values("m1", "m2")
+    judges = values("judge-a", "judge-b")
     q = draw(quality_values(n))
     g = draw(grounded_values(n))
     p_error = draw(st.sampled_from([0.0, 0.0, 0.1, 0.3]))
