@@ -133,13 +133,14 @@ def _score(name: str, outcome: Outcome, version: str = "1") -> Any:
     return Score(name, v, label=label, metric=name, metric_version=version)
 
 
-def _write(store: Any, clock: Clock, recs: Sequence[tuple[int, Rec]]) -> None:
+def _write(store: Any, clock: Clock, recs: Sequence[tuple[int, Rec]], offset: int = 0) -> None:
     from tracescore.record import RagRecord
     from tracescore.sampling import Decision
     from tracescore.store import SKIPPED, NewJob
     from tracescore.store.segments import SegmentSpec
 
     for i, r in recs:
+        i += offset
         t = BASE + r.t
         clock.t = t
         rec = RagRecord(trace_id=f"{i:032x}", span_id=f"{i:016x}", query=f"q{i}", answer="a",
@@ -168,9 +169,10 @@ def record_id(spec: Spec, i: int) -> str:
     return f"{i:032x}-{i:016x}"
 
 
-def build(path: str, spec: Spec) -> dict[str, list[dict[str, Any]]]:
-    """Write ``spec`` to a new SQLite file at ``path``; return its raw rows as they were
-    before the prune (``{"records": [...], "scores": [...]}``)."""
+def build(path: str, spec: Spec, offset: int = 0) -> dict[str, list[dict[str, Any]]]:
+    """Write ``spec`` to the SQLite file at ``path`` (new, or one built before: ``offset``
+    then keeps the new records' ids apart); return its raw rows as they were before the
+    prune (``{"records": [...], "scores": [...], ...}``)."""
     from tracescore.store import NewJob, open_store
 
     with store_clock(BASE) as clock:
@@ -178,12 +180,12 @@ def build(path: str, spec: Spec) -> dict[str, list[dict[str, Any]]]:
         try:
             _register(store)
             order = sorted(enumerate(spec.recs), key=lambda ir: (ir[1].t, ir[0]))
-            _write(store, clock, order)
+            _write(store, clock, order, offset)
             if spec.replay:
-                _write(store, clock, order[:spec.replay])
+                _write(store, clock, order[:spec.replay], offset)
             for i, t, value in sorted(spec.rescore, key=lambda x: x[1]):
                 clock.t = BASE + t
-                rid = _record_id_of(store, i)
+                rid = _record_id_of(store, i + offset)
                 if rid is None:
                     continue
                 store.upsert_jobs([NewJob(rid, QUALITY, "2")])
