@@ -42,6 +42,14 @@ def assert_comparison(c: dict[str, Any], view: View, by: str, cur: str, base: st
     if by != "judge_model":  # records have no judge model: both sides count every record
         assert c["current_records"] == len(view.records(since, where=in_c))
         assert c["baseline_records"] == len(view.records(since, where=in_b))
+    assert_comparison_sides(c, rows_c, rows_b, check_rates=check_rates)
+    _assert_pipeline_rows(c, view, rows_c, rows_b, in_c, in_b, since)
+
+
+def assert_comparison_sides(c: dict[str, Any], rows_c: list[dict[str, Any]],
+                            rows_b: list[dict[str, Any]], *, check_rates: bool = True) -> None:
+    """Every score row of ``c`` against the raw score rows of each side; Holm's adjustment
+    and the verdicts from the printed numbers."""
     names = {s["name"] for s in rows_c + rows_b}
     rows = c["scores"]
     assert {k for k in rows if "(" not in k} == names
@@ -63,7 +71,6 @@ def assert_comparison(c: dict[str, Any], view: View, by: str, cur: str, base: st
         if a.n and b.n:
             assert d["estimate"] == approx(a.mean - b.mean), name
         assert_interval_holds(d, "estimate")
-    _assert_pipeline_rows(c, view, rows_c, rows_b, in_c, in_b, since)
     # Holm across every row with a p-value, and the verdict from the printed numbers
     keyed = [(k, r) for k, r in rows.items() if r["difference"]["p_value"] is not None]
     for (k, r), p in zip(keyed, holm([r["difference"]["p_value"] for _, r in keyed])):

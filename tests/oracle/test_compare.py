@@ -64,3 +64,24 @@ def test_check_compare_gate_is_the_comparison_and_its_exit(spec):
         (gate,) = out["gates"]
         assert_comparison(gate, view, "release", cur, base, None)
         assert code == (1 if gate["regressed"] else 0) == out["exit"]
+
+
+@given(spec=specs(min_records=1, max_records=60),
+       windows=st.sampled_from([(1800, 3600), (3600, 7200), (5400, 3 * 3600), (900, 600)]),
+       now_off=st.sampled_from([4 * 3600, 4 * 3600 + 1234.5, 5 * 3600 + 60]))
+def test_compare_time_windows_matches_the_raw_rows(spec, windows, now_off):
+    """``compare --current D1 --baseline D2``: the last D1 against the D2 before it — both
+    edges cut hours (pruned ones count whole when they start inside) — per score n, mean or
+    rate, the difference and its interval, the verdicts."""
+    from .compare_checks import assert_comparison_sides
+
+    cw, bw = windows
+    now = BASE + now_off
+    with built(spec) as (db, view):
+        c, _ = cli("compare", "--db", db, "--current", f"{cw}s", "--baseline", f"{bw}s",
+                   now=now)
+    assert c["current_window"] == [now - cw, now]
+    assert c["baseline_window"] == [now - cw - bw, now - cw]
+    assert_comparison_sides(c, view.scores(now - cw, now), view.scores(now - cw - bw, now - cw))
+    assert c["current_records"] == len(view.records(now - cw, now))
+    assert c["baseline_records"] == len(view.records(now - cw - bw, now - cw))

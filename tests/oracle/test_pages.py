@@ -12,7 +12,7 @@ from hypothesis import example, given
 from .build import BASE, GROUNDED, QUALITY, Rec, Spec
 from .checks import approx
 from .expect import hour_of, side, t_interval, wilson
-from .run import built, cli
+from .run import built
 from .strategies import specs
 
 
