@@ -18,7 +18,7 @@ settings.register_profile(
                            HealthCheck.function_scoped_fixture],
     print_blob=True, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 settings.register_profile(
-    "oracle-deep", deadline=None, max_examples=300,
+    "oracle-deep", deadline=None, max_examples=int(os.environ.get("ORACLE_EXAMPLES", "300")),
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                            HealthCheck.function_scoped_fixture])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "oracle"))
