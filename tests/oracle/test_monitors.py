@@ -220,3 +220,29 @@ def test_summary_agrees_with_its_numbers(spec):
         else:
             assert (e["value"] < level) if side == "below" else (e["value"] > level), \
                 e["summary"]
+
+
+@given(spec=specs(prune=False))
+def test_check_monitors_json_matches_the_raw_rows(spec):
+    """``tracescore check --monitors FILE --json`` (the real clock: windows of ten years hold
+    every record): each monitor's n and mean are those of every raw ok score; the exit code
+    is 1 exactly when a monitor is in ALERT."""
+    import os
+
+    mons = ('[[monitor]]\nname = "q-fixed"\nscore = "quality"\nwindow = "520w"\n'
+            'threshold = 0.5\nrule = "fixed"\nmin_n = 1\n\n'
+            '[[monitor]]\nname = "t-any"\nscore = "tone"\nwindow = "520w"\n'
+            'threshold = 0.6\nmin_n = 5\n')
+    with built(spec) as (db, view):
+        path = os.path.join(os.path.dirname(db), "monitors.toml")
+        with open(path, "w") as f:
+            f.write(mons)
+        out, code = cli("check", "--db", db, "--monitors", path, ok=(0, 1))
+    got = {e["monitor"]: e for e in out["monitors"]}
+    for name, score in (("q-fixed", QUALITY), ("t-any", TONE)):
+        xs = ok_values(view, score, -math.inf, math.inf)
+        assert got[name]["n"] == len(xs), name
+        if xs:
+            assert got[name]["value"] == pytest.approx(float(np.mean(xs)), abs=1e-9), name
+    assert code == out["exit"] == (1 if any(e["state"] == "ALERT" for e in got.values())
+                                   else 0)
