@@ -39,6 +39,10 @@ def test_report_figures_match_the_raw_rows(spec, since_off):
         if name in names:
             assert_metric(rep["metrics"][name], side(rows, name), name)
             assert rep["metrics"][name]["skipped"] == _expected_skips(view, name, since)
+    for name in set(rep["metrics"]) - names:  # a row only for skipped jobs: no scores in it
+        m = rep["metrics"][name]
+        assert (m["count"], m["errors"]) == (0, 0), name
+        assert m["skipped"] == _expected_skips(view, name, since) > 0, name
 
 
 DIMS = ("release", "environment", "model", "metadata.route", "judge_model")
