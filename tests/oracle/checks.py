@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from .build import GROUNDED
@@ -47,6 +48,12 @@ def assert_metric(got: dict[str, Any], want: Side, name: str, *, check_yes: bool
                     ctx
         return
     assert_interval_holds(got, "mean")
+    # percentiles from the rollups' 100 bins over [0, 1]: within half a bin of the raw values'
+    for q in (10, 50, 90):
+        p = got[f"p{q}"]
+        if p is not None:
+            assert want.n, ctx
+            assert abs(p - float(np.percentile(want.values, q))) <= 0.005 + 1e-9, (ctx, q)
     if want.n >= 2 and not want.constant:
         assert (got["lo"], got["hi"]) == tuple(map(approx, t_interval(want.values))), ctx
     elif want.n < 2:
