@@ -43,7 +43,8 @@ def test_baseline_budget_survives_an_empty_baseline():
                                "baseline": "previous_window", "min_n": 10}], nows)
     windows = [int(m.group(1)) for e in evals
                if (m := re.search(r"window (\d+)", e["b"]["method"] or ""))]
-    assert windows == sorted(windows) and len(set(windows)) == len(windows), \
+    # (a check whose baseline is empty may repeat the last window's figures: never restart)
+    assert windows == sorted(windows) and windows[-1] > 2, \
         [(e["b"]["state"], e["b"]["method"], e["b"]["summary"]) for e in evals]
 
 
