@@ -103,8 +103,8 @@ def test_yes_counts_in_split_by_judge_model(spec):
 @pytest.mark.xfail(strict=True, reason="new (found by the oracle): compare --by judge_model "
                    "--since D lists a score dimension's values from the window's whole rollup "
                    "hours only (query.values_of), so judges seen only in the cut first hour "
-                   "'have no records in the window' while report --by counts them — for "
-                   "branch stats (reports/query.py)")
+                   "'have no records in the window' while report --by counts them — fixed "
+                   "on branch stats (7b343bb, reports/query.py)")
 @given(minute=st.sampled_from([10, 20, 40]))
 @example(minute=10)
 def test_compare_by_judge_model_sees_the_cut_hour(minute):
