@@ -6,7 +6,6 @@ from __future__ import annotations
 from html.parser import HTMLParser
 from typing import Any
 
-import pytest
 from hypothesis import assume, given
 
 from .build import BASE, QUALITY, Rec, Spec
@@ -82,8 +81,6 @@ def test_compare_page_shows_the_comparisons_figures(spec):
             assert got["diff"] == (_attr(d["estimate"]), _attr(d["lo"]), _attr(d["hi"])), key
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: the compare page shows no judge-vs-humans "
-                   "section when labels exist — fixed on branch stats")
 def test_compare_page_shows_judge_vs_humans_when_labelled():
     """Labels on both releases: the page carries the corrected estimates beside the judge's
     (the ``corrected`` part of ``compare --json``)."""

@@ -74,10 +74,6 @@ def _several_names_cut_hour() -> Spec:
     return Spec(recs)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: the window's first (cut) hour is dropped "
-                   "for one score name on a database with several (query._score_edge compares "
-                   "the name-filtered raw count with every name's rollup count and takes the "
-                   "hour for pruned) — fixed on branch stats")
 @given(spec=specs(prune=False, min_records=1),
        start=st.sampled_from([1800.0, 2 * HOUR + 600, 3 * HOUR - 1]))
 @example(spec=_several_names_cut_hour(), start=2 * HOUR + 1800)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 
-import pytest
 from hypothesis import example, given
 
 from .build import BASE, GROUNDED, QUALITY, Rec, Spec
@@ -98,8 +97,6 @@ def _all_yes() -> Spec:
                           scores=((GROUNDED, 1.0),)) for i in range(80)))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: the HTML report's timeline of a yes/no "
-                   "score counts no yes (its band drawn as if 0 yes) — fixed on branch stats")
 @given(spec=specs(prune=False))
 @example(spec=_all_yes())
 def test_trend_band_counts_yes(spec):
@@ -141,8 +138,6 @@ def test_export_rows_are_the_raw_rows(spec):
     assert {r["record_id"] for r in rows} == {r["record_id"] for r in view.rows["records"]}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: export has no release, environment, model, "
-                   "judge model or segment key columns — fixed on branch stats")
 def test_export_carries_segments():
     """Each exported row says which release, environment, model, judge model and declared
     segment key values its record and score belong to."""

@@ -7,8 +7,6 @@ import json
 import random
 from typing import Any
 
-import pytest
-
 from .build import QUALITY, Rec, Spec
 from .run import built, cli
 
@@ -23,9 +21,6 @@ def _says(obj: Any, *words: str) -> bool:
     return False
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: a corrected (PPI) estimate from labels on a "
-                   "biased subset (the lowest judge scores) misses the truth without a warning "
-                   "— fixed on branch selection")
 def test_biased_labels_are_flagged():
     """Humans label only the 40 lowest of 300 judge scores, and the judge errs differently
     there: the corrected mean in ``report`` either covers the humans' true mean or warns that
@@ -55,8 +50,6 @@ def test_biased_labels_are_flagged():
     assert covers or _says(entry, "warn"), json.dumps(entry)[:600]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: records forced into scoring (negative "
-                   "feedback) are averaged as if a uniform sample — fixed on branch selection")
 def test_forced_records_are_not_averaged_as_uniform():
     """300 records sampled at 20 % (60 scored, ~0.8), and 30 forced into scoring by negative
     feedback (~0.2): ``report``'s mean covers the traffic's mean (~0.745, inclusion-weighted)

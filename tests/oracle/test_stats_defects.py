@@ -3,7 +3,6 @@ that reads the figures a user gets and holds them to the raw rows or to a stated
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -12,8 +11,6 @@ from .checks import approx
 from .expect import side, welch, wilson
 from .run import built, cli
 from .strategies import specs
-
-CONSTANT = "issue 29: a constant side gets a zero-width 95 % interval — fixed on branch stats"
 
 
 def _sides(cur: list[float], base: list[float]) -> Spec:
@@ -24,9 +21,6 @@ def _sides(cur: list[float], base: list[float]) -> Spec:
     return Spec(tuple(recs))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: the histogram bootstrap calls a constant vs "
-                   "near-constant side REGRESSED (p≈0.0005 where Welch gives 0.32) and the gate "
-                   "exits 1 — fixed on branch stats")
 @given(n=st.integers(30, 60), c=st.sampled_from([1.0, 0.8]), dip=st.sampled_from([0.2, 0.6]))
 @example(n=40, c=1.0, dip=0.2)
 def test_constant_side_is_not_regressed(n, c, dip):
@@ -46,7 +40,6 @@ def test_constant_side_is_not_regressed(n, c, dip):
     assert code == 0 and gate["exit"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason=CONSTANT)
 @given(n=st.integers(2, 60), c=st.sampled_from([0.0, 0.5, 1.0]))
 @example(n=40, c=1.0)
 def test_constant_side_interval_is_not_zero_width(n, c):
@@ -69,9 +62,6 @@ def _all_yes_two_judges() -> Spec:
                       for i in range(80)))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: a split by judge_model counts no yes "
-                   "(report --by judge_model 0/40, compare --by judge_model 0.0 %) — fixed on "
-                   "branch stats")
 @given(spec=specs(min_records=10, multi=True))
 @example(spec=_all_yes_two_judges())
 def test_yes_counts_in_split_by_judge_model(spec):
@@ -100,11 +90,6 @@ def test_yes_counts_in_split_by_judge_model(spec):
                 assert row[key]["value"] == approx(s.yes / s.n), key
 
 
-@pytest.mark.xfail(strict=True, reason="new (found by the oracle): compare --by judge_model "
-                   "--since D lists a score dimension's values from the window's whole rollup "
-                   "hours only (query.values_of), so judges seen only in the cut first hour "
-                   "'have no records in the window' while report --by counts them — fixed "
-                   "on branch stats (7b343bb, reports/query.py)")
 @given(minute=st.sampled_from([10, 20, 40]))
 @example(minute=10)
 def test_compare_by_judge_model_sees_the_cut_hour(minute):
