@@ -1,0 +1,81 @@
+"""``tracescore serve`` as an object: the front ends, the spool, the assembler, scoring.
+
+:class:`Serve` wires an :class:`~.server.Intake` (OTLP/HTTP and/or OTLP/gRPC) to a
+:class:`~.spool.Spool` (acknowledged means stored) and an :class:`~.assembler.Assembler`
+(complete traces → records + scoring jobs), on the database and pipeline of a
+:class:`~tracescore.client.Tracescore` (its scoring worker scores the jobs). Tests and the
+CLI use it the same way::
+
+    ts = tracescore.init(db="serve.db", metrics=[...], judge=...)
+    serve = Serve(ts, otlp_http=("127.0.0.1", 4318)).start()
+    ...
+    serve.stop()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .assembler import Assembler
+from .server import Intake
+from .spool import Spool
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    #: seconds after a trace's root span arrived before its record is built (late children)
+    grace_s: float = 5.0
+    #: seconds without a new span after which a trace whose root never came is built
+    orphan_s: float = 600.0
+    max_body: int = 20 * 1024 * 1024
+    max_pending_spans: int = 200_000
+    max_concurrent: int = 64
+    ack_timeout_s: float = 30.0
+    lease_s: float = 60.0
+    max_trace_spans: int = 10_000
+
+
+class Serve:
+    """A running intake. :meth:`start` binds the listeners (port 0: a free port, see
+    :attr:`http_port` / :attr:`grpc_port`); :meth:`stop` stops accepting, stores what was
+    accepted, stops assembling (the Tracescore is the caller's to shut down)."""
+
+    def __init__(self, ts: Any, *, otlp_http: tuple[str, int] | None = None,
+                 otlp_grpc: tuple[str, int] | None = None,
+                 config: ServeConfig | None = None) -> None:
+        self.ts = ts
+        self.config = c = config or ServeConfig()
+        self.otlp_http = otlp_http
+        self.otlp_grpc = otlp_grpc
+        self.spool = Spool(str(ts.db_path), grace_s=c.grace_s,
+                           max_pending_spans=c.max_pending_spans)
+        self.assembler = Assembler(ts, grace_s=c.grace_s, orphan_s=c.orphan_s,
+                                   lease_s=c.lease_s, max_trace_spans=c.max_trace_spans)
+        self.intake = Intake(self.spool, max_body=c.max_body, ack_timeout_s=c.ack_timeout_s,
+                             max_concurrent=c.max_concurrent)
+        self.http_port: int | None = None
+        self.grpc_port: int | None = None
+
+    def start(self) -> Serve:
+        self.assembler.start()
+        if self.otlp_http is not None:
+            self.http_port = self.intake.start_http(*self.otlp_http)
+        if self.otlp_grpc is not None:
+            self.grpc_port = self.intake.start_grpc(*self.otlp_grpc)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.intake.stop()
+        self.spool.close(timeout)
+        self.assembler.stop(timeout)
+
+    def stats(self) -> dict[str, int]:
+        s, a, i = self.spool, self.assembler, self.intake
+        return {"requests": i.requests, "spans_stored": s.spans_stored,
+                "spans_duplicate": s.spans_duplicate, "spans_rejected": i.rejected_spans,
+                "late_spans": s.late_spans, "bad_requests": i.bad_requests,
+                "too_large": i.too_large, "refused": i.refused + s.overloaded,
+                "pending_spans": s.pending, "traces_done": a.traces_done,
+                "records": a.records_stored, "traces_without_record": a.traces_without_record,
+                "traces_cut": a.traces_cut, "errors": a.errors}
