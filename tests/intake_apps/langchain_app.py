@@ -12,7 +12,6 @@ import os
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
 from tracescore.examples.langchain_rag import build_chain
 
 
