@@ -26,11 +26,12 @@ RESOURCE = {"service.name": "rag-app", "service.version": "2.4.1",
 
 @contextmanager
 def serving(db: Any, *, http: bool = True, grpc: bool = False, metrics: Any = None,
-            config: ServeConfig | None = None, **init: Any) -> Iterator[Serve]:
+            config: ServeConfig | None = None, forward: str | None = None,
+            **init: Any) -> Iterator[Serve]:
     ts = tracescore.init(db=db, metrics=metrics or capture_metrics(), **init)
     serve = Serve(ts, otlp_http=("127.0.0.1", 0) if http else None,
                   otlp_grpc=("127.0.0.1", 0) if grpc else None,
-                  config=config or ServeConfig(grace_s=0.2)).start()
+                  config=config or ServeConfig(grace_s=0.2), forward=forward).start()
     try:
         yield serve
     finally:

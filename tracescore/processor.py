@@ -241,6 +241,14 @@ class ScoreAttachingProcessor(SpanProcessor):
         self._holds = {}
         self._deadlines = []
 
+    def take(self, span_id: int) -> list[ScoreRef] | None:
+        """End the hold of ``span_id`` without a span (its span is sent by someone else: the
+        OTLP intake's forwarder, with the scores it read from the database): the scores the
+        hold collected, or None when it was not held. Later scores go on carrier spans."""
+        with self._lock:
+            hold = self._holds.pop(span_id, None)
+        return None if hold is None else list(hold.scores)
+
     def cancel(self, span_id: int) -> None:
         """Forget a hold whose record was dropped (no scores will come). Hot path."""
         with self._lock:

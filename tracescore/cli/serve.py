@@ -43,6 +43,13 @@ def _address(ctx: click.Context, param: click.Parameter,
 @click.option("--otlp-grpc", metavar="HOST:PORT", callback=_address, default=None,
               help="OTLP/gRPC listener (TraceService). Default: 127.0.0.1:4317 when neither "
                    "listener is given.")
+@click.option("--forward", metavar="URL", default=None,
+              help="Send every received span on to this OTLP/HTTP endpoint (e.g. "
+                   "http://collector:4318), the record's span with its scores; later scores "
+                   "on evaluator spans and gen_ai.evaluation.result log records.")
+@click.option("--hold-seconds", type=click.FloatRange(min=0.0), default=10.0,
+              show_default=True,
+              help="With --forward: how long a record's span waits for its scores.")
 @click.option("--metric", "metrics", metavar="NAME", multiple=True,
               help="A metric to score (repeatable); default: the --metrics-module's METRICS, "
                    "else the default metrics.")
@@ -73,7 +80,8 @@ def _address(ctx: click.Context, param: click.Parameter,
 @click.option("--health-host", metavar="ADDRESS", default="127.0.0.1", show_default=True,
               help="Address the --health-port server listens on.")
 def serve(db: Path | str, otlp_http: tuple[str, int] | None,
-          otlp_grpc: tuple[str, int] | None, metrics: tuple[str, ...],
+          otlp_grpc: tuple[str, int] | None, forward: str | None, hold_seconds: float,
+          metrics: tuple[str, ...],
           metrics_module: str | None, judge: str | None, sample_rate: float, concurrency: int,
           grace_seconds: float, max_body_mb: float, max_pending_spans: int, no_score: bool,
           health_port: int | None, health_host: str) -> None:
@@ -96,7 +104,8 @@ def serve(db: Path | str, otlp_http: tuple[str, int] | None,
                          otlp_grpc=otlp_grpc, grace_s=grace_seconds,
                          max_body=int(max_body_mb * 1024 * 1024),
                          max_pending_spans=max_pending_spans, health_port=health_port,
-                         health_host=health_host, stop=stop)
+                         health_host=health_host, stop=stop, forward=forward,
+                         hold_s=hold_seconds)
     except (ValueError, TypeError, ImportError) as exc:
         raise click.UsageError(cli_message(exc)) from None
     except OSError as exc:  # a port in use
@@ -108,7 +117,7 @@ def run_serve(*, db: str, metrics: list[Any], judge: str | None, sample_rate: fl
               concurrency: int, score: bool, otlp_http: tuple[str, int] | None,
               otlp_grpc: tuple[str, int] | None, grace_s: float, max_body: int,
               max_pending_spans: int, health_port: int | None, health_host: str,
-              stop: Any) -> int:
+              stop: Any, forward: str | None = None, hold_s: float = 10.0) -> int:
     """Run until ``stop`` is set; the exit code. Prints a start line (with the bound ports)
     and a stop line to stderr."""
     import tracescore
@@ -119,12 +128,21 @@ def run_serve(*, db: str, metrics: list[Any], judge: str | None, sample_rate: fl
 
     exporter = "otlp" if (os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
                           or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) else None
+    export: dict[str, Any] = {"exporter": exporter, "hold_seconds": 0.0}
+    if forward:  # scores that miss the forwarded span: carriers and log records, to it too
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        base = forward.rstrip("/").removesuffix("/v1/traces")
+        export = {"span_exporter": OTLPSpanExporter(endpoint=base + "/v1/traces"),
+                  "log_exporter": OTLPLogExporter(endpoint=base + "/v1/logs"),
+                  # the forwarder decides when a span goes; the attacher only waits for it
+                  "hold_seconds": hold_s + 300.0}
     ts = tracescore.init(db=db, metrics=metrics, judge=judge, sample_rate=sample_rate,
-                         concurrency=concurrency, score=score, exporter=exporter,
-                         hold_seconds=0.0)
-    srv = Serve(ts, otlp_http=otlp_http, otlp_grpc=otlp_grpc,
+                         concurrency=concurrency, score=score, **export)
+    srv = Serve(ts, otlp_http=otlp_http, otlp_grpc=otlp_grpc, forward=forward,
                 config=ServeConfig(grace_s=grace_s, max_body=max_body,
-                                   max_pending_spans=max_pending_spans))
+                                   max_pending_spans=max_pending_spans, hold_s=hold_s))
     try:
         srv.start()
     except BaseException:

@@ -144,14 +144,16 @@ class Assembler:
                     note = f"over {self.max_trace_spans} spans: read the first ones only"
                 per_trace[tid] = (len(got), note)
             built.extend(got)
+        if built and self.on_records is not None:
+            # before the commit: a worker may score a job the moment it is stored, and its
+            # scores must find the hold (else they would leave at once on a carrier)
+            self.on_records(built)
         self._store_records(store, q, built, per_trace, time.time())
         self.traces_done += len(claimed)
         self.records_stored += len(built)
         self.traces_without_record += sum(1 for n, _ in per_trace.values() if n == 0)
         if built:
             self.ts.worker.wake()
-            if self.on_records is not None:
-                self.on_records(built)
         return len(claimed)
 
     def _load(self, store: Any, q: Callable[[str], str], tid: str) -> tuple[list[Any], bool]:

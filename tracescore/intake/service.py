@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .assembler import Assembler
+from .forwarder import Forwarder
 from .server import Intake
 from .spool import Spool
 
@@ -34,6 +35,8 @@ class ServeConfig:
     ack_timeout_s: float = 30.0
     lease_s: float = 60.0
     max_trace_spans: int = 10_000
+    #: with a forward URL: how long a record's span waits for its scores (after assembly)
+    hold_s: float = 10.0
 
 
 class Serve:
@@ -43,7 +46,7 @@ class Serve:
 
     def __init__(self, ts: Any, *, otlp_http: tuple[str, int] | None = None,
                  otlp_grpc: tuple[str, int] | None = None,
-                 config: ServeConfig | None = None) -> None:
+                 config: ServeConfig | None = None, forward: str | None = None) -> None:
         self.ts = ts
         self.config = c = config or ServeConfig()
         self.otlp_http = otlp_http
@@ -51,14 +54,32 @@ class Serve:
         self.spool = Spool(str(ts.db_path), grace_s=c.grace_s,
                            max_pending_spans=c.max_pending_spans)
         self.assembler = Assembler(ts, grace_s=c.grace_s, orphan_s=c.orphan_s,
-                                   lease_s=c.lease_s, max_trace_spans=c.max_trace_spans)
+                                   lease_s=c.lease_s, max_trace_spans=c.max_trace_spans,
+                                   on_records=self._hold if forward else None)
+        self.forwarder: Forwarder | None = None
+        if forward is not None:
+            self.forwarder = Forwarder(ts, forward, owner=self.assembler.owner,
+                                       hold_s=c.hold_s, orphan_s=c.orphan_s)
         self.intake = Intake(self.spool, max_body=c.max_body, ack_timeout_s=c.ack_timeout_s,
                              max_concurrent=c.max_concurrent)
         self.http_port: int | None = None
         self.grpc_port: int | None = None
 
+    def _hold(self, built: list[Any]) -> None:
+        """Records just stored: their scores wait for the forwarder, not a carrier (the
+        pipeline's attacher holds them; the forwarder takes the hold when it sends the span)."""
+        attacher = self.ts.attacher
+        if attacher is not None:
+            for b in built:
+                r = b.record
+                attacher.expect(int(r.trace_id, 16), int(r.span_id, 16), 1 << 30)
+        if self.forwarder is not None:
+            self.forwarder.wake()
+
     def start(self) -> Serve:
         self.assembler.start()
+        if self.forwarder is not None:
+            self.forwarder.start()
         if self.otlp_http is not None:
             self.http_port = self.intake.start_http(*self.otlp_http)
         if self.otlp_grpc is not None:
@@ -69,6 +90,8 @@ class Serve:
         self.intake.stop()
         self.spool.close(timeout)
         self.assembler.stop(timeout)
+        if self.forwarder is not None:
+            self.forwarder.stop(timeout)
 
     def stats(self) -> dict[str, int]:
         s, a, i = self.spool, self.assembler, self.intake
@@ -78,4 +101,9 @@ class Serve:
                 "too_large": i.too_large, "refused": i.refused + s.overloaded,
                 "pending_spans": s.pending, "traces_done": a.traces_done,
                 "records": a.records_stored, "traces_without_record": a.traces_without_record,
-                "traces_cut": a.traces_cut, "errors": a.errors}
+                "traces_cut": a.traces_cut, "errors": a.errors,
+                **({"spans_forwarded": self.forwarder.spans_forwarded,
+                    "forward_rejected": self.forwarder.spans_rejected,
+                    "scores_on_spans": self.forwarder.scores_on_spans,
+                    "forward_failures": self.forwarder.failures}
+                   if self.forwarder is not None else {})}
