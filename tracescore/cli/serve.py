@@ -73,6 +73,10 @@ def _address(ctx: click.Context, param: click.Parameter,
 @click.option("--max-pending-spans", type=click.IntRange(min=1), default=200_000,
               show_default=True,
               help="Spans waiting to be stored before senders are told to retry (429).")
+@click.option("--lease-seconds", type=click.FloatRange(min=1.0), default=60.0,
+              show_default=True,
+              help="Lease of a trace being assembled and of a scoring job: a dead process's "
+                   "work returns to the others after this long.")
 @click.option("--no-score", is_flag=True,
               help="Only receive and build records; `tracescore worker` processes score them.")
 @click.option("--health-port", type=click.IntRange(0, 65535), default=None,
@@ -83,7 +87,8 @@ def serve(db: Path | str, otlp_http: tuple[str, int] | None,
           otlp_grpc: tuple[str, int] | None, forward: str | None, hold_seconds: float,
           metrics: tuple[str, ...],
           metrics_module: str | None, judge: str | None, sample_rate: float, concurrency: int,
-          grace_seconds: float, max_body_mb: float, max_pending_spans: int, no_score: bool,
+          grace_seconds: float, max_body_mb: float, max_pending_spans: int,
+          lease_seconds: float, no_score: bool,
           health_port: int | None, health_host: str) -> None:
     """Receive OTLP traces (HTTP /v1/traces and gRPC), acknowledge them once stored, build
     one RAG record per request from OpenInference, OpenLLMetry or GenAI-convention spans,
@@ -105,7 +110,7 @@ def serve(db: Path | str, otlp_http: tuple[str, int] | None,
                          max_body=int(max_body_mb * 1024 * 1024),
                          max_pending_spans=max_pending_spans, health_port=health_port,
                          health_host=health_host, stop=stop, forward=forward,
-                         hold_s=hold_seconds)
+                         hold_s=hold_seconds, lease_s=lease_seconds)
     except (ValueError, TypeError, ImportError) as exc:
         raise click.UsageError(cli_message(exc)) from None
     except OSError as exc:  # a port in use
@@ -117,7 +122,8 @@ def run_serve(*, db: str, metrics: list[Any], judge: str | None, sample_rate: fl
               concurrency: int, score: bool, otlp_http: tuple[str, int] | None,
               otlp_grpc: tuple[str, int] | None, grace_s: float, max_body: int,
               max_pending_spans: int, health_port: int | None, health_host: str,
-              stop: Any, forward: str | None = None, hold_s: float = 10.0) -> int:
+              stop: Any, forward: str | None = None, hold_s: float = 10.0,
+              lease_s: float = 60.0) -> int:
     """Run until ``stop`` is set; the exit code. Prints a start line (with the bound ports)
     and a stop line to stderr."""
     import tracescore
@@ -139,10 +145,12 @@ def run_serve(*, db: str, metrics: list[Any], judge: str | None, sample_rate: fl
                   # the forwarder decides when a span goes; the attacher only waits for it
                   "hold_seconds": hold_s + 300.0}
     ts = tracescore.init(db=db, metrics=metrics, judge=judge, sample_rate=sample_rate,
-                         concurrency=concurrency, score=score, **export)
+                         concurrency=concurrency, score=score, lease_seconds=lease_s,
+                         **export)
     srv = Serve(ts, otlp_http=otlp_http, otlp_grpc=otlp_grpc, forward=forward,
                 config=ServeConfig(grace_s=grace_s, max_body=max_body,
-                                   max_pending_spans=max_pending_spans, hold_s=hold_s))
+                                   max_pending_spans=max_pending_spans, hold_s=hold_s,
+                                   lease_s=lease_s))
     try:
         srv.start()
     except BaseException:
