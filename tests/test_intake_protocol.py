@@ -253,3 +253,18 @@ def test_trace_without_root_is_built_after_orphan_time(tmp_path):
         [rec] = intake_records(db, 1)
         # the request span never came: each top-level model call is a request of its own
         assert rec["answer"] == "750 Wh." and rec["query"] is not None
+
+
+def test_spans_of_assembled_traces_are_pruned_late_spans_still_counted(tmp_path):
+    db = str(tmp_path / "s.db")
+    with serving(db, config=ServeConfig(grace_s=0.2, keep_spans_s=0.0)) as serve:
+        assert post(serve.http_port, genai_request(spans="root,chat").SerializeToString())[0] \
+            == 200
+        intake_records(db, 1)
+        wait_for(lambda: rows(db, "SELECT count(*) AS n FROM intake_spans")[0]["n"] == 0, 60,
+                 "spans pruned (every 10 s)")
+        assert serve.stats()["spans_pruned"] == 2
+        assert post(serve.http_port, genai_request(spans="retrieval").SerializeToString())[0] \
+            == 200
+        [tr] = rows(db, "SELECT late_spans, records FROM intake_traces")
+        assert (tr["late_spans"], tr["records"]) == (1, 1)

@@ -49,7 +49,9 @@ class Assembler:
     def __init__(self, ts: Any, *, grace_s: float = 5.0, orphan_s: float = 600.0,
                  lease_s: float = 60.0, batch: int = 200, max_trace_spans: int = 10_000,
                  poll_s: float = 0.2,
-                 on_records: Callable[[list[R.Built]], None] | None = None) -> None:
+                 on_records: Callable[[list[R.Built]], None] | None = None,
+                 forwarding: bool = False, keep_spans_s: float = 60.0,
+                 keep_traces_s: float = 86_400.0) -> None:
         self.ts = ts
         self.db = str(ts.db_path)
         self.grace_s = grace_s
@@ -59,6 +61,11 @@ class Assembler:
         self.max_trace_spans = max_trace_spans
         self.poll_s = poll_s
         self.on_records = on_records
+        self.forwarding = forwarding
+        self.keep_spans_s = keep_spans_s
+        self.keep_traces_s = keep_traces_s
+        self._pruned_at = 0.0
+        self.spans_pruned = 0
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self._resources = Resources()
         self._halt = threading.Event()
@@ -97,6 +104,14 @@ class Assembler:
                 self._drop_store()
                 n = 0
             if n < self.batch:
+                if time.monotonic() - self._pruned_at > 10.0:
+                    self._pruned_at = time.monotonic()
+                    try:
+                        self.prune()
+                    except Exception as exc:  # pruning waits for the next round
+                        log.warning("tracescore serve: pruning received spans failed (%s)",
+                                    exc)
+                        self._drop_store()
                 self._wake.wait(self.poll_s)
                 self._wake.clear()
         self._drop_store()  # (a SQLite connection is closed on the thread that opened it)
@@ -155,6 +170,32 @@ class Assembler:
         if built:
             self.ts.worker.wake()
         return len(claimed)
+
+    def prune(self, now: float | None = None, limit: int = 5000) -> int:
+        """Delete the received spans of traces assembled more than ``keep_spans_s`` ago (and
+        forwarded, with ``--forward``), and trace rows older than ``keep_traces_s`` whose
+        spans are gone; small batches. The spans deleted."""
+        from ..store import open_store
+
+        if self._store is None:
+            self._store = open_store(self.db)
+        store = self._store
+        q = (lambda s: s.replace("?", "%s")) if store.dialect == "postgres" else (lambda s: s)
+        now = time.time() if now is None else now
+        sent = " AND forwarded <> 0" if self.forwarding else ""
+        with store.transaction():
+            cur = store.conn.execute(q(
+                "DELETE FROM intake_spans WHERE trace_id IN (SELECT trace_id FROM intake_traces"
+                " WHERE state = 'done' AND done_at < ? ORDER BY done_at LIMIT ?)" + sent),
+                (now - self.keep_spans_s, limit))
+            n = max(0, cur.rowcount or 0)
+            store.conn.execute(q(
+                "DELETE FROM intake_traces WHERE trace_id IN (SELECT t.trace_id FROM "
+                "intake_traces t WHERE t.state = 'done' AND t.done_at < ? AND NOT EXISTS "
+                "(SELECT 1 FROM intake_spans s WHERE s.trace_id = t.trace_id) LIMIT ?)"),
+                (now - self.keep_traces_s, limit))
+        self.spans_pruned += n
+        return n
 
     def _load(self, store: Any, q: Callable[[str], str], tid: str) -> tuple[list[Any], bool]:
         rows = store.conn.execute(q(

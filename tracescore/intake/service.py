@@ -37,6 +37,8 @@ class ServeConfig:
     max_trace_spans: int = 10_000
     #: with a forward URL: how long a record's span waits for its scores (after assembly)
     hold_s: float = 10.0
+    #: received spans are deleted this long after their trace was assembled (and forwarded)
+    keep_spans_s: float = 60.0
 
 
 class Serve:
@@ -55,7 +57,9 @@ class Serve:
                            max_pending_spans=c.max_pending_spans)
         self.assembler = Assembler(ts, grace_s=c.grace_s, orphan_s=c.orphan_s,
                                    lease_s=c.lease_s, max_trace_spans=c.max_trace_spans,
-                                   on_records=self._hold if forward else None)
+                                   on_records=self._hold if forward else None,
+                                   forwarding=forward is not None,
+                                   keep_spans_s=c.keep_spans_s)
         self.forwarder: Forwarder | None = None
         if forward is not None:
             self.forwarder = Forwarder(ts, forward, owner=self.assembler.owner,
@@ -102,6 +106,7 @@ class Serve:
                 "pending_spans": s.pending, "traces_done": a.traces_done,
                 "records": a.records_stored, "traces_without_record": a.traces_without_record,
                 "traces_cut": a.traces_cut, "errors": a.errors,
+                "spans_pruned": a.spans_pruned,
                 **({"spans_forwarded": self.forwarder.spans_forwarded,
                     "forward_rejected": self.forwarder.spans_rejected,
                     "scores_on_spans": self.forwarder.scores_on_spans,
