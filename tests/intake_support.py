@@ -4,6 +4,7 @@ with the real OTel SDK exporters."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -62,16 +63,22 @@ def provider(exporter: Any, resource: dict[str, Any] | None = None) -> TracerPro
 APP = Path(__file__).parent / "intake_apps" / "langchain_app.py"
 
 
-def run_app(serve: Serve, instrumentation: str, protocol: str = "http",
+def run_app(serve: Any, instrumentation: str, protocol: str = "http",
             *args: str) -> list[dict[str, Any]]:
-    """Run the instrumented example app in its own process, exporting to ``serve``; its
-    runs (question, answer, the retriever's documents) once every span was acknowledged."""
-    endpoint = (f"http://127.0.0.1:{serve.http_port}" if protocol == "http"
-                else f"127.0.0.1:{serve.grpc_port}")
+    """Run the instrumented example app in its own process, exporting to ``serve`` (a
+    :class:`Serve`, or any OTLP endpoint URL); its runs (question, answer, the retriever's
+    documents) once every span was acknowledged."""
+    if isinstance(serve, str):
+        endpoint = serve
+    else:
+        endpoint = (f"http://127.0.0.1:{serve.http_port}" if protocol == "http"
+                    else f"127.0.0.1:{serve.grpc_port}")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run(
         [sys.executable, str(APP), "--instrumentation", instrumentation, "--protocol",
          protocol, "--endpoint", endpoint, *args],
-        capture_output=True, text=True, timeout=300, check=False)
+        capture_output=True, text=True, timeout=300, check=False, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["flushed"], out.stderr[-3000:]

@@ -23,6 +23,8 @@ def main() -> None:
     p.add_argument("--hide-content", action="store_true")
     p.add_argument("--questions", default="What battery capacity does the Cargo have?")
     p.add_argument("--ground-truth", default=None)
+    p.add_argument("--tracescore-db", default=None,
+                   help="also tracescore.init(capture='otel') on the app's provider")
     a = p.parse_args()
     if a.protocol == "http":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -50,6 +52,13 @@ def main() -> None:
         from opentelemetry.instrumentation.langchain import LangchainInstrumentor
 
         LangchainInstrumentor().instrument(tracer_provider=tp)
+    ts = None
+    if a.tracescore_db:
+        import tracescore
+        from helpers import AnswerLength, ContextCount  # (tests/ on PYTHONPATH)
+
+        ts = tracescore.init(db=a.tracescore_db, capture="otel", tracer_provider=tp,
+                             metrics=[ContextCount(), AnswerLength()])
     chain = build_chain()
     out = []
     tracer = tp.get_tracer("app")
@@ -63,6 +72,9 @@ def main() -> None:
         docs = chain.first.steps__["context"].first.invoke(q)
         out.append({"question": q, "answer": answer, "docs": [d.page_content for d in docs]})
     ok = tp.force_flush(30_000)
+    if ts is not None:
+        ok = ok and ts.flush(60)
+        ts.shutdown(30)
     tp.shutdown()
     print(json.dumps({"flushed": ok, "runs": out}))
 
