@@ -54,8 +54,9 @@ def main() -> None:
         LangchainInstrumentor().instrument(tracer_provider=tp)
     ts = None
     if a.tracescore_db:
-        import tracescore
         from helpers import AnswerLength, ContextCount  # (tests/ on PYTHONPATH)
+
+        import tracescore
 
         ts = tracescore.init(db=a.tracescore_db, capture="otel", tracer_provider=tp,
                              metrics=[ContextCount(), AnswerLength()])
