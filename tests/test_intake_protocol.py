@@ -268,3 +268,22 @@ def test_spans_of_assembled_traces_are_pruned_late_spans_still_counted(tmp_path)
             == 200
         [tr] = rows(db, "SELECT late_spans, records FROM intake_traces")
         assert (tr["late_spans"], tr["records"]) == (1, 1)
+
+
+def test_chunked_body_is_read_and_bounded(tmp_path):
+    import http.client
+
+    db = str(tmp_path / "s.db")
+    with serving(db, config=ServeConfig(grace_s=0.2, max_body=64 * 1024)) as serve:
+        def send(body: bytes) -> int:
+            conn = http.client.HTTPConnection("127.0.0.1", serve.http_port, timeout=60)
+            conn.request("POST", "/v1/traces", body=iter([body[:10], body[10:]]),
+                         headers={"Content-Type": "application/x-protobuf"},
+                         encode_chunked=True)
+            code = conn.getresponse().status
+            conn.close()
+            return code
+
+        assert send(genai_request().SerializeToString()) == 200
+        assert send(b"\0" * (64 * 1024 + 1)) == 413
+        assert len(intake_records(db, 1)) == 1

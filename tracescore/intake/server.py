@@ -171,15 +171,29 @@ def _http_handler(intake: Intake) -> type[BaseHTTPRequestHandler]:
                 self._fail(415, media, str(exc), close=True)
                 return
             length = self.headers.get("Content-Length")
-            if length is None or not length.isdigit():
-                self._fail(411, media, "Content-Length required", close=True)
+            chunked = "chunked" in (self.headers.get("Transfer-Encoding") or "").lower()
+            if not chunked and (length is None or not length.isdigit()):
+                self._fail(411, media, "Content-Length or chunked Transfer-Encoding required",
+                           close=True)
                 return
-            if int(length) > intake.max_body:
+            if not chunked and int(length or 0) > intake.max_body:
                 intake.too_large += 1
                 self._fail(413, media, f"body of {length} bytes is over the limit of "
                            f"{intake.max_body}", close=True)
                 return
-            body = self.rfile.read(int(length))
+            if chunked:  # (the OTel JS exporter sends its body so)
+                try:
+                    body = self._read_chunked(intake.max_body)
+                except otlp.TooLarge as exc:
+                    intake.too_large += 1
+                    self._fail(413, media, str(exc), close=True)
+                    return
+                except (ValueError, OSError) as exc:
+                    intake.bad_requests += 1
+                    self._fail(400, media, f"malformed chunked body: {exc}", close=True)
+                    return
+            else:
+                body = self.rfile.read(int(length or 0))
             try:
                 raw = otlp.decompress(body, self.headers.get("Content-Encoding"),
                                       intake.max_body)
@@ -202,6 +216,27 @@ def _http_handler(intake: Intake) -> type[BaseHTTPRequestHandler]:
                 self._fail(503, media, str(exc), retry_after=exc.retry_after_s)
                 return
             self._send(200, media, otlp.response(media, rejected, reason))
+
+        def _read_chunked(self, limit: int) -> bytes:
+            parts: list[bytes] = []
+            total = 0
+            while True:
+                line = self.rfile.readline(1024)
+                if not line.endswith(b"\n"):
+                    raise ValueError("truncated chunk size line")
+                size = int(line.split(b";", 1)[0].strip() or b"x", 16)
+                if size == 0:
+                    while self.rfile.readline(8192) not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return b"".join(parts)
+                total += size
+                if total > limit:
+                    raise otlp.TooLarge(f"chunked body over the limit of {limit} bytes")
+                chunk = self.rfile.read(size)
+                if len(chunk) != size:
+                    raise ValueError("truncated chunk")
+                parts.append(chunk)
+                self.rfile.readline(8)  # the CRLF after the chunk
 
         def _fail(self, status: int, media: str, message: str, *,
                   retry_after: float | None = None, close: bool = False) -> None:
