@@ -258,11 +258,12 @@ def test_trace_without_root_is_built_after_orphan_time(tmp_path):
 def test_spans_of_assembled_traces_are_pruned_late_spans_still_counted(tmp_path):
     db = str(tmp_path / "s.db")
     with serving(db, config=ServeConfig(grace_s=0.2, keep_spans_s=0.0)) as serve:
+        serve.assembler.prune_every_s = 0.2
         assert post(serve.http_port, genai_request(spans="root,chat").SerializeToString())[0] \
             == 200
         intake_records(db, 1)
         wait_for(lambda: rows(db, "SELECT count(*) AS n FROM intake_spans")[0]["n"] == 0, 60,
-                 "spans pruned (every 10 s)")
+                 "spans pruned")
         assert serve.stats()["spans_pruned"] == 2
         assert post(serve.http_port, genai_request(spans="retrieval").SerializeToString())[0] \
             == 200
@@ -287,3 +288,32 @@ def test_chunked_body_is_read_and_bounded(tmp_path):
         assert send(genai_request().SerializeToString()) == 200
         assert send(b"\0" * (64 * 1024 + 1)) == 413
         assert len(intake_records(db, 1)) == 1
+
+
+def test_odd_attribute_values_lose_a_field_not_the_record(tmp_path):
+    db = str(tmp_path / "s.db")
+    with serving(db) as serve:
+        req = genai_request()
+        for span in req.resource_spans[0].scope_spans[0].spans:
+            for kv in span.attributes:
+                if kv.key == "gen_ai.retrieval.documents":
+                    kv.value.CopyFrom(AnyValue(int_value=7))  # not a JSON list
+                if kv.key == "gen_ai.usage.input_tokens":
+                    kv.value.CopyFrom(AnyValue(string_value="many"))
+                if kv.key == "gen_ai.input.messages" and span.name == "chat m":
+                    kv.value.CopyFrom(AnyValue(string_value="[{not json"))
+        assert post(serve.http_port, req.SerializeToString())[0] == 200
+        [rec] = intake_records(db, 1)
+        assert rec["query"] == "Cargo battery?" and rec["answer"] == "750 Wh."
+        assert rec["contexts"] == [] and rec["input_tokens"] == 0
+
+
+def test_a_trace_over_the_span_bound_is_read_in_part_and_said_so(tmp_path):
+    db = str(tmp_path / "s.db")
+    with serving(db, config=ServeConfig(grace_s=0.2, max_trace_spans=2)) as serve:
+        assert post(serve.http_port, genai_request().SerializeToString())[0] == 200
+        wait_for(lambda: rows(db, "SELECT state FROM intake_traces")[0]["state"] == "done",
+                 what="the trace assembled")
+        [tr] = rows(db, "SELECT spans, note FROM intake_traces")
+        assert tr["spans"] == 3 and "over 2 spans" in tr["note"]
+        assert serve.stats()["traces_cut"] == 1

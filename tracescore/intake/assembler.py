@@ -65,6 +65,8 @@ class Assembler:
         self.keep_spans_s = keep_spans_s
         self.keep_traces_s = keep_traces_s
         self._pruned_at = 0.0
+        #: seconds between pruning rounds
+        self.prune_every_s = 10.0
         self.spans_pruned = 0
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self._resources = Resources()
@@ -104,7 +106,7 @@ class Assembler:
                 self._drop_store()
                 n = 0
             if n < self.batch:
-                if time.monotonic() - self._pruned_at > 10.0:
+                if time.monotonic() - self._pruned_at > self.prune_every_s:
                     self._pruned_at = time.monotonic()
                     try:
                         self.prune()
