@@ -317,3 +317,18 @@ def test_a_trace_over_the_span_bound_is_read_in_part_and_said_so(tmp_path):
         [tr] = rows(db, "SELECT spans, note FROM intake_traces")
         assert tr["spans"] == 3 and "over 2 spans" in tr["note"]
         assert serve.stats()["traces_cut"] == 1
+
+
+def test_ground_truth_by_trace_id_through_the_api_scores_the_received_record(tmp_path):
+    from helpers import ContextCount
+
+    db = str(tmp_path / "s.db")
+    with serving(db, metrics=[ContextCount(), "exact_match"]) as serve:
+        assert post(serve.http_port, genai_request().SerializeToString())[0] == 200
+        [rec] = intake_records(db, 1)
+        [job] = rows(db, "SELECT status FROM jobs WHERE metric = 'exact_match'")
+        assert job["status"] == "skipped"  # no reference yet
+        serve.ts.add_ground_truth(TRACE.hex(), ["750 Wh."])
+        got = wait_for(lambda: rows(db, "SELECT value FROM scores WHERE name = 'exact_match'"),
+                       60, "exact_match scored once the reference came")
+        assert got[0]["value"] == 1.0

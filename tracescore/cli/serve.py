@@ -79,6 +79,10 @@ def _address(ctx: click.Context, param: click.Parameter,
                    "work returns to the others after this long.")
 @click.option("--no-score", is_flag=True,
               help="Only receive and build records; `tracescore worker` processes score them.")
+@click.option("--monitors", "monitors", metavar="FILE", default=None,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Also evaluate these monitors every minute and send their notifications "
+                   "(one evaluator per database at a time).")
 @click.option("--health-port", type=click.IntRange(0, 65535), default=None,
               help="Serve GET /livez and /readyz on this port (on --health-host).")
 @click.option("--health-host", metavar="ADDRESS", default="127.0.0.1", show_default=True,
@@ -88,7 +92,7 @@ def serve(db: Path | str, otlp_http: tuple[str, int] | None,
           metrics: tuple[str, ...],
           metrics_module: str | None, judge: str | None, sample_rate: float, concurrency: int,
           grace_seconds: float, max_body_mb: float, max_pending_spans: int,
-          lease_seconds: float, no_score: bool,
+          lease_seconds: float, no_score: bool, monitors: Path | None,
           health_port: int | None, health_host: str) -> None:
     """Receive OTLP traces (HTTP /v1/traces and gRPC), acknowledge them once stored, build
     one RAG record per request from OpenInference, OpenLLMetry or GenAI-convention spans,
@@ -110,7 +114,8 @@ def serve(db: Path | str, otlp_http: tuple[str, int] | None,
                          max_body=int(max_body_mb * 1024 * 1024),
                          max_pending_spans=max_pending_spans, health_port=health_port,
                          health_host=health_host, stop=stop, forward=forward,
-                         hold_s=hold_seconds, lease_s=lease_seconds)
+                         hold_s=hold_seconds, lease_s=lease_seconds,
+                         monitors=None if monitors is None else str(monitors))
     except (ValueError, TypeError, ImportError) as exc:
         raise click.UsageError(cli_message(exc)) from None
     except OSError as exc:  # a port in use
@@ -123,7 +128,7 @@ def run_serve(*, db: str, metrics: list[Any], judge: str | None, sample_rate: fl
               otlp_grpc: tuple[str, int] | None, grace_s: float, max_body: int,
               max_pending_spans: int, health_port: int | None, health_host: str,
               stop: Any, forward: str | None = None, hold_s: float = 10.0,
-              lease_s: float = 60.0) -> int:
+              lease_s: float = 60.0, monitors: str | None = None) -> int:
     """Run until ``stop`` is set; the exit code. Prints a start line (with the bound ports)
     and a stop line to stderr."""
     import tracescore
@@ -146,7 +151,7 @@ def run_serve(*, db: str, metrics: list[Any], judge: str | None, sample_rate: fl
                   "hold_seconds": hold_s + 300.0}
     ts = tracescore.init(db=db, metrics=metrics, judge=judge, sample_rate=sample_rate,
                          concurrency=concurrency, score=score, lease_seconds=lease_s,
-                         **export)
+                         monitors=monitors, **export)
     srv = Serve(ts, otlp_http=otlp_http, otlp_grpc=otlp_grpc, forward=forward,
                 config=ServeConfig(grace_s=grace_s, max_body=max_body,
                                    max_pending_spans=max_pending_spans, hold_s=hold_s,
