@@ -332,3 +332,21 @@ def test_ground_truth_by_trace_id_through_the_api_scores_the_received_record(tmp
         got = wait_for(lambda: rows(db, "SELECT value FROM scores WHERE name = 'exact_match'"),
                        60, "exact_match scored once the reference came")
         assert got[0]["value"] == 1.0
+
+
+def test_idle_connections_are_bounded(tmp_path):
+    import socket
+
+    db = str(tmp_path / "s.db")
+    with serving(db, config=ServeConfig(grace_s=0.2, max_concurrent=1)) as serve:
+        idle = [socket.create_connection(("127.0.0.1", serve.http_port)) for _ in range(4)]
+        server = serve.intake._http
+        wait_for(lambda: server._conns._value == 0, what="4 connections held")
+        extra = socket.create_connection(("127.0.0.1", serve.http_port))
+        extra.settimeout(30)
+        assert extra.recv(1) == b""  # closed at once, not a thread more
+        assert server.refused_connections == 1
+        for s in (*idle, extra):
+            s.close()
+        wait_for(lambda: server._conns._value == 4, what="the idle connections gone")
+        assert post(serve.http_port, genai_request().SerializeToString())[0] == 200

@@ -75,8 +75,8 @@ class Intake:
 
     # -- HTTP -------------------------------------------------------------------------------------
     def start_http(self, host: str = "127.0.0.1", port: int = 4318) -> int:
-        self._http = ThreadingHTTPServer((host, port), _http_handler(self))
-        self._http.daemon_threads = True
+        self._http = _BoundedHTTPServer((host, port), _http_handler(self),
+                                        max_connections=4 * self.max_concurrent)
         threading.Thread(target=self._http.serve_forever, name="tracescore-otlp-http",
                          daemon=True).start()
         return int(self._http.server_address[1])
@@ -129,6 +129,37 @@ class Intake:
         if self._grpc is not None:
             self._grpc.stop(grace=5.0).wait(6.0)
             self._grpc = None
+
+
+class _BoundedHTTPServer(ThreadingHTTPServer):
+    """A thread per connection (keep-alive senders), at most ``max_connections`` of them: a
+    connection beyond is closed at once (the sender reconnects and retries), so idle
+    connections cannot exhaust the process. Each connection's reads time out after 60 s."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], handler: Any, *,
+                 max_connections: int) -> None:
+        super().__init__(address, handler)
+        self._conns = threading.BoundedSemaphore(max(1, max_connections))
+        self.refused_connections = 0
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._conns.acquire(blocking=False):
+            self.refused_connections += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._conns.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._conns.release()
 
 
 def _abort_retry(context: Any, grpc_code: Any, code: int, message: str, delay_s: float) -> None:
