@@ -32,3 +32,35 @@ def test_capture_must_be_otel_or_none(tmp_path):
 
     with pytest.raises(ValueError, match="capture must be None or 'otel'"):
         tracescore.init(db=tmp_path / "x.db", capture="zipkin")
+
+
+def test_capture_otel_bounds_and_builds_traces_whose_root_never_ends(tmp_path):
+    from opentelemetry.sdk.trace import TracerProvider
+
+    import tracescore
+
+    tp = TracerProvider()
+    ts = tracescore.init(db=tmp_path / "x.db", capture="otel", tracer_provider=tp,
+                         metrics=["exact_match"])
+    try:
+        cap = ts.otel_capture
+        cap.orphan_s = 0.2
+        tracer = tp.get_tracer("app")
+        root = tracer.start_span("request")  # never ends (a hung request)
+        from opentelemetry import trace
+
+        with trace.use_span(root, end_on_exit=False):
+            with tracer.start_as_current_span("chat", attributes={
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.output.messages": '[{"role": "assistant", "parts": '
+                                              '[{"type": "text", "content": "hi"}]}]'}):
+                pass
+        from helpers import records, wait_for
+
+        wait_for(lambda: cap.records == 1, 30, "the orphan trace built")
+        assert ts.flush(30)
+        [rec] = records(tmp_path / "x.db")
+        assert rec["answer"] == "hi"
+        assert cap._held == 0 and not cap._traces
+    finally:
+        ts.shutdown(10)

@@ -58,12 +58,17 @@ def to_span(s: ReadableSpan) -> Span:
 
 
 class OtelCapture(SpanProcessor):
-    def __init__(self, ts: Any, *, grace_s: float = 0.5, max_spans: int = 100_000) -> None:
+    def __init__(self, ts: Any, *, grace_s: float = 0.5, max_spans: int = 100_000,
+                 orphan_s: float = 600.0) -> None:
         self.ts = ts
         self.grace_s = grace_s
+        #: a trace whose root span never ends here is built from what it has after this long
+        #: (its spans would otherwise be held for good)
+        self.orphan_s = orphan_s
         self.max_spans = max_spans
         self._traces: dict[int, list[ReadableSpan]] = {}
         self._due: list[tuple[float, int]] = []
+        self._roots_ended: set[int] = set()
         self._held = 0
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
@@ -88,9 +93,14 @@ class OtelCapture(SpanProcessor):
             if self._held >= self.max_spans:
                 self.spans_dropped += 1
                 return
-            self._traces.setdefault(ctx.trace_id, []).append(span)
+            spans = self._traces.get(ctx.trace_id)
+            if spans is None:
+                spans = self._traces[ctx.trace_id] = []
+                heapq.heappush(self._due, (time.monotonic() + self.orphan_s, ctx.trace_id))
+            spans.append(span)
             self._held += 1
             if root:
+                self._roots_ended.add(ctx.trace_id)
                 heapq.heappush(self._due, (time.monotonic() + self.grace_s, ctx.trace_id))
                 self._wake.notify()
 
@@ -108,8 +118,9 @@ class OtelCapture(SpanProcessor):
     def assemble_all(self) -> None:
         """Build the records of every trace whose root span ended (flush, shutdown)."""
         with self._lock:
-            due = [t for _, t in self._due]
-            self._due.clear()
+            due = [t for when, t in self._due if t in self._roots_ended]
+            self._due = [(w, t) for w, t in self._due if t not in self._roots_ended]
+            heapq.heapify(self._due)
         self._assemble(due)
 
     def _run(self) -> None:
@@ -132,6 +143,7 @@ class OtelCapture(SpanProcessor):
             with self._lock:
                 spans = self._traces.pop(tid, [])
                 self._held -= len(spans)
+                self._roots_ended.discard(tid)
             if not spans:
                 continue
             try:
