@@ -45,8 +45,8 @@ def _requests(n_requests: int, spans: int, seed: int) -> list[tuple[bytes, list[
             ss = one.resource_spans[0].scope_spans[0]
             # 7 more children (a tool call, embedding, ...): 10 spans per trace
             for k in range(per_trace - 3):
-                ss.spans.add(trace_id=tid, span_id=(0xA0 + k).to_bytes(8, "big"),
-                             parent_span_id=bytes.fromhex("eee19b7ec3c1b174"), name=f"step {k}",
+                ss.spans.add(trace_id=tid, span_id=tid[:7] + bytes([0xA0 + k]),
+                             parent_span_id=ss.spans[0].span_id, name=f"step {k}",
                              start_time_unix_nano=1500, end_time_unix_nano=1600)
             if req is None:
                 req = one

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 from helpers import cli_script, rows, wait_for
-from test_intake_protocol import genai_request, post
+from test_intake_protocol import genai_request, post, span_ids
 
 TESTS = Path(__file__).parent
 
@@ -88,3 +88,33 @@ def test_serve_process_stops_cleanly_on_sigterm(tmp_path):
         proc.wait(60)
     assert proc.returncode == 0
     assert proc.stderr is not None and "stopped" in proc.stderr.read()
+
+
+def test_two_serve_processes_forward_every_span_once_with_its_scores(pg_url):
+    from collections import Counter
+
+    from tracescore import attributes as A
+    from tracescore.testing import OtlpReceiver
+
+    with OtlpReceiver() as hop:
+        a, port_a = start_serve(pg_url, "--forward", hop.endpoint, "--hold-seconds", "30")
+        b, port_b = start_serve(pg_url, "--forward", hop.endpoint, "--hold-seconds", "30")
+        try:
+            tids = [os.urandom(16) for _ in range(20)]
+            for i, tid in enumerate(tids):
+                body = genai_request(tid).SerializeToString()
+                assert post(port_a if i % 2 else port_b, body)[0] == 200
+            spans = hop.wait_for(lambda: (lambda s: s if len(s) >= 60 else None)(hop.spans()),
+                                 timeout=120)
+            assert spans, f"{len(hop.spans())} spans forwarded of 60"
+            counts = Counter((s.trace_id, s.span_id) for s in spans)
+            assert len(counts) == 60 and set(counts.values()) == {1}
+            root_ids = {span_ids(t)[0].hex() for t in tids}
+            roots = [s for s in spans if s.span_id in root_ids]
+            assert len(roots) == 20
+            assert all(A.score_attribute("context_count") in r.attributes for r in roots)
+        finally:
+            for p in (a, b):
+                p.send_signal(signal.SIGTERM)
+                p.wait(60)
+        assert len(hop.spans()) == 60  # nothing sent again at the stop

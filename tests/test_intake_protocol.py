@@ -30,6 +30,14 @@ ROOT = bytes.fromhex("eee19b7ec3c1b174")
 CHILD = bytes.fromhex("eee19b7ec3c1b175")
 
 
+def span_ids(trace: bytes) -> tuple[bytes, bytes, bytes]:
+    """The request's root, retrieval and chat span ids: fixed for :data:`TRACE`, else derived
+    from the trace id (span ids are unique across traces, as an SDK makes them)."""
+    if trace == TRACE:
+        return ROOT, CHILD, bytes.fromhex("eee19b7ec3c1b176")
+    return tuple(trace[:7] + bytes([k]) for k in (1, 2, 3))  # type: ignore[return-value]
+
+
 def _kv(**attrs: Any) -> list[KeyValue]:
     out = []
     for k, v in attrs.items():
@@ -53,16 +61,17 @@ def genai_request(trace: bytes = TRACE, *, spans: str = "root,retrieval,chat",
     prompt = json.dumps([{"role": "user", "parts": [
         {"type": "text", "content": "Context: The Cargo has 750 Wh.\nQuestion: Cargo battery?"}]}])
     out = json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": "750 Wh."}]}])
+    root, child, chat = span_ids(trace)
     made = {
-        "root": (ROOT, b"", "rag", 1000, 9000, _kv(
+        "root": (root, b"", "rag", 1000, 9000, _kv(
             gen_ai__operation__name="invoke_agent", gen_ai__conversation__id="conv-1",
             gen_ai__input__messages=json.dumps([{"role": "user", "parts": [
                 {"type": "text", "content": "Cargo battery?"}]}]),
             gen_ai__output__messages=out)),
-        "retrieval": (CHILD, ROOT, "retrieval", 2000, 3000, _kv(
+        "retrieval": (child, root, "retrieval", 2000, 3000, _kv(
             gen_ai__operation__name="retrieval", gen_ai__retrieval__query__text="Cargo battery?",
             gen_ai__retrieval__documents=docs)),
-        "chat": (bytes.fromhex("eee19b7ec3c1b176"), ROOT, "chat m", 4000, 8000, _kv(
+        "chat": (chat, root, "chat m", 4000, 8000, _kv(
             gen_ai__operation__name="chat", gen_ai__request__model="m-1",
             gen_ai__input__messages=prompt, gen_ai__output__messages=out,
             gen_ai__usage__input_tokens=30, gen_ai__usage__output_tokens=3)),

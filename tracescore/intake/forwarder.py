@@ -154,8 +154,8 @@ class Forwarder:
                 delivered.extend(i for i, _ in refs)
                 attacher = self.ts.attacher
                 if attacher is not None:  # later scores: carriers, from now on
-                    got = attacher.take(int(sid, 16)) or []
-                    mine = {i for i, _ in refs}
+                    mine = frozenset(i for i, _ in refs)
+                    got = attacher.take(int(sid, 16), mine) or []
                     late = [r for r in got if r[0] not in mine]
                     if late:
                         carriers.append((int(tid, 16), int(sid, 16), late))

@@ -61,6 +61,12 @@ class Serve:
                                    forwarding=forward is not None,
                                    keep_spans_s=c.keep_spans_s)
         self.forwarder: Forwarder | None = None
+        if forward is not None and ts.attacher is not None:
+            # Scores a process of the fleet made for a record another one holds wait for
+            # that one (it puts them on the span); what nobody sent goes on a carrier after
+            # the hold, by the redelivery sweep.
+            ts.attacher.carry_unheld = False
+            ts.worker.redeliver_after_s = c.hold_s + 30.0
         if forward is not None:
             self.forwarder = Forwarder(ts, forward, owner=self.assembler.owner,
                                        hold_s=c.hold_s, orphan_s=c.orphan_s)
