@@ -247,6 +247,7 @@ class ScoreAttachingProcessor(SpanProcessor):
         self._reaper = None
         self._holds = {}
         self._deadlines = []
+        self._taken = {}
 
     def take(self, span_id: int, attached: frozenset[int] = frozenset()) -> list[ScoreRef] | None:
         """End the hold of ``span_id`` without a span (its span is sent by someone else: the
