@@ -98,6 +98,11 @@ class Tracescore(Feedback, Lifecycle):
     that become dimensions ``metadata.<key>``. Past ``segment_limit`` distinct values of a
     dimension, new ones count as ``"other"`` (counter ``segments.overflow.<dim>``).
 
+    ``capture="otel"``: an app already instrumented with OpenInference, OpenLLMetry or the
+    GenAI conventions gets a span processor on its SDK tracer provider (``tracer_provider``,
+    else the global one) that builds the same records from those spans as ``tracescore
+    serve`` does (docs/otlp.md); the app keeps its own exporter.
+
     ``monitors``: a monitors file (TOML) or a list of dicts / ``Monitor`` objects, validated at
     ``init``; evaluated every minute in a background thread (where scoring runs; on PostgreSQL
     one evaluator per database at a time), with notifications sent from another
@@ -145,6 +150,7 @@ class Tracescore(Feedback, Lifecycle):
         segments: Sequence[str] = (),
         segment_limit: int = 100,
         monitors: Any = None,
+        capture: str | None = None,
     ) -> None:
         args = dict(locals())
         del args["self"]
@@ -289,6 +295,12 @@ class Tracescore(Feedback, Lifecycle):
             self.worker.start()
         self._langchain_handler: Any = None
         self._llama_index: Any = None
+        #: capture="otel": the span processor on the app's tracer provider
+        self.otel_capture: Any = None
+        if s.capture == "otel":
+            from .intake.otel import attach
+
+            self.otel_capture = attach(self, s.tracer_provider)
         #: app run id (``config={"run_id": ...}``) → trace id, for feedback by run id
         self.run_ids = RunIds()
         self._closed = False

@@ -132,6 +132,13 @@ class ScoreAttachingProcessor(SpanProcessor):
         #: Scores whose span's export failed: they stay undelivered and go out again on a
         #: carrier span (the worker's redelivery sweep, or the next start).
         self.export_failed_scores = 0
+        #: False (``tracescore serve --forward`` on a shared database): a score of a span not
+        #: held here leaves at once on a carrier only if this process sent that span (it went
+        #: through :meth:`take`); others are left undelivered for the process that holds the
+        #: span (it puts them on the span), and the redelivery sweep sends what nobody did.
+        self.carry_unheld = True
+        #: spans sent by :meth:`take`'s caller → the score ids it put on them
+        self._taken: dict[int, frozenset[int]] = {}
 
     @property
     def held(self) -> int:
@@ -240,6 +247,20 @@ class ScoreAttachingProcessor(SpanProcessor):
         self._reaper = None
         self._holds = {}
         self._deadlines = []
+        self._taken = {}
+
+    def take(self, span_id: int, attached: frozenset[int] = frozenset()) -> list[ScoreRef] | None:
+        """End the hold of ``span_id`` without a span (its span is sent by someone else: the
+        OTLP intake's forwarder, with the scores ``attached`` — their ids — that it read from
+        the database): the scores the hold collected, or None when it was not held. Later
+        scores go on carrier spans; a job that reports one of ``attached`` after this (its
+        commit came before its report) sends nothing again."""
+        with self._lock:
+            hold = self._holds.pop(span_id, None)
+            if len(self._taken) >= MAX_UNCONFIRMED:
+                self._taken.pop(next(iter(self._taken)))
+            self._taken[span_id] = attached
+        return None if hold is None else list(hold.scores)
 
     def cancel(self, span_id: int) -> None:
         """Forget a hold whose record was dropped (no scores will come). Hot path."""
@@ -263,7 +284,11 @@ class ScoreAttachingProcessor(SpanProcessor):
         if release is not None:
             self._release(release, late=0)
         elif hold is None and scores:
-            self.emit_carrier(int(trace_hex, 16), span_id, scores)
+            taken = self._taken.get(span_id)
+            if taken is not None:
+                scores = [r for r in scores if r[0] not in taken]
+            if scores and (self.carry_unheld or taken is not None):
+                self.emit_carrier(int(trace_hex, 16), span_id, scores)
 
     def emit_carrier(self, trace_id: int, span_id: int, scores: Sequence[ScoreRef]) -> None:
         """Late scores: an EVALUATOR span in the scored span's trace, linked to it."""

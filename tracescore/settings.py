@@ -100,6 +100,10 @@ class Settings:
     #: Monitors to evaluate in the background (a :class:`~.monitor.config.MonitorSet` once
     #: validated): a TOML path, a list of dicts / ``Monitor`` objects, or None.
     monitors: Any = None
+    #: ``"otel"``: build records from the app's own OpenInference/OpenLLMetry/GenAI spans (a
+    #: span processor on its tracer provider, :mod:`tracescore.intake.otel`); None: only
+    #: tracescore's callbacks and ``log_record``.
+    capture: str | None = None
     #: How often the canary runs again, from ``judge_canary`` (None: the environment's default).
     judge_canary_every_s: float | None = None
 
@@ -133,6 +137,8 @@ class Settings:
             raise ValueError(f"segment_limit must be <= {MAX_LIMIT:,} (distinct values kept per "
                              f"dimension), got {self.segment_limit!r}")
         set_(self, "monitors", self._monitors())
+        if self.capture not in (None, "otel"):
+            raise ValueError(f"capture must be None or 'otel', got {self.capture!r}")
 
     def _monitors(self) -> Any:
         """The monitors, validated against the configured metrics and segments (a

@@ -33,6 +33,9 @@ class Lifecycle:
         import time
 
         deadline = time.monotonic() + timeout
+        otel = getattr(self, "otel_capture", None)
+        if otel is not None:  # capture="otel": the traces still waiting become records now
+            otel.assemble_all()
         if not self.queue.flush(timeout):
             return False
         # Capture only (score=False): stored is this process's part; workers elsewhere score.

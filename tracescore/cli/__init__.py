@@ -1,6 +1,6 @@
 """The ``tracescore`` command line (click): ``demo``, ``report``, ``show``, ``export``,
 ``compare``, ``check``, ``monitor``, ``calibrate``, ``judge-check``, ``ui``, ``worker``,
-``copy-to-postgres``.
+``serve``, ``copy-to-postgres``.
 
 - :mod:`.commands` — the click group and one function per command; each parses its options
   and hands the work to :mod:`tracescore.reports` (reading) or :mod:`.demo`.
@@ -9,13 +9,14 @@
 - :mod:`.demo` — the demo runner: the bundled offline RAG app traced and scored end to end.
 - :mod:`.monitoring` — ``compare``, ``check`` and ``monitor``: comparisons and monitors.
 - :mod:`.worker` — ``tracescore worker``: the scoring process of a fleet (signals, health).
+- :mod:`.serve` — ``tracescore serve``: the OTLP intake (docs/otlp.md).
 """
 
 from __future__ import annotations
 
 import sys
 
-if sys.argv[1:2] == ["worker"]:
+if sys.argv[1:2] in (["worker"], ["serve"]):
     # `tracescore worker`: the stop handlers before the imports below and click's parsing
     # (tens of ms, seconds on a busy host), so that a SIGTERM then is a clean stop (exit 0)
     from .worker import install_early_stop_handlers
@@ -25,6 +26,7 @@ if sys.argv[1:2] == ["worker"]:
 from . import label as _label  # noqa: F401  (registers label)
 from . import maintenance as _maintenance  # noqa: F401  (registers prune, copy-to-postgres)
 from . import monitoring as _monitoring  # noqa: F401  (registers compare, check, monitor)
+from . import serve as _serve  # noqa: F401  (registers serve)
 from .commands import main
 
 __all__ = ["main"]

@@ -193,6 +193,8 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "jobs, scores: status and delivery indexes of the open jobs and undelivered "
                  "scores only", _v7_open_row_indexes),
     Migration(8, "records: an index of the forced records only", _v8_forced_index),
+    Migration(9, "OTLP intake: received spans, their resources, traces awaiting assembly",
+              lambda s: _intake(s, "sqlite")),
 )
 
 
@@ -485,6 +487,15 @@ CREATE TABLE IF NOT EXISTS rate_limits (
 """
 
 
+def _intake(store: Any, dialect: str) -> None:
+    """SQLite version 9, PostgreSQL version 8: the tables of ``tracescore serve`` (the OTLP
+    intake, :mod:`tracescore.intake.spool`)."""
+    from ..intake.schema import ddl
+
+    for stmt in ddl(dialect):
+        store.conn.execute(stmt)
+
+
 def _pg_statements(script: str) -> Callable[[Any], None]:
     def apply(store: Any) -> None:
         for stmt in script.split(";"):
@@ -527,6 +538,8 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "jobs, scores: status and delivery indexes of the open jobs and undelivered "
                  "scores only", _v7_open_row_indexes),
     Migration(7, "records: an index of the forced records only", _v8_forced_index),
+    Migration(8, "OTLP intake: received spans, their resources, traces awaiting assembly",
+              lambda s: _intake(s, "postgres")),
 )
 
 #: pg_advisory_xact_lock key: "tracescore" as an int

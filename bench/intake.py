@@ -1,0 +1,181 @@
+"""``tracescore serve``'s intake rate: spans/s acknowledged durably, and the acknowledgement
+latency at a fixed offered rate (docs/otlp.md, BENCHMARKS.md "Session 11 — OTLP intake").
+
+A ``serve`` (in this process: front end, spool, assembler, scoring) on a fresh SQLite file
+(or ``--pg``: a throwaway PostgreSQL cluster) receives OTLP/HTTP protobuf requests from
+sender *processes* (their own GIL) that replay pre-encoded requests of ``--spans`` spans
+each (traces of 10 spans in the GenAI conventions, one record each) over keep-alive
+connections:
+
+1. ``max``: ``--senders`` senders as fast as the server answers, for ``--seconds``;
+2. ``rate``: one sender offering ``--rate`` spans/s (requests paced on a schedule), for
+   ``--seconds``: p50/p99/max of the time from sending a request to its 200.
+
+Every 200 means the spans were committed. Run nothing else meanwhile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+
+def _requests(n_requests: int, spans: int, seed: int) -> list[tuple[bytes, list[bytes]]]:
+    """Encoded requests with their trace ids (a sender makes each replay unique by writing
+    the replay number into the ids' first 4 bytes, zero here)."""
+    from test_intake_protocol import genai_request
+
+    out = []
+    per_trace = 10
+    for i in range(n_requests):
+        req = None
+        for t in range(max(1, spans // per_trace)):
+            tid = (seed * 10_000_000 + i * 1000 + t).to_bytes(16, "big")
+            one = genai_request(tid, spans="root,retrieval,chat")
+            ss = one.resource_spans[0].scope_spans[0]
+            # 7 more children (a tool call, embedding, ...): 10 spans per trace
+            for k in range(per_trace - 3):
+                ss.spans.add(trace_id=tid, span_id=tid[:7] + bytes([0xA0 + k]),
+                             parent_span_id=ss.spans[0].span_id, name=f"step {k}",
+                             start_time_unix_nano=1500, end_time_unix_nano=1600)
+            if req is None:
+                req = one
+            else:
+                req.resource_spans[0].scope_spans[0].spans.extend(ss.spans)
+        assert req is not None
+        tids = list(dict.fromkeys(sp.trace_id for sp in req.resource_spans[0].scope_spans[0]
+                                  .spans))
+        out.append((req.SerializeToString(), tids))
+    return out
+
+
+def _sender(port: int, bodies: list[tuple[bytes, list[bytes]]], seconds: float,
+            rate_rps: float | None,
+            q: Any) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    lat: list[float] = []
+    ok = refused = 0
+    t0 = time.perf_counter()
+    i = 0
+    while True:
+        now = time.perf_counter()
+        if now - t0 >= seconds:
+            break
+        if rate_rps is not None:
+            due = t0 + i / rate_rps
+            if due > now:
+                time.sleep(due - now)
+        body, tids = bodies[i % len(bodies)]
+        cycle = i // len(bodies)
+        if cycle:  # every request new traces: no replay is deduplicated
+            head = cycle.to_bytes(4, "big")
+            for tid in tids:
+                body = body.replace(tid, head + tid[4:])
+        s = time.perf_counter()
+        conn.request("POST", "/v1/traces", body, {"Content-Type": "application/x-protobuf"})
+        r = conn.getresponse()
+        r.read()
+        lat.append(time.perf_counter() - s)
+        if r.status == 200:
+            ok += 1
+        else:
+            refused += 1
+        i += 1
+    q.put({"ok": ok, "refused": refused, "lat": lat, "elapsed": time.perf_counter() - t0})
+
+
+def _run(port: int, senders: int, seconds: float, spans: int, rate: float | None,
+         seed: int) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = []
+    for k in range(senders):
+        bodies = _requests(200, spans, seed * 100 + k)
+        procs.append(ctx.Process(target=_sender, args=(
+            port, bodies, seconds, None if rate is None else rate / spans, q)))
+    for p in procs:
+        p.start()
+    got = [q.get(timeout=seconds + 120) for _ in procs]
+    for p in procs:
+        p.join()
+    ok = sum(g["ok"] for g in got)
+    lat = sorted(x for g in got for x in g["lat"])
+    el = max(g["elapsed"] for g in got)
+
+    def pct(p: float) -> float:
+        return lat[min(len(lat) - 1, int(p * len(lat)))] * 1000 if lat else float("nan")
+
+    return {"requests_ok": ok, "refused": sum(g["refused"] for g in got),
+            "spans_per_s": ok * spans / el, "p50_ms": pct(0.50), "p99_ms": pct(0.99),
+            "max_ms": lat[-1] * 1000 if lat else float("nan")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--senders", type=int, default=2)
+    ap.add_argument("--spans", type=int, default=100, help="spans per request")
+    ap.add_argument("--rate", type=float, default=5000.0, help="offered spans/s (rate run)")
+    ap.add_argument("--pg", action="store_true", help="also on a throwaway PostgreSQL")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+
+    import tracescore
+    from tracescore.intake import Serve, ServeConfig
+
+    backends: list[tuple[str, Any]] = [("sqlite", None)]
+    stop_pg = None
+    if a.pg:
+        from pg import start_cluster
+
+        url, stop_pg = start_cluster()
+        backends.append(("postgres", url))
+    results = []
+    try:
+        for name, url in backends:
+            with tempfile.TemporaryDirectory() as tmp:
+                db = url or os.path.join(tmp, "serve.db")
+                ts = tracescore.init(db=db, metrics=["exact_match"])  # cheap: skipped jobs
+                serve = Serve(ts, otlp_http=("127.0.0.1", 0),
+                              config=ServeConfig(grace_s=1.0)).start()
+                assert serve.http_port is not None
+                for run, senders, rate in (("max", a.senders, None), ("rate", 1, a.rate)):
+                    r = _run(serve.http_port, senders, a.seconds, a.spans, rate,
+                             seed=len(results) + 1)
+                    r.update(backend=name, run=run, offered=rate, senders=senders,
+                             spans_stored=serve.stats()["spans_stored"],
+                             records=serve.stats()["records"])
+                    results.append(r)
+                serve.stop()
+                ts.shutdown(timeout=30)
+    finally:
+        if stop_pg is not None:
+            stop_pg()
+    def offered(r: dict[str, Any]) -> str:
+        return "as fast as acked" if r["offered"] is None else f"{r['offered']:,.0f}"
+
+    print("| backend | run | senders | offered spans/s | acked spans/s | p50 ms | p99 ms | "
+          "max ms | refused | records built (cumulative) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results:
+        print(f"| {r['backend']} | {r['run']} | {r['senders']} | "
+              f"{offered(r)} | "
+              f"{r['spans_per_s']:,.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
+              f"{r['max_ms']:.1f} | {r['refused']} | {r['records']:,} |")
+    print(f"\nload average at end (1/5/15 min): {list(os.getloadavg())}")
+    if a.json:
+        a.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

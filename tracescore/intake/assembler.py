@@ -1,0 +1,266 @@
+"""Traces → records: claim the traces whose root span ended a grace period ago, build their
+records (:mod:`.records`), store them with their scoring jobs, mark the traces done.
+
+One background thread per ``serve`` process. Claiming is a lease (``state='claimed'``,
+``owner``, ``lease_until``), taken with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so several
+processes on one database never wait for each other and a dead one's traces come back when
+its lease ends. The records, their jobs and the ``done`` mark are one transaction; records
+and jobs are keyed (record id = trace id + span id; one job per record and metric), so a
+trace assembled twice — a lease that ran out under a slow process, a crash between commit
+and anything after it — stores and scores nothing twice.
+
+A trace whose root span never came is assembled from what it has after ``orphan_s`` without
+a new span. Spans of a trace that come after it was assembled are stored (and forwarded) and
+counted in ``intake_traces.late_spans``; they do not change its record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..record import CONTEXTS
+from ..store import SKIPPED, NewJob
+from . import records as R
+from .spans import Resources, decode
+
+log = logging.getLogger("tracescore")
+
+_CLAIM = ("UPDATE intake_traces SET state = 'claimed', owner = ?, lease_until = ? "
+          "WHERE trace_id IN (SELECT trace_id FROM intake_traces WHERE state <> 'done' AND "
+          "(ready_at <= ? OR (ready_at IS NULL AND last_at <= ?)) AND "
+          "(state = 'open' OR lease_until < ?) ORDER BY ready_at LIMIT ?{lock}) "
+          "RETURNING trace_id")
+
+
+class Assembler:
+    """The assembling thread of one ``serve`` process (or a test's direct :meth:`run_once`).
+
+    ``ts``: the :class:`~tracescore.client.Tracescore` whose sampler, metrics plan, content
+    settings and scoring worker the records go to. ``on_records``: called after each commit
+    with the stored records (the forwarder holds their root spans for the scores)."""
+
+    def __init__(self, ts: Any, *, grace_s: float = 5.0, orphan_s: float = 600.0,
+                 lease_s: float = 60.0, batch: int = 200, max_trace_spans: int = 10_000,
+                 poll_s: float = 0.2,
+                 on_records: Callable[[list[R.Built]], None] | None = None,
+                 forwarding: bool = False, keep_spans_s: float = 60.0,
+                 keep_traces_s: float = 86_400.0) -> None:
+        self.ts = ts
+        self.db = str(ts.db_path)
+        self.grace_s = grace_s
+        self.orphan_s = orphan_s
+        self.lease_s = lease_s
+        self.batch = batch
+        self.max_trace_spans = max_trace_spans
+        self.poll_s = poll_s
+        self.on_records = on_records
+        self.forwarding = forwarding
+        self.keep_spans_s = keep_spans_s
+        self.keep_traces_s = keep_traces_s
+        self._pruned_at = 0.0
+        #: seconds between pruning rounds
+        self.prune_every_s = 10.0
+        self.spans_pruned = 0
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self._resources = Resources()
+        self._halt = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._store: Any = None
+        #: counters
+        self.traces_done = 0
+        self.records_stored = 0
+        self.traces_without_record = 0
+        self.traces_cut = 0
+        self.errors = 0
+
+    # -- thread ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tracescore-intake-assembler",
+                                        daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._halt.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._halt.is_set():
+            try:
+                n = self.run_once()
+            except Exception as exc:  # never dies: the traces stay claimed until their lease
+                self.errors += 1
+                log.warning("tracescore serve: assembling traces failed (%s); retrying", exc)
+                self._drop_store()
+                n = 0
+            if n < self.batch:
+                if time.monotonic() - self._pruned_at > self.prune_every_s:
+                    self._pruned_at = time.monotonic()
+                    try:
+                        self.prune()
+                    except Exception as exc:  # pruning waits for the next round
+                        log.warning("tracescore serve: pruning received spans failed (%s)",
+                                    exc)
+                        self._drop_store()
+                self._wake.wait(self.poll_s)
+                self._wake.clear()
+        self._drop_store()  # (a SQLite connection is closed on the thread that opened it)
+
+    def _drop_store(self) -> None:
+        if self._store is not None:
+            try:
+                self._store.close()
+            except Exception:  # noqa: S110 - a broken connection: opened again next time
+                pass
+            self._store = None
+
+    # -- one round ------------------------------------------------------------------------------
+    def run_once(self, now: float | None = None) -> int:
+        """Claim, build and store one batch of complete traces; how many were claimed."""
+        from ..store import open_store
+
+        if self._store is None:
+            self._store = open_store(self.db)
+        store = self._store
+        now = time.time() if now is None else now
+        pg = store.dialect == "postgres"
+        q = (lambda s: s.replace("?", "%s")) if pg else (lambda s: s)
+        with store.transaction():
+            claimed = [r[0] for r in store.conn.execute(
+                q(_CLAIM.format(lock=" FOR UPDATE SKIP LOCKED" if pg else "")),
+                (self.owner, now + self.lease_s, now, now - self.orphan_s, now,
+                 self.batch)).fetchall()]
+        if not claimed:
+            return 0
+        built: list[R.Built] = []
+        per_trace: dict[str, tuple[int, str | None]] = {}
+        for tid in claimed:
+            spans, cut = self._load(store, q, tid)
+            try:
+                got = R.build(spans)
+            except Exception as exc:  # a reader bug loses this trace's record, not the batch
+                self.errors += 1
+                log.warning("tracescore serve: cannot read trace %s (%s)", tid, exc)
+                got = []
+                per_trace[tid] = (0, f"not read: {type(exc).__name__}")
+            else:
+                note = None if got else "no model call in the trace: not a RAG request"
+                if cut:
+                    note = f"over {self.max_trace_spans} spans: read the first ones only"
+                per_trace[tid] = (len(got), note)
+            built.extend(got)
+        if built and self.on_records is not None:
+            # before the commit: a worker may score a job the moment it is stored, and its
+            # scores must find the hold (else they would leave at once on a carrier)
+            self.on_records(built)
+        self._store_records(store, q, built, per_trace, time.time())
+        self.traces_done += len(claimed)
+        self.records_stored += len(built)
+        self.traces_without_record += sum(1 for n, _ in per_trace.values() if n == 0)
+        if built:
+            self.ts.worker.wake()
+        return len(claimed)
+
+    def prune(self, now: float | None = None, limit: int = 5000) -> int:
+        """Delete the received spans of traces assembled more than ``keep_spans_s`` ago (and
+        forwarded, with ``--forward``), and trace rows older than ``keep_traces_s`` whose
+        spans are gone; small batches. The spans deleted."""
+        from ..store import open_store
+
+        if self._store is None:
+            self._store = open_store(self.db)
+        store = self._store
+        q = (lambda s: s.replace("?", "%s")) if store.dialect == "postgres" else (lambda s: s)
+        now = time.time() if now is None else now
+        sent = " AND forwarded <> 0" if self.forwarding else ""
+        with store.transaction():
+            cur = store.conn.execute(q(
+                "DELETE FROM intake_spans WHERE trace_id IN (SELECT trace_id FROM intake_traces"
+                " WHERE state = 'done' AND done_at < ? ORDER BY done_at LIMIT ?)" + sent),
+                (now - self.keep_spans_s, limit))
+            n = max(0, cur.rowcount or 0)
+            store.conn.execute(q(
+                "DELETE FROM intake_traces WHERE trace_id IN (SELECT t.trace_id FROM "
+                "intake_traces t WHERE t.state = 'done' AND t.done_at < ? AND NOT EXISTS "
+                "(SELECT 1 FROM intake_spans s WHERE s.trace_id = t.trace_id) LIMIT ?)"),
+                (now - self.keep_traces_s, limit))
+        self.spans_pruned += n
+        return n
+
+    def _load(self, store: Any, q: Callable[[str], str], tid: str) -> tuple[list[Any], bool]:
+        rows = store.conn.execute(q(
+            "SELECT span_id, parent_id, resource_id, body FROM intake_spans WHERE trace_id = ?"
+            " ORDER BY received_at LIMIT ?"), (tid, self.max_trace_spans + 1)).fetchall()
+        cut = len(rows) > self.max_trace_spans
+        if cut:
+            self.traces_cut += 1
+            rows = rows[:self.max_trace_spans]
+        missing = sorted({r[2] for r in rows if not self._resources.known(r[2])})
+        bodies = {}
+        if missing:
+            bodies = dict(store.conn.execute(q(
+                "SELECT resource_id, body FROM intake_resources WHERE resource_id IN ("
+                + ",".join("?" * len(missing)) + ")"), missing).fetchall())
+        spans = []
+        for sid, pid, rid, body in rows:
+            res = self._resources.get(rid, bodies.get(rid))
+            if res is None:
+                res = ({}, "")
+            try:
+                spans.append(decode(tid, sid, pid, body, res))
+            except Exception:  # a body that no longer parses: skip the span, keep the trace
+                self.errors += 1
+        return spans, cut
+
+    def _store_records(self, store: Any, q: Callable[[str], str], built: list[R.Built],
+                       per_trace: dict[str, tuple[int, str | None]], now: float) -> None:
+        ts = self.ts
+        groups: dict[tuple[str | None, str | None], tuple[list[Any], list[NewJob]]] = {}
+        for b in built:
+            record = ts.prepare(b.record)
+            decision = ts.sampler.decide(record, ts._metric_names)
+            ts.records_seen += 1
+            if decision.metrics:
+                ts.records_sampled += 1
+            jobs = ts._plan_jobs(record, decision)
+            if b.stripped or b.contexts_stripped:
+                jobs = [_stripped_reason(ts, j, b) for j in jobs]
+            recs, js = groups.setdefault((b.release, b.environment), ([], []))
+            recs.append((record, decision))
+            js.extend(jobs)
+        base = ts.segment_spec
+        with store.transaction():
+            for (release, env), (recs, js) in groups.items():
+                spec = dataclasses.replace(base, release=release or base.release,
+                                           environment=env or base.environment)
+                store.write_batch(recs, js, keep_full_text=ts.queue.keep_full_text,
+                                  segments=spec)
+            store.conn.cursor().executemany(q(
+                "UPDATE intake_traces SET state = 'done', records = ?, note = ?, done_at = ?, "
+                "lease_until = NULL WHERE trace_id = ? AND owner = ? AND state = 'claimed'"),
+                [(n, note, now, tid, self.owner) for tid, (n, note) in per_trace.items()])
+
+
+def _stripped_reason(ts: Any, job: NewJob, b: R.Built) -> NewJob:
+    """A skipped job of a record whose text was stripped upstream says so (not the generic
+    "content capture is off" / "record has no contexts")."""
+    if job.status != SKIPPED:
+        return job
+    if b.stripped:
+        return dataclasses.replace(job, reason=b.stripped)
+    metric = ts._metric_by_name.get(job.metric)
+    if b.contexts_stripped and metric is not None and CONTEXTS in metric.requires:
+        return dataclasses.replace(job, reason=b.contexts_stripped)
+    return job

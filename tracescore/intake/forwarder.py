@@ -1,0 +1,234 @@
+"""``--forward URL``: every received span goes on to the next OTLP hop, the scores ready in
+time on the scored span.
+
+Spans wait in the database, not in memory: a span is sent once its trace was assembled
+(the record span must be known before it leaves) and marked ``forwarded`` when the next hop
+acknowledged it (2xx). A hop that is down or refuses with a retryable status (429, 502, 503,
+504: its ``Retry-After`` is honoured) keeps the spans in the database and the forwarder backs
+off; one that rejects a batch for good (400, 413, ...) has it counted and marked
+``forwarded = -1`` (never retried). A record's span is held until its scoring jobs are done
+or ``hold_s`` passed since its trace was assembled, then sent with the scores as attributes
+(``evaluations.*`` and ``tracescore.score.<metric>``, :func:`~tracescore.processor.
+score_attributes`); scores that finish later go out on a carrier span linked to it and as
+``gen_ai.evaluation.result`` log records, by the in-process code (the pipeline's attacher,
+whose hold the forwarder takes over). A crash between the hop's acknowledgement and the mark
+sends that batch again (at least once; the next hop dedups nothing, so docs/otlp.md says so).
+
+Each process forwards the traces it assembled (traces assembled by a process that died are
+taken over ``orphan_s`` after they were assembled).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+from ..processor import score_attributes
+from ..scoring.calls import _row_score
+
+log = logging.getLogger("tracescore")
+
+_RETRYABLE = frozenset({429, 502, 503, 504})
+
+
+def _any(value: Any) -> AnyValue:
+    if isinstance(value, bool):
+        return AnyValue(bool_value=value)
+    if isinstance(value, int):
+        return AnyValue(int_value=value)
+    if isinstance(value, float):
+        return AnyValue(double_value=value)
+    return AnyValue(string_value=str(value))
+
+
+class Forwarder:
+    """The forwarding thread of one ``serve`` process."""
+
+    def __init__(self, ts: Any, url: str, *, owner: str, hold_s: float = 10.0,
+                 batch: int = 2000, timeout_s: float = 10.0, orphan_s: float = 600.0,
+                 poll_s: float = 0.2) -> None:
+        self.ts = ts
+        self.db = str(ts.db_path)
+        self.url = url.rstrip("/") if url.rstrip("/").endswith("/v1/traces") \
+            else url.rstrip("/") + "/v1/traces"
+        self.owner = owner
+        self.hold_s = hold_s
+        self.batch = batch
+        self.timeout_s = timeout_s
+        self.orphan_s = orphan_s
+        self.poll_s = poll_s
+        self._halt = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._backoff = 0.0
+        #: counters
+        self.spans_forwarded = 0
+        self.spans_rejected = 0
+        self.spans_held = 0
+        self.scores_on_spans = 0
+        self.failures = 0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tracescore-intake-forward",
+                                        daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._halt.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        from ..store import open_store
+
+        store: Any = None
+        while not self._halt.is_set():
+            sent = 0
+            try:
+                if store is None:
+                    store = open_store(self.db)
+                sent = self.run_once(store)
+            except Exception as exc:  # never dies: the spans wait in the database
+                self.failures += 1
+                log.warning("tracescore serve: forwarding failed (%s); retrying", exc)
+                if store is not None:
+                    try:
+                        store.close()
+                    except Exception:  # noqa: S110 - broken: opened again next time
+                        pass
+                    store = None
+                self._backoff = min(30.0, max(0.5, self._backoff * 2))
+            if self._backoff:
+                self._halt.wait(self._backoff)
+            elif sent < self.batch:
+                self._wake.wait(self.poll_s)
+                self._wake.clear()
+        if store is not None:
+            store.close()
+
+    def run_once(self, store: Any, now: float | None = None) -> int:
+        """Send one batch; how many spans were sent."""
+        pg = store.dialect == "postgres"
+        q = (lambda s: s.replace("?", "%s")) if pg else (lambda s: s)
+        now = time.time() if now is None else now
+        rows = store.conn.execute(q(
+            "SELECT s.trace_id, s.span_id, s.resource_id, s.body, t.done_at FROM intake_spans s"
+            " JOIN intake_traces t ON t.trace_id = s.trace_id WHERE s.forwarded = 0 AND "
+            "t.state = 'done' AND (t.owner = ? OR t.done_at < ?) ORDER BY s.received_at "
+            "LIMIT ?"), (self.owner, now - self.orphan_s, self.batch)).fetchall()
+        if not rows:
+            self._backoff = 0.0
+            return 0
+        ids = [f"{t}-{s}" for t, s, _, _, _ in rows]
+        recorded = set()
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            recorded.update(r[0] for r in store.conn.execute(q(
+                "SELECT record_id FROM records WHERE record_id IN (" + ",".join(
+                    "?" * len(chunk)) + ")"), chunk).fetchall())
+        send: list[tuple[str, str, str, bytes, dict[str, Any]]] = []
+        delivered: list[int] = []
+        carriers: list[tuple[int, int, list[Any]]] = []
+        held = 0
+        for (tid, sid, rid, body, done_at), record_id in zip(rows, ids):
+            extra: dict[str, Any] = {}
+            if record_id in recorded:
+                if store.open_jobs_for(record_id) and now - (done_at or 0) < self.hold_s:
+                    held += 1
+                    continue
+                refs = [(r["score_id"], _row_score(r))
+                        for r in store.scores_for(record_id, undelivered_only=True)]
+                extra = score_attributes([s for _, s in refs]) if refs else {}
+                delivered.extend(i for i, _ in refs)
+                attacher = self.ts.attacher
+                if attacher is not None:  # later scores: carriers, from now on
+                    mine = frozenset(i for i, _ in refs)
+                    got = attacher.take(int(sid, 16), mine) or []
+                    late = [r for r in got if r[0] not in mine]
+                    if late:
+                        carriers.append((int(tid, 16), int(sid, 16), late))
+            send.append((tid, sid, rid, bytes(body), extra))
+        self.spans_held = held
+        if not send:
+            return 0
+        status = self._post(store, q, send)
+        if status is None:
+            return 0  # retryable: the spans stay, backed off
+        mark = 1 if 200 <= status < 300 else -1
+        with store.transaction():
+            store.conn.cursor().executemany(q(
+                "UPDATE intake_spans SET forwarded = ? WHERE trace_id = ? AND span_id = ?"),
+                [(mark, t, s) for t, s, _, _, _ in send])
+        if mark == 1:
+            self.spans_forwarded += len(send)
+            self.scores_on_spans += len(delivered)
+            if delivered:
+                store.mark_delivered(delivered, "span")
+        else:
+            self.spans_rejected += len(send)
+            log.warning("tracescore serve: %s rejected %d forwarded spans for good (HTTP %d); "
+                        "they are counted, not retried", self.url, len(send), status)
+        attacher = self.ts.attacher
+        for trace_id, span_id, late in carriers:
+            if attacher is not None:
+                attacher.emit_carrier(trace_id, span_id, late)
+        return len(send)
+
+    def _post(self, store: Any, q: Any, send: list[tuple[str, str, str, bytes, dict[str, Any]]]
+              ) -> int | None:
+        """POST the spans; the HTTP status, or None for a retryable failure (backed off)."""
+        heads: dict[str, bytes] = {}
+        need = sorted({rid for _, _, rid, _, _ in send})
+        for i in range(0, len(need), 500):
+            chunk = need[i:i + 500]
+            heads.update((r, bytes(b)) for r, b in store.conn.execute(q(
+                "SELECT resource_id, body FROM intake_resources WHERE resource_id IN ("
+                + ",".join("?" * len(chunk)) + ")"), chunk).fetchall())
+        req = trace_service_pb2.ExportTraceServiceRequest()
+        groups: dict[str, Any] = {}
+        for _, _, rid, body, extra in send:
+            ss = groups.get(rid)
+            if ss is None:
+                rs = trace_pb2.ResourceSpans()
+                if rid in heads:
+                    rs.ParseFromString(heads[rid])
+                if not rs.scope_spans:
+                    rs.scope_spans.add()
+                req.resource_spans.append(rs)
+                ss = groups[rid] = req.resource_spans[-1].scope_spans[0]
+            span = ss.spans.add()
+            span.ParseFromString(body)
+            if extra:
+                span.attributes.extend(KeyValue(key=k, value=_any(v)) for k, v in extra.items())
+        data = req.SerializeToString()
+        r = urllib.request.Request(self.url, data=data, method="POST",
+                                   headers={"Content-Type": "application/x-protobuf"})
+        try:
+            with urllib.request.urlopen(r, timeout=self.timeout_s) as resp:
+                resp.read()
+                self._backoff = 0.0
+                return int(resp.status)
+        except urllib.error.HTTPError as e:
+            if e.code in _RETRYABLE:
+                self.failures += 1
+                after = e.headers.get("Retry-After") if e.headers else None
+                self._backoff = min(60.0, float(after)) if after and after.isdigit() \
+                    else min(30.0, max(0.5, self._backoff * 2))
+                return None
+            return int(e.code)
+        except (OSError, ValueError):  # down, refused, timed out
+            self.failures += 1
+            self._backoff = min(30.0, max(0.5, self._backoff * 2))
+            return None

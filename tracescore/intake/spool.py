@@ -1,0 +1,225 @@
+"""The durable half of acknowledging: received spans are committed before the sender is
+answered.
+
+Request threads (HTTP handlers, gRPC workers) :meth:`Spool.submit` the rows of one request
+and wait on the returned :class:`Ticket`; one writer thread commits every waiting request in
+one transaction (group commit: one fsync for many requests), then wakes them. The spans wait
+in memory only while their senders wait, and their number is bounded (``max_pending_spans``):
+past it :meth:`Spool.submit` raises :class:`Overloaded` at once (HTTP 429 / gRPC
+RESOURCE_EXHAUSTED, with a retry delay), it never queues more. A database that is down fails
+the waiting requests with :class:`Unavailable` (HTTP 503 / gRPC UNAVAILABLE): nothing is
+acknowledged that is not stored, and the sender retries.
+
+A retried request stores nothing twice (the spans' primary key); spans that come for a trace
+already assembled are stored too (they are forwarded) and counted in ``late_spans``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from .otlp import SpanRow
+
+log = logging.getLogger("tracescore")
+
+#: Rows per INSERT statement (7 parameters each: under SQLite's 32,766 and psycopg's 65,535).
+_CHUNK = 2000
+
+
+class Overloaded(RuntimeError):
+    """More spans wait to be stored than the bound allows: retry after ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Unavailable(RuntimeError):
+    """The database did not take the write (down, locked, full): retry later."""
+
+    retry_after_s = 5.0
+
+
+class Ticket:
+    """One request's rows, waiting to be committed."""
+
+    __slots__ = ("done", "error", "resources", "rows", "stored")
+
+    def __init__(self, rows: Sequence[SpanRow], resources: dict[str, bytes]) -> None:
+        self.rows = rows
+        self.resources = resources
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+        #: spans this request added (a retried request adds none)
+        self.stored = 0
+
+    def wait(self, timeout: float) -> bool:
+        """True once committed; raises the writer's error; False on timeout (the request
+        is then not acknowledged, its rows may still be committed: a retry adds nothing)."""
+        if not self.done.wait(timeout):
+            return False
+        if self.error is not None:
+            raise self.error
+        return True
+
+
+class Spool:
+    """The writer thread and the bound. Thread-safe; :meth:`submit` never blocks."""
+
+    def __init__(self, db: str, *, grace_s: float = 5.0, max_pending_spans: int = 200_000,
+                 max_batch_spans: int = 50_000) -> None:
+        self.db = db
+        self.grace_s = grace_s
+        self.max_pending_spans = max_pending_spans
+        self.max_batch_spans = max_batch_spans
+        self._queue: deque[Ticket] = deque()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._closed = False
+        self._known_resources: set[str] = set()
+        #: counters (read by stats and tests)
+        self.spans_stored = 0
+        self.spans_duplicate = 0
+        self.late_spans = 0
+        self.overloaded = 0
+        self.batches = 0
+        self._thread = threading.Thread(target=self._run, name="tracescore-intake-writer",
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def pending(self) -> int:
+        return self._pending
+
+    def submit(self, rows: Sequence[SpanRow], resources: dict[str, bytes]) -> Ticket:
+        """Queue one request's rows for the next commit; :class:`Overloaded` past the bound."""
+        ticket = Ticket(rows, resources)
+        with self._lock:
+            if self._closed:
+                raise Unavailable("the intake is shutting down")
+            if self._pending and self._pending + len(rows) > self.max_pending_spans:
+                self.overloaded += 1
+                # the time the writer needs for what waits, at least a second
+                raise Overloaded(f"{self._pending} spans are waiting to be stored (bound "
+                                 f"{self.max_pending_spans})", 1.0)
+            self._pending += len(rows)
+            self._queue.append(ticket)
+            self._wake.notify()
+        return ticket
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Commit what waits, then stop the writer."""
+        with self._lock:
+            self._closed = True
+            self._wake.notify()
+        self._thread.join(timeout)
+
+    # -- writer thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        from ..store import open_store
+
+        store: Any = None
+        while True:
+            with self._lock:
+                while not self._queue and not self._closed:
+                    self._wake.wait(1.0)
+                if not self._queue and self._closed:
+                    break
+                batch: list[Ticket] = []
+                n = 0
+                while self._queue and (not batch or n + len(self._queue[0].rows)
+                                       <= self.max_batch_spans):
+                    t = self._queue.popleft()
+                    batch.append(t)
+                    n += len(t.rows)
+            try:
+                if store is None:
+                    store = open_store(self.db)
+                self._write(store, batch)
+                error: BaseException | None = None
+            except Exception as exc:  # never dies: the senders get a retryable answer
+                log.warning("tracescore serve: cannot store %d received spans (%s); answering "
+                            "503/UNAVAILABLE, the senders retry", n, exc)
+                error = Unavailable(f"the database did not take the spans: {exc}")
+                self._known_resources.clear()
+                if store is not None:
+                    try:
+                        store.close()
+                    except Exception:  # noqa: S110 - a broken connection: opened again next
+                        pass
+                    store = None
+            with self._lock:
+                self._pending -= n
+            for t in batch:
+                t.error = error
+                t.done.set()
+        if store is not None:
+            store.close()
+
+    def _write(self, store: Any, batch: list[Ticket]) -> None:
+        pg = store.dialect == "postgres"
+        now = time.time()
+        resources: dict[str, bytes] = {}
+        rows: dict[tuple[str, str], SpanRow] = {}
+        for t in batch:
+            for rid, body in t.resources.items():
+                if rid not in self._known_resources:
+                    resources[rid] = body
+            for r in t.rows:
+                rows.setdefault((r.trace_id, r.span_id), r)
+        q = (lambda s: s.replace("?", "%s")) if pg else (lambda s: s)
+        with store.transaction():
+            conn = store.conn
+            if resources:
+                conn.cursor().executemany(q("INSERT INTO intake_resources(resource_id, body, created_at) "
+                                   "VALUES (?, ?, ?) ON CONFLICT DO NOTHING"),
+                                 [(k, v, now) for k, v in resources.items()])
+            inserted: set[tuple[str, str]] = set()
+            items = list(rows.values())
+            for i in range(0, len(items), _CHUNK):
+                chunk = items[i:i + _CHUNK]
+                sql = ("INSERT INTO intake_spans(trace_id, span_id, parent_id, resource_id, "
+                       "body, received_at) VALUES " + ",".join(["(?,?,?,?,?,?)"] * len(chunk))
+                       + " ON CONFLICT DO NOTHING RETURNING trace_id, span_id")
+                args: list[Any] = []
+                for r in chunk:
+                    args += (r.trace_id, r.span_id, r.parent_id, r.resource_id, r.body, now)
+                inserted.update((a, b) for a, b in conn.execute(q(sql), args).fetchall())
+            traces: dict[str, list[Any]] = {}  # trace -> [spans, root]
+            for key in inserted:
+                r = rows[key]
+                agg = traces.setdefault(r.trace_id, [0, None])
+                agg[0] += 1
+                if not r.parent_id and agg[1] is None:
+                    agg[1] = r.span_id
+            if traces:
+                late = conn.execute(q(
+                    "SELECT trace_id FROM intake_traces WHERE state = 'done' AND trace_id IN ("
+                    + ",".join("?" * len(traces)) + ")"), list(traces)).fetchall() \
+                    if len(traces) < 1000 else []
+                conn.cursor().executemany(q(
+                    "INSERT INTO intake_traces(trace_id, first_at, last_at, root_span_id, "
+                    "ready_at, spans) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (trace_id) DO UPDATE "
+                    "SET last_at = excluded.last_at, spans = intake_traces.spans + excluded.spans,"
+                    " late_spans = intake_traces.late_spans + CASE WHEN intake_traces.state = "
+                    "'done' THEN excluded.spans ELSE 0 END, root_span_id = "
+                    "COALESCE(intake_traces.root_span_id, excluded.root_span_id), ready_at = "
+                    "COALESCE(intake_traces.ready_at, excluded.ready_at)"),
+                    [(tid, now, now, root, now + self.grace_s if root else None, n)
+                     for tid, (n, root) in traces.items()])
+                self.late_spans += sum(traces[t][0] for (t,) in late)
+        self._known_resources.update(resources)
+        if len(self._known_resources) > 100_000:
+            self._known_resources.clear()
+        stored = len(inserted)
+        self.spans_stored += stored
+        self.spans_duplicate += sum(len(t.rows) for t in batch) - stored
+        self.batches += 1
+        for t in batch:
+            t.stored = sum(1 for r in t.rows if (r.trace_id, r.span_id) in inserted)
