@@ -168,6 +168,8 @@ def deliver(url: str, payload: Mapping[str, Any], *, timeout_s: float = 10.0,
     send = {"Content-Type": "application/json; charset=utf-8",
             "User-Agent": "tracescore-notifier", **dict(headers or {})}
     try:
+        for value in send.values():
+            value.encode("latin-1")  # (before connecting: what HTTP/1.1 headers can carry)
         answer = _post.post(url, body, send, timeout_s)
     except _post.BadURL as exc:
         raise DeliveryError(f"channel {channel}: {exc}", permanent=True) from None

@@ -1,0 +1,108 @@
+"""A monitors file's channels are checked at load for what would only fail at delivery, and
+its secrets stay secret: literal header values, a mistyped Slack URL, user:password@; a
+file nested too deeply is a configuration error (exit 2), not an ALERT (exit 1)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tracescore._internal.secrets import install_log_filter, scrub
+from tracescore.cli import main
+from tracescore.monitor import notify as N
+from tracescore.monitor.config import Channel, MonitorConfigError, load_monitors
+from tracescore.store import open_store
+
+MONITOR = """
+[[monitor]]
+name = "q"
+score = "quality"
+threshold = 0.8
+notify = ["ops"]
+"""
+
+
+def _file(tmp_path: Path, channel: str) -> Path:
+    p = tmp_path / "mon.toml"
+    p.write_text(f"[channels.ops]\n{channel}\n{MONITOR}", encoding="utf-8")
+    return p
+
+
+def _errors(path: Path) -> list[str]:
+    with pytest.raises(MonitorConfigError) as info:
+        load_monitors(path)
+    return info.value.errors
+
+
+def test_a_literal_header_value_is_a_secret(tmp_path: Path,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """Before: only ``env:NAME`` values were registered with the scrubber; a receiver that
+    echoed a literal token got it stored in the outbox and logged."""
+    token = "lit3ral-T0ken-never-logged"
+    path = _file(tmp_path, 'url = "https://hooks.example.com/x"\n'
+                           f'headers = {{ Authorization = "Token {token}", '
+                           '"Content-Type" = "application/json" }')
+    load_monitors(path)
+    assert token not in scrub(f"the receiver said: Token {token}")
+    assert "application/json" in scrub("sent application/json")  # not a secret
+    caplog.set_level(logging.DEBUG)
+    install_log_filter()  # (what init and the CLI do)
+    logging.getLogger("tracescore").warning("echo %s", token)
+    assert not [r for r in caplog.records if token in r.getMessage()]
+
+
+def test_a_mistyped_slack_url_is_not_printed(tmp_path: Path) -> None:
+    secret = "T0SECRET/B0SECRET/xoxSECRETtoken"
+    for url in (f"htps://hooks.slack.com/services/{secret}",
+                f"https://hooks.slack.com/services/{secret} ",
+                f"https://hooks.slack.com:44x3/services/{secret}"):
+        errors = _errors(_file(tmp_path, f'kind = "slack"\nurl = "{url}"'))
+        assert len(errors) == 1 and "channel 'ops': url:" in errors[0], errors
+        assert "SECRET" not in errors[0], errors
+
+
+@pytest.mark.parametrize(("channel", "said"), [
+    ('url = "https://hooks.example.com/x"\nheaders = { X-Team = "équipe→ops" }',
+     "X-Team: the value must be Latin-1 text"),
+    ('url = "https://hooks.example.com/équipe"', "has non-ASCII characters"),
+    ('url = "https://bücher.example/x"', "has non-ASCII characters"),
+    ('url = "https://hooks.example.com/a\\u0000b"', "has blanks or control characters"),
+])
+def test_what_http_cannot_carry_is_refused_at_load(tmp_path: Path, channel: str,
+                                                   said: str) -> None:
+    """Before: the check passed, ``check`` then failed in http.client (exit 2 instead of 1)
+    and the notification stayed pending for ever."""
+    errors = _errors(_file(tmp_path, channel))
+    assert len(errors) == 1 and said in errors[0], errors
+
+
+def test_a_channel_made_in_code_with_a_non_latin1_header_fails_for_good() -> None:
+    """The same checks guard a Channel built in Python; and deliver itself refuses such a
+    header permanently instead of leaving the row pending."""
+    with pytest.raises(MonitorConfigError, match="Latin-1"):
+        Channel("ops", url="https://hooks.example.com/x", headers={"X-Team": "→"})
+    with pytest.raises(N.DeliveryError) as info:
+        N.deliver("http://127.0.0.1:9/x", {"a": 1}, headers={"X-Team": "→"}, timeout_s=2,
+                  channel="ops")
+    assert info.value.permanent
+
+
+def test_userinfo_in_a_url_is_accepted_and_its_password_is_a_secret(tmp_path: Path) -> None:
+    password = "s3cret-Pa55-in-url"
+    load_monitors(_file(tmp_path, f'url = "https://ops:{password}@hooks.example.com/x"'))
+    assert password not in scrub(f"login failed for ops:{password}")
+
+
+def test_a_deeply_nested_file_is_a_config_error_and_check_exits_2(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    errors = _errors(deep)
+    assert list(errors) == [f"{deep}: not a monitors file (nested too deeply)"]
+    db = tmp_path / "ts.db"
+    open_store(str(db)).close()
+    r = CliRunner().invoke(main, ["check", "--db", str(db), "--monitors", str(deep)])
+    assert r.exit_code == 2, r.output
+    assert "nested too deeply" in r.output
