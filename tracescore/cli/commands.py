@@ -521,9 +521,9 @@ def ui(db: Path, port: int, no_open: bool) -> None:
                    "back.")
 @click.option("--health-port", type=click.IntRange(0, 65535), default=None,
               help="Serve GET /livez and /readyz on this port (on --health-host).")
-@click.option("--health-host", metavar="ADDRESS", default="0.0.0.0", show_default=True,
-              help="Address the --health-port server listens on (all interfaces by default, "
-                   "for an orchestrator's probes; 127.0.0.1 keeps it on this host).")
+@click.option("--health-host", metavar="ADDRESS", default="127.0.0.1", show_default=True,
+              help="Address the --health-port server listens on (this host only by default; "
+                   "0.0.0.0 for an orchestrator's probes, e.g. a Kubernetes httpGet probe).")
 @click.option("--health-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Touch this file every 2 s while live and ready (for exec probes).")
 @click.option("--judge-calls-per-minute", type=click.FloatRange(min=0.0, min_open=True),
