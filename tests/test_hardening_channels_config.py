@@ -106,3 +106,24 @@ def test_a_deeply_nested_file_is_a_config_error_and_check_exits_2(tmp_path: Path
     r = CliRunner().invoke(main, ["check", "--db", str(db), "--monitors", str(deep)])
     assert r.exit_code == 2, r.output
     assert "nested too deeply" in r.output
+
+
+def test_a_receiver_echoing_a_literal_header_does_not_get_it_stored(tmp_path: Path) -> None:
+    """The error text (what the outbox stores and ``check`` prints) is scrubbed of a header
+    value written literally in the file, when a receiver's error page echoes it."""
+    from test_monitor_notify import Receiver
+
+    token = "echoed-L1teral-token-42"
+    r = Receiver(script=[(500, {}, f"bad request: X-Api-Token={token}; Token {token}")])
+    try:
+        path = _file(tmp_path, f'url = "{r.url()}"\nheaders = {{ X-Api-Token = "{token}" }}')
+        (ch,) = load_monitors(path).channels
+        with pytest.raises(N.DeliveryError) as info:
+            N.deliver(ch.url, {"a": 1}, headers=ch.resolved_headers, timeout_s=5,
+                      channel="ops")
+        assert info.value.reason.startswith("channel ops: HTTP 500")
+        assert token not in info.value.reason
+        (got,) = r.wait_for(1)
+        assert got["headers"]["X-Api-Token"] == token  # sent as written
+    finally:
+        r.stop()
