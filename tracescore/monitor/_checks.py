@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -413,10 +414,19 @@ def _url_from_env(name: Any) -> str:
     return value
 
 
-#: Headers whose values are not secrets (scrubbing "application/json" everywhere would only
-#: garble texts)
-_PLAIN_HEADERS = frozenset({"accept", "accept-language", "content-language", "content-type",
-                            "user-agent"})
+#: A header named like this carries a credential, whatever its value looks like.
+_CREDENTIAL_NAME = re.compile(r"(?i)auth|token|key|secret|pass|sign|cookie|session|credential")
+#: A value shaped like a credential in any header: 16+ characters of one word, letters and
+#: digits mixed.
+_CREDENTIAL_VALUE = re.compile(r"(?=[^\s]*[0-9])(?=[^\s]*[A-Za-z])[^\s]{16,}")
+
+
+def _secret_header(name: str, value: str) -> bool:
+    """Whether a header's value is scrubbed wherever it shows up. Not every value: scrubbing
+    a plain word ("search", "tracescore") would garble every log line that holds it."""
+    if _CREDENTIAL_NAME.search(name):
+        return True
+    return any(_CREDENTIAL_VALUE.fullmatch(word) for word in value.split())
 
 
 def _headers(value: Any) -> tuple[dict[str, str], dict[str, str]]:
@@ -448,7 +458,7 @@ def _headers(value: Any) -> tuple[dict[str, str], dict[str, str]]:
             continue
         # A header's value is a credential as often as not (a token, an API key), literal
         # or from the environment: scrubbed wherever a receiver echoes it.
-        if k.lower() not in _PLAIN_HEADERS:
+        if _secret_header(k, real):
             register_secret(real)
             register_secret(real.partition(" ")[2].strip())  # "Token X", "Basic X": X too
         declared[k], resolved[k] = v, real
