@@ -292,10 +292,10 @@ def deliver_due(store: Any, channels: Mapping[str, Any] | Iterable[Any],
             if stop is not None and stop.is_set():
                 done.put((row, None, False))
                 continue
-            _, url, headers, timeout_s = chans[row.channel]
-            headers = {**headers,
-                       "Idempotency-Key": f"tracescore-{row.id}-{row.created_at:.6f}"}
-            try:
+            try:  # (every row gets exactly one outcome: the calling thread waits for each)
+                _, url, headers, timeout_s = chans[row.channel]
+                headers = {**headers,
+                           "Idempotency-Key": f"tracescore-{row.id}-{row.created_at:.6f}"}
                 deliver(url, row.payload, timeout_s=timeout_s, headers=headers,
                         channel=row.channel)
             except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
