@@ -354,7 +354,7 @@ threshold = 0.8
     expected = [
         f"{p}: defaults: window: 'forever' is not a duration",
         f"{p}: defaults: alpah: unknown key (did you mean 'alpha'?)",
-        f"{p}: channel 'ops': url: 'mailto:ops@example.com' is not an http(s) URL",
+        f"{p}: channel 'ops': url: the URL is not an http(s) URL",
         f"{p}: monitor 'a': treshold: unknown key (did you mean 'threshold'?)",
         f"{p}: monitor 'a': window: '5x' is not a duration",
         f"{p}: monitor 'a': threshold: a monitor needs a condition",

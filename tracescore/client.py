@@ -96,7 +96,10 @@ class Tracescore(Feedback, Lifecycle):
     the record's model; and ``segments=["prompt_version", ...]``, metadata keys (``ts.run(
     metadata=...)``, LangChain ``config={"metadata": ...}``, LlamaIndex ``instrument_tags``)
     that become dimensions ``metadata.<key>``. Past ``segment_limit`` distinct values of a
-    dimension, new ones count as ``"other"`` (counter ``segments.overflow.<dim>``).
+    dimension, new ones count as ``"other"`` (counter ``segments.overflow.<dim>``); past
+    ``max_segments`` combinations in all, a record of a new combination keeps its release and
+    environment and counts as ``"other"`` in every other dimension (counter
+    ``segments.overflow.segments``).
 
     ``capture="otel"``: an app already instrumented with OpenInference, OpenLLMetry or the
     GenAI conventions gets a span processor on its SDK tracer provider (``tracer_provider``,
@@ -149,6 +152,7 @@ class Tracescore(Feedback, Lifecycle):
         environment: str | None = None,
         segments: Sequence[str] = (),
         segment_limit: int = 100,
+        max_segments: int = 1000,
         monitors: Any = None,
         capture: str | None = None,
     ) -> None:
@@ -212,7 +216,8 @@ class Tracescore(Feedback, Lifecycle):
         release, environment = release_environment(
             s.release, s.environment, getattr(self.tracer_provider, "resource", None))
         #: what records are segmented by (travels to the writer thread)
-        self.segment_spec = SegmentSpec(release, environment, s.segments, s.segment_limit)
+        self.segment_spec = SegmentSpec(release, environment, s.segments, s.segment_limit,
+                                        s.max_segments)
         self.telemetry = Telemetry(
             resource=self.tracer_provider.resource, log_exporter=plan.log_exporter,
             metric_reader=plan.metric_reader, loss=self.export_loss,

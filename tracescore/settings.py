@@ -20,7 +20,14 @@ from .metrics import registry
 from .metrics.base import Metric
 from .sampling import Rule
 from .store.retention import Retention
-from .store.segments import DEFAULT_LIMIT, MAX_KEYS, MAX_LIMIT, MAX_VALUE_CHARS
+from .store.segments import (
+    DEFAULT_LIMIT,
+    DEFAULT_MAX_SEGMENTS,
+    MAX_KEYS,
+    MAX_LIMIT,
+    MAX_MAX_SEGMENTS,
+    MAX_VALUE_CHARS,
+)
 
 __all__ = ["Settings"]
 
@@ -97,6 +104,9 @@ class Settings:
     segments: tuple[str, ...] = ()
     #: Distinct values admitted per dimension; further ones count as "other".
     segment_limit: int = DEFAULT_LIMIT
+    #: Segments (combinations of dimension values) kept in all; records of further
+    #: combinations count as "other" (see :mod:`.store.segments`).
+    max_segments: int = DEFAULT_MAX_SEGMENTS
     #: Monitors to evaluate in the background (a :class:`~.monitor.config.MonitorSet` once
     #: validated): a TOML path, a list of dicts / ``Monitor`` objects, or None.
     monitors: Any = None
@@ -136,6 +146,10 @@ class Settings:
         if self.segment_limit > MAX_LIMIT:
             raise ValueError(f"segment_limit must be <= {MAX_LIMIT:,} (distinct values kept per "
                              f"dimension), got {self.segment_limit!r}")
+        _int_at_least("max_segments", self.max_segments, 1)
+        if self.max_segments > MAX_MAX_SEGMENTS:
+            raise ValueError(f"max_segments must be <= {MAX_MAX_SEGMENTS:,} (combinations of "
+                             f"dimension values kept), got {self.max_segments!r}")
         set_(self, "monitors", self._monitors())
         if self.capture not in (None, "otel"):
             raise ValueError(f"capture must be None or 'otel', got {self.capture!r}")

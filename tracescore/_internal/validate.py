@@ -39,6 +39,21 @@ class InvalidRecord(ValueError):
         self.reason = reason
 
 
+#: Control characters (C0, DEL, C1, line/paragraph separators, bidi overrides): never in a
+#: name tracescore stores and prints.
+_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e"
+                           r"\u2066-\u2069]")
+#: A judge model's name is cut to this many characters.
+MAX_MODEL_CHARS = 200
+
+
+def clean_name(text: Any, limit: int = MAX_MODEL_CHARS) -> str:
+    """A name from outside (a judge server's reported model) as stored: ``str()``-ed, control
+    characters removed (an escape sequence would retitle or clear the terminal that prints
+    it), whitespace trimmed, cut to ``limit``."""
+    return _NAME_CONTROL.sub("", text if isinstance(text, str) else str(text)).strip()[:limit]
+
+
 def is_number(x: Any) -> bool:
     """A real number: an int or float, not a bool, not NaN."""
     return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x

@@ -40,13 +40,21 @@ from .demo import DEFAULT_DB as DEMO_DB
 
 
 class _Group(click.Group):
-    """Turns a database that breaks mid-command (corrupt pages) into a clear message."""
+    """Turns a database that breaks mid-command (corrupt pages) into a clear message, and
+    escapes control characters in every error message."""
 
     def invoke(self, ctx: click.Context) -> Any:
         import sqlite3
 
         try:
             return super().invoke(ctx)
+        except click.ClickException as exc:
+            # an error may quote what the database holds (a judge's model name, a segment
+            # value): no control character reaches the terminal from it
+            from ..reports.textfmt import printable
+
+            exc.message = printable(exc.message, keep="\n")
+            raise
         except sqlite3.DatabaseError as exc:
             raise DatabaseProblem(
                 f"cannot read the database: not a tracescore database or it is corrupt "
@@ -414,7 +422,9 @@ def show(trace_id: str, db: Path, as_json: bool, chars: int) -> None:
 @click.option("--raw-csv", "raw_csv", is_flag=True,
               help="CSV: write text cells exactly as stored. By default a cell starting with "
                    "=, +, -, @, a tab or a carriage return gets a leading ' so that a "
-                   "spreadsheet shows it as text instead of running it as a formula.")
+                   "spreadsheet shows it as text instead of running it as a formula, and "
+                   "control characters (but newlines and tabs) are shown as visible escapes "
+                   "(\\x1b), as label --export does.")
 def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
            scored_only: bool, no_contexts: bool, output: Path, raw_csv: bool) -> None:
     """Export records joined with their scores: one row per record and score name.
@@ -426,7 +436,7 @@ def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
     score_explanation, score_status, score_error, score_judge_model, ...). A record without a score gets one row with empty
     score fields unless --scored-only. Rows are streamed, oldest record first, so the
     database can be larger than memory. CSV text cells that a spreadsheet would run as a
-    formula are prefixed with ' (see --raw-csv).
+    formula are prefixed with ', and control characters are escaped (see --raw-csv).
     """
     from ..reports.rows import columns, iter_rows, write_csv, write_jsonl
 
@@ -435,9 +445,11 @@ def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
         rows = iter_rows(conn, since=since, metrics=metrics, scored_only=scored_only,
                          contexts=not no_contexts)
         with _output(output) as out:
-            if fmt == "jsonl":
+            if fmt == "jsonl":  # JSON escapes control characters itself
                 n = write_jsonl(rows, out)
             else:
+                if not raw_csv:  # as label --export: controls as visible escapes
+                    rows = (_escaped(r) for r in rows)
                 n = write_csv(rows, out, columns(contexts=not no_contexts),
                               neutralise_formulas=not raw_csv)
     except BrokenPipeError:  # `tracescore export ... | head`: the reader has all it wants
@@ -447,6 +459,21 @@ def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
         conn.close()
     if str(output) != "-":
         click.echo(f"Wrote {n} rows to {output.resolve()}", err=True)
+
+
+def _escaped(row: dict[str, Any]) -> dict[str, Any]:
+    """A CSV row with control characters (line ends and tabs kept) as visible escapes; lists
+    as the JSON text write_csv would make of them, escaped too (JSON leaves U+202E as is)."""
+    from ..reports.textfmt import printable
+
+    out = {}
+    for k, v in row.items():
+        if isinstance(v, (list, dict)):
+            v = json.dumps(v, ensure_ascii=False)
+        if isinstance(v, str):  # (a Windows line end stays one; a lone CR is escaped)
+            v = "\r\n".join(printable(part, keep="\n\t") for part in v.split("\r\n"))
+        out[k] = v
+    return out
 
 
 @main.command(short_help="Browse the database in Datasette, with canned queries.")
@@ -521,9 +548,9 @@ def ui(db: Path, port: int, no_open: bool) -> None:
                    "back.")
 @click.option("--health-port", type=click.IntRange(0, 65535), default=None,
               help="Serve GET /livez and /readyz on this port (on --health-host).")
-@click.option("--health-host", metavar="ADDRESS", default="0.0.0.0", show_default=True,
-              help="Address the --health-port server listens on (all interfaces by default, "
-                   "for an orchestrator's probes; 127.0.0.1 keeps it on this host).")
+@click.option("--health-host", metavar="ADDRESS", default="127.0.0.1", show_default=True,
+              help="Address the --health-port server listens on (this host only by default; "
+                   "0.0.0.0 for an orchestrator's probes, e.g. a Kubernetes httpGet probe).")
 @click.option("--health-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Touch this file every 2 s while live and ready (for exec probes).")
 @click.option("--judge-calls-per-minute", type=click.FloatRange(min=0.0, min_open=True),

@@ -16,9 +16,10 @@
   stored plan again (to finish it). Records without text to label are not in the plan's
   population (the count left out is printed).
 - ``--export FILE`` / ``--import FILE``: JSONL or CSV by extension, columns ``trace_id``,
-  ``record_id``, ``name``, ``value``, ``annotator``, ``comment``, ``created_at``. An import is
-  checked in full first (ids, score names, values in the score's scale) and written in one
-  transaction, or not at all. Labels whose trace (or record) is not in the database are
+  ``record_id``, ``name``, ``value``, ``annotator``, ``comment``, ``created_at`` (a CSV saved
+  by Excel with a byte order mark is read too). An import is read as it goes, checked (ids,
+  score names, values in the score's scale) and written in one transaction, or not at all:
+  memory holds :data:`IMPORT_CHUNK` labels, whatever the file's size. Labels whose trace (or record) is not in the database are
   stored — their records may arrive later — and counted in the output; ``--strict`` refuses
   such an import instead. A CSV export neutralises formula cells as ``tracescore export
   --format csv`` does (and shows control characters as visible escapes); ``--raw-csv`` writes
@@ -170,21 +171,26 @@ def _export(store: Any, path: Path, metric: str | None, raw_csv: bool = False) -
 
 
 def _read_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line or row number, row) of an import file."""
+    """(line or row number, row) of an import file, read as it goes (never whole). A UTF-8
+    byte order mark (Excel's "CSV UTF-8") is skipped."""
     kind = _kind(path)
+    line = 0
     try:
-        with path.open(encoding="utf-8", newline="") as f:
+        with path.open(encoding="utf-8-sig", newline="") as f:
             if kind == "jsonl":
-                for i, line in enumerate(f, 1):
-                    if not line.strip():
+                for line, text in enumerate(f, 1):
+                    if not text.strip():
                         continue
                     try:
-                        obj = json.loads(line)
+                        obj = json.loads(text)
                     except ValueError as exc:
-                        raise LabelProblem(f"{path} line {i}: not JSON ({exc})") from None
+                        raise LabelProblem(f"{path} line {line}: not JSON ({exc})") from None
+                    except RecursionError:
+                        raise LabelProblem(f"{path} line {line}: not a label (JSON nested too "
+                                           "deeply)") from None
                     if not isinstance(obj, dict):
-                        raise LabelProblem(f"{path} line {i}: expected a JSON object")
-                    yield i, obj
+                        raise LabelProblem(f"{path} line {line}: expected a JSON object")
+                    yield line, obj
             else:
                 reader = csv.DictReader(f)
                 fields = set(reader.fieldnames or ())
@@ -194,9 +200,12 @@ def _read_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 if missing:
                     raise LabelProblem(f"{path}: missing column(s) {', '.join(sorted(missing))}")
                 for row in reader:
+                    line = reader.line_num
                     # CSV has no null: an empty comment/annotator/time is none given
                     yield reader.line_num, {k: (None if v == "" and k != "value" else v)
                                             for k, v in row.items() if k is not None}
+    except csv.Error as exc:  # a cell over csv.field_size_limit(), a NUL byte, ...
+        raise LabelProblem(f"{path} line {line + 1}: not a CSV row of labels ({exc})") from None
     except OSError as exc:
         raise LabelProblem(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
@@ -238,43 +247,75 @@ def _unknown(store: Any, rows: list[dict[str, Any]]) -> int:
     return n
 
 
+#: Labels checked, then written, per step of an import (all steps in one transaction).
+IMPORT_CHUNK = 2000
+
+
 def _import(store: Any, path: Path, strict: bool = False) -> tuple[int, int]:
-    """Check every row of ``path``, then write them all in one transaction. Returns (labels
-    stored, how many of them match no record in the database); ``strict``: refuse the file
-    when any matches none."""
+    """Check the rows of ``path`` and write them, :data:`IMPORT_CHUNK` at a time, all in one
+    transaction: a bad row (or, ``strict``, a label that matches no record) rolls the whole
+    import back. Memory holds one chunk, whatever the file's size. Returns (labels stored,
+    how many of them match no record in the database)."""
     from ..labels import check_text, label_value
 
     scales: dict[str, Any] = {}
-    out: list[dict[str, Any]] = []
-    for i, row in _read_rows(path):
-        where = f"{path} line {i}"
-        try:
-            name = row.get("name")
-            if not isinstance(name, str) or not name:
-                raise ValueError("needs a score name (column 'name')")
-            if name not in scales:
-                scales[name] = _scale(store, name)
-            value = row.get("value")  # label_value's one rule takes text as the API does
-            created = row.get("created_at")
-            created = None if created is None else float(created)
-            if created is not None and not math.isfinite(created):
-                raise ValueError(f"created_at must be a finite number, got {created!r}")
-            trace, record_id = _target(row)
-            out.append({"trace_id": trace, "record_id": record_id,
-                        "name": name, "value": label_value(value, scales[name]),
-                        "annotator": check_text(row.get("annotator"), "annotator") or "",
-                        "comment": check_text(row.get("comment"), "comment"),
-                        "created_at": created, "source": "import"})
-        except LabelProblem as exc:
-            raise LabelProblem(f"{where}: {exc.message}") from None
-        except (TypeError, ValueError) as exc:
-            raise LabelProblem(f"{where}: {exc}") from None
-    unknown = _unknown(store, list({(r["trace_id"], r["record_id"], r["name"],
-                                     r["annotator"]): r for r in out}.values()))
-    if strict and unknown:
-        raise LabelProblem(f"{path}: {unknown} of {len(out)} labels match no record in the "
-                           "database (--strict); nothing imported")
-    return int(store.add_labels(out)), unknown
+    chunk: list[dict[str, Any]] = []
+    seen: set[int] = set()  # (trace, record, name, annotator) of the labels stored, hashed
+    unknown = 0
+
+    def write() -> None:
+        nonlocal unknown
+        fresh = {}
+        for r in chunk:  # a label given twice is stored (and counted) once: the last wins
+            key = hash((r["trace_id"], r["record_id"], r["name"], r["annotator"]))
+            if key not in seen:
+                fresh[key] = r
+        unknown += _unknown(store, list(fresh.values()))
+        seen.update(fresh)
+        store.add_labels(chunk)
+        chunk.clear()
+
+    with store.transaction():
+        for i, row in _read_rows(path):
+            where = f"{path} line {i}"
+            try:
+                name = row.get("name")
+                if not isinstance(name, str) or not name:
+                    raise ValueError("needs a score name (column 'name')")
+                if name not in scales:
+                    scales[name] = _scale(store, name)
+                value = row.get("value")  # label_value's one rule takes text as the API does
+                created = row.get("created_at")
+                created = None if created is None else float(created)
+                if created is not None and not math.isfinite(created):
+                    raise ValueError(f"created_at must be a finite number, got {created!r}")
+                trace, record_id = _target(row)
+                chunk.append({"trace_id": trace, "record_id": record_id,
+                              "name": name, "value": label_value(value, scales[name]),
+                              "annotator": check_text(row.get("annotator"), "annotator") or "",
+                              "comment": check_text(row.get("comment"), "comment"),
+                              "created_at": created, "source": "import"})
+            except LabelProblem as exc:
+                raise LabelProblem(f"{where}: {exc.message}") from None
+            except (TypeError, ValueError) as exc:
+                raise LabelProblem(f"{where}: {_short(exc)}") from None
+            except (OverflowError, RecursionError):  # a 400-digit number; a nested value
+                raise LabelProblem(f"{where}: a value is not a number a label can hold"
+                                   ) from None
+            if len(chunk) >= IMPORT_CHUNK:
+                write()
+        if chunk:
+            write()
+        if strict and unknown:
+            raise LabelProblem(f"{path}: {unknown} of {len(seen)} labels match no record in "
+                               "the database (--strict); nothing imported")
+    return len(seen), unknown
+
+
+def _short(exc: BaseException) -> str:
+    """An error's text, cut (a message may quote a huge value)."""
+    text = str(exc)
+    return text if len(text) <= 300 else text[:300] + "…"
 
 
 # -- the queue ----------------------------------------------------------------------------------

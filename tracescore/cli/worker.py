@@ -13,14 +13,16 @@ handlers before it imports anything heavy). A start line and a stop line go to s
 Health: ``--health-port`` serves ``GET /livez`` (the scoring loop turned in the last 30 s) and
 ``GET /readyz`` (the scorer is alive, and the database answered a lease query in the last
 60 s or jobs are running) on ``--health-host``; ``--health-file`` is touched every few seconds
-while both hold. The health server spends no thread on an idle connection, closes one idle
-for ``conn_timeout_s``, and handles at most ``max_handlers`` requests at once (further ones
-are closed at once), so open connections cannot exhaust the process.
+while both hold. The health server listens on 127.0.0.1 unless ``--health-host`` says
+otherwise; it spends no thread on a connection, gives each request ``conn_timeout_s`` in all
+to arrive (a client that trickles its header is closed at that deadline), and answers a
+complete request at once, so slow or open connections cannot starve the probes.
 """
 
 from __future__ import annotations
 
 import importlib
+import io
 import logging
 import os
 import selectors
@@ -38,9 +40,10 @@ log = logging.getLogger("tracescore")
 __all__ = ["HealthServer", "WorkerHealth", "install_early_stop_handlers", "install_stop_handlers",
            "load_metrics", "run_worker"]
 
-#: where ``--health-port`` listens unless ``--health-host`` says otherwise: all interfaces,
-#: as before (a Kubernetes httpGet probe connects to the pod's address, not to localhost)
-DEFAULT_HEALTH_HOST = "0.0.0.0"
+#: where ``--health-port`` listens unless ``--health-host`` says otherwise: this host only. A
+#: Kubernetes httpGet probe connects to the pod's address, not to localhost: there, give
+#: ``--health-host 0.0.0.0`` (or the pod's IP).
+DEFAULT_HEALTH_HOST = "127.0.0.1"
 
 
 
@@ -70,7 +73,6 @@ class WorkerHealth:
         self.stopping = False
         #: the health server's bounds (see :class:`HealthServer`)
         self.conn_timeout_s = 5.0
-        self.max_handlers = 32
         self.max_waiting = 256
 
     def live(self) -> bool:
@@ -88,7 +90,7 @@ class WorkerHealth:
         health = self
 
         class Handler(BaseHTTPRequestHandler):
-            timeout = health.conn_timeout_s  # each read and write on the connection
+            timeout = health.conn_timeout_s  # the answer's write (the request is read)
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 check = {"/livez": health.live, "/healthz": health.live,
@@ -108,42 +110,43 @@ class WorkerHealth:
                 pass
 
         server = HealthServer((host, port), Handler, conn_timeout_s=self.conn_timeout_s,
-                              max_handlers=self.max_handlers, max_waiting=self.max_waiting)
+                              max_waiting=self.max_waiting)
         threading.Thread(target=server.serve_forever, name="tracescore-health",
                          daemon=True).start()
         return server
 
 
 class HealthServer(HTTPServer):
-    """A small HTTP server for probes that open connections cannot exhaust.
+    """A small HTTP server for probes that slow or open connections cannot starve.
 
-    One thread (:meth:`serve_forever`) accepts connections and waits on all of them with a
-    selector: a connection costs a thread only once its request has started to arrive, and
-    then one of at most ``max_handlers`` (a request beyond that is closed at once, counted in
-    ``refused``). A connection that sends nothing for ``conn_timeout_s`` is closed, as is the
-    oldest waiting one when ``max_waiting`` are open; a handler's reads and writes time out
-    after ``conn_timeout_s`` too. :meth:`shutdown` (any thread) stops the loop.
+    One thread (:meth:`serve_forever`) accepts connections and reads every request's head
+    with a selector, without a thread per connection: a request must arrive whole (up to
+    :data:`MAX_HEAD` bytes, its blank line included) within ``conn_timeout_s`` of the
+    connection opening — one deadline, however the bytes trickle in — or the connection is
+    closed (counted in ``timed_out``). A complete request is answered at once on that thread
+    (a probe's answer is a few bytes, computed from memory), so a probe never waits behind
+    another client. At most ``max_waiting`` connections are kept; past that the oldest is
+    closed. :meth:`shutdown` (any thread) stops the loop.
     """
 
     request_queue_size = 128  # the listen backlog: connections are accepted at once anyway
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], *,
-                 conn_timeout_s: float = 5.0, max_handlers: int = 32,
-                 max_waiting: int = 256) -> None:
+                 conn_timeout_s: float = 5.0, max_waiting: int = 256) -> None:
         super().__init__(address, handler)
         self.conn_timeout_s = conn_timeout_s
         self.max_waiting = max(1, max_waiting)
-        self._slots = threading.BoundedSemaphore(max(1, max_handlers))
         self._halt = threading.Event()
         self._done = threading.Event()
-        self.refused = 0
+        self.refused = 0  # requests too large or not HTTP
         self.timed_out = 0
 
     def serve_forever(self, poll_interval: float = 0.25) -> None:
         self.socket.setblocking(False)
         sel = selectors.DefaultSelector()
         sel.register(self.socket, selectors.EVENT_READ, None)
-        waiting: dict[socket.socket, tuple[float, Any]] = {}  # in order of arrival
+        # in order of arrival: conn -> (when it opened, its address, the bytes so far)
+        waiting: dict[socket.socket, tuple[float, Any, bytearray]] = {}
 
         def drop(conn: socket.socket) -> None:
             sel.unregister(conn)
@@ -158,16 +161,9 @@ class HealthServer(HTTPServer):
                         continue
                     conn = key.fileobj
                     assert isinstance(conn, socket.socket)
-                    sel.unregister(conn)
-                    _, addr = waiting.pop(conn)
-                    if not self._slots.acquire(blocking=False):
-                        self.refused += 1
-                        self.shutdown_request(conn)
-                        continue
-                    threading.Thread(target=self._handle, args=(conn, addr),
-                                     name="tracescore-health-req", daemon=True).start()
+                    self._read(sel, conn, waiting, drop)
                 expired = time.monotonic() - self.conn_timeout_s
-                for conn, (since, _) in list(waiting.items()):
+                for conn, (since, _, _) in list(waiting.items()):
                     if since > expired:
                         break  # in order of arrival: the rest are younger
                     self.timed_out += 1
@@ -179,7 +175,7 @@ class HealthServer(HTTPServer):
             self._done.set()
 
     def _accept(self, sel: selectors.BaseSelector,
-                waiting: dict[socket.socket, tuple[float, Any]],
+                waiting: dict[socket.socket, tuple[float, Any, bytearray]],
                 drop: Any) -> None:
         for _ in range(self.request_queue_size):  # all that are queued, so none waits there
             try:
@@ -189,22 +185,66 @@ class HealthServer(HTTPServer):
             if len(waiting) >= self.max_waiting:
                 drop(next(iter(waiting)))
             conn.setblocking(False)
-            waiting[conn] = (time.monotonic(), addr)
+            waiting[conn] = (time.monotonic(), addr, bytearray())
             sel.register(conn, selectors.EVENT_READ, addr)
 
-    def _handle(self, conn: socket.socket, addr: Any) -> None:
+    def _read(self, sel: selectors.BaseSelector, conn: socket.socket,
+              waiting: dict[socket.socket, tuple[float, Any, bytearray]], drop: Any) -> None:
+        _, addr, head = waiting[conn]
         try:
-            conn.settimeout(self.conn_timeout_s)
-            self.finish_request(conn, addr)
-        except Exception:  # noqa: S110 - a probe that went away, or timed out: nothing to say
+            chunk = conn.recv(MAX_HEAD + 1 - len(head))
+        except BlockingIOError:
+            return
+        except OSError:
+            drop(conn)
+            return
+        if not chunk:  # the client went away
+            drop(conn)
+            return
+        head += chunk
+        if b"\r\n\r\n" not in head and b"\n\n" not in head:
+            if len(head) > MAX_HEAD:
+                self.refused += 1
+                drop(conn)
+            return
+        sel.unregister(conn)
+        waiting.pop(conn)
+        self._answer(conn, addr, bytes(head))
+
+    def _answer(self, conn: socket.socket, addr: Any, head: bytes) -> None:
+        try:
+            conn.setblocking(True)
+            conn.settimeout(self.conn_timeout_s)  # (a few bytes: the send buffer takes them)
+            self.finish_request(_Received(conn, head), addr)  # type: ignore[arg-type]
+        except Exception:  # noqa: S110 - a probe that went away: nothing to say
             pass
         finally:
             self.shutdown_request(conn)
-            self._slots.release()
 
     def shutdown(self) -> None:
         self._halt.set()
         self._done.wait(5.0)
+
+
+#: The largest request head the health server reads (a probe's is a few hundred bytes).
+MAX_HEAD = 8192
+
+
+class _Received:
+    """A connection whose request was read already: the handler reads it from memory and
+    writes its answer to the socket."""
+
+    def __init__(self, conn: socket.socket, head: bytes) -> None:
+        self._conn = conn
+        self._head = head
+
+    def makefile(self, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if "r" in mode:
+            return io.BytesIO(self._head)
+        return self._conn.makefile(mode, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # settimeout, setsockopt, sendall, fileno
+        return getattr(self._conn, name)
 
 
 #: the event of :func:`install_early_stop_handlers`, until :func:`install_stop_handlers` takes it

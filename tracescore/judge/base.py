@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from .._internal.validate import clean_name
+
 Message = Mapping[str, str]  # {"role": "system"|"user"|"assistant", "content": "..."}
 
 
@@ -36,6 +38,13 @@ class JudgeReply:
     cached: bool = False
     #: Requests sent to get this reply (retries and a JSON repair included).
     calls: int = 1
+
+    def __post_init__(self) -> None:
+        # the server's word, stored with every score and printed by compare/check: no
+        # control characters (a proxy could answer a model name with an escape sequence)
+        clean = clean_name(self.model) if self.model else self.model
+        if clean != self.model:
+            object.__setattr__(self, "model", clean)
 
 
 class JudgeError(Exception):

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from .._internal.validate import clean_name
 from ..sampling import TokenBucket
 from ..store import StoreAPI, is_postgres, open_store
 from .base import InvalidJudgeOutput, JudgeReply, Message, RetryLater
@@ -210,7 +211,7 @@ class JudgeSession:
 
     @property
     def model(self) -> str:
-        return self.judge.model
+        return clean_name(self.judge.model)  # (stored with scores and the cache; printed)
 
     # -- who judges ------------------------------------------------------------------------------
     def note_reply(self, reply: JudgeReply) -> None:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from .._internal.secrets import register_secret
 from .._internal.validate import is_number
@@ -336,18 +337,60 @@ def _timeout(value: Any) -> float:
 
 
 def _url(value: Any) -> str:
-    if not isinstance(value, str) or not _is_http_url(value):
-        raise _Bad(f"{value!r:.80} is not an http(s) URL")
+    if not isinstance(value, str):
+        raise _Bad(f"must be an http(s) URL, got {type(value).__name__}")
+    problem = _url_problem(value)
+    if problem:
+        # never the URL itself: a mistyped Slack URL is still a credential
+        raise _Bad(f"{_url_outline(value)} {problem}")
+    _register_userinfo(value)
     return value
 
 
-def _is_http_url(value: str) -> bool:
+def _url_outline(value: str) -> str:
+    """What of a URL an error may show: its scheme and host, never its path, query or
+    user:password."""
     try:
         parts = urlsplit(value)
+        host = parts.hostname
     except ValueError:
-        return False
-    return parts.scheme in ("http", "https") and bool(parts.netloc) and not any(
-        c.isspace() for c in value)
+        return "the URL"
+    shown = f"{parts.scheme}://{host}/…" if parts.scheme and host else None
+    if shown is None or not shown.isprintable() or len(shown) > 80:
+        return "the URL"
+    return f"the URL {shown!r}"
+
+
+_NOT_HTTP = "is not an http(s) URL"
+
+
+def _url_problem(value: str) -> str | None:
+    """Why ``value`` cannot be POSTed to, or None."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises for a port that is not a number
+    except ValueError:
+        return "has a host or port that is not valid"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return _NOT_HTTP
+    if not value.isascii():
+        return ("has non-ASCII characters (percent-encode the path, write the host in "
+                "punycode)")
+    if any(c.isspace() or ord(c) < 0x20 or c == "\x7f" for c in value):
+        return "has blanks or control characters"
+    return None
+
+
+def _is_http_url(value: str) -> bool:
+    return _url_problem(value) is None
+
+
+def _register_userinfo(value: str) -> None:
+    """A URL's ``user:password@`` is sent as Basic auth: its password is a secret."""
+    parts = urlsplit(value)
+    if parts.password:
+        register_secret(parts.password)
+        register_secret(unquote(parts.password))
 
 
 def _env_value(name: Any) -> str:
@@ -362,9 +405,28 @@ def _env_value(name: Any) -> str:
 
 def _url_from_env(name: Any) -> str:
     value = _env_value(name)
-    if not _is_http_url(value):
+    problem = _url_problem(value)
+    if problem == _NOT_HTTP:
         raise _Bad(f"the environment variable {name} does not hold an http(s) URL")
+    if problem:
+        raise _Bad(f"the environment variable {name} holds a URL that {problem}")
+    _register_userinfo(value)
     return value
+
+
+#: A header named like this carries a credential, whatever its value looks like.
+_CREDENTIAL_NAME = re.compile(r"(?i)auth|token|key|secret|pass|sign|cookie|session|credential")
+#: A value shaped like a credential in any header: 16+ characters of one word, letters and
+#: digits mixed.
+_CREDENTIAL_VALUE = re.compile(r"(?=[^\s]*[0-9])(?=[^\s]*[A-Za-z])[^\s]{16,}")
+
+
+def _secret_header(name: str, value: str) -> bool:
+    """Whether a header's value is scrubbed wherever it shows up. Not every value: scrubbing
+    a plain word ("search", "tracescore") would garble every log line that holds it."""
+    if _CREDENTIAL_NAME.search(name):
+        return True
+    return any(_CREDENTIAL_VALUE.fullmatch(word) for word in value.split())
 
 
 def _headers(value: Any) -> tuple[dict[str, str], dict[str, str]]:
@@ -389,6 +451,16 @@ def _headers(value: Any) -> tuple[dict[str, str], dict[str, str]]:
         if "\r" in real or "\n" in real:  # would split the request into extra headers
             problems.append(f"{k}: the value must be one line")
             continue
+        try:
+            real.encode("latin-1")  # what HTTP/1.1 can carry (http.client would fail later)
+        except UnicodeEncodeError:
+            problems.append(f"{k}: the value must be Latin-1 text (ASCII is safest)")
+            continue
+        # A header's value is a credential as often as not (a token, an API key), literal
+        # or from the environment: scrubbed wherever a receiver echoes it.
+        if _secret_header(k, real):
+            register_secret(real)
+            register_secret(real.partition(" ")[2].strip())  # "Token X", "Basic X": X too
         declared[k], resolved[k] = v, real
     if problems:
         raise _Bad("; ".join(problems))

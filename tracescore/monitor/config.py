@@ -404,6 +404,9 @@ def load_monitors(path: str | os.PathLike[str]) -> MonitorSet:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise MonitorConfigError([f"{source}: not valid TOML: {exc}"]) from None
+    except RecursionError:  # (tomllib recurses per nesting level; thousands of them overflow)
+        raise MonitorConfigError([f"{source}: not a monitors file (nested too deeply)"]
+                                 ) from None
     return _from_layout(data, source, from_file=True)
 
 

@@ -34,18 +34,20 @@ import email.utils
 import http.client
 import json
 import logging
+import queue
 import random
 import threading
 import time
 import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from .._internal.errors import handle_internal_errors, record_internal_error
 from .._internal.secrets import scrub
+from . import _post
 from . import state as _state
 from .alerts import (  # noqa: F401 (re-exported)
     ATTR_HI,
@@ -81,6 +83,8 @@ log = logging.getLogger("tracescore")
 
 #: Delivery retries: base and cap of the exponential backoff (seconds), attempts in all.
 BASE_S, CAP_S, MAX_ATTEMPTS = 2.0, 600.0, 12
+#: Channels delivered at once by one pass (each channel's rows go one after another).
+MAX_PARALLEL = 8
 #: A receiver's ``Retry-After`` is honoured up to this long.
 RETRY_AFTER_CAP_S = 3600.0
 
@@ -97,12 +101,6 @@ class DeliveryError(Exception):
         self.reason = reason
         self.retry_after = retry_after
         self.permanent = permanent
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    # urllib would re-send a redirected POST as a GET without its body: refuse instead.
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
 
 
 def _retry_after(value: str | None, now: float) -> float | None:
@@ -129,6 +127,9 @@ def _without_url(text: str, url: str) -> str:
     parts = urlsplit(url)
     pieces = [url, parts.path + ("?" + parts.query if parts.query else ""), parts.path,
               parts.query]
+    if "@" in parts.netloc:  # user:password@ — and each half, raw and decoded
+        info = parts.netloc.rpartition("@")[0]
+        pieces += [info, *info.split(":", 1), *(unquote(x) for x in info.split(":", 1))]
     # then each long path segment alone (a Slack URL's tokens), should a text hold a part
     pieces += [seg for seg in parts.path.split("/") if len(seg) >= 8]
     for piece in pieces:
@@ -152,44 +153,48 @@ def _describe(exc: BaseException) -> str:
 
 def deliver(url: str, payload: Mapping[str, Any], *, timeout_s: float = 10.0,
             headers: Mapping[str, str] | None = None, channel: str = "webhook") -> None:
-    """POST ``payload`` as JSON to ``url``; returns on a 2xx answer. Blocks up to
-    ``timeout_s`` for the connection and again for the answer.
+    """POST ``payload`` as JSON to ``url``; returns on a 2xx answer. Blocks at most
+    ``timeout_s`` in all: one deadline for connecting, sending and reading the answer (a
+    receiver that answers one byte at a time is cut off at the deadline like a silent one).
+    A URL's ``user:password@`` is sent as HTTP Basic authentication.
 
     Raises :class:`DeliveryError`: retryable for 408/425/429/5xx answers, connection errors
     and timeouts (with ``retry_after`` from the answer's ``Retry-After``), permanent for
     other 4xx, a redirect (not followed: a POST would turn into a GET), or a URL that is not
-    http(s). Its text starts with ``channel`` and never contains the URL."""
-    parts = urlsplit(url) if isinstance(url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+    http(s). Its text starts with ``channel`` and never contains the URL or its password."""
+    if not isinstance(url, str):
         raise DeliveryError(f"channel {channel}: the URL is not an http(s) URL", permanent=True)
     body = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    req = urllib.request.Request(url, data=body, method="POST", headers={
-        "Content-Type": "application/json; charset=utf-8",
-        "User-Agent": "tracescore-notifier", **dict(headers or {})})
-    opener = urllib.request.build_opener(_NoRedirect())
+    send = {"Content-Type": "application/json; charset=utf-8",
+            "User-Agent": "tracescore-notifier", **dict(headers or {})}
     try:
-        with opener.open(req, timeout=timeout_s) as resp:
-            resp.read(65536)  # drain what a receiver says, so the connection closes cleanly
-        return
-    except urllib.error.HTTPError as exc:
-        code = exc.code
-        try:
-            said = exc.read(4096).decode("utf-8", "replace").strip()
-        except Exception:
-            said = ""
-        # cut the URL out *before* clipping, so a clip cannot leave half a secret behind
-        said = _without_url(said, url)[:200]
-        reason = f"channel {channel}: HTTP {code}" + (f" {said!r}" if said else "")
-        if 300 <= code < 400:
-            reason += " (a redirect; not followed)"
-        retryable = code in (408, 425, 429) or code >= 500
-        retry_after = _retry_after(exc.headers.get("Retry-After") if exc.headers else None,
-                                   time.time())
-        raise DeliveryError(_without_url(reason, url), retry_after=retry_after,
-                            permanent=not retryable) from None
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        for value in send.values():
+            value.encode("latin-1")  # (before connecting: what HTTP/1.1 headers can carry)
+        answer = _post.post(url, body, send, timeout_s)
+    except _post.BadURL as exc:
+        raise DeliveryError(f"channel {channel}: {exc}", permanent=True) from None
+    except _post.DeadlineExceeded:
+        raise DeliveryError(f"channel {channel}: timed out (no complete answer within "
+                            f"{timeout_s:g} s)") from None
+    except UnicodeEncodeError:  # a header a config check did not see (a Channel made in code)
+        raise DeliveryError(f"channel {channel}: a header value is not Latin-1 text",
+                            permanent=True) from None
+    except (OSError, http.client.HTTPException) as exc:
         raise DeliveryError(_without_url(f"channel {channel}: {_describe(exc)}", url)
                             ) from None
+    code = answer.status
+    if 200 <= code < 300:
+        return
+    said = answer.body[:4096].decode("utf-8", "replace").strip()
+    # cut the URL out *before* clipping, so a clip cannot leave half a secret behind
+    said = _without_url(said, url)[:200]
+    reason = f"channel {channel}: HTTP {code}" + (f" {said!r}" if said else "")
+    if 300 <= code < 400:
+        reason += " (a redirect; not followed)"
+    retryable = code in (408, 425, 429) or code >= 500
+    retry_after = _retry_after(answer.headers.get("Retry-After"), time.time())
+    raise DeliveryError(_without_url(reason, url), retry_after=retry_after,
+                        permanent=not retryable)
 
 
 # -- the outbox, one pass --------------------------------------------------------------------
@@ -246,16 +251,19 @@ def deliver_due(store: Any, channels: Mapping[str, Any] | Iterable[Any],
                 owner: str | None = None, clock: Callable[[], float] = time.time,
                 stop: threading.Event | None = None) -> int:
     """One pass over the outbox: claim up to ``limit`` due rows of the known ``channels``
-    and POST them one after the other; returns how many were sent. Blocks (each POST up to
-    its channel's ``timeout_s``); used by the :class:`Notifier` thread and by ``tracescore
-    check`` before it exits.
+    and POST them — channels at once (up to :data:`MAX_PARALLEL` threads), each channel's
+    rows one after the other; returns how many were sent. Blocks until every claimed row
+    has its outcome: each POST within its channel's ``timeout_s`` (one deadline for the
+    whole request), so a slow channel delays its own rows only. Used by the
+    :class:`Notifier` thread and by ``tracescore check`` before it exits; the store is used
+    by the calling thread only.
 
     ``now``: the time the pass runs at (default ``clock()`` at each step); tests pass it, with
     ``base_s``/``rng``, to drive the backoff without waiting. A failure within
     ``max_attempts`` is retried at ``now + backoff_s(attempts)`` (or later, by the receiver's
     ``Retry-After``); permanent failures and the last attempt fail the row. Counted in the
     store's counters in the transaction that records the outcome. ``stop`` set: the pass
-    ends after the POST in flight, and gives the rows it claimed but did not reach back."""
+    ends after the POSTs in flight, and gives the rows it claimed but did not reach back."""
     chans = _channels(channels)
     if not chans:
         return 0
@@ -264,30 +272,68 @@ def deliver_due(store: Any, channels: Mapping[str, Any] | Iterable[Any],
     due = _state.next_due(store, sorted(chans))
     if due is None or due > t0:  # a read, not a claim: no write lock when nothing is due
         return 0
-    # a claim outlives the whole pass (every POST may take its timeout twice: connect, read)
-    claim_s = 30.0 + limit * 2 * max(c[3] for c in chans.values())
+    # a claim outlives the whole pass (a channel's rows go one after another, each POST
+    # within its channel's timeout_s)
+    claim_s = 30.0 + limit * max(c[3] for c in chans.values())
     rows = _state.due_outbox(store, t0, limit, channels=sorted(chans), owner=owner,
                              claim_s=claim_s)
-    sent = 0
-    for i, row in enumerate(rows):
-        if stop is not None and stop.is_set():
-            _state.release_claims(store, [r.id for r in rows[i:]], owner)
-            break
-        _, url, headers, timeout_s = chans[row.channel]
-        headers = {**headers, "Idempotency-Key": f"tracescore-{row.id}-{row.created_at:.6f}"}
-        try:
-            deliver(url, row.payload, timeout_s=timeout_s, headers=headers,
-                    channel=row.channel)
-        except DeliveryError as exc:
-            _failed(store, row, exc, clock() if now is None else now, owner=owner,
-                    max_attempts=max_attempts, base_s=base_s, cap_s=cap_s, rng=rng)
-            continue
-        with store.transaction():
-            if _state.outbox_sent(store, row.id, owner=owner,
-                                  at=clock() if now is None else now):
-                store.bump_counters({"notify.sent": 1})
-                sent += 1
-    return sent
+    if not rows:
+        return 0
+    by_channel: dict[str, list[_state.OutboxRow]] = {}
+    for row in rows:
+        by_channel.setdefault(row.channel, []).append(row)
+    done: queue.SimpleQueue[tuple[_state.OutboxRow, BaseException | None, bool]] = \
+        queue.SimpleQueue()
+
+    def post_all(channel_rows: list[_state.OutboxRow]) -> None:
+        # one channel's rows in order, on a thread of their own: a slow receiver delays its
+        # own channel only (the database is written by the calling thread, not here)
+        for row in channel_rows:
+            if stop is not None and stop.is_set():
+                done.put((row, None, False))
+                continue
+            try:  # (every row gets exactly one outcome: the calling thread waits for each)
+                _, url, headers, timeout_s = chans[row.channel]
+                headers = {**headers,
+                           "Idempotency-Key": f"tracescore-{row.id}-{row.created_at:.6f}"}
+                deliver(url, row.payload, timeout_s=timeout_s, headers=headers,
+                        channel=row.channel)
+            except BaseException as exc:  # noqa: BLE001 - handed to the calling thread
+                done.put((row, exc, True))
+            else:
+                done.put((row, None, True))
+
+    # the outcomes are recorded here as they come, so a row sent is marked sent at once
+    pool = ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, len(by_channel)),
+                              thread_name_prefix="tracescore-notify")
+    try:
+        for group in by_channel.values():
+            pool.submit(post_all, group)
+        sent = 0
+        unreached: list[int] = []
+        unexpected: BaseException | None = None
+        for _ in range(len(rows)):
+            row, exc, tried = done.get()
+            if not tried:
+                unreached.append(row.id)
+            elif isinstance(exc, DeliveryError):
+                _failed(store, row, exc, clock() if now is None else now, owner=owner,
+                        max_attempts=max_attempts, base_s=base_s, cap_s=cap_s, rng=rng)
+            elif exc is not None:
+                unexpected = unexpected or exc  # the row stays claimed until its claim ends
+            else:
+                with store.transaction():
+                    if _state.outbox_sent(store, row.id, owner=owner,
+                                          at=clock() if now is None else now):
+                        store.bump_counters({"notify.sent": 1})
+                        sent += 1
+        if unreached:
+            _state.release_claims(store, unreached, owner)
+        if unexpected is not None:
+            raise unexpected
+        return sent
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _failed(store: Any, row: _state.OutboxRow, exc: DeliveryError, t: float, *, owner: str,

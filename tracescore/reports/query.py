@@ -62,19 +62,32 @@ class Window:
 
 # -- segments ---------------------------------------------------------------------------------
 class SegmentIndex:
-    """The ``segments`` table in memory: seg_id → {dimension: value}. Bounded by the store's
-    per-dimension cardinality limit (values past it are stored as ``other``)."""
+    """The ``segments`` table, read as far as a query needs it: seg_id → {dimension: value}.
+
+    ``matching(where)`` reads only the segments whose release/environment/model columns match
+    (a ``--where`` read touches those and no others); :meth:`value` of a segment not read yet,
+    :attr:`rows`, :attr:`first_seen`, :meth:`dims` and :meth:`values` read the whole table
+    once. The table itself is bounded (``max_segments`` combinations, see
+    :mod:`tracescore.store.segments`). One connection, one thread."""
+
+    _COLS = "seg_id, release, environment, model, meta, first_seen"
 
     def __init__(self, conn: Any) -> None:
-        self.rows: dict[int, dict[str, str | None]] = {}
-        self.first_seen: dict[int, float] = {}
         from ..store.compat import has_table
 
-        if not has_table(conn, "segments"):
-            return
-        for seg_id, release, env, model, meta, first in conn.execute(
-            "SELECT seg_id, release, environment, model, meta, first_seen FROM segments"
-        ).fetchall():
+        self._conn = conn
+        self._rows: dict[int, dict[str, str | None]] = {}
+        self._first: dict[int, float] = {}
+        self._all = not has_table(conn, "segments")  # (no table: nothing more to read)
+
+    def _read(self, where_sql: str = "", args: Sequence[Any] = ()) -> list[int]:
+        got = []
+        for seg_id, release, env, model, meta, first in self._conn.execute(
+                f"SELECT {self._COLS} FROM segments{where_sql}", tuple(args)).fetchall():
+            sid = int(seg_id)
+            got.append(sid)
+            if sid in self._rows:
+                continue
             dims: dict[str, str | None] = {"release": release, "environment": env,
                                            "model": model}
             try:
@@ -82,8 +95,24 @@ class SegmentIndex:
                     dims[f"metadata.{k}"] = None if v is None else str(v)
             except (TypeError, ValueError):
                 pass
-            self.rows[int(seg_id)] = dims
-            self.first_seen[int(seg_id)] = float(first or 0.0)
+            self._rows[sid] = dims
+            self._first[sid] = float(first or 0.0)
+        return got
+
+    def _read_all(self) -> None:
+        if not self._all:
+            self._read()
+            self._all = True
+
+    @property
+    def rows(self) -> dict[int, dict[str, str | None]]:
+        self._read_all()
+        return self._rows
+
+    @property
+    def first_seen(self) -> dict[int, float]:
+        self._read_all()
+        return self._first
 
     def dims(self) -> list[str]:
         """Every record dimension present (metadata keys included), plus the score ones."""
@@ -95,7 +124,10 @@ class SegmentIndex:
     def value(self, seg_id: int | None, dim: str) -> str | None:
         if seg_id is None:
             return None
-        return self.rows.get(int(seg_id), {}).get(dim)
+        sid = int(seg_id)
+        if sid not in self._rows:
+            self._read_all()
+        return self._rows.get(sid, {}).get(dim)
 
     def matching(self, where: Mapping[str, str] | None) -> set[int] | None:
         """seg_ids whose record dimensions equal ``where`` (score dimensions ignored here);
@@ -103,8 +135,17 @@ class SegmentIndex:
         crit = {k: v for k, v in (where or {}).items() if k not in SCORE_DIMS}
         if not crit:
             return None
-        return {sid for sid, dims in self.rows.items()
-                if all(dims.get(k) == v for k, v in crit.items())}
+        if self._all:
+            candidates: Iterable[int] = self._rows
+        else:  # the columns in SQL; the metadata keys (JSON) on the rows that pass them
+            cols = [k for k in ("release", "environment", "model") if k in crit]
+            candidates = self._read(
+                " WHERE " + " AND ".join(f"{k} = ?" for k in cols) if cols else "",
+                [crit[k] for k in cols])
+            if not cols:
+                self._all = True
+        return {sid for sid in candidates
+                if all(self._rows[sid].get(k) == v for k, v in crit.items())}
 
     def values(self, dim: str) -> list[tuple[str, float]]:
         """The values of a record dimension, each with when it was first seen, oldest first."""

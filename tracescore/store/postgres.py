@@ -24,7 +24,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from .._internal.secrets import scrub_score
+from .._internal.secrets import scrub_score, scrub_value
+from .._internal.validate import clean_name
 from .._internal.vectors import pack, unpack
 from ..record import RagRecord
 from ..sampling import Decision
@@ -277,8 +278,9 @@ class PostgresStore(LabelsMixin):
             "INSERT INTO judge_cache VALUES (%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (key) DO "
             "UPDATE SET value=excluded.value, input_tokens=excluded.input_tokens, "
             "output_tokens=excluded.output_tokens, created_at=excluded.created_at",
-            (key, step, model, version, _nul_free(dumps(value)), input_tokens, output_tokens,
-             time.time()),
+            # a reply may quote a key (the judge read it somewhere): scrubbed like a score
+            (key, step, clean_name(model), version, _nul_free(dumps(scrub_value(value))),
+             input_tokens, output_tokens, time.time()),
         )
 
     def judge_call_log(self, *, record_id: str | None, step: str, model: str,

@@ -14,6 +14,14 @@ million distinct tenants therefore cost ``limit`` rows and one counter, never a 
 segments — and never unbounded memory: :class:`SegmentResolver` knows at most ``limit`` values
 per dimension and at most :data:`MAX_CACHED_SEGMENTS` segment ids.
 
+Bounded combinations: the values of several dimensions multiply (three declared keys of 60
+values each make 216,000 combinations), so the ``segments`` table holds at most
+``max_segments`` (``init(max_segments=...)``, default :data:`DEFAULT_MAX_SEGMENTS`) combinations.
+Past that, a record of a new combination keeps its release and environment and has every other
+dimension :data:`OTHER` (a few more rows, :data:`OVERFLOW_SLACK` at most; past those, every
+dimension is :data:`OTHER`), and the counter ``segments.overflow.segments`` is bumped once per
+such record — ``report`` and ``stats()`` show it with the per-dimension ones.
+
 A segment's canonical key (``seg_key``: sorted JSON of its non-None values) maps to a
 ``seg_id`` through the ``segments`` table, get-or-create: ``INSERT … ON CONFLICT (seg_key) DO
 NOTHING`` then ``SELECT``, so several processes on one PostgreSQL database agree. ``seg_id``
@@ -48,6 +56,13 @@ MAX_VALUE_CHARS = 100
 #: ``init(segment_limit=...)``'s default, and its largest allowed value.
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 10_000
+#: ``init(max_segments=...)``'s default (segments in the ``segments`` table), and its limits.
+DEFAULT_MAX_SEGMENTS = 1000
+MAX_MAX_SEGMENTS = 100_000
+#: Degraded segments (release and environment kept) admitted past ``max_segments``.
+OVERFLOW_SLACK = 100
+#: The pseudo-dimension a record counts against when its combination was degraded.
+COMBINATIONS = "segments"
 #: At most this many declared metadata keys.
 MAX_KEYS = 20
 #: The record dimensions besides ``metadata.<key>``.
@@ -92,12 +107,14 @@ class SegmentSpec:
     """What a process's records are segmented by (picklable: it travels to the writer).
 
     ``release``/``environment``: the process's (see :func:`release_environment`); ``keys``:
-    declared metadata keys; ``limit``: distinct values admitted per dimension."""
+    declared metadata keys; ``limit``: distinct values admitted per dimension;
+    ``max_segments``: combinations admitted in all."""
 
     release: str | None = None
     environment: str | None = None
     keys: tuple[str, ...] = ()
     limit: int = DEFAULT_LIMIT
+    max_segments: int = DEFAULT_MAX_SEGMENTS
 
     def dims(self, record: RagRecord) -> dict[str, str | None]:
         """The record's raw dimension values (cleaned; not yet bounded)."""
@@ -191,6 +208,8 @@ class SegmentResolver:
         #: dimensions that hold ``limit`` values: every value not known here is OTHER
         self._full: set[str] = set()
         self._ids: OrderedDict[str, int] = OrderedDict({NONE_KEY: NONE_SEG})
+        #: combinations past ``max_segments`` → the seg_id that stands in for them
+        self._over: dict[str, int] = {}
         #: (spec, model, metadata values) → resolution, for records whose values are all
         #: str or None (the writer's hot loop: no cleaning, no JSON on a hit)
         self._fast: dict[tuple[Any, ...], tuple[int, tuple[str, ...]]] = {}
@@ -215,7 +234,7 @@ class SegmentResolver:
                 todo.append(i)
         if todo:
             got = self.resolve_dims(store, [spec.dims(records[i]) for i in todo], spec.limit,
-                                    now)
+                                    now, max_segments=spec.max_segments)
             if len(fast) + len(todo) > self.max_segments:
                 fast.clear()  # bounded: a flood of distinct values empties it, never grows it
             for i, res in zip(todo, got):
@@ -226,7 +245,8 @@ class SegmentResolver:
         return out  # type: ignore[return-value]  # (every slot is filled above)
 
     def resolve_dims(self, store: Any, raw: Sequence[Mapping[str, str | None]], limit: int,
-                     now: float) -> list[tuple[int, tuple[str, ...]]]:
+                     now: float, *, max_segments: int = DEFAULT_MAX_SEGMENTS
+                     ) -> list[tuple[int, tuple[str, ...]]]:
         unknown: dict[str, dict[str, None]] = {}  # dim → new values, in order of arrival
         for dims in raw:
             for dim, v in dims.items():
@@ -251,7 +271,12 @@ class SegmentResolver:
         keys = [seg_key(d) for d, _ in bounded]
         found: dict[str, int] = {}
         missing: dict[str, dict[str, str | None]] = {}
+        over_ids = self._over
+        if len(over_ids) > self.max_segments:
+            over_ids.clear()  # bounded like the rest (before the lookups that rely on it)
         for key, (dims, _) in zip(keys, bounded):
+            if key in over_ids:
+                continue
             sid = self._ids.get(key)
             if sid is None:
                 missing[key] = dims
@@ -259,8 +284,12 @@ class SegmentResolver:
                 found[key] = sid
                 self._ids.move_to_end(key)
         if missing:
-            found.update(self._create(store, missing, now))
-        return [(found[k], over) for k, (_, over) in zip(keys, bounded)]
+            made, degraded = self._create(store, missing, now, max_segments)
+            found.update(made)
+            for key, stand_in in degraded.items():
+                over_ids[key] = made[stand_in]
+        return [(over_ids[k], (*over, COMBINATIONS)) if k in over_ids else (found[k], over)
+                for k, (_, over) in zip(keys, bounded)]
 
     def _admit(self, store: Any, unknown: Mapping[str, Mapping[str, None]], limit: int) -> None:
         """Look the new values up, admit those there is room for (own transaction)."""
@@ -302,28 +331,64 @@ class SegmentResolver:
         self._full |= full
 
     def _create(self, store: Any, missing: Mapping[str, Mapping[str, str | None]],
-                now: float) -> dict[str, int]:
-        """Get-or-create the segments of ``missing`` (own transaction)."""
-        rows = []
-        for key in sorted(missing):
-            d = missing[key]
-            meta = {k[len(META):]: v for k, v in d.items() if k.startswith(META)}
-            rows.append((key, d.get("release"), d.get("environment"), d.get("model"),
-                         json.dumps(meta, sort_keys=True, ensure_ascii=False), now))
+                now: float, max_segments: int) -> tuple[dict[str, int], dict[str, str]]:
+        """Get-or-create the segments of ``missing`` (own transaction), within
+        ``max_segments``: (key → seg_id, key of a combination past the bound → the key of the
+        segment that stands in for it, in the first mapping too)."""
         out: dict[str, int] = {}
-        keys = [r[0] for r in rows]
+        degraded: dict[str, str] = {}
+        keys = sorted(missing)
         with qmark_tx(store) as conn:
-            conn.executemany(
-                "INSERT INTO segments (seg_key, release, environment, model, meta, first_seen)"
-                " VALUES (?,?,?,?,?,?) ON CONFLICT (seg_key) DO NOTHING", rows)
+            if getattr(store, "dialect", "sqlite") == "postgres":  # one process counts at once
+                conn.execute("SELECT pg_advisory_xact_lock(?, hashtext(?))",
+                             (_PG_LOCK_KEY, COMBINATIONS))
             for chunk in _chunks(keys):
                 for sid, key in conn.execute(
                         f"SELECT seg_id, seg_key FROM segments WHERE seg_key IN "
                         f"({_marks(len(chunk))})", tuple(chunk)).fetchall():
                     out[key] = int(sid)
+            new = [k for k in keys if k not in out]
+            if new:
+                count = int(conn.execute("SELECT count(*) FROM segments").fetchone()[0])
+                room = max(0, max_segments + 1 - count)  # (+1: NONE_SEG is not a combination)
+                take, rest = new[:room], new[room:]
+                stand_in: dict[str, dict[str, str | None]] = {}
+                for key in rest:
+                    d = _degrade(missing[key], all_of=count + len(stand_in)
+                                 >= max_segments + 1 + OVERFLOW_SLACK)
+                    sk = seg_key(d)
+                    degraded[key] = sk
+                    if sk not in out:
+                        stand_in[sk] = d
+                rows = [_segment_row(k, missing[k], now) for k in take]
+                rows += [_segment_row(k, d, now) for k, d in stand_in.items()]
+                conn.executemany(
+                    "INSERT INTO segments (seg_key, release, environment, model, meta,"
+                    " first_seen) VALUES (?,?,?,?,?,?) ON CONFLICT (seg_key) DO NOTHING", rows)
+                wanted = [r[0] for r in rows]
+                for chunk in _chunks(wanted):
+                    for sid, key in conn.execute(
+                            f"SELECT seg_id, seg_key FROM segments WHERE seg_key IN "
+                            f"({_marks(len(chunk))})", tuple(chunk)).fetchall():
+                        out[key] = int(sid)
+        # (only after the commit: a rolled-back creation must not stay cached; a degraded
+        # combination is cached under its own key, so it is not counted again)
         for key, sid in out.items():
             self._ids[key] = sid
             self._ids.move_to_end(key)
         while len(self._ids) > self.max_segments:
             self._ids.popitem(last=False)
-        return out
+        return out, degraded
+
+
+def _degrade(dims: Mapping[str, str | None], *, all_of: bool) -> dict[str, str | None]:
+    """A combination past the bound: release and environment kept (unless ``all_of``), every
+    other dimension that has a value :data:`OTHER`."""
+    keep = () if all_of else ("release", "environment")
+    return {k: (v if k in keep else OTHER) for k, v in dims.items() if v is not None}
+
+
+def _segment_row(key: str, d: Mapping[str, str | None], now: float) -> tuple[Any, ...]:
+    meta = {k[len(META):]: v for k, v in d.items() if k.startswith(META)}
+    return (key, d.get("release"), d.get("environment"), d.get("model"),
+            json.dumps(meta, sort_keys=True, ensure_ascii=False), now)

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from .._internal.db_faults import TIGHT, storage_fault
-from .._internal.secrets import scrub, scrub_score
+from .._internal.secrets import scrub, scrub_score, scrub_value
+from .._internal.validate import clean_name
 from ..record import RagRecord
 from ..sampling import Decision
 from ..score import Score
@@ -224,7 +225,9 @@ class Store(LabelsMixin):
                         input_tokens: int, output_tokens: int) -> None:
         self.conn.execute(
             "INSERT OR REPLACE INTO judge_cache VALUES (?,?,?,?,?,?,?,?)",
-            (key, step, model, version, dumps(value), input_tokens, output_tokens, time.time()),
+            # a reply may quote a key (the judge read it somewhere): scrubbed like a score
+            (key, step, clean_name(model), version, dumps(scrub_value(value)), input_tokens,
+             output_tokens, time.time()),
         )
 
     def judge_call_log(self, *, record_id: str | None, step: str, model: str,
