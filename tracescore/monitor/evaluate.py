@@ -201,9 +201,7 @@ class Evaluator:
                 verdict=result.summary, method=result.method,
                 command=f"tracescore check --monitor {m.name}", db=self.db_label,
                 at=ctx.now, where=dict(m.where), worst_trace_ids=result.worst)
-            # a monitor's first state is news only when it is bad; later, every change is
-            # (a recovery included)
-            news = changed and (previous is not None or state in ("ALERT", "WARNING"))
+            news = changed and is_news(m, previous, state)
             items = N.outbox_items(event, self.monitors.channels_for(m)) \
                 if (news or renotify) else None
             saved = S.save_evaluation(
@@ -216,6 +214,23 @@ class Evaluator:
         return Evaluation(m.name, state, previous, raw, result.value, result.lo, result.hi,
                           result.n, result.summary, result.method, changed, saved,
                           tuple(result.worst), result.error, detail)
+
+
+def is_news(m: Monitor, previous: str | None, state: str) -> bool:
+    """Whether a change from ``previous`` to ``state`` goes to ``m``'s channels. A first
+    state is news only when it is bad; later every change is (a recovery included), except
+    changes into or out of WARNING that do not touch ALERT, unless ``notify_on`` includes
+    "warning": a WARNING is the point estimate alone, and on a healthy stream noise moves it
+    across the level many times a day. (They are stored, shown by ``check`` and logged.)"""
+    bad = ("ALERT", "WARNING") if "warning" in m.notify_on else ("ALERT",)
+    if previous is None:
+        return state in bad
+    if previous == state:
+        return False
+    if "warning" not in m.notify_on and "WARNING" in (previous, state) \
+            and "ALERT" not in (previous, state):
+        return False
+    return True
 
 
 def _apply_no_data(m: Monitor, state: str) -> str:
