@@ -257,3 +257,59 @@ def test_a_model_change_in_the_scores_warns_before_the_canary_runs() -> None:
     # a baseline still forming (fewer than 3 runs): the change still shows at once
     early = drift.measure(runs[:1], NOW, scored=scored)
     assert early is not None and early.state == "WARNING"
+
+
+def _judged(db: str, clock: StoreClock, model: str, n: int, start: float, seed: int) -> None:
+    """``n`` records whose quality score was judged by ``model`` (the scores' judge_model)."""
+    import random
+
+    from test_monitoring import METRICS, _register
+
+    from tracescore.record import RagRecord
+    from tracescore.sampling import Decision
+    from tracescore.score import Score
+    from tracescore.store import NewJob, open_store
+    from tracescore.store.segments import SegmentSpec
+
+    rng = random.Random(seed)
+    store = open_store(db)
+    try:
+        _register(store)
+        for i in range(n):
+            clock.t = start + 30 * i
+            rec = RagRecord(trace_id=f"{seed:08x}{i:024x}", span_id=f"{i:016x}", query="q",
+                            answer="a", end_time_ns=int(clock.t * 1e9),
+                            start_time_ns=int((clock.t - 0.5) * 1e9), model="app-model")
+            store.write_batch([(rec, Decision(0.1, METRICS))],
+                              [NewJob(rec.record_id, "quality", "1")], None,
+                              segments=SegmentSpec(release="v1", environment="prod"))
+            jobs = store.lease_jobs("t", 10, 60.0, ["quality"])
+            store.complete_jobs("t", [(j, [Score("quality", rng.random(), metric="quality")])
+                                      for j in jobs], "none",
+                                judge_models={j.job_id: model for j in jobs})
+    finally:
+        store.close()
+
+
+def test_check_warns_of_a_judge_swap_seen_in_the_scores(db: str, clock: StoreClock) -> None:
+    """End to end on a real database: canary runs saw judge-a (baseline formed, all agree);
+    scores judged since by a server that reports judge-b. Before the canary's next run,
+    ``judge_drift`` is WARNING naming the change (it said OK until three more runs)."""
+    from tracescore.store import open_store
+
+    t = (NOW // HOUR) * HOUR
+    store = open_store(db)
+    try:
+        for r in _runs("judge-a", 4, t - 6 * HOUR):
+            store.add_canary_run(r)
+    finally:
+        store.close()
+    _judged(db, clock, "judge-a", 20, t - 6 * HOUR, seed=40)
+    _judged(db, clock, "judge-b", 20, t - HOUR, seed=41)
+    store = open_store(db)
+    try:
+        ev = drift.evaluate(store, owner="test", save=False, now=t)
+    finally:
+        store.close()
+    assert ev is not None and ev.state == "WARNING", ev and ev.summary
+    assert "judge-a to judge-b" in ev.summary and "canary has not run on it" in ev.summary
