@@ -313,3 +313,32 @@ def test_check_warns_of_a_judge_swap_seen_in_the_scores(db: str, clock: StoreClo
         store.close()
     assert ev is not None and ev.state == "WARNING", ev and ev.summary
     assert "judge-a to judge-b" in ev.summary and "canary has not run on it" in ev.summary
+
+
+def test_check_states_each_monitors_sight_at_load(db: str, clock: StoreClock,
+                                                   tmp_path: Any) -> None:
+    """`check` prints each monitor's minimum detectable effect for the last window's
+    traffic when it loads the monitors, WARNING for a blind one, and puts it in --json."""
+    import json
+    import time
+
+    from helpers import run_cli
+
+    now = time.time()
+    feed(db, clock, release="v1", n=60, start=now - 3 * HOUR, spread=2 * HOUR,
+         quality=beta(0.85), grounded=0.9, seed=50)
+    clock.t = now
+    toml = tmp_path / "m.toml"
+    toml.write_text('[[monitor]]\nname = "few"\nscore = "quality"\nthreshold = 0.8\n'
+                    '[[monitor]]\nname = "coarse"\nscore = "quality"\nthreshold = 0.8\n'
+                    'detect = 0.5\n')
+    out = run_cli("check", "--db", db, "--monitors", str(toml), "--no-notify")
+    assert out.exit_code == 0, out.output
+    assert "WARNING: monitor few: detects a drop of" in out.output, out.output
+    assert "BLIND to the 0.05 it is meant to catch" in out.output
+    assert "monitor coarse: detects a drop of" in out.output
+    assert "WARNING: monitor coarse" not in out.output
+    js = run_cli("check", "--db", db, "--monitors", str(toml), "--no-notify", "--json")
+    sight_of = json.loads(js.output)["sight"]
+    assert sight_of["few"]["blind"] and sight_of["few"]["n"] == 60
+    assert not sight_of["coarse"]["blind"]

@@ -115,9 +115,11 @@ class Sight:
 
     def text(self) -> str:
         sd = math.sqrt(max(self.var, 0.0))
-        mde = "nothing (no records)" if not math.isfinite(self.mde) else f"{self.mde:.3f}"
-        base = (f"detects a drop of {mde} with {POWER:.0%} probability "
-                f"(n={self.n} a window, alpha {self.alpha:.2g}, sd {sd:.3f})")
+        if not math.isfinite(self.mde):
+            base = f"sees nothing (no records in a window, alpha {self.alpha:.2g})"
+        else:
+            base = (f"detects a drop of {self.mde:.3f} with {POWER:.0%} probability "
+                    f"(n={self.n} a window, alpha {self.alpha:.2g}, sd {sd:.3f})")
         if not self.blind:
             return base
         need = (f"a window needs about {self.needed:,} records" if self.needed is not None
