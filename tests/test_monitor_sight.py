@@ -342,3 +342,23 @@ def test_check_states_each_monitors_sight_at_load(db: str, clock: StoreClock,
     sight_of = json.loads(js.output)["sight"]
     assert sight_of["few"]["blind"] and sight_of["few"]["n"] == 60
     assert not sight_of["coarse"]["blind"]
+
+
+def test_an_apps_runner_logs_each_blind_monitor_once(caplog: pytest.LogCaptureFixture) -> None:
+    """init(monitors=...) has no `check` to print the sight at load: its runner logs a blind
+    monitor once (not at every evaluation)."""
+    import logging
+
+    from tracescore.monitor.evaluate import Evaluation
+    from tracescore.monitor.runner import say_blind
+
+    def ev(name: str, blind: bool) -> Evaluation:
+        return Evaluation(name, "OK", None, "OK", 0.85, 0.7, 1.0, 40, f"{name} summary", "m",
+                          False, True, detail={"sight": {"blind": blind}})
+
+    said: set[str] = set()
+    with caplog.at_level(logging.WARNING, logger="tracescore"):
+        for _ in range(3):
+            say_blind([ev("few", True), ev("many", False)], said)
+    msgs = [r.getMessage() for r in caplog.records]
+    assert msgs == ["tracescore: monitor few is blind: few summary"]
