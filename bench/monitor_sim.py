@@ -31,7 +31,12 @@ so sd ~0.11 at a mean of 0.85). Every monitor is checked every 50 records over 1
 The vectorised rules are checked against the monitor objects on the first streams (same first
 alarm), so the figures are those of the library code.
 
-Run:  python bench/monitor_sim.py [--quick] [--json out.json]
+4. **A long life** (``--life``, session 11; see ``_monitor_life.py``): records to ALERT for a
+   0.05 drop after a day, a week and a month of life, and false alarms over a 30-day life, for
+   the old schedule alpha/(k(k+1)) with fixed hourly windows against the log schedule with
+   fixed windows and with windows that grow until they can see the drop.
+
+Run:  python bench/monitor_sim.py [--quick] [--life] [--json out.json]
 """
 
 from __future__ import annotations
@@ -346,7 +351,20 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="200 streams, 300 seeds (< 60 s)")
     ap.add_argument("--streams", type=int, default=None)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--life", action="store_true",
+                    help="only the long-life table (schedules and growing windows)")
     args = ap.parse_args()
+    if args.life:
+        import _monitor_life as life
+
+        started = time.perf_counter()
+        print_machine(machine_info())
+        res = life.run(args.quick, args.streams)
+        print("\n" + life.tables(res))
+        print(f"\nelapsed {time.perf_counter() - started:.1f} s")
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=2, default=str))
+        return
     streams = args.streams or (200 if args.quick else 1000)
     seeds = 300 if args.quick else 1000
     started = time.perf_counter()

@@ -189,6 +189,40 @@ def check_monitors_against(conn: Any, monitors: Any) -> None:
         raise ConfigProblem(str(exc)) from None
 
 
+def monitor_sight(conn: Any, db: Any, monitors: Any, only: tuple[str, ...] = ()) -> list[Any]:
+    """Each monitor's minimum detectable effect for the last window's traffic
+    (:mod:`tracescore.monitor.preview`); [] when the database cannot say."""
+    import time
+
+    from ..monitor.preview import preview
+
+    states: dict[str, Any] = {}
+    try:
+        from ..monitor import state as S
+        from ..store import open_store
+
+        store = open_store(str(db))
+        try:
+            states = S.load_states(store)
+        finally:
+            store.close()
+    except Exception:  # no monitor tables yet: every monitor is new
+        states = {}
+    try:
+        items = preview(conn, monitors, time.time(), states)
+    except Exception:  # a database before the rollups: nothing to say
+        return []
+    return [(m, s) for m, s in items if not only or m.name in only]
+
+
+def _say_sight(sights: list[Any]) -> None:
+    from ..monitor.preview import lines
+    from ..reports.textfmt import printable
+
+    for (_m, s), line in zip(sights, lines(sights)):
+        click.echo(printable(("WARNING: " if s.blind else "") + line), err=True)
+
+
 def _parse_gate(spec: str) -> tuple[str, str, str]:
     dim, sep, rest = spec.partition("=")
     cur, sep2, base = rest.partition(":")
@@ -250,6 +284,10 @@ def check(db: Path, monitors_path: Path | None, only: tuple[str, ...],
             out["gates"].append(c.to_json())
         if monitors is not None:
             check_monitors_against(conn, monitors)
+            sights = monitor_sight(conn, db, monitors, only)
+            out["sight"] = {m.name: s.to_json() for m, s in sights}
+            if not as_json:
+                _say_sight(sights)
     finally:
         conn.close()
     evals: list[Any] = []
@@ -346,6 +384,7 @@ def monitor(db: Path, monitors_path: Path | None, interval: str) -> None:
     conn = _open(db)
     try:
         check_monitors_against(conn, monitors)
+        _say_sight(monitor_sight(conn, db, monitors))
     finally:
         conn.close()
     if stop.is_set():

@@ -13,6 +13,8 @@ background thread (``init(monitors=...)``).
   :mod:`._checks`: the key-by-key checks).
 - :mod:`.evaluate` — evaluates monitors against the query layer: states with hysteresis
   (:mod:`.measure`: one monitor's observations, statistic and verdict).
+- :mod:`.sight` — a monitor's minimum detectable effect for the traffic it has, and the
+  records a window needs (:mod:`.preview`: it for every monitor, from the last window's rows).
 - :mod:`.state` — stored states, their history, the evaluator lease, the notification outbox.
 - :mod:`.notify` — webhook / Slack delivery with retry and backoff; OTel log records
   (:mod:`.alerts`: the alert event and what each channel is sent).

@@ -28,6 +28,7 @@ from .terms import (
     DIRECTIONS,
     MIN_WINDOW_S,
     NO_DATA,
+    NOTIFY_ON,
     PIPELINE_FIGURES,
     RULES,
     SEGMENT_DIMENSIONS,
@@ -132,6 +133,26 @@ def _notify(value: Any) -> tuple[str, ...]:
     return names
 
 
+def _notify_on(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value:
+        raise _Bad(f"must be a list of states to notify on (alert, warning), got {value!r:.60}")
+    out = tuple(_one_of(v, NOTIFY_ON) for v in value)
+    if "alert" not in out:
+        raise _Bad("must include 'alert' (an alert is always sent to the channels)")
+    return tuple(sorted(set(out), key=NOTIFY_ON.index))
+
+
+def _detect(value: Any) -> float | None:
+    if value is None:
+        return None
+    d = _finite(value)
+    if not 0 < d <= 1:
+        raise _Bad(f"the drop to detect, on the score's [0, 1] scale, must be in (0, 1], got {d}")
+    return d
+
+
 def _where(value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping):
         raise _Bad(f"must be a table of dimension = value, got {value!r:.60}")
@@ -181,6 +202,8 @@ _SIMPLE: Mapping[str, _Check] = {
     "renotify": _optional_span,
     "hysteresis": lambda v: _int_at_least(v, 1),
     "notify": _notify,
+    "notify_on": _notify_on,
+    "detect": _detect,
     "description": _text,
 }
 

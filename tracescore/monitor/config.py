@@ -115,6 +115,8 @@ class Monitor:
     renotify: str | None = None
     hysteresis: int = 2
     notify: Sequence[str] = ()
+    notify_on: Sequence[str] = ("alert",)
+    detect: float | None = None
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -177,6 +179,7 @@ class Monitor:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["where"] = dict(self.where)
         out["notify"] = list(self.notify)
+        out["notify_on"] = list(self.notify_on)
         return out
 
 

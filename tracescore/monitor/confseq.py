@@ -9,7 +9,10 @@ The default alert rule (``ThresholdMonitor``)
 ---------------------------------------------
 1. The score stream is cut into tumbling windows (a number of observations, or the caller's
    time windows via ``new_window()``); window k = 1, 2, ... gets the error budget
-   ``window_alpha(alpha, k) = alpha / (k (k + 1))``, which sums to alpha over the monitor's life.
+   ``window_alpha(alpha, k) = alpha / (k (k + 1))`` (or the heavier-tailed
+   ``window_alpha_log``: ``schedule="log"``), which sums to alpha over the monitor's life. A
+   window that ends with fewer than ``min_n`` observations could not alert and spends nothing:
+   the next window keeps its index.
 2. Within window k the observations are fed, in arrival order, to a PrPl-EB confidence sequence
    (``EBSequence``) at level window_alpha(alpha, k); it may be checked after every observation.
 3. ALERT when the whole interval lies beyond the threshold (for "mean below 0.80": its upper
@@ -87,14 +90,46 @@ def _check_alpha(alpha: float) -> None:
 def window_alpha(alpha: float, k: int) -> float:
     """The error budget of window k = 1, 2, ...: alpha / (k (k + 1)), which sums to alpha.
 
-    A schedule with a heavier tail (e.g. proportional to 1/(k log^2 k)) would leave window 365
-    about 5x more alpha, but that narrows its interval by only ~5 % (the width grows with
-    sqrt(log(1/alpha))), so the simple, exactly summing schedule is kept.
+    The classes' default schedule (``"quadratic"``), kept for their callers and for states
+    saved before session 11. It decays fast: a monitor of hourly windows gives window 168 (a
+    week in) alpha / 28,392, and a window of a few hundred records can then no longer see a
+    drop of 0.05. The monitors of ``tracescore check`` use :func:`window_alpha_log` and longer
+    windows when a window holds too few records (:mod:`.sight`).
     """
     _check_alpha(alpha)
     if k < 1:
         raise ValueError(f"window index k starts at 1, got {k!r}")
     return alpha / (k * (k + 1))
+
+
+#: Spending schedules across windows (both sum to alpha over an unbounded life):
+#: ``"quadratic"`` is :func:`window_alpha`; ``"log"`` is :func:`window_alpha_log`.
+SCHEDULES = ("quadratic", "log")
+
+
+def window_alpha_log(alpha: float, k: int) -> float:
+    """A heavier-tailed budget for window k = 1, 2, ...:
+    alpha * ln 2 * (1 / ln(k + 1) - 1 / ln(k + 2)), about alpha ln 2 / (k ln^2 k).
+
+    The terms telescope, so the first K sum to alpha (1 - ln 2 / ln(K + 2)) < alpha, exactly
+    alpha in the limit. Against alpha / (k (k + 1)) it leaves window 24 (a day of hourly
+    windows) 1.6x, window 168 (a week) 4.4x and window 720 (a month) 11x more alpha, so
+    log(1/alpha_k), which sets the width of a window's interval, grows like log k instead of
+    2 log k; window 1 gets 0.74x. bench/monitor_sim.py (session 11) measures the difference.
+    """
+    _check_alpha(alpha)
+    if k < 1:
+        raise ValueError(f"window index k starts at 1, got {k!r}")
+    return alpha * math.log(2) * (1 / math.log(k + 1) - 1 / math.log(k + 2))
+
+
+def spend(alpha: float, k: int, schedule: str = "quadratic") -> float:
+    """Window k's budget under ``schedule`` (one of :data:`SCHEDULES`)."""
+    if schedule == "log":
+        return window_alpha_log(alpha, k)
+    if schedule == "quadratic":
+        return window_alpha(alpha, k)
+    raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
 
 
 def mixture_rho(n_opt: float, alpha: float) -> float:
@@ -287,8 +322,12 @@ class _WindowedMonitor:
 
     kind = ""
 
-    def __init__(self, direction: Direction, alpha: float, window: int | None, min_n: int) -> None:
+    def __init__(self, direction: Direction, alpha: float, window: int | None, min_n: int,
+                 schedule: str = "quadratic") -> None:
         _check_direction(direction)
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}")
+        self.schedule = schedule
         _check_alpha(alpha)
         if window is not None and window < 1:
             raise ValueError(f"window must be >= 1 observations or None, got {window!r}")
@@ -303,12 +342,12 @@ class _WindowedMonitor:
         self._seq = EBSequence(self._sequence_alpha(1))
 
     def _sequence_alpha(self, k: int) -> float:
-        return window_alpha(self.alpha, k)
+        return spend(self.alpha, k, self.schedule)
 
     @property
     def window_alpha(self) -> float:
         """The error budget of the current window."""
-        return window_alpha(self.alpha, self.window_index)
+        return spend(self.alpha, self.window_index, self.schedule)
 
     @property
     def carried(self) -> bool:
@@ -333,10 +372,15 @@ class _WindowedMonitor:
                 self.new_window()
 
     def new_window(self) -> None:
-        """Close the current window and start the next (with a smaller share of alpha)."""
+        """Close the current window and start the next (with a smaller share of alpha).
+
+        A window that ended with fewer than ``min_n`` observations could not alert (its status
+        was NO_DATA throughout), so it spent none of its budget: the next window reuses its
+        index and share. A quiet night or an outage does not shorten the monitor's life."""
         if self._seq.n:
             self._prev = self._window_status()
-        self.window_index += 1
+        if self._seq.n >= self.min_n:
+            self.window_index += 1
         self._seq = EBSequence(self._sequence_alpha(self.window_index))
 
     def status(self) -> Status:
@@ -361,10 +405,16 @@ class _WindowedMonitor:
     def _base_json(self) -> dict[str, Any]:
         return {"v": 1, "kind": self.kind, "direction": self.direction, "alpha": self.alpha,
                 "window": self.window, "min_n": self.min_n, "k": self.window_index,
+                "schedule": self.schedule,
                 "seq": self._seq.to_json(),
                 "prev": None if self._prev is None else list(self._prev)}
 
     def _load_base(self, data: Mapping[str, Any]) -> None:
+        # a state saved before schedules existed keeps the schedule it started with: switching
+        # mid-life would break the sum over its windows
+        self.schedule = str(data.get("schedule", "quadratic"))
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r}")
         self.window_index = int(data["k"])
         self._seq = EBSequence.from_json(data["seq"])
         self._prev = _status_from_json(data["prev"])
@@ -388,11 +438,11 @@ class ThresholdMonitor(_WindowedMonitor):
     kind = "threshold"
 
     def __init__(self, threshold: float, direction: Direction = "below", alpha: float = 0.05,
-                 window: int | None = None, min_n: int = 30) -> None:
+                 window: int | None = None, min_n: int = 30, schedule: str = "quadratic") -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"threshold must be in [0, 1], got {threshold!r}")
         self.threshold = threshold
-        super().__init__(direction, alpha, window, min_n)
+        super().__init__(direction, alpha, window, min_n, schedule)
 
     def _judge(self, mean: float, lo: float, hi: float) -> str:
         if self.direction == "below":
@@ -445,12 +495,13 @@ class BaselineMonitor(_WindowedMonitor):
     kind = "baseline"
 
     def __init__(self, baseline: Moments, direction: Direction = "below", alpha: float = 0.05,
-                 min_effect: float = 0.0, window: int | None = None, min_n: int = 30) -> None:
+                 min_effect: float = 0.0, window: int | None = None, min_n: int = 30,
+                 schedule: str = "quadratic") -> None:
         if min_effect < 0:
             raise ValueError(f"min_effect must be >= 0, got {min_effect!r}")
         self.baseline = self._checked(baseline)
         self.min_effect = min_effect
-        super().__init__(direction, alpha, window, min_n)
+        super().__init__(direction, alpha, window, min_n, schedule)
 
     @staticmethod
     def _checked(baseline: Moments) -> Moments:
@@ -460,7 +511,7 @@ class BaselineMonitor(_WindowedMonitor):
         return baseline
 
     def _sequence_alpha(self, k: int) -> float:
-        return window_alpha(self.alpha, k) / 2
+        return spend(self.alpha, k, self.schedule) / 2
 
     @property
     def baseline_bound(self) -> float:

@@ -8,8 +8,10 @@ schedule, :mod:`.runner`). An evaluation of a monitor:
    the monitor's first evaluation t0: the first window is [t0 − window, t0 + window) (a first
    check sees the last window's history), then [t0 + (k−1)·window, t0 + k·window). Each new
    window starts a new sequential test with its share of α
-   (:func:`.confseq.window_alpha`), so the probability of *any* false alert over the monitor's
-   life stays ≤ α however often it is checked.
+   (:func:`.confseq.window_alpha_log`), so the probability of *any* false alert over the
+   monitor's life stays ≤ α however often it is checked. A window with too few records to see
+   the monitor's ``detect`` drop goes on into the next (:mod:`.sight`; at most 7 days); a
+   window without a baseline keeps the test and its place in the schedule.
 2. **The observations** are read incrementally, in order: the scores stored since the last
    evaluation (``(created_at, score_id)`` after the saved position, a few seconds behind now
    so a transaction still committing is not skipped), filtered by the monitor's segments.
@@ -28,6 +30,8 @@ schedule, :mod:`.runner`). An evaluation of a monitor:
    ``hysteresis`` evaluations in a row agree. A change is stored with its history and its
    notifications in one transaction, only while this evaluator holds the lease
    (:func:`.state.save_evaluation`); a standing ALERT is sent again after ``renotify``.
+   Changes into or out of WARNING that do not touch ALERT reach the channels only with
+   ``notify_on = ["alert", "warning"]`` (:func:`is_news`).
 
 Reads go through a read connection (the query layer's SQL); writes through a store. Blocking
 I/O; never on the app's request path. Not thread-safe: one thread owns an Evaluator.
@@ -50,7 +54,7 @@ from .measure import GRACE_S, _Context, _measure, _Result  # noqa: F401 (GRACE_S
 
 log = logging.getLogger("tracescore")
 
-__all__ = ["Evaluation", "Evaluator", "worse"]
+__all__ = ["Evaluation", "Evaluator", "is_news", "worse"]
 
 RANK = {"OK": 0, "NO_DATA": 1, "WARNING": 2, "ALERT": 3}
 
@@ -201,9 +205,7 @@ class Evaluator:
                 verdict=result.summary, method=result.method,
                 command=f"tracescore check --monitor {m.name}", db=self.db_label,
                 at=ctx.now, where=dict(m.where), worst_trace_ids=result.worst)
-            # a monitor's first state is news only when it is bad; later, every change is
-            # (a recovery included)
-            news = changed and (previous is not None or state in ("ALERT", "WARNING"))
+            news = changed and is_news(m, previous, state)
             items = N.outbox_items(event, self.monitors.channels_for(m)) \
                 if (news or renotify) else None
             saved = S.save_evaluation(
@@ -216,6 +218,23 @@ class Evaluator:
         return Evaluation(m.name, state, previous, raw, result.value, result.lo, result.hi,
                           result.n, result.summary, result.method, changed, saved,
                           tuple(result.worst), result.error, detail)
+
+
+def is_news(m: Monitor, previous: str | None, state: str) -> bool:
+    """Whether a change from ``previous`` to ``state`` goes to ``m``'s channels. A first
+    state is news only when it is bad; later every change is (a recovery included), except
+    changes into or out of WARNING that do not touch ALERT, unless ``notify_on`` includes
+    "warning": a WARNING is the point estimate alone, and on a healthy stream noise moves it
+    across the level many times a day. (They are stored, shown by ``check`` and logged.)"""
+    bad = ("ALERT", "WARNING") if "warning" in m.notify_on else ("ALERT",)
+    if previous is None:
+        return state in bad
+    if previous == state:
+        return False
+    if "warning" not in m.notify_on and "WARNING" in (previous, state) \
+            and "ALERT" not in (previous, state):
+        return False
+    return True
 
 
 def _apply_no_data(m: Monitor, state: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 from . import confseq
 from . import state as S
 from .config import Monitor, format_duration
+from .sight import DEFAULT_DETECT, Sight, sight
 from .stats import Moments, mean_ci
 
 #: Scores younger than this are read at the next evaluation: a transaction that stamped its
@@ -48,26 +49,77 @@ class _Result:
     error: str | None = None
 
 
-def _fmt(v: float | None) -> str:
-    return "-" if v is None else f"{v:.3f}"
+def _fmt(v: float | None, digits: int = 3) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _digits(*pairs: tuple[float | None, float | None]) -> int:
+    """The fewest decimals (3 to 6) at which every pair of different numbers prints
+    differently, so that a message comparing them never reads "0.800 is below 0.800"."""
+    for d in range(3, 7):
+        if all(a is None or b is None or a == b or round(a, d) != round(b, d)
+               for a, b in pairs):
+            return d
+    return 6
 
 
 def _describe(m: Monitor, stat: str, st: confseq.Status, direction: str,
-              level: float | str, rule: str) -> str:
-    est = f"{stat} {_fmt(st.estimate)}"
+              level: float, rule: str, note: str = "") -> str:
+    """The verdict in words, naming the level the decision compared with (``level``: the
+    threshold, or for a percentile the share of values that decides it) and printing each
+    number with enough digits that the comparison word is true as printed."""
+    d = _digits((st.estimate, level), (st.hi, level), (st.lo, level))
+    est = f"{stat} {_fmt(st.estimate, d)}"
     if st.lo is not None and st.hi is not None:
-        est += f" [{_fmt(st.lo)}, {_fmt(st.hi)}]"
+        est += f" [{_fmt(st.lo, d)}, {_fmt(st.hi, d)}]"
     est += f" (n={st.n})"
     side = "below" if direction == "below" else "above"
+    lv = f"{level:.{d}f}".rstrip("0").rstrip(".") if level == round(level, 3) \
+        else f"{level:.{d}f}"
+    lv += note
     if st.state == "NO_DATA":
         return f"{est}: not enough data (fewer than {m.min_n} in the window)"
     if st.state == "ALERT":
         why = ("the whole anytime-valid interval is" if rule == "anytime"
                else "the window's mean is")
-        return f"{est}: {why} {side} {level}"
+        return f"{est}: {why} {side} {lv}"
     if st.state == "WARNING":
-        return f"{est}: the estimate is {side} {level}, the interval does not confirm it yet"
-    return f"{est}: not {side} {level}"
+        return f"{est}: the estimate is {side} {lv}, the interval does not confirm it yet"
+    return f"{est}: not {side} {lv}"
+
+
+def _describe_baseline(m: Monitor, stat: str, st: confseq.Status, direction: str,
+                       test: confseq.BaselineMonitor, base_text: str) -> str:
+    """A baseline verdict in words. ALERT compares the interval's far end with the
+    baseline's bound moved by ``min_effect``; WARNING and OK compare the estimate with the
+    baseline's mean moved by ``min_effect``: each message names the number it compared."""
+    bound, eff = test.baseline_bound, test.min_effect
+    bmean = test.baseline.mean
+    sign = -1.0 if direction == "below" else 1.0
+    cut_alert = bound + sign * eff
+    cut_warn = None if bmean is None else bmean + sign * eff
+    d = _digits((st.hi, cut_alert), (st.lo, cut_alert), (st.estimate, cut_warn),
+                (bound, cut_alert), (bmean, cut_warn))
+    est = f"{stat} {_fmt(st.estimate, d)}"
+    if st.lo is not None and st.hi is not None:
+        est += f" [{_fmt(st.lo, d)}, {_fmt(st.hi, d)}]"
+    est += f" (n={st.n})"
+    side = "below" if direction == "below" else "above"
+    op = "−" if direction == "below" else "+"
+    if st.state == "NO_DATA":
+        if test.baseline.n < m.min_n:
+            return (f"{est}: not enough data in the baseline (n={test.baseline.n} < "
+                    f"{m.min_n}; {base_text})")
+        return f"{est}: not enough data (fewer than {m.min_n} in the window)"
+    if st.state == "ALERT":
+        return (f"{est}: the whole anytime-valid interval is {side} {_fmt(cut_alert, d)} "
+                f"(the baseline's bound {_fmt(bound, d)} {op} min_effect {eff:g}; "
+                f"{base_text}, baseline mean {_fmt(bmean, d)}, n={test.baseline.n})")
+    what = (f"{_fmt(cut_warn, d)} (the baseline's mean {_fmt(bmean, d)} {op} min_effect "
+            f"{eff:g}; {base_text}, n={test.baseline.n})")
+    if st.state == "WARNING":
+        return f"{est}: the estimate is {side} {what}, the interval does not confirm it yet"
+    return f"{est}: not {side} {what}"
 
 
 def _seg_filter(ctx: _Context, m: Monitor, alias: str = "", *,
@@ -155,7 +207,8 @@ def _threshold_test(m: Monitor, direction: str) -> confseq.ThresholdMonitor:
         q = float(m.statistic[1:]) / 100
         thr, d = (q, "above") if _pct_side(m) == "below" else (1 - q, "above")
     thr = min(max(thr, 0.0), 1.0)
-    return confseq.ThresholdMonitor(thr, d, m.alpha, None, m.min_n)  # type: ignore[arg-type]
+    return confseq.ThresholdMonitor(thr, d, m.alpha, None, m.min_n,  # type: ignore[arg-type]
+                                    schedule=SCHEDULE)
 
 
 def _stat_name(m: Monitor) -> str:
@@ -178,19 +231,13 @@ def _baseline_moments(ctx: _Context, m: Monitor, start: float) -> tuple[Moments,
     if m.baseline == "previous_window":
         window, text = Q.Window(start - m.window_s, start), "the previous window"
     elif m.baseline == "previous_release":
-        releases = [v for v, _ in Q.values_of(ctx.reader, "release", Q.Window(), ctx.seg)]
-        cur: str | None
-        if "release" in where:
-            cur = where["release"]
-            older = releases[:releases.index(cur)] if cur in releases else []
-        else:
-            cur = releases[-1] if releases else None
-            older = releases[:-1]
-        if cur is None or not older:
+        pair = _release_pair(ctx, m)
+        if pair is None:
             raise _NoBaseline("no previous release to compare with")
+        cur, older = pair
         cur_where["release"] = cur
-        where["release"] = older[-1]
-        window, text = Q.Window(None, None), f"release {older[-1]} (current: {cur})"
+        where["release"] = older
+        window, text = Q.Window(None, None), f"release {older} (current: {cur})"
     else:
         span = m.baseline_s or 7 * 86400.0
         window = Q.Window(start - span, start)
@@ -211,6 +258,21 @@ def _baseline_moments(ctx: _Context, m: Monitor, start: float) -> tuple[Moments,
 
 class _NoBaseline(Exception):
     pass
+
+
+def _release_pair(ctx: _Context, m: Monitor) -> tuple[str, str] | None:
+    """(current, previous) release of a ``previous_release`` monitor, read now: the newest
+    release (or the one its ``where`` names) and the one before it; None without two."""
+    from ..reports import query as Q
+
+    releases = [v for v, _ in Q.values_of(ctx.reader, "release", Q.Window(), ctx.seg)]
+    if "release" in m.where:
+        cur = m.where["release"]
+        older = releases[:releases.index(cur)] if cur in releases else []
+    else:
+        cur = releases[-1] if releases else None
+        older = releases[:-1]
+    return None if cur is None or not older else (cur, older[-1])
 
 
 def _worst(ctx: _Context, m: Monitor, start: float, direction: str) -> list[str]:
@@ -253,8 +315,22 @@ def _measure(ctx: _Context, m: Monitor, prior: S.StateRow | None) -> _Result:
         test = cls.from_json(data) if data else None
         base_text = saved.get("base_text", "")
         cur_where = saved.get("cur_where")
+    # a window whose baseline was missing kept the test (and its place in the alpha
+    # schedule) but ran none: it needs a baseline before anything else
+    need_base = bool(saved is not None and saved.get("need_base"))
     new_window = saved is None or int(saved.get("w", -1)) != w_index
-    if test is not None and new_window and saved is not None:
+    # previous_release follows the newest release: a new release is a new comparison, at once
+    pair_changed = False
+    if m.baseline == "previous_release" and test is not None and not need_base:
+        pair = _release_pair(ctx, m)
+        old_pair = ((cur_where or {}).get("release"), saved.get("base_release")
+                    if saved is not None else None)
+        pair_changed = pair is not None and tuple(pair) != old_pair
+    # the window's real start: it may have been extended over several time windows
+    ws = float(saved.get("ws", start)) if saved is not None and test is not None else start
+    extend = False
+    if test is not None and new_window and not need_base and not pair_changed \
+            and saved is not None:
         # finish the window that ended: its last observations count for its final verdict
         old_w = int(saved.get("w", 1))
         old_start = _window_start(t0, W, old_w)
@@ -264,56 +340,111 @@ def _measure(ctx: _Context, m: Monitor, prior: S.StateRow | None) -> _Result:
                               min(old_end, ctx.now - GRACE_S))
         if xs:
             test.update(xs)
-    if test is None or new_window:
+        # a window holding too few records to see the drop it is meant to catch goes on
+        # into the next time window (up to MAX_SPAN_S): its test keeps its data and alpha
+        needed = _sight(m, test).needed
+        extend = (needed is not None and 0 < test._seq.n < needed
+                  and start + W - ws <= max(MAX_SPAN_S, W))
+    if not extend and (test is None or new_window or need_base or pair_changed):
+        ws = start
         if m.baseline is not None:
             try:
                 mom, base_text, cur_where = _baseline_moments(ctx, m, start)
             except _NoBaseline as exc:
+                # keep the test, its place in the alpha schedule and the windows' anchor:
+                # restarting at window 1 after each gap would make the bound alpha per gap
+                keep = None if test is None else {
+                    "def": m.definition_hash(), "t0": t0, "w": w_index,
+                    "test": test.to_json(), "pos": [start, -1], "base_text": "",
+                    "cur_where": None, "need_base": True, "ws": start}
+                if test is None and saved is not None:
+                    keep = {"def": m.definition_hash(), "t0": t0, "w": w_index}
                 return _Result("NO_DATA", None, None, None, 0, f"no baseline: {exc}", "-",
-                               None, detail={"condition": f"regressed against {m.baseline}"})
+                               keep, detail={"condition": f"regressed against {m.baseline}"})
             if test is None:
                 test = confseq.BaselineMonitor(mom, direction, m.alpha,
-                                               float(m.min_effect or 0.0), None, m.min_n)
+                                               float(m.min_effect or 0.0), None, m.min_n,
+                                               schedule=SCHEDULE)
             else:
                 test.new_window(mom)
+                if pair_changed:
+                    test._prev = None  # the old pair's verdict says nothing of the new one
         elif test is None:
             test = _threshold_test(m, direction)
         else:
             test.new_window()
     eff = m if cur_where is None else _with_where(m, cur_where)
-    pos = _position(saved if not new_window else None, start)
+    pos = _position(saved if not (new_window or need_base or pair_changed) else None, start)
     until = ctx.now - GRACE_S
     xs, pos = _observations(ctx, eff, start, pos, until)
     if xs:
         test.update(xs)
     st = test.status()
     stat = _stat_name(m)
+    seen = _sight(m, test)
     if m.threshold is not None:
-        level: float | str = m.threshold
-        summary = _describe(m, stat, st, direction if m.statistic not in ("p10", "p50", "p90")
-                            else "above", str(m.threshold), m.rule)
-        condition = f"{stat} {direction} {m.threshold}" if m.statistic not in (
-            "p10", "p50", "p90") else f"{m.statistic} {_pct_side(m)} {m.threshold}"
+        pct = m.statistic in ("p10", "p50", "p90")
+        side = "above" if pct else direction
+        level = test.threshold
+        note = (f" (the share that makes {m.statistic} {_pct_side(m)} {m.threshold})"
+                if pct else "")
+        summary = _describe(m, stat, st, side, level, m.rule, note)
+        condition = f"{stat} {direction} {m.threshold}" if not pct \
+            else f"{m.statistic} {_pct_side(m)} {m.threshold}"
     else:
-        bound = test.baseline_bound
-        level = f"the baseline's bound {bound:.3f} ({base_text})"
-        summary = _describe(m, stat, st, direction, level, m.rule)
+        summary = _describe_baseline(m, stat, st, direction, test, base_text)
         condition = f"{stat} regressed against {base_text}"
     state = st.state
     # a second, softer level: WARNING when the estimate crosses it
     if state == "OK" and m.warning is not None and st.estimate is not None and (
             st.estimate < m.warning if direction == "below" else st.estimate > m.warning):
         state = "WARNING"
-        summary += f"; beyond the warning level {m.warning}"
+        d = _digits((st.estimate, m.warning))
+        summary += f"; {_fmt(st.estimate, d)} is beyond the warning level {m.warning:g}"
+    if seen.blind:
+        summary += f"; {seen.text()}"
+    span = f", window of {format_duration(start + W - ws)}" if ws < start else ""
     method = (f"anytime-valid empirical-Bernstein confidence sequence, window "
-              f"{test.window_index} at alpha {test.window_alpha:.2g}")
+              f"{test.window_index} at alpha {test.window_alpha:.2g}{span}")
     return _Result(
         state, st.estimate, st.lo, st.hi, st.n, summary, method,
         {"def": m.definition_hash(), "t0": t0, "w": w_index, "test": test.to_json(),
-         "pos": [pos[0], pos[1]], "base_text": base_text, "cur_where": cur_where},
-        _worst(ctx, eff, _window_start(t0, W, w_index - 1) if test.carried else start,
+         "pos": [pos[0], pos[1]], "base_text": base_text, "cur_where": cur_where, "ws": ws,
+         "base_release": (_base_release(base_text) if m.baseline == "previous_release"
+                          else None)},
+        _worst(ctx, eff, _window_start(t0, W, w_index - 1) if test.carried else ws,
                direction) if state in ("ALERT", "WARNING") else [],
-        {"condition": condition, "window_start": start, "carried": test.carried})
+        {"condition": condition, "window_start": ws, "carried": test.carried,
+         "sight": seen.to_json()})
+
+
+#: The schedule new monitors spend alpha by (states saved before keep theirs).
+SCHEDULE = "log"
+#: Longest a window may grow to when it holds too few records to see its drop.
+MAX_SPAN_S = 7 * 86400.0
+
+
+def _base_release(base_text: str) -> str | None:
+    # "release v1 (current: v2)" -> "v1"
+    if not base_text.startswith("release "):
+        return None
+    return base_text[len("release "):].rsplit(" (current: ", 1)[0]
+
+
+def _sight(m: Monitor, test: Any) -> Sight:
+    """What ``test`` can see with the traffic of its windows (see :mod:`.sight`)."""
+    seq = test._seq
+    n = max(seq.n, test._prev.n if test._prev is not None else 0)
+    var = seq._q / seq.n if seq.n >= 2 else None
+    gap = float(m.detect if m.detect is not None else DEFAULT_DETECT)
+    extra = 0.0
+    if isinstance(test, confseq.BaselineMonitor):
+        if var is None:
+            var = test.baseline.var
+        bmean = test.baseline.mean
+        extra = (abs(bmean - test.baseline_bound) if bmean is not None else 0.0) \
+            + test.min_effect
+    return sight(n, seq.alpha, var, gap, extra=extra)
 
 
 def _window_start(t0: float, W: float, k: int) -> float:

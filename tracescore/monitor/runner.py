@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from .. import attributes as A
@@ -63,6 +64,8 @@ class MonitorRunner:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self.evaluations = 0
+        #: monitors whose blindness this runner has logged (once each)
+        self._said_blind: set[str] = set()
         self.last: list[Evaluation] = []
         self.last_error: str | None = None
         if meter is not None:
@@ -98,6 +101,7 @@ class MonitorRunner:
         while not self._stop.is_set():
             try:
                 self.last = self.evaluator.run_once() + self._builtin()
+                say_blind(self.last, self._said_blind)
                 self.evaluations += 1
                 self.last_error = None
                 failures = 0
@@ -143,6 +147,16 @@ class MonitorRunner:
         if self.notifier is not None:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             self.notifier.stop(left)
+
+
+def say_blind(evals: Sequence[Evaluation], said: set[str]) -> None:
+    """Log once per process each monitor that cannot see the drop it is meant to catch (an
+    app's monitors have no `check` to print it at load)."""
+    for e in evals:
+        sight = e.detail.get("sight") if isinstance(e.detail, dict) else None
+        if isinstance(sight, dict) and sight.get("blind") and e.monitor not in said:
+            said.add(e.monitor)
+            log.warning("tracescore: monitor %s is blind: %s", e.monitor, e.summary)
 
 
 def _passing(exc: BaseException) -> bool:

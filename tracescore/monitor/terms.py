@@ -41,7 +41,12 @@ CHANNEL_KINDS: tuple[str, ...] = ("webhook", "slack")
 MIN_WINDOW_S = 300.0
 #: Keys a top-level ``[defaults]`` table may set for the monitors that leave them out.
 DEFAULT_KEYS: tuple[str, ...] = (
-    "window", "min_n", "alpha", "notify", "no_data", "rule", "renotify", "hysteresis")
+    "window", "min_n", "alpha", "notify", "no_data", "rule", "renotify", "hysteresis",
+    "notify_on", "detect")
+#: States a monitor's changes into which (or out of which) reach its channels
+#: (``notify_on``; default alerts only: a WARNING is the point estimate alone, and noise
+#: moves it).
+NOTIFY_ON: tuple[str, ...] = ("alert", "warning")
 
 Statistic = Literal["mean", "rate", "fail_rate", "p10", "p50", "p90"]
 Direction = Literal["below", "above"]

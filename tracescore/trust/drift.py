@@ -113,11 +113,35 @@ def model_change(runs: Sequence[Mapping[str, Any]]) -> tuple[str, str, float] | 
     return change
 
 
+def scored_model_change(runs: Sequence[Mapping[str, Any]],
+                        scored: Sequence[tuple[str, float]]) -> tuple[str, str, float] | None:
+    """A model the judge's *scores* report that the canary has not seen yet: (the canary's
+    last reported model, the new one, when the scores first showed it). ``scored``: the
+    reported models on the scores (their ``judge_model`` segment) with the start of the
+    hour each was first seen, oldest first. The scores see a provider's swap at its first
+    reply; the canary only at its next run, which may be hours away (its schedule)."""
+    if not runs or not scored:
+        return None
+    latest = runs[-1]
+    seen = {latest.get("reported_model") or "", latest.get("judge_model") or ""}
+    newest, first = scored[-1]
+    if len(scored) > 1 and scored[-2][1] >= first:
+        return None  # two models first seen in one hour: which is newer is not known
+    # first seen in the hour of the canary's last run or later (rollup hours: the hour's start)
+    if newest and newest not in seen and first >= float(latest["at"]) - 3600.0:
+        return (latest.get("reported_model") or latest.get("judge_model") or "?", newest,
+                float(first))
+    return None
+
+
 def measure(runs: Sequence[Mapping[str, Any]], now: float, *, alpha: float = ALPHA,
             baseline_runs: int = BASELINE_RUNS, window_runs: int = WINDOW_RUNS,
-            min_runs: int = MIN_RUNS, min_effect: float = MIN_EFFECT) -> DriftResult | None:
+            min_runs: int = MIN_RUNS, min_effect: float = MIN_EFFECT,
+            scored: Sequence[tuple[str, float]] = ()) -> DriftResult | None:
     """The drift verdict from the canary history ``runs`` (oldest first); None without runs.
-    Pure: the same runs give the same verdict."""
+    ``scored``: the models the scores report (see :func:`scored_model_change`): a model the
+    canary has not seen yet raises WARNING at once; the ALERT still waits for the canary's
+    evidence. Pure: the same runs give the same verdict."""
     if not runs:
         return None
     latest = runs[-1]
@@ -125,20 +149,29 @@ def measure(runs: Sequence[Mapping[str, Any]], now: float, *, alpha: float = ALP
     of_judge = [r for r in runs if (r.get("judge_model") or "") == judge]
     epoch = [r for r in of_judge if (r.get("prompt_version") or "") == pv]
     change = model_change(of_judge)
+    unseen = scored_model_change(runs, scored)
+    if unseen is not None:
+        change = unseen
     detail: dict[str, Any] = {"judge_model": judge, "prompt_version": pv, "runs": len(epoch),
                               "reported_model": latest.get("reported_model") or ""}
     said = ""
     if change is not None:
-        detail["model_change"] = {"from": change[0], "to": change[1], "at": change[2]}
+        detail["model_change"] = {"from": change[0], "to": change[1], "at": change[2],
+                                  "seen_by": "scores" if unseen is not None else "canary"}
         said = f"judge model changed from {change[0]} to {change[1]} at {_iso(change[2])}"
+        if unseen is not None:
+            said += (" (reported in the judge's replies to scoring; the canary has not run "
+                     "on it yet: an ALERT waits for its evidence)")
     method = (f"canary agreement: anytime-valid empirical-Bernstein confidence sequence per "
               f"window of {window_runs} runs at alpha/(2k(k+1)), against the lower bound of the "
               f"first {baseline_runs} runs at alpha/2 (alpha {alpha:g})")
     if len(epoch) < baseline_runs:
         text = (f"judge {judge}: baseline forming ({len(epoch)} of {baseline_runs} canary runs "
                 f"since this model and prompt version)")
-        return DriftResult("NO_DATA", None, None, None, 0,
-                           f"{text}; {said}" if said else text, method, detail)
+        # a model change is news at once, baseline or not (the ALERT waits for evidence)
+        noticed = change is not None and now - change[2] < CHANGE_NOTICE_S
+        return DriftResult("WARNING" if noticed else "NO_DATA", None, None, None, 0,
+                           f"{said}; {text}" if said else text, method, detail)
     base = _sequence(epoch[:baseline_runs], alpha / 2)
     base_lo = base.interval()[0]
     base_mean = base.mean if base.mean is not None else 0.0
@@ -184,6 +217,21 @@ def measure(runs: Sequence[Mapping[str, Any]], now: float, *, alpha: float = ALP
                        cur.n, text, method, detail)
 
 
+def _scored_models(store: Any) -> list[tuple[str, float]]:
+    """The models the scores report (``judge_model`` segment), each with the rollup hour it
+    was first seen, oldest first (from the hourly rollups: cheap)."""
+    from ..monitor import state as S
+
+    try:
+        rows = S._reader(store).execute(
+            "SELECT judge_model, min(hour) FROM hourly_scores WHERE judge_model IS NOT NULL"
+            " AND judge_model != '' GROUP BY judge_model").fetchall()
+    except Exception as exc:  # a database without rollups: the canary alone
+        log.debug("tracescore: no judge models in the rollups: %r", exc)
+        return []
+    return sorted(((str(m), float(h)) for m, h in rows), key=lambda r: (r[1], r[0]))
+
+
 def _hysteresis(prior: Any, raw: str) -> tuple[str, str | None, int]:
     """(state, pending, streak): worse states at once, better ones after HYSTERESIS
     evaluations in a row (as :mod:`tracescore.monitor.evaluate` does)."""
@@ -212,7 +260,7 @@ def evaluate(store: Any, *, owner: str, channels: Sequence[Any] = (), save: bool
         log.debug("tracescore: no judge canary history: %r", exc)
         return None
     t = S.db_now(store) if now is None else float(now)
-    result = measure(runs, t)
+    result = measure(runs, t, scored=_scored_models(store))
     if result is None:
         return None
     prior = S.load_states(store).get(MONITOR)
