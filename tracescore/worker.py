@@ -509,7 +509,10 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
                     store.defer_job(Job(job_id, "", "", "", 0), self.owner, 0.0,
                                     "worker stopped")
                 except Exception as exc:
-                    record_internal_error("worker.release", exc)
+                    # (a full disk or a lock: its lease runs out, and the next process
+                    # takes it then; no record is lost)
+                    if not _refused(store, exc):
+                        record_internal_error("worker.release", exc)
             self._held.clear()
             if wake_task is not None:
                 wake_task.cancel()
