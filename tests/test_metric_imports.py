@@ -86,6 +86,7 @@ def _run(tmp_path: Path, slow: float, mode: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("slow,mode", [(0.5, "slow"), (0.3, "fail")])
 def test_rouge_and_bleu_score_every_record_in_a_fresh_process(tmp_path: Path, slow: float,
                                                               mode: str) -> None:
