@@ -515,7 +515,7 @@ def test_local_judge_demo_plan_fits_in_two_minutes() -> None:
 
     # The bundled 135M model takes 5-45 s a call on 2 cores: one question, no canary.
     assert judge_plan("local", None) == (1, False)
-    assert expected_judge_calls_for("local") == 2
+    assert expected_judge_calls_for("local") == 3  # (asked one step at a time: in-process)
     assert judge_plan("local", 5) == (5, False)  # --n still asks what it is told
     assert judge_plan("openai:gpt-4o-mini", None) == (3, True)
     assert expected_judge_calls_for("openai:gpt-4o-mini") == 12
@@ -523,8 +523,8 @@ def test_local_judge_demo_plan_fits_in_two_minutes() -> None:
 
 
 def expected_judge_calls_for(judge: str) -> int:
-    from tracescore.cli.demo import expected_judge_calls, judge_plan
+    from tracescore.cli.demo import expected_judge_calls, judge_pairs, judge_plan
 
     n, canary = judge_plan(judge, None)
     assert n is not None
-    return expected_judge_calls(n, canary)
+    return expected_judge_calls(n, canary, paired=judge_pairs(judge))
