@@ -292,3 +292,55 @@ def test_a_failed_transaction_reports_its_own_error_and_leaves_a_usable_store(
         assert store.conn.execute("SELECT count(*) FROM records").fetchone()[0] == 20
     finally:
         store.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("records", "context_kb", "judge"), [
+    (250, 10, True),  # issue 31's shape: big rows, a judge metric in flight, a 3 s lease
+    (500, 2, False),  # many smaller rows
+])
+def test_a_disk_that_fills_before_any_fault_recovers_when_its_reserve_is_freed(
+        mount_tmpfs: Callable[[str], Path], records: int, context_kb: int,
+        judge: bool) -> None:
+    """Issue 31: a 4 MiB disk whose last 1.5 MiB are held by a reserve file; the app fills the
+    rest, then the reserve is deleted. The WAL had grown into the last free bytes before the
+    first fault (SQLite checkpoints at ~4 MB), and after the room came back the writer's
+    retries took it for more WAL frames, whose checkpoint could then never grow the database
+    file: on main 0 of 10 new records stored and ~300 jobs pending for ever. Now the disk is
+    known tight before it fills, and after a full disk the writer writes only once the WAL is
+    in the database file."""
+    from tracescore.judge.openai_judge import OpenAIJudge
+    from tracescore.testing.judge import ScriptedJudgeServer, lexical_responder
+
+    disk = mount_tmpfs("4m")
+    reserve = disk / "reserve"
+    reserve.write_bytes(b"\0" * (1536 * 1024))
+    db = disk / "ts.db"
+    with ScriptedJudgeServer(lexical_responder, delay_s=0.3) as srv:
+        kw: dict[str, Any] = {}
+        if judge:
+            kw = {"judge": OpenAIJudge("j", base_url=srv.base_url), "judge_canary": False}
+        ts = tracescore.init(db=str(db), metrics=["token_f1", *(["coherence"] if judge else [])],
+                             retention=None, lease_seconds=3,
+                             span_processor=SimpleSpanProcessor(InMemorySpanExporter()), **kw)
+        try:
+            for i in range(records):
+                ts.log_record(query=f"q{i}", answer="a " * 50,
+                              contexts=["c" * (context_kb * 1024)], ground_truths=["a"])
+            wait_for(lambda: "full" in (ts.stats()["db_unavailable"] or ""),
+                     what="the disk fills")
+            os.remove(reserve)
+            assert ts.flush(180)
+            for i in range(10):
+                ts.log_record(query=f"new{i}", answer="a", ground_truths=["a"])
+            assert ts.flush(120)
+            s = ts.stats()
+            assert s["lost"] == {} and s["db_unavailable"] is None
+            assert count(db, "SELECT count(*) AS n FROM records") == records + 10
+            assert count(db, "SELECT count(*) AS n FROM jobs WHERE status != 'done'") == 0
+            # a full disk is no metric's error: the judge's cache writes wait too
+            assert count(db, "SELECT count(*) AS n FROM scores WHERE status = 'error'") == 0
+            assert count(db, "SELECT count(*) AS n FROM scores") == \
+                (records + 10) * (2 if judge else 1)
+        finally:
+            ts.shutdown(30)

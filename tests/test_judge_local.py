@@ -44,8 +44,10 @@ def test_local_judge_end_to_end(make_ts, db_path):
                         answer="Insulin is made by the pancreas.",
                         contexts=["Insulin is a hormone made by the pancreas.",
                                   "Mount Everest is the highest mountain above sea level."])
-    assert ts.flush(120)
-    deadline = time.monotonic() + 120
+    # (a state to wait for, not a speed bound: at load 16 on 2 cores the 135M model's first
+    # token of a long prompt came after minutes)
+    assert ts.flush(900)
+    deadline = time.monotonic() + 900
     while not ts.stats()["judge"]["health"]:
         assert time.monotonic() < deadline, "the canary did not finish"
         time.sleep(0.1)
@@ -78,3 +80,24 @@ def test_local_judge_end_to_end(make_ts, db_path):
     print(f"local judge: {stats['calls']} calls in {elapsed:.0f} s; canary: {health['reason']}; "
           f"scores: {[(n, r['value'], r['status']) for n, r in got.items()]}")
 
+
+
+def test_a_slow_local_judge_is_not_an_unreachable_one(make_ts, db_path):
+    """Issue 31: calls queued behind a long generation used to time out (the timeout counted
+    the wait for the model, and a cut-off call went on generating in its thread), the breaker
+    opened and the judge was called "not answering". Four records at once with an 8 s
+    judge_timeout_s: a call now only stops when no token comes for 8 s."""
+    _require_llama()
+    ts, _ = make_ts(metrics=["coherence"], judge="local", judge_timeout_s=8.0,
+                    judge_canary=False)
+    recs = [ts.log_record(query=f"Which organ produces insulin? ({i})",
+                          answer="Insulin is made by the pancreas. " * (i + 1))
+            for i in range(4)]
+    assert ts.flush(600)
+    judge = ts.stats()["judge"]
+    assert judge["breaker_opened"] == 0 and judge["unavailable"] is None, judge
+    got = rows(db_path, "SELECT record_id, status, error FROM scores")
+    assert {r["record_id"] for r in got} == {r.record_id for r in recs}
+    # (a 135M model may still give an unusable reply: an error score with a reason, never a
+    # timeout)
+    assert not [r for r in got if r["error"] and "timed out" in r["error"]], got

@@ -14,6 +14,7 @@ import time as _time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from click.testing import CliRunner
@@ -112,14 +113,68 @@ def beta(mean: float, k: float = 20.0) -> Any:
     return lambda rng: rng.betavariate(mean * k, (1 - mean) * k)
 
 
-@pytest.fixture
-def two_releases(db: str, clock: StoreClock) -> str:
-    """v1 (quality ~0.80, grounded 90 %) for days -10..-5, then v2 (quality ~0.72, grounded
-    80 %) for days -5..-0; 400 records each."""
+def _feed_two_releases(db: str, clock: StoreClock) -> None:
     feed(db, clock, release="v1", n=400, start=NOW - 10 * DAY, spread=5 * DAY,
          quality=beta(0.80), grounded=0.9, seed=1)
     feed(db, clock, release="v2", n=400, start=NOW - 5 * DAY, spread=5 * DAY - 60,
          quality=beta(0.72), grounded=0.8, seed=2, errors=0.05)
+
+
+@pytest.fixture(scope="module")
+def two_releases_template(request: pytest.FixtureRequest,
+                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The two releases' database built once per module and backend (800 records through
+    the write path cost up to 150 s a test on PostgreSQL on a loaded machine); each test
+    gets a copy of it (``two_releases``). Backend → the template's SQLite path or database
+    name, built at the first test that asks."""
+    built: dict[str, str] = {}
+    drops: list[Any] = []
+
+    def build(backend: str) -> str:
+        if backend in built:
+            return built[backend]
+        with pytest.MonkeyPatch.context() as mp:
+            clock = store_clock(mp, NOW - 10 * DAY)
+            if backend == "sqlite":
+                path = str(tmp_path_factory.mktemp("two_releases") / "template.db")
+                _feed_two_releases(path, clock)
+                import sqlite3
+
+                con = sqlite3.connect(path)
+                con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                con.close()
+                built[backend] = path
+            else:
+                from pg import create_database
+
+                url, drop = create_database(request.getfixturevalue("pg_server"))
+                drops.append(drop)
+                _feed_two_releases(url, clock)
+                built[backend] = urlsplit(url).path.lstrip("/")
+        return built[backend]
+
+    yield build  # type: ignore[misc]
+    for drop in drops:
+        drop()
+
+
+@pytest.fixture
+def two_releases(db: str, clock: StoreClock, two_releases_template: Any) -> str:
+    """v1 (quality ~0.80, grounded 90 %) for days -10..-5, then v2 (quality ~0.72, grounded
+    80 %) for days -5..-0; 400 records each (a copy of the module's template)."""
+    if db.startswith("postgresql"):
+        import psycopg
+        from pg import with_db
+
+        template = two_releases_template("postgres")
+        name = urlsplit(db).path.lstrip("/")
+        with psycopg.connect(with_db(db, "postgres"), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # type: ignore[arg-type]
+            conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')  # type: ignore[arg-type]
+    else:
+        import shutil
+
+        shutil.copyfile(two_releases_template("sqlite"), db)
     clock.t = NOW
     return db
 

@@ -51,7 +51,9 @@ def test_local_metrics_are_scored_on_write_as_the_worker_scores_them(tmp_path: P
     a_db, b_db = tmp_path / "a.db", tmp_path / "b.db"
     on, _ = make_ts(db=a_db, metrics=LOCAL, sample_rate=1.0)
     off, _ = make_ts(db=b_db, metrics=LOCAL, sample_rate=1.0)
-    on.worker.on_write_budget_s = 60.0  # (a loaded machine must not move any to the worker)
+    # (a loaded machine must not move any to the worker: neither the batch's budget nor one
+    # slow call, which takes its metric off the writer for good)
+    on.worker.on_write_budget_s = on.worker.on_write_slow_s = 60.0
     off.worker.score_on_write = False
     for ts in (on, off):
         _warm(ts, LOCAL)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._internal import capture_degraded as _degraded
-from ._internal.db_faults import DISK_FULL, IO_ERROR, NOTICE, storage_fault
+from ._internal.db_faults import DISK_FULL, IO_ERROR, NOTICE, TIGHT, storage_fault
 from ._internal.errors import record_internal_error
 from ._internal.losses import Losses
 from ._internal.validate import (
@@ -46,6 +46,9 @@ from ._internal.validate import (
 from .record import Context, RagRecord
 from .sampling import Decision, trace_fraction
 from .store import PENDING, NewJob, SegmentSpec, StoreAPI, open_store
+
+#: records per transaction while the database's disk is tight (db_faults.TightDisks)
+TIGHT_BATCH = 16
 
 log = logging.getLogger("tracescore")
 
@@ -264,6 +267,8 @@ class RecordQueue:
             try:
                 if store is None:
                     store = self._open()
+                if self._drop_reason == DISK_FULL and self._buf:
+                    self._wal_absorbed(store)
                 self._drain(store)
                 backoff = 0.0
                 self._written_ok()  # (also when the buffer held only updates and markers)
@@ -361,6 +366,27 @@ class RecordQueue:
             return
         self._truncate_wal = bool(busy) or self._batch_limit < self.batch_size
 
+    def _wal_absorbed(self, store: StoreAPI) -> None:
+        """While the disk is full: write only once the WAL is checkpointed into the database
+        file (raises :class:`_DbUnavailable` until then). The WAL's frames are pages the
+        database must find room for at the checkpoint; a batch written before it would take
+        the room just freed for more WAL frames, and the checkpoint, then the writer, would
+        wait for ever for room that never comes (issue 31: 306 jobs pending, nothing stored
+        30 s after the space came back)."""
+        checkpoint = getattr(store, "checkpoint", None)
+        if checkpoint is None:
+            return
+        try:
+            busy, frames, done = checkpoint("TRUNCATE", wait_s=0.2)
+        except Exception as exc:
+            kind = storage_fault(exc)
+            if kind is None:
+                raise
+            raise _DbUnavailable(str(exc), kind) from exc
+        if frames > 0 and done < frames:  # (-1, -1: not a WAL database; busy: readers)
+            raise _DbUnavailable("database or disk is full (the WAL is not checkpointed "
+                                 "yet)", DISK_FULL)
+
     def _drain(self, store: StoreAPI) -> None:
         while self._buf:
             records: list[Any] = []  # (record, decision) pairs, or a record alone (_Pairs)
@@ -374,6 +400,13 @@ class RecordQueue:
                 # statements per record keep up with a busy app. Not after a full disk:
                 # then batches shrink (see _fault).
                 limit = max(limit, min(len(self._buf), self.batch_size * 8))
+            if self.db_path in TIGHT:
+                # A disk with little room: small transactions. Each one's pages sit in the WAL
+                # until the checkpoint after its commit moves them into the database file, so
+                # the disk must hold the database plus one transaction; a backlog written in
+                # one 4,000-record transaction took the last room for WAL frames that could
+                # then never be checkpointed (issue 31).
+                limit = min(limit, TIGHT_BATCH)
             buf = self._buf
             while buf and n < limit:
                 item = buf[0]

@@ -59,6 +59,7 @@ from .scoring.calls import (
 )
 from .scoring.completions import Completions
 from .scoring.deliveries import Deliveries
+from .scoring.failing import FailingMetrics
 from .scoring.on_write import ScoresOnWrite
 from .store import Job, StoreAPI, open_store
 
@@ -96,6 +97,8 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         #: counters (another thread), ``scored``/``errors`` sum both
         self._scored = 0
         self._errors = 0
+        #: metrics that have failed on every record so far (said once, in stats())
+        self.failing = FailingMetrics()
         self._init_on_write()
         self.deferred = 0
         #: The judge session of judge metrics (its SQLite connection lives on this loop).
@@ -490,8 +493,15 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
                 )
             # Stopping: let in-flight jobs finish for a moment, then give the rest back (at
             # once, so another worker of the fleet takes them without waiting for the lease).
-            if inflight:
-                await asyncio.wait(inflight, timeout=self.stop_grace_s)
+            # The start-up canary gets the same moment: a short-lived process (a batch job
+            # that stops right after its records) finishes it, or it is cancelled whole
+            # (judge/canary.py stores a run only once all its steps are in) and the next
+            # process's start-up run asks the judge again.
+            waiting = set(inflight)
+            if canary is not None and not canary.done():
+                waiting.add(canary)
+            if waiting:
+                await asyncio.wait(waiting, timeout=self.stop_grace_s)
             for job_id, task in list(inflight_jobs.items()):
                 task.cancel()
                 try:  # a done job's lease owner is already cleared: this cannot reopen it
@@ -499,7 +509,10 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
                     store.defer_job(Job(job_id, "", "", "", 0), self.owner, 0.0,
                                     "worker stopped")
                 except Exception as exc:
-                    record_internal_error("worker.release", exc)
+                    # (a full disk or a lock: its lease runs out, and the next process
+                    # takes it then; no record is lost)
+                    if not _refused(store, exc):
+                        record_internal_error("worker.release", exc)
             self._held.clear()
             if wake_task is not None:
                 wake_task.cancel()

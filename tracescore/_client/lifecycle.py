@@ -219,6 +219,9 @@ class Lifecycle:
             "db_unavailable": self.queue.db_unavailable or self.worker.db_unavailable,
             "scored_jobs": self.worker.scored,
             "error_scores": self.worker.errors,
+            # metrics whose every record so far failed (logged once at ERROR): {name:
+            # {"errors": n, "reason": the first error}}
+            "failing_metrics": self.worker.failing.snapshot(),
             "open_jobs": db.get("open_jobs"),
             "records_seen": self.records_seen,
             "records_sampled": self.records_sampled,

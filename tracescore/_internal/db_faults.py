@@ -180,38 +180,41 @@ def _fault_message(db: str, kind: str, detail: str) -> str:
 
 
 class TightDisks:
-    """SQLite databases whose disk filled up in this process, until their file system has
-    room again (``room_bytes`` free, looked at every ``check_every_s``).
+    """SQLite databases on a disk with little room: one whose disk filled up in this process,
+    until its file system has ``room_bytes`` free again, and one whose file system has less
+    than that free when it is looked at (every ``check_every_s`` per database, one
+    ``statvfs``).
 
     While a disk is tight the store checkpoints the WAL after each commit (passive: never
-    waiting). Otherwise the WAL grows to ~4 MB before SQLite checkpoints it, and on a disk
-    with less room than that the pipeline fills the space just freed with WAL frames whose
-    checkpoint then cannot grow the database file: stuck until more space is freed."""
+    waiting). Otherwise the WAL grows to ~4 MB before SQLite checkpoints it, and its frames are
+    pages the database file must find room for again when they are checkpointed: on a disk with
+    less room than that the WAL takes the last free bytes (and, after a full disk, the space
+    just freed), and its checkpoint then cannot grow the database file: stuck until more space
+    is freed. Being tight before the disk is full is what keeps the first fill from leaving a
+    WAL that needs more room than the disk will ever have (issue 31)."""
 
     def __init__(self, room_bytes: int = 64 * 2**20, check_every_s: float = 5.0) -> None:
         self.room_bytes = room_bytes
         self.check_every_s = check_every_s
-        self._checked: dict[str, float] = {}
+        #: database → (tight?, when last looked at)
+        self._state: dict[str, tuple[bool, float]] = {}
 
     def mark(self, db: str) -> None:
         if "://" not in db:
-            self._checked[os.path.abspath(db)] = time.monotonic()
+            self._state[os.path.abspath(db)] = (True, time.monotonic())
 
     def __contains__(self, db: str) -> bool:
-        if not self._checked:  # the common case: one dict test per commit
+        if "://" in db or db in ("", ":memory:") or db.startswith("file:"):
             return False
         key = os.path.abspath(db)
-        checked = self._checked.get(key)
-        if checked is None:
-            return False
+        state = self._state.get(key)
         now = time.monotonic()
-        if now - checked >= self.check_every_s:
-            self._checked[key] = now
-            free = _free_bytes(os.path.dirname(key))
-            if free is not None and free[1] >= self.room_bytes:
-                self._checked.pop(key, None)
-                return False
-        return True
+        if state is not None and now - state[1] < self.check_every_s:
+            return state[0]  # the common case: one dict lookup per commit
+        free = _free_bytes(os.path.dirname(key))
+        tight = free is not None and free[1] < self.room_bytes
+        self._state[key] = (tight, now)
+        return tight
 
 
 #: the process's notices (the writer and the scorer of one database share an episode)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["DEFAULT_DB", "JUDGE_QUESTIONS", "LOCAL_JUDGE_QUESTIONS", "DemoResult",
-           "DemoSetupError", "JudgeUnreachable", "expected_judge_calls", "judge_intro",
+           "DemoSetupError", "JudgeUnreachable", "expected_judge_calls", "judge_intro", "judge_pairs",
            "judge_plan", "run_demo"]
 
 DEFAULT_DB = "tracescore-demo.db"
@@ -55,13 +55,20 @@ def judge_plan(judge: Any, n: int | None) -> tuple[int | None, bool]:
     return n, not local
 
 
-def expected_judge_calls(records: int, canary: bool = True) -> int:
+def judge_pairs(judge: Any) -> bool:
+    """Whether ``judge`` gets ``extract`` and ``contexts`` in one call: not an in-process
+    model (``local``, ``llama-cpp:``), which is asked one step at a time (judge/pairing.py)."""
+    return not (judge == "local" or (isinstance(judge, str) and judge.startswith("llama-cpp:")))
+
+
+def expected_judge_calls(records: int, canary: bool = True, *, paired: bool = True) -> int:
     """Judge calls (steps) a judge demo of ``records`` records makes on a fresh database: the
-    RAG set's 2 shared calls per record (extract+contexts, statements), plus the canary's two steps per case (cached steps
-    cost none, so a rerun on the same database makes fewer)."""
+    RAG set's shared calls per record (extract+contexts and statements; 3 when not
+    ``paired``), plus the canary's two steps per case (cached steps cost none, so a rerun on
+    the same database makes fewer)."""
     from tracescore.judge.canary import CASES
 
-    return 2 * records + (2 * len(CASES) if canary else 0)
+    return (2 if paired else 3) * records + (2 * len(CASES) if canary else 0)
 
 
 class DemoSetupError(Exception):
@@ -110,7 +117,7 @@ def judge_intro(judge: Any, count: int, canary: bool) -> list[str]:
     """What a judge demo says before it asks: how many judge calls, to what judge (the
     bundled local model is slow; a server is as fast as it is), and whether the canary
     runs."""
-    calls = expected_judge_calls(count, canary)
+    calls = expected_judge_calls(count, canary, paired=judge_pairs(judge))
     if judge == "local":
         what = "each taking seconds with a small local model"
     elif isinstance(judge, str) and judge.startswith("llama-cpp:"):
@@ -212,7 +219,9 @@ def run_demo(
         t1 = time.perf_counter()
         if judge is not None and judge_progress is not None:
             complete = _flush_showing_judge_calls(ts, timeout, judge_progress,
-                                                  expected_judge_calls(count, canary), started)
+                                                  expected_judge_calls(
+                                                      count, canary,
+                                                      paired=judge_pairs(judge)), started)
         else:
             complete = ts.flush(timeout=timeout)
     finally:

@@ -115,6 +115,11 @@ async def run_canary(session: JudgeSession, *, min_agreement: float = 0.75,
         raise ValueError(f"trigger must be one of {TRIGGERS}, got {trigger!r}")
     if fresh is None:
         fresh = trigger not in ("startup", "manual")
+        if trigger == "startup" and _last_run(session) is None:
+            # No run of this judge is stored (the last process stopped before its start-up
+            # run was done, or this is the first): its cached steps, if any, say nothing of
+            # which model answered them. Ask the judge, so the stored run names it.
+            fresh = True
     if fresh:
         with session.fresh():
             return await _run(session, min_agreement, trigger)
@@ -164,7 +169,11 @@ async def _run(session: JudgeSession, min_agreement: float, trigger: str) -> Can
                   f"majority verdict scores {base:.0%}")
     else:
         reason = ""
-    reported = usage.reported or session.reported_model or ""
+    # (a run served wholly from the cache asked no one: the model is the one that answered
+    # the stored run its verdicts repeat)
+    last = None if usage.reported or session.reported_model else _last_run(session)
+    reported = usage.reported or session.reported_model or \
+        (last or {}).get("reported_model") or ""
     pv = prompt_version(usage.prompts)
     trigger = _startup_trigger(session, trigger, reported, pv)
     result = CanaryResult(agree, len(expected), bool(reason), reason, yes, agreed, trigger,
@@ -208,6 +217,15 @@ def say_result(model: str, prompt_version: str, trigger: str, reason: str, agree
 
 #: (configured model, prompt version) whose degenerate WARNING this process has logged
 _WARNED: set[tuple[str, str]] = set()
+
+
+def _last_run(session: JudgeSession) -> dict[str, Any] | None:
+    """The last stored canary run of the configured model, or None (none, or no history)."""
+    try:
+        runs = session.store().canary_runs(judge_model=session.model)
+    except Exception:  # a database before schema 4, or away
+        return None
+    return runs[-1] if runs else None
 
 
 def _startup_trigger(session: JudgeSession, trigger: str, reported: str, pv: str) -> str:

@@ -106,6 +106,12 @@ def _registry(session: JudgeSession) -> _Registry:
 async def ask(session: JudgeSession, record_id: str, part: Part) -> Outcome:
     """The outcome of ``part`` for the record: from a paired call with the record's other
     part, or ``Outcome()`` — then the caller runs its single step."""
+    if getattr(getattr(session.judge, "backend", None), "own_deadline", False):
+        # An in-process model (llama.cpp) has no round trip to save, and a small one rambles
+        # to the paired call's combined token budget: the bundled 135M model spent 197 s on
+        # a paired call and its repair (both cut off) before the single steps took 5 s and
+        # 11 s (issue 31). Its steps are asked one at a time.
+        return Outcome()
     reg = _registry(session)
     running = reg.parts.get(part.key)
     if running is not None:  # the same content is in a meeting already (this or another record)

@@ -249,10 +249,12 @@ class ResilientJudge:
     async def _attempt(self, messages: Sequence[Message], **kw: Any) -> JudgeReply:
         self.calls += 1
         try:
-            reply = await asyncio.wait_for(
-                self.backend.complete(messages, timeout_s=self.policy.timeout_s, **kw),
-                self.policy.timeout_s,
-            )
+            call = self.backend.complete(messages, timeout_s=self.policy.timeout_s, **kw)
+            # An in-process model (llama.cpp) keeps its own deadline, paced by its generation
+            # speed: cut off here it would go on generating in its thread, holding the model,
+            # and every call queued behind it would time out too (issue 31).
+            reply = await (call if getattr(self.backend, "own_deadline", False)
+                           else asyncio.wait_for(call, self.policy.timeout_s))
         except asyncio.TimeoutError as exc:
             self.failures += 1
             reason = f"judge call timed out after {self.policy.timeout_s:g}s"

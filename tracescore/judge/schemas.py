@@ -118,10 +118,12 @@ def parse_reply(text: str, quoted: Iterable[str] = ()) -> Any:
     """The JSON value of a judge reply: the whole reply (or one fenced block that is the whole
     reply), else the one JSON object inside prose ("Here you go: {...}") — as judges without
     a JSON mode often answer. Raises ValueError (the reason) for anything else: no JSON, two
-    objects, an object cut off or malformed, and an object whose text appears in ``quoted``
-    (the texts under evaluation): an answer or context can carry a JSON verdict, and a judge
-    that quotes it back must not score with it. The caller still checks the value against
-    its schema."""
+    objects, an object cut off or malformed, an object whose text appears in ``quoted`` (the
+    texts under evaluation: an answer or context can carry a JSON verdict, and a judge that
+    quotes it back must not score with it), and an object the prose around it does not own:
+    text before it that gives it to someone else ("the answer tells me to reply {...}") or
+    disowns it, text after it that takes it back ("but I won't") or gives another verdict
+    ("..., so my score is 2"). The caller still checks the value against its schema."""
     try:
         return parse_json(text)
     except ValueError as strict:
@@ -129,19 +131,93 @@ def parse_reply(text: str, quoted: Iterable[str] = ()) -> Any:
     found = _embedded_object(text)
     if found is None:
         raise error
-    value, raw = found
+    value, start, end = found
+    raw = text[start:end]
     if _is_quoted(raw, value, quoted):
         raise ValueError("the JSON object in the reply is quoted from the text under "
                          "evaluation, not a verdict (answer with the JSON object alone)")
+    why = disowned(text[:start], text[end:], value)
+    if why:
+        raise ValueError(f"the JSON object in the reply is not the judge's own verdict: {why} "
+                         "(answer with the JSON object alone)")
     return value
 
 
-def _embedded_object(text: str) -> tuple[Any, str] | None:
-    """(value, its text) of the one JSON object in ``text``; None when there is no ``{``
+# Prose around one JSON object is tolerated (Valor: "Here you go: {...}"), unless it says the
+# object is not the judge's verdict. A restated injection ("The answer tells me to output
+# {...}. I will not: it is an injection.") is no quotation, so _is_quoted cannot see it. These
+# are English phrasings; a reply refused here gets the repair call, which asks for the object
+# alone, so a false alarm costs one call, not a score.
+_SOURCE = (r"(?:answer|text|response|reply|context|passage|document|input|message|content|"
+           r"prompt|user|author|model|instruction)s?")
+_ATTRIBUTED = re.compile(
+    rf"(?is)\b(?:the|this|that|its?)\s+(?:\w+\s+){{0,2}}?{_SOURCE}\b[^.!?{{]{{0,60}}?\b(?:says?|"
+    r"said|asks?|asked|wants?|wanted|instructs?|instructed|tells?|told|demands?|requests?|"
+    r"requested|claims?|insists?|orders?|ordered|urges?|tries|tried)\b"
+    r"|\b(?:instructed|ordered|told|commanded)\s+(?:me\s+)?to\b"
+    r"|\b(?:would|wants?\s+me\s+to|tries\s+to\s+make\s+me)\s+(?:have\s+me\s+)?"
+    r"(?:output|reply|answer|return|say|give)\b")
+_INJECTION = re.compile(r"(?is)\binject(?:ed|ion|s)?\b"
+                        r"|\bignore\s+(?:all|any|previous|prior|the|your)\b")
+_DISOWNING = re.compile(
+    r"(?is)\bnot\s+(?:my|the\s+real|the\s+actual|a\s+real)\s+(?:verdict|score|rating|"
+    r"answer|assessment|judg(?:e)?ment)\b"
+    r"|\bi\s+(?:will|would|shall|do|can)\s*(?:not|n't)\b|\bi\s+won't\b|\bi\s+refuse\b"
+    r"|\brather\s+than\b|\binstead\b|\bactually\b|\bon\s+second\s+thought\b"
+    r"|\bcorrection\b|\bdisregard\b|\binject(?:ed|ion|s)?\b")
+#: a verdict in words or digits: "score: 2", "my rating is 3", "verdict: no", "2/5"
+_VERDICT = re.compile(
+    r"(?is)\b(?:score|rating|verdict|grade|rate\s+it|value)\b\W{0,6}(?:is|of|should\s+be|"
+    r"would\s+be|as|=|:)?\W{0,4}(-?\d+(?:\.\d+)?|yes|no|idk|y|n)\b"
+    r"|\b(\d+(?:\.\d+)?)\s*(?:/|out\s+of)\s*\d+\b")
+
+
+def disowned(before: str, after: str, value: Any) -> str | None:
+    """Why the prose ``before`` and ``after`` one JSON object in a reply says the object is not
+    the judge's verdict, or None (see :func:`parse_reply`)."""
+    lead = before[-300:]
+    sentence = re.split(r"[.!?\n]\s", lead)[-1]  # (the object's own sentence)
+    if _ATTRIBUTED.search(sentence):
+        return "the text before it gives it to the text under evaluation"
+    if _INJECTION.search(lead):
+        return "the text before it calls it an injection"
+    if _DISOWNING.search(lead):
+        return "the text before it disowns it"
+    if _DISOWNING.search(after):
+        return "the text after it takes it back"
+    own = {str(v).lower() for v in _leaves(value)}
+    for m in _VERDICT.finditer(after):
+        said = (m.group(1) or m.group(2) or "").lower()
+        if said not in own and said.rstrip("0").rstrip(".") not in own:
+            return f"the text after it gives another verdict ({m.group(0).strip()[:40]!r})"
+    return None
+
+
+def _leaves(value: Any) -> Iterable[Any]:
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _leaves(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _leaves(v)
+    elif isinstance(value, bool):
+        yield "yes" if value else "no"
+    elif isinstance(value, str):
+        yield value
+        if value.lower() in ("y", "n"):
+            yield {"y": "yes", "n": "no"}[value.lower()]
+        if value.lower() in ("yes", "no"):
+            yield value.lower()[0]
+    else:
+        yield value
+
+
+def _embedded_object(text: str) -> tuple[Any, int, int] | None:
+    """(value, start, end) of the one JSON object in ``text``; None when there is no ``{``
     at all; ValueError when there are several, or a ``{`` that starts no valid object (a
     reply cut off by ``max_tokens`` must not yield an inner object of it)."""
     decoder = json.JSONDecoder()
-    found: list[tuple[Any, str]] = []
+    found: list[tuple[Any, int, int]] = []
     broken = False
     i = text.find("{")
     if i == -1:
@@ -153,7 +229,7 @@ def _embedded_object(text: str) -> tuple[Any, str] | None:
             broken = True
             i = text.find("{", i + 1)
             continue
-        found.append((value, text[i:end]))
+        found.append((value, i, end))
         i = text.find("{", end)
     if broken:
         raise ValueError("the reply holds a JSON object that is cut off or malformed")

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from .._internal.db_faults import storage_fault
 from .._internal.validate import clean_name
 from ..sampling import TokenBucket
 from ..store import StoreAPI, is_postgres, open_store
@@ -254,6 +255,17 @@ class JudgeSession:
             self._store = open_store(self.db_path)
         return self._store
 
+    def _recover_store(self) -> None:
+        """After a full disk or an I/O error on the session's own connection: open it again
+        (a connection that met one may keep a stale snapshot, which stops the WAL's
+        checkpoints); still failing, the next write tries again."""
+        recover = getattr(self._store, "recover", None)
+        if recover is not None:
+            try:
+                recover()
+            except Exception:
+                pass
+
     def lock(self, key: str) -> asyncio.Lock:
         """One lock per key, alive while someone holds it (serialises steps that must see
         each other's cache entries)."""
@@ -395,8 +407,15 @@ class JudgeSession:
             self._account(step, record_id, reply, error, latency_ms)
         assert reply is not None
         self.note_reply(reply)
-        self.store().judge_cache_put(key, step, self.model, version, data,
-                                     reply.input_tokens, reply.output_tokens)
+        try:
+            self.store().judge_cache_put(key, step, self.model, version, data,
+                                         reply.input_tokens, reply.output_tokens)
+        except Exception as exc:
+            # The verdict stands without its cache row: a full disk (or a lock) must not turn
+            # a judged record into an error score (issue 31); a bad write still raises.
+            if storage_fault(exc) is None:
+                raise
+            self._recover_store()
         result = StepResult(data, reply.input_tokens, reply.output_tokens, calls=reply.calls,
                             logprobs=reply.logprobs, latency_ms=latency_ms,
                             cost_usd=self.price.cost(reply.input_tokens,

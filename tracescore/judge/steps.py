@@ -21,6 +21,7 @@ call buy that). Verdicts are validated strictly (one entry per item, allowed val
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -393,20 +394,32 @@ _GEVAL_SCHEMA = {"type": "object",
                  "required": ["score"], "additionalProperties": False}
 
 
-def geval_parse(reply: JudgeReply) -> dict[str, Any]:
-    """The reply's score, strictly: ``{"score": <1-5>}`` (a ``reason`` may follow) or the bare
-    digit, and nothing else — never the first digit found in prose, which may be a step
-    number or a quotation. With log-probabilities, the documented G-Eval path: the score is
-    weighted by the probabilities of 1-5 at the score token itself."""
-    import re
+#: A G-Eval reply's rating: the token 1-5 the reply starts with (G-Eval reads the first
+#: token's probabilities), not the start of a longer number ("12", "1.5").
+_LEAD_RATING = re.compile(r"\s*([1-5])(?![0-9]|[.,][0-9])")
+#: What after a leading digit says it was not the rating: a numbered list going on (a second
+#: "2." line: the digit was step 1), or another verdict ("score: 4", "rating 2").
+_NOT_A_RATING = re.compile(r"(?im)^\s*[0-9]+\s*[.)]\s+\S"
+                           r"|\b(?:score|rating|rated|grade)\b\W{0,12}[0-9]")
 
+
+def geval_parse(reply: JudgeReply) -> dict[str, Any]:
+    """The reply's 1-5 rating: the rating token it starts with (``"4"``, ``"1.good"``,
+    ``"3 - clear"``: G-Eval's reply is a rating token, and whatever the model writes after it
+    is not read), or the JSON ``{"score": <1-5>}`` (a ``reason`` may follow). Never a digit
+    found later in prose, which may be a step number or a quotation; a leading digit that
+    begins a numbered list ("1. ...\n2. ...") or is followed by another verdict ("score: 4")
+    is no rating either. With log-probabilities, the documented G-Eval path: the score is
+    weighted by the probabilities of 1-5 at the rating token itself."""
     from .schemas import check, parse_json
 
-    text = reply.text.strip()
-    if re.fullmatch(r"[1-5]", text):
-        parsed, at = int(text), reply.text.index(text)
+    text = reply.text
+    lead = _LEAD_RATING.match(text)
+    if lead is not None and not text.lstrip().startswith("{") \
+            and not _NOT_A_RATING.search(text, lead.end()):
+        parsed, at = int(lead.group(1)), lead.start(1)
     else:
-        data = parse_json(text)
+        data = parse_json(text.strip())
         check(data, _GEVAL_SCHEMA)
         parsed = int(data["score"])
         m = re.search(r'"score"\s*:\s*([1-5])\b', reply.text)

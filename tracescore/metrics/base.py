@@ -77,6 +77,17 @@ class Metric:
     threshold: float | None = 0.5
     #: values are only 0 or 1 (see the class docstring); instances may override it.
     binary: bool = False
+    #: Top-level packages :meth:`prepare` imports (``("rouge_score", "nltk")``): the modules
+    #: of a failed attempt are forgotten before the next one (:mod:`.ready`).
+    libraries: ClassVar[tuple[str, ...]] = ()
+
+    def prepare(self) -> None:
+        """Import and build what ``__call__`` needs (libraries, tokenizers, tables).
+
+        Called once per instance before its first call, under one process-wide lock
+        (:func:`tracescore.metrics.ready.ensure_ready`), so no two threads import at once; a
+        ``prepare`` that raises is tried again (``ATTEMPTS`` times, then at the next record),
+        never remembered as failed. Default: nothing to prepare."""
 
     def names(self) -> tuple[str, ...]:
         return self.score_names or (self.name,)

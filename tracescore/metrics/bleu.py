@@ -6,11 +6,12 @@ import re
 import sys
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, ClassVar
 
 from ..record import ANSWER, GROUND_TRUTHS, RagRecord
 from ..score import Score
 from .base import Metric
+from .ready import IMPORT_LOCK, ensure_ready
 
 # Valor's BLEU tokenizer (nltk RegexpTokenizer with this pattern): words, "$<digits>", and
 # any other run of non-space characters except periods. Case is kept.
@@ -77,24 +78,36 @@ class Bleu(Metric):
         self.lowercase = lowercase
         self.threshold = threshold
         self._smoothing_fn: Any = None  # resolved with nltk, at the first score
+        self._nltk: tuple[Any, ...] | None = None  # nltk's functions, from prepare()
+
+    libraries: ClassVar[tuple[str, ...]] = ("nltk",)
+
+    def prepare(self) -> None:
+        # nltk is imported here, not at start-up: its package __init__ loads scipy, pandas
+        # and scikit-learn when they are installed (~160 MB), and most production records
+        # carry no reference, so a process that never scores BLEU never pays for it. Called
+        # under the import lock before the first score (metrics/ready.py).
+        with IMPORT_LOCK:
+            from nltk.translate.bleu_score import (
+                SmoothingFunction,
+                brevity_penalty,
+                closest_ref_length,
+                modified_precision,
+                sentence_bleu,
+            )
+
+            self._smoothing_fn = (getattr(SmoothingFunction(), self.smoothing)
+                                  if self.smoothing not in (None, "method0") else _no_smoothing)
+            self._nltk = (brevity_penalty, closest_ref_length, modified_precision,
+                          sentence_bleu)
 
     def __call__(self, record: RagRecord) -> Score:
         if record.answer is None:
             raise ValueError("bleu needs an answer")
-        # nltk is imported here, not at start-up: its package __init__ loads scipy, pandas
-        # and scikit-learn when they are installed (~160 MB), and most production records
-        # carry no reference, so a process that never scores BLEU never pays for it.
-        from nltk.translate.bleu_score import (
-            SmoothingFunction,
-            brevity_penalty,
-            closest_ref_length,
-            modified_precision,
-            sentence_bleu,
-        )
-
-        if self._smoothing_fn is None:
-            self._smoothing_fn = (getattr(SmoothingFunction(), self.smoothing)
-                                  if self.smoothing not in (None, "method0") else _no_smoothing)
+        if self._nltk is None:  # (called directly, not through the worker)
+            ensure_ready(self)
+        brevity_penalty, closest_ref_length, modified_precision, sentence_bleu = (
+            self._nltk or ())
         hyp = bleu_tokens(record.answer, lowercase=self.lowercase)
         refs = [bleu_tokens(gt, lowercase=self.lowercase) for gt in record.ground_truths]
         precisions = [modified_precision(refs, hyp, n) for n in range(1, len(self.weights) + 1)]

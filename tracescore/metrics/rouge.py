@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 from ..record import ANSWER, GROUND_TRUTHS, RagRecord
 from ..score import Score
 from .base import Metric
+from .ready import IMPORT_LOCK, ensure_ready
 from .text import split_sentences, truncate_words, words
 
 #: rouge-score type → our snake_case score name.
@@ -91,16 +92,28 @@ class Rouge(Metric):
         self.threshold = threshold
         self._scorer_obj: Any = None  # rouge-score's RougeScorer, made at the first score
 
-    @property
-    def _scorer(self) -> Any:
+    libraries: ClassVar[tuple[str, ...]] = ("rouge_score", "nltk", "absl")
+
+    def prepare(self) -> None:
         # rouge-score is imported here, not at start-up: rouge_score.tokenizers imports nltk,
         # whose package __init__ loads scipy.stats (and scikit-learn, pandas when installed).
-        scorer = self._scorer_obj
-        if scorer is None:
+        # Called under the import lock before the first score (metrics/ready.py): two threads
+        # importing nltk at once can each see the other's half-initialised modules.
+        with IMPORT_LOCK:
             from rouge_score.rouge_scorer import RougeScorer
 
-            scorer = self._scorer_obj = RougeScorer(list(self.rouge_types),
-                                                    tokenizer=_Tokenizer(self.use_stemmer))
+            scorer = RougeScorer(list(self.rouge_types), tokenizer=_Tokenizer(self.use_stemmer))
+            scorer.score("tracing scores", "tracing scores")  # (a stemmer's import happens here)
+            if self.split_sentences:
+                split_sentences("Punkt. Loaded.")
+            self._scorer_obj = scorer
+
+    @property
+    def _scorer(self) -> Any:
+        scorer = self._scorer_obj
+        if scorer is None:  # (called directly, not through the worker)
+            ensure_ready(self)
+            scorer = self._scorer_obj
         return scorer
 
     def names(self) -> tuple[str, ...]:

@@ -20,6 +20,8 @@ from functools import cache, lru_cache
 from itertools import islice
 from typing import Any
 
+from .ready import IMPORT_LOCK
+
 __all__ = [
     "answer_tokens",
     "contains_tokens",
@@ -83,9 +85,10 @@ def contains_tokens(haystack: list[str], needle: list[str]) -> bool:
 # installed) — tens of MB in every app process that only captures (docs: BENCHMARKS.md, Memory).
 @cache
 def _stemmer() -> Any:
-    from nltk.stem.porter import PorterStemmer
+    with IMPORT_LOCK:  # (metrics/ready.py: never two threads importing nltk at once)
+        from nltk.stem.porter import PorterStemmer
 
-    return PorterStemmer()
+        return PorterStemmer()
 
 
 @lru_cache(maxsize=65536)
@@ -138,7 +141,8 @@ _CJK_SENT_END_RE = re.compile(r"(?<=[。！？；])\s*")
 
 @cache
 def _punkt_tokenizer() -> Any:
-    from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+    with IMPORT_LOCK:
+        from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
 
     params = PunktParameters()
     params.abbrev_types = set(_ABBREVIATIONS)
@@ -147,7 +151,8 @@ def _punkt_tokenizer() -> Any:
 
 @cache
 def _nltk_words() -> Any:
-    from nltk.tokenize.destructive import NLTKWordTokenizer
+    with IMPORT_LOCK:
+        from nltk.tokenize.destructive import NLTKWordTokenizer
 
     return NLTKWordTokenizer()
 

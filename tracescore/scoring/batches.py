@@ -22,6 +22,7 @@ from typing import Any
 from .._internal.errors import record_internal_error
 from ..judge.base import RetryLater
 from ..metrics.base import Metric
+from ..metrics.ready import call_ready
 from ..record import RagRecord
 from ..score import Score
 from ..store import Job, StoreAPI
@@ -375,7 +376,7 @@ def _score_local(run: _LocalRun, runner: _Runner) -> None:
         metric, record = items[i]
         t0 = perf()
         try:
-            out: tuple[bool, Any] = (True, run.context.copy().run(metric, record))
+            out: tuple[bool, Any] = (True, run.context.copy().run(call_ready, metric, record))
         except Exception as exc:
             out = (False, exc)
         except BaseException as exc:  # noqa: BLE001 - SystemExit and co. from the metric's code

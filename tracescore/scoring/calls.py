@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..metrics.base import Metric, check_output
+from ..metrics.ready import call_ready
 from ..record import RagRecord
 from ..score import Score
 from ..store import StoreAPI
@@ -37,7 +38,7 @@ def _guarded(metric: Metric, record: RagRecord) -> Any:
     """Run a sync metric (pool thread). A ``BaseException`` would otherwise cross to the
     loop through the future and end it (asyncio re-raises ``SystemExit`` out of the loop)."""
     try:
-        return metric(record)
+        return call_ready(metric, record)
     except Exception:
         raise
     except BaseException as exc:  # noqa: BLE001 - SystemExit and co. from the metric's code

@@ -152,6 +152,7 @@ class Completions:
         not give it back."""
         self._scored += 1
         self._errors += sum(1 for s in scores if s.status == "error")
+        self.failing.note(scores)
         self._stored(job.record_id, refs)
         if self.attacher is not None:
             try:

@@ -41,6 +41,7 @@ from opentelemetry import context as otel_context
 from .._internal.errors import record_internal_error
 from ..judge.base import RetryLater
 from ..metrics.base import Metric
+from ..metrics.ready import call_ready
 from ..record import CONTEXTS, QUERY, RagRecord
 from ..score import Score
 from ..store import NewJob
@@ -94,7 +95,7 @@ class ScoresOnWrite:
         t0 = time.perf_counter()
         try:
             try:
-                out: Any = metric(record)
+                out: Any = call_ready(metric, record)
                 ok = True
             except Exception as exc:
                 out, ok = exc, False
@@ -123,6 +124,7 @@ class ScoresOnWrite:
         with self._on_write_lock:
             self.scored_on_write += 1
             self.errors_on_write += sum(1 for s in scores if s.status == "error")
+        self.failing.note(scores)
         self._stored(record_id, refs)
         if self.attacher is not None:
             try:

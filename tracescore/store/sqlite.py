@@ -101,6 +101,10 @@ class Store(LabelsMixin):
             # a no-op until a full VACUUM (`tracescore prune --vacuum`); pruned pages are reused.
             conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
             conn.execute("PRAGMA journal_mode=WAL")
+            # A WAL that grew for a large transaction or a backlog gives its room back when it
+            # is next reset (a checkpoint brought it all into the database file), instead of
+            # keeping its largest size for ever: on a small disk that room is the next write's.
+            conn.execute("PRAGMA journal_size_limit=1048576")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={int(self.timeout_s * 1000)}")
         except BaseException:
