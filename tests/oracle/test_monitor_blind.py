@@ -6,16 +6,11 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
-
 from .build import BASE, HOUR, QUALITY, Rec, Spec
 from .monitors import evaluate
 from .run import built
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: a monitor does not state its minimum "
-                   "detectable effect, nor warn that it cannot see the gap it watches — fixed "
-                   "on branch monitors")
 def test_monitor_states_its_minimum_detectable_effect():
     """40 records an hour at ~0.55 against a threshold of 0.50 (a gap of 0.05): the check
     states the minimum detectable effect for this traffic and warns that it exceeds 0.05."""
@@ -28,9 +23,6 @@ def test_monitor_states_its_minimum_detectable_effect():
     assert "detectable" in text or "mde" in text, got["q"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: a baseline monitor's error budget restarts "
-                   "at window 1 after a window with an empty baseline — fixed on branch "
-                   "monitors")
 def test_baseline_budget_survives_an_empty_baseline():
     """A previous_window monitor over a stream with a one-hour gap: the windows keep counting
     (the alpha spent so far stays spent) across the window whose baseline was empty."""
@@ -48,8 +40,6 @@ def test_baseline_budget_survives_an_empty_baseline():
         [(e["b"]["state"], e["b"]["method"], e["b"]["summary"]) for e in evals]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: WARNINGs are sent to the channels by default "
-                   "(they fire on noise) — fixed on branch monitors")
 def test_warnings_are_not_sent_to_channels_by_default():
     """A monitor whose estimate crosses its warning level (but not its threshold) enters
     WARNING; without an opt-in, nothing is delivered to its channel."""

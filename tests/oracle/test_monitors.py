@@ -118,10 +118,6 @@ def test_previous_release_follows_newest():
     assert e["state"] == "ALERT", e["summary"]
 
 
-test_previous_release_follows_newest = pytest.mark.xfail(
-    strict=True, reason="issue 29: a previous_release monitor keeps the pair of releases it "
-    "picked when its window started — fixed on branch monitors")(
-    test_previous_release_follows_newest)
 
 
 def _drifting() -> Spec:
@@ -131,9 +127,6 @@ def _drifting() -> Spec:
                       for i in range(400)))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: the anytime monitor prints the plain mean "
-                   "beside an interval centred on the bet-weighted mean, which can exclude it "
-                   "— fixed on branch monitors")
 @given(spec=specs(prune=False), window_h=st.sampled_from([2, 6]))
 @example(spec=_drifting(), window_h=6)
 def test_interval_contains_mean(spec, window_h):
@@ -145,8 +138,6 @@ def test_interval_contains_mean(spec, window_h):
             assert e["lo"] - 1e-12 <= e["value"] <= e["hi"] + 1e-12, (name, e["summary"])
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: a pQ monitor's summary names the score "
-                   "threshold where its cut-off is the share q — fixed on branch monitors")
 def test_p10_summary_names_its_cutoff():
     """``p10 below 0.05`` is tested as "more than 10 % of the values lie below 0.05": the
     summary that compares the share with a level names 0.10, not 0.05."""
@@ -184,8 +175,6 @@ def _short_baseline() -> Spec:
                                                   scores=((QUALITY, 0.7),)),))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 29: verdict texts contradict their numbers "
-                   "(\"0.482 is below the bound 0.477\") — fixed on branch monitors")
 @given(spec=specs(prune=False))
 @example(spec=_baseline_drop())
 @example(spec=_short_baseline())
