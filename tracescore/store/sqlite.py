@@ -139,6 +139,23 @@ class Store(LabelsMixin):
         except sqlite3.Error:
             pass
 
+    def give_back_wal(self) -> None:
+        """On a tight disk, after each commit: checkpoint the WAL and truncate it to zero bytes,
+        never waiting (a reader or the other writer makes it return busy; the next commit tries
+        again). A passive checkpoint alone leaves the WAL file at its largest size up to
+        ``journal_size_limit`` (1 MiB), and on a 4 MiB disk those already-copied frames were
+        the room the database file needed to grow into: the last jobs' scores could then never
+        be written (issue 31's 250 × 10 KB records: 89 jobs open for ever, a 680 KB WAL of
+        stale frames on a full disk)."""
+        try:
+            self.conn.execute("PRAGMA busy_timeout=0")
+            try:
+                self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            finally:
+                self.conn.execute(f"PRAGMA busy_timeout={int(self.timeout_s * 1000)}")
+        except sqlite3.Error:
+            pass  # committed all the same; the next commit tries again
+
     def checkpoint(self, mode: str = "TRUNCATE", *,
                    wait_s: float | None = None) -> tuple[int, int, int]:
         """``PRAGMA wal_checkpoint(mode)``: (busy, WAL frames, frames checkpointed); busy is 1
@@ -872,10 +889,7 @@ class _Tx:
                 self._rollback()
                 raise
             if self.store.path in TIGHT:  # (see TightDisks: keep the WAL small)
-                try:
-                    self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                except sqlite3.Error:
-                    pass  # committed all the same; the next commit tries again
+                self.store.give_back_wal()
         else:
             self._rollback()
 
