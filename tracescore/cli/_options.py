@@ -163,3 +163,66 @@ def _where_option(help_text: str = "Only records with this segment value (repeat
                   "environment=production.") -> Callable[[F], F]:
     return click.option("--where", "where", metavar="KEY=VALUE", multiple=True,
                         callback=_where_value, help=help_text)
+
+
+def _config_values(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
+    """``--config FILE``: a TOML file of the command's options, as defaults that the command
+    line overrides. Keys are the long option names, with dashes or underscores
+    (``otlp-http = "0.0.0.0:4318"``, ``metric = ["faithfulness", "token_f1"]``, ``monitors =
+    "monitors.toml"``); the keys may also sit in a table named after the command
+    (``[serve]``). An unknown key, a value of the wrong type or a file that is not TOML is a
+    usage error (exit 2) naming the key, before anything starts."""
+    if value is None:
+        return
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib
+
+    try:
+        data = tomllib.loads(value.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {value}: {exc}", ctx=ctx, param=param) from None
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise click.BadParameter(f"{value} is not valid TOML: {exc}", ctx=ctx,
+                                 param=param) from None
+    name = ctx.command.name or ""
+    if isinstance(data.get(name), dict) and all(isinstance(v, dict) for v in data.values()):
+        data = data[name]
+    names: dict[str, click.Parameter] = {}
+    for p in ctx.command.params:
+        if not isinstance(p, click.Option) or p is param or p.name is None:
+            continue
+        names[p.name.replace("_", "-")] = p
+        for flag in p.opts:
+            if flag.startswith("--"):
+                names[flag[2:]] = p
+    defaults: dict[str, Any] = {}
+    for key, v in data.items():
+        p = names.get(str(key).replace("_", "-"))
+        if p is None:
+            known = ", ".join(sorted({f[2:] for q in names.values() for f in q.opts
+                                      if f.startswith("--")}))
+            raise click.BadParameter(f"{value}: unknown key {key!r}; known keys: {known}",
+                                     ctx=ctx, param=param)
+        if p.multiple and not isinstance(v, list):
+            v = [v]
+        if isinstance(v, (dict, list)) and not p.multiple:
+            raise click.BadParameter(f"{value}: {key!r} takes one value, got {v!r}", ctx=ctx,
+                                     param=param)
+        try:  # the option's own type and checks, now, so the error names the file's key
+            p.type_cast_value(ctx, v)
+        except click.BadParameter as exc:
+            raise click.BadParameter(f"{value}: {key!r}: {exc.message}", ctx=ctx,
+                                     param=param) from None
+        defaults[str(p.name)] = v
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+
+
+def _config_option(command: str) -> Callable[[F], F]:
+    return click.option(
+        "--config", "config", metavar="FILE", is_eager=True, expose_value=False,
+        callback=_config_values,
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        help=f"A TOML file of this command's options (keys as the long option names, at the "
+             f"top or in a [{command}] table); the command line overrides it.")

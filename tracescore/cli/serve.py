@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from ._messages import cli_message
-from ._options import DEFAULT_DB, _db_option
+from ._options import DEFAULT_DB, _config_option, _db_option
 from .commands import main
 
 
@@ -35,6 +35,7 @@ def _address(ctx: click.Context, param: click.Parameter,
 
 
 @main.command(short_help="Receive OTLP traces from any instrumented app and score them.")
+@_config_option("serve")
 @_db_option(DEFAULT_DB, "Database the records, jobs and received spans go to: a SQLite file, "
             "or a postgresql:// URL shared by several serve processes.")
 @click.option("--otlp-http", metavar="HOST:PORT", callback=_address, default=None,
@@ -44,9 +45,10 @@ def _address(ctx: click.Context, param: click.Parameter,
               help="OTLP/gRPC listener (TraceService). Default: 127.0.0.1:4317 when neither "
                    "listener is given.")
 @click.option("--forward", metavar="URL", default=None,
-              help="Send every received span on to this OTLP/HTTP endpoint (e.g. "
-                   "http://collector:4318), the record's span with its scores; later scores "
-                   "on evaluator spans and gen_ai.evaluation.result log records.")
+              help="Send every received span on to this OTLP endpoint: OTLP/HTTP (e.g. "
+                   "http://collector:4318) or OTLP/gRPC (grpc://collector:4317, grpcs:// for "
+                   "TLS); the record's span with its scores, later scores on evaluator spans "
+                   "and gen_ai.evaluation.result log records.")
 @click.option("--hold-seconds", type=click.FloatRange(min=0.0), default=10.0,
               show_default=True,
               help="With --forward: how long a record's span waits for its scores.")
@@ -141,12 +143,7 @@ def run_serve(*, db: str, metrics: list[Any], judge: str | None, sample_rate: fl
                           or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")) else None
     export: dict[str, Any] = {"exporter": exporter, "hold_seconds": 0.0}
     if forward:  # scores that miss the forwarded span: carriers and log records, to it too
-        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-        base = forward.rstrip("/").removesuffix("/v1/traces")
-        export = {"span_exporter": OTLPSpanExporter(endpoint=base + "/v1/traces"),
-                  "log_exporter": OTLPLogExporter(endpoint=base + "/v1/logs"),
+        export = {**forward_exporters(forward),
                   # the forwarder decides when a span goes; the attacher only waits for it
                   "hold_seconds": hold_s + 300.0}
     ts = tracescore.init(db=db, metrics=metrics, judge=judge, sample_rate=sample_rate,
@@ -180,3 +177,27 @@ def run_serve(*, db: str, metrics: list[Any], judge: str | None, sample_rate: fl
             server.shutdown()
     print(f"tracescore serve: stopped (pid {os.getpid()})", file=sys.stderr, flush=True)
     return 0
+
+
+def forward_exporters(forward: str) -> dict[str, Any]:
+    """The span and log exporters to the ``--forward`` hop, over its protocol (``grpc://`` or
+    ``grpcs://``: OTLP/gRPC; else OTLP/HTTP)."""
+    from tracescore.intake.forwarder import grpc_target
+
+    target, tls = grpc_target(forward)
+    if target is not None:
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (
+            OTLPLogExporter as GrpcLogExporter,
+        )
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcSpanExporter,
+        )
+
+        return {"span_exporter": GrpcSpanExporter(endpoint=target, insecure=not tls),
+                "log_exporter": GrpcLogExporter(endpoint=target, insecure=not tls)}
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    base = forward.rstrip("/").removesuffix("/v1/traces")
+    return {"span_exporter": OTLPSpanExporter(endpoint=base + "/v1/traces"),
+            "log_exporter": OTLPLogExporter(endpoint=base + "/v1/logs")}

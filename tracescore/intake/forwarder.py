@@ -37,6 +37,24 @@ from ..scoring.calls import _row_score
 log = logging.getLogger("tracescore")
 
 _RETRYABLE = frozenset({429, 502, 503, 504})
+#: the gRPC codes the OTLP specification calls retryable (RESOURCE_EXHAUSTED: the receiver asks
+#: to slow down); every other failure is final for the batch
+_GRPC_RETRYABLE = frozenset({"CANCELLED", "DEADLINE_EXCEEDED", "ABORTED", "OUT_OF_RANGE",
+                             "UNAVAILABLE", "DATA_LOSS", "RESOURCE_EXHAUSTED"})
+
+
+def grpc_target(url: str) -> tuple[str | None, bool]:
+    """``grpc://host:port`` → (``host:port``, plain), ``grpcs://host:port`` → (…, TLS); any
+    other URL → (None, False): OTLP/HTTP. A gRPC URL without a port, or with a path, is
+    refused (ValueError) before anything starts."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("grpc", "grpcs"):
+        return None, False
+    host, colon, port = rest.rstrip("/").rpartition(":")
+    if not colon or not host or not port.isdigit() or "/" in rest.rstrip("/"):
+        raise ValueError(f"--forward {url!r}: a gRPC next hop is grpc://HOST:PORT (plain) or "
+                         "grpcs://HOST:PORT (TLS), e.g. grpc://collector:4317")
+    return f"{host}:{port}", scheme.lower() == "grpcs"
 
 
 def _any(value: Any) -> AnyValue:
@@ -57,8 +75,14 @@ class Forwarder:
                  poll_s: float = 0.2) -> None:
         self.ts = ts
         self.db = str(ts.db_path)
-        self.url = url.rstrip("/") if url.rstrip("/").endswith("/v1/traces") \
-            else url.rstrip("/") + "/v1/traces"
+        #: ``grpc://host:port`` (plain) or ``grpcs://host:port`` (TLS): the OTLP/gRPC
+        #: TraceService; anything else is an OTLP/HTTP base URL or ``.../v1/traces``
+        self.grpc_target, self.grpc_tls = grpc_target(url)
+        self.url = url if self.grpc_target else (
+            url.rstrip("/") if url.rstrip("/").endswith("/v1/traces")
+            else url.rstrip("/") + "/v1/traces")
+        self._stub: Any = None
+        self._channel: Any = None
         self.owner = owner
         self.hold_s = hold_s
         self.batch = batch
@@ -117,6 +141,8 @@ class Forwarder:
                 self._wake.clear()
         if store is not None:
             store.close()
+        if self._channel is not None:
+            self._channel.close()
 
     def run_once(self, store: Any, now: float | None = None) -> int:
         """Send one batch; how many spans were sent."""
@@ -212,6 +238,8 @@ class Forwarder:
             span.ParseFromString(body)
             if extra:
                 span.attributes.extend(KeyValue(key=k, value=_any(v)) for k, v in extra.items())
+        if self.grpc_target:
+            return self._export_grpc(req)
         data = req.SerializeToString()
         r = urllib.request.Request(self.url, data=data, method="POST",
                                    headers={"Content-Type": "application/x-protobuf"})
@@ -232,3 +260,58 @@ class Forwarder:
             self.failures += 1
             self._backoff = min(30.0, max(0.5, self._backoff * 2))
             return None
+
+    def _export_grpc(self, req: Any) -> int | None:
+        """``TraceService/Export`` on the gRPC next hop: 200 when it took the batch, None for a
+        retryable failure (backed off, as for HTTP; a ``RetryInfo`` delay is honoured), else
+        400 (rejected for good: counted, not retried). Spans the hop reports as rejected in a
+        partial success are counted as rejected; the rest were taken."""
+        import grpc
+        from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+        if self._stub is None:
+            self._channel = (grpc.secure_channel(self.grpc_target, grpc.ssl_channel_credentials())
+                             if self.grpc_tls else grpc.insecure_channel(self.grpc_target))
+            self._stub = trace_service_pb2_grpc.TraceServiceStub(  # type: ignore[no-untyped-call]
+                self._channel)
+        try:
+            resp = self._stub.Export(req, timeout=self.timeout_s)
+        except grpc.RpcError as e:
+            code = e.code().name if hasattr(e, "code") and e.code() is not None else "UNKNOWN"
+            if code in _GRPC_RETRYABLE:
+                self.failures += 1
+                delay = _retry_delay(e)
+                self._backoff = min(60.0, delay) if delay is not None \
+                    else min(30.0, max(0.5, self._backoff * 2))
+                return None
+            log.warning("tracescore serve: %s refused a batch (gRPC %s: %s)", self.grpc_target,
+                        code, e.details() if hasattr(e, "details") else "")
+            return 400
+        self._backoff = 0.0
+        rejected = int(resp.partial_success.rejected_spans) if resp.HasField(
+            "partial_success") else 0
+        if rejected:
+            self.spans_rejected += rejected
+            log.warning("tracescore serve: %s took the batch but rejected %d spans (%s)",
+                        self.grpc_target, rejected, resp.partial_success.error_message)
+        return 200
+
+
+def _retry_delay(err: Any) -> float | None:
+    """The ``google.rpc.RetryInfo`` delay of a gRPC error's trailing status, if it has one."""
+    try:
+        from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    try:
+        for key, value in err.trailing_metadata() or ():
+            if key == "grpc-status-details-bin":
+                status = status_pb2.Status.FromString(value)
+                for detail in status.details:
+                    if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+                        info = error_details_pb2.RetryInfo()
+                        detail.Unpack(info)
+                        return info.retry_delay.seconds + info.retry_delay.nanos / 1e9
+    except Exception:  # noqa: BLE001 - a malformed trailer: back off as usual
+        return None
+    return None
