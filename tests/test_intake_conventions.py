@@ -67,3 +67,18 @@ def test_ground_truth_attribute_reaches_the_record(tmp_path):
         run_app(serve, "openinference", "http", "--ground-truth", "750 Wh")
         [rec] = intake_records(db, 1)
         assert rec["ground_truths"] == ["750 Wh"] and rec["query"] == Q
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_ground_truth_event_reaches_the_record_and_scores_against_it(tmp_path, transport):
+    """The event form any language can set (docs/otlp.md "Ground truth from any language"):
+    an event named ``tracescore.ground_truth`` on an app span, its attribute an array of two
+    answers; a ground-truth metric scores against them."""
+    db = str(tmp_path / "serve.db")
+    with serving(db, grpc=transport == "grpc", metrics=["token_f1"]) as serve:
+        run_app(serve, "openinference", transport, "--ground-truth", "750 Wh|0.75 kWh",
+                "--ground-truth-as", "event")
+        [rec] = intake_records(db, 1)
+        assert rec["ground_truths"] == ["750 Wh", "0.75 kWh"] and rec["query"] == Q
+        s = scored(db, rec["record_id"], {"token_f1"})
+        assert s["token_f1"]["status"] == "ok" and s["token_f1"]["value"] is not None

@@ -23,6 +23,7 @@ def main() -> None:
     p.add_argument("--hide-content", action="store_true")
     p.add_argument("--questions", default="What battery capacity does the Cargo have?")
     p.add_argument("--ground-truth", default=None)
+    p.add_argument("--ground-truth-as", choices=["attribute", "event"], default="attribute")
     p.add_argument("--tracescore-db", default=None,
                    help="also tracescore.init(capture='otel') on the app's provider")
     a = p.parse_args()
@@ -66,7 +67,11 @@ def main() -> None:
     for q in a.questions.split("|"):
         if a.ground_truth:  # the documented attribute, on an app span around the request
             with tracer.start_as_current_span("request") as span:
-                span.set_attribute("tracescore.ground_truth", a.ground_truth)
+                if a.ground_truth_as == "event":  # the event form, values as an array
+                    span.add_event("tracescore.ground_truth", {
+                        "tracescore.ground_truth": a.ground_truth.split("|")})
+                else:
+                    span.set_attribute("tracescore.ground_truth", a.ground_truth)
                 answer = chain.invoke(q)
         else:
             answer = chain.invoke(q)
