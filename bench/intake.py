@@ -120,6 +120,47 @@ def _run(port: int, senders: int, seconds: float, spans: int, rate: float | None
             "max_ms": lat[-1] * 1000 if lat else float("nan")}
 
 
+def _side_by_side(a: Any) -> None:
+    """The same ``max`` run (same senders, same pre-encoded requests) against ``serve`` on
+    SQLite and against Phoenix's OTLP/HTTP ``/v1/traces``, alternating, on this machine in one
+    run: the ratio is what to read. Phoenix answers 200 once the spans are queued in its
+    memory (it writes them to its database in the background); ``serve`` once committed."""
+    from test_phoenix_integration import PhoenixServer
+
+    import tracescore
+    from tracescore.intake import Serve, ServeConfig
+
+    rows: list[tuple[str, int, dict[str, Any]]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        phx = PhoenixServer(os.path.abspath(a.phoenix), Path(tmp) / "phoenix")
+        phx.start()
+        try:
+            for k in range(a.rounds):
+                db = os.path.join(tmp, f"serve{k}.db")
+                ts = tracescore.init(db=db, metrics=["exact_match"])
+                serve = Serve(ts, otlp_http=("127.0.0.1", 0),
+                              config=ServeConfig(grace_s=1.0)).start()
+                assert serve.http_port is not None
+                rows.append(("tracescore serve (SQLite, durable ack)", k, _run(
+                    serve.http_port, a.senders, a.seconds, a.spans, None, seed=2 * k + 1)))
+                serve.stop()
+                ts.shutdown(timeout=30)
+                rows.append(("Phoenix (in-memory queue ack)", k, _run(
+                    phx.port, a.senders, a.seconds, a.spans, None, seed=2 * k + 2)))
+        finally:
+            phx.stop()
+    print("| receiver | round | acked spans/s | p50 ms | p99 ms | refused |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, k, r in rows:
+        print(f"| {name} | {k + 1} | {r['spans_per_s']:,.0f} | {r['p50_ms']:.1f} | "
+              f"{r['p99_ms']:.1f} | {r['refused']} |")
+    ours = [r["spans_per_s"] for n, _, r in rows if n.startswith("tracescore")]
+    theirs = [r["spans_per_s"] for n, _, r in rows if n.startswith("Phoenix")]
+    ratios = [o / t for o, t in zip(ours, theirs) if t]
+    print(f"\nratio ours/Phoenix per round: {[round(x, 2) for x in ratios]}")
+    print(f"load average at end (1/5/15 min): {list(os.getloadavg())}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=20.0)
@@ -128,7 +169,16 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=5000.0, help="offered spans/s (rate run)")
     ap.add_argument("--pg", action="store_true", help="also on a throwaway PostgreSQL")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--phoenix", metavar="PYTHON", default=os.environ.get(
+        "TRACESCORE_PHOENIX_PYTHON"),
+                    help="a python with arize-phoenix (.ci/phoenix-venv.sh): also the same "
+                         "max run against Phoenix's OTLP/HTTP endpoint, alternating with ours")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="with --phoenix: alternating rounds (ours, Phoenix) of the max run")
     a = ap.parse_args()
+    if a.phoenix:
+        _side_by_side(a)
+        return
 
     import tracescore
     from tracescore.intake import Serve, ServeConfig
