@@ -128,7 +128,10 @@ def test_full_disk_counts_every_loss_and_recovers(make_ts: Any, small_disk: Path
     wait_for(lambda: ts.stats()["db_unavailable"])
     s = ts.stats()
     assert "full" in s["db_unavailable"]
-    assert s["lost"].get("queue_full", 0) > 0  # counted, not silent
+    # counted, not silent: as "queue_full" when the buffer filled before the writer met the
+    # full disk, as "disk_full" once it had (a WAL truncated after each commit on a tight disk
+    # meets it at the first write)
+    assert s["lost"].get("queue_full", 0) + s["lost"].get("disk_full", 0) > 0, s["lost"]
     os.remove(filler)  # the disk has room again
     assert ts.flush(60)
     s = ts.stats()
