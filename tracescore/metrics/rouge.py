@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from ..record import ANSWER, GROUND_TRUTHS, RagRecord
 from ..score import Score
+from . import light_import
 from .base import Metric
 from .ready import IMPORT_LOCK, ensure_ready
 from .text import split_sentences, truncate_words, words
@@ -100,7 +101,7 @@ class Rouge(Metric):
         # Called under the import lock before the first score (metrics/ready.py): two threads
         # importing nltk at once can each see the other's half-initialised modules.
         with IMPORT_LOCK:
-            from rouge_score.rouge_scorer import RougeScorer
+            RougeScorer = light_import.module("rouge_score.rouge_scorer").RougeScorer
 
             scorer = RougeScorer(list(self.rouge_types), tokenizer=_Tokenizer(self.use_stemmer))
             scorer.score("tracing scores", "tracing scores")  # (a stemmer's import happens here)
