@@ -110,6 +110,10 @@ def assemble(retrievals: Sequence[Retrieval], prompt_tool_calls: frozenset[str] 
 
     if not retrievals:
         return (), ()
+    if len(retrievals) == 1:  # the common request: one retrieval step, nothing to weigh
+        r = retrievals[0]
+        if r.within is None and r.tool_call is None and not r.tool_calls:
+            return _single(r, candidates, r.node is not None and wrote(r.node[0], r.seq))
     ordered = sorted(retrievals, key=_order)
     latest: dict[str, tuple[int, ...]] = {}
     for r in ordered:
@@ -207,3 +211,26 @@ def assemble(retrievals: Sequence[Retrieval], prompt_tool_calls: frozenset[str] 
                 dropped_by=None if is_kept else (why or r.within or "dropped"),
                 via=via.get(id(r)) if is_kept else None))
     return tuple(contexts), tuple(out)
+
+
+def _single(r: Retrieval, candidates: bool, wrote_from: bool
+            ) -> tuple[tuple[Context, ...], tuple[Candidate, ...]]:
+    """:func:`assemble` of one retrieval made by no tool call and inside no other step (what
+    the rules give for it, without their bookkeeping: the request path pays for this)."""
+    contexts: list[Context] = []
+    index: dict[str, int] = {}
+    for c in r.contexts:
+        i = index.get(c.text)
+        if i is None:
+            index[c.text] = len(contexts)
+            contexts.append(c)
+        elif contexts[i].id is None and c.id is not None:
+            contexts[i] = replace(contexts[i], id=c.id)
+    if not candidates:
+        return tuple(contexts), ()
+    via = f"{r.node[1]} (model text)" if wrote_from and r.node is not None else None
+    source = r.source
+    return tuple(contexts), tuple(
+        Candidate(text=c.text, id=c.id, score=c.score, source=source, kept=True,
+                  dropped_by=None, via=via)
+        for c in r.contexts[:MAX_CANDIDATES])

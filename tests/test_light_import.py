@@ -1,5 +1,5 @@
 """Local metrics load nltk's and rouge-score's modules without nltk's package __init__
-(tracescore/metrics/light_import.py, issue 33): no scipy, scikit-learn or pandas in the app after
+(tracescore/_internal/light_import.py, issue 33): no scipy, scikit-learn or pandas in the app after
 the first local score, the same numbers as with the real packages, and the real packages intact
 for an app that imports them afterwards.
 
@@ -67,7 +67,7 @@ assert nltk.__file__.endswith("__init__.py") and hasattr(nltk, "corpus"), nltk
 assert nltk.stem.porter.PorterStemmer is PorterStemmer
 real_stem = PorterStemmer()
 same_stems = all(text._stem(w) == real_stem.stem(w) for ws in out["stems"] for w in ws)
-from tracescore.metrics import light_import
+from tracescore._internal import light_import
 light_bleu = light_import.module("nltk.translate.bleu_score").sentence_bleu
 same_bleu = all(light_bleu([g.split()], a.split()) == sentence_bleu([g.split()], a.split())
                 for a, g in PAIRS)
@@ -90,8 +90,7 @@ print(json.dumps(out))
 def test_an_app_thread_importing_nltk_during_the_light_load_gets_the_real_package() -> None:
     out = _run(r"""
 import json, sys, threading
-from tracescore.metrics import light_import
-from tracescore.metrics.ready import IMPORT_LOCK
+from tracescore._internal import light_import
 
 got = {}
 started = threading.Event()
@@ -113,8 +112,7 @@ def app():
     got["real"] = nltk.__file__.endswith("__init__.py") and hasattr(nltk, "corpus")
 
 light_import._stand_in = slow_stand_in
-with IMPORT_LOCK:
-    light_import.module("nltk.stem.porter")
+light_import.module("nltk.stem.porter")
 got["thread"].join(120)
 print(json.dumps({"waited": got["waited"], "real": got.get("real")}))
 """)

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, ClassVar
 
+from .._internal import light_import
 from ..record import ANSWER, GROUND_TRUTHS, RagRecord
 from ..score import Score
-from . import light_import
 from .base import Metric
 from .ready import IMPORT_LOCK, ensure_ready
 

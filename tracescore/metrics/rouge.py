@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from .._internal import light_import
 from ..record import ANSWER, GROUND_TRUTHS, RagRecord
 from ..score import Score
-from . import light_import
 from .base import Metric
 from .ready import IMPORT_LOCK, ensure_ready
 from .text import split_sentences, truncate_words, words

@@ -20,7 +20,7 @@ from functools import cache, lru_cache
 from itertools import islice
 from typing import Any
 
-from . import light_import
+from .._internal import light_import
 from .ready import IMPORT_LOCK
 
 __all__ = [
@@ -83,7 +83,7 @@ def contains_tokens(haystack: list[str], needle: list[str]) -> bool:
 
 # nltk is imported at the first use, not at import, and without its package __init__ (which
 # loads nltk.collocations → nltk.metrics → scipy.stats, and scikit-learn, pandas when
-# installed: tens of MB in every app process; metrics/light_import.py).
+# installed: tens of MB in every app process; _internal/light_import.py).
 @cache
 def _stemmer() -> Any:
     with IMPORT_LOCK:  # (metrics/ready.py: never two threads importing nltk at once)
