@@ -117,3 +117,18 @@ got["thread"].join(120)
 print(json.dumps({"waited": got["waited"], "real": got.get("real")}))
 """)
     assert out == {"waited": True, "real": True}
+
+
+def test_read_statistics_use_scipy_ufuncs_without_scipy_special_init() -> None:
+    out = _run(r"""
+import json, sys
+from tracescore.monitor import stats
+q = [stats._t_quantile(0.975, df) for df in (1, 4, 29, 1000.5)]
+z = stats._z_quantile(0.975)
+gone = "scipy" not in sys.modules and "scipy.special" not in sys.modules
+import scipy.special, scipy.stats
+same = q == [float(scipy.stats.t.ppf(0.975, df)) for df in (1, 4, 29, 1000.5)] \
+    and z == float(scipy.stats.norm.ppf(0.975))
+print(json.dumps({"gone": gone, "same": same, "later": stats._t_quantile(0.975, 4) == q[1]}))
+""")
+    assert out == {"gone": True, "same": True, "later": True}
