@@ -108,9 +108,15 @@ def child(app_name: str) -> None:
 # -- parent -------------------------------------------------------------------------------------
 class Child:
     def __init__(self, python: str, app: str) -> None:
+        # "PYTHON" or "PYTHON:TREE" (TREE first on PYTHONPATH: a checkout whose tracescore/
+        # holds links to its integrations/ and examples/, run with another tree's venv)
+        python, _, tree = python.partition(":")
+        env = dict(os.environ)
+        if tree:
+            env["PYTHONPATH"] = tree + os.pathsep + env.get("PYTHONPATH", "")
         self.p = subprocess.Popen([python, str(Path(__file__).resolve()), "--child", app],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                  cwd=str(Path(python).resolve().parent))
+                                  cwd=str(Path(python).resolve().parent), env=env)
         assert self.p.stdout is not None
         line = self.p.stdout.readline()
         if line.strip() != "ready":
