@@ -38,7 +38,6 @@ from ._options import (
 )
 from .demo import DEFAULT_DB as DEMO_DB
 
-
 #: Commands whose module is imported only when one of them runs or the command list is asked
 #: for: a read command does not pay for the others' imports (issue 33: start-up CPU).
 LAZY_COMMANDS = {"label": "label", "prune": "maintenance", "copy-to-postgres": "maintenance",
