@@ -132,3 +132,23 @@ same = q == [float(scipy.stats.t.ppf(0.975, df)) for df in (1, 4, 29, 1000.5)] \
 print(json.dumps({"gone": gone, "same": same, "later": stats._t_quantile(0.975, 4) == q[1]}))
 """)
     assert out == {"gone": True, "same": True, "later": True}
+
+
+def test_a_leaf_that_fails_does_not_keep_the_others_and_is_tried_again() -> None:
+    out = _run(r"""
+import json, sys
+sys.modules["rouge_score"] = None  # rouge-score "not installed"
+from tracescore._internal import light_import
+bleu = light_import.module("nltk.translate.bleu_score")
+try:
+    light_import.module("rouge_score.rouge_scorer")
+    first = "loaded"
+except ImportError:
+    first = "ImportError"
+del sys.modules["rouge_score"]  # installed now
+second = light_import.module("rouge_score.rouge_scorer").RougeScorer.__name__
+print(json.dumps({"bleu": bleu.sentence_bleu.__name__, "first": first, "second": second,
+                  "nltk": "nltk" in sys.modules}))
+""")
+    assert out == {"bleu": "sentence_bleu", "first": "ImportError", "second": "RougeScorer",
+                   "nltk": False}

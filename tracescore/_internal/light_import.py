@@ -68,7 +68,10 @@ def module(name: str) -> Any:
         group = _BY_LEAF.get(name)
         if group is None or group.root in sys.modules or not _light_possible(group.root):
             return importlib.import_module(name)
-        _loaded.update(_load_light(group))
+        loaded, failed = _load_light(group)
+        _loaded.update(loaded)  # (a failed leaf is not remembered: the next call tries again)
+        if name in failed:
+            raise failed[name]
         return _loaded[name]
 
 
@@ -108,17 +111,24 @@ def _import_lock(name: str) -> Any:
         yield
 
 
-def _load_light(group: _Group) -> dict[str, types.ModuleType]:
+def _load_light(group: _Group
+                ) -> tuple[dict[str, types.ModuleType], dict[str, Exception]]:
+    """(the leaves loaded, the leaves that failed with their exception): one leaf that fails
+    (rouge-score missing) does not keep the others (nltk's BLEU) from loading."""
     before = set(sys.modules)
     out: dict[str, types.ModuleType] = {}
+    failed: dict[str, Exception] = {}
     with _import_lock(group.root):
         try:
             for name in group.stand_ins:
                 sys.modules[name] = _stand_in(name)
             for name in group.leaves:
-                out[name] = importlib.import_module(name)
+                try:
+                    out[name] = importlib.import_module(name)
+                except Exception as exc:
+                    failed[name] = exc
         finally:
             for name in list(sys.modules):
                 if name.split(".")[0] in group.taken_back and name not in before:
                     del sys.modules[name]
-    return out
+    return out, failed
