@@ -81,9 +81,17 @@ if len(sys.argv) > 3:  # an app writer thread in this process (its own store), a
                    wait_max=q(1.0), over_300ms=sum(1 for w in waits if w > 0.3))
     writer = threading.Thread(target=app_writes)
     writer.start()
-c0, t0 = time.process_time(), time.perf_counter()
+def io():  # bytes this process wrote (write(2) calls: WAL, database, temp files) and to storage
+    d = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
+    return int(d["wchar"]), int(d["write_bytes"])
+def hwm_mb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+w0, c0, t0 = io(), time.process_time(), time.perf_counter()
 res = prune(store, Retention(max_age_s=30 * 86400), now=float(sys.argv[2]))
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+w1 = io()
 if len(sys.argv) > 3:
     done.set()
     writer.join()
@@ -96,7 +104,9 @@ print(json.dumps({"wall": wall, "cpu": cpu, "records": res.records, "scores": re
                   "bulk_indexes": getattr(res, "bulk_indexes", None),
                   "rebuild_s": getattr(res, "rebuild_s", None),
                   "paused_s": getattr(res, "paused_s", None),
-                  "pauses_skipped": getattr(res, "pauses_skipped", None), "app_probe": app}))
+                  "pauses_skipped": getattr(res, "pauses_skipped", None), "app_probe": app,
+                  "wrote_bytes": w1[0] - w0[0], "storage_write_bytes": w1[1] - w0[1],
+                  "peak_rss_mb": hwm_mb()}))
 """
 
 #: Before the timed runs: the tree opens its copy of the template (its migrations: the new

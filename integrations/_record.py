@@ -33,7 +33,7 @@ decision is made from the framework's own tree, never from prompt strings:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tracescore.record import Candidate, Context
@@ -110,6 +110,9 @@ def assemble(retrievals: Sequence[Retrieval], prompt_tool_calls: frozenset[str] 
 
     if not retrievals:
         return (), ()
+    if len(retrievals) == 1 and retrievals[0].within is None \
+            and retrievals[0].within_seq is None:  # the common request: one retrieval step
+        return _single(retrievals[0], prompt_tool_calls, candidates, wrote)
     ordered = sorted(retrievals, key=_order)
     latest: dict[str, tuple[int, ...]] = {}
     for r in ordered:
@@ -207,3 +210,42 @@ def assemble(retrievals: Sequence[Retrieval], prompt_tool_calls: frozenset[str] 
                 dropped_by=None if is_kept else (why or r.within or "dropped"),
                 via=via.get(id(r)) if is_kept else None))
     return tuple(contexts), tuple(out)
+
+
+def _single(r: Retrieval, prompt_tool_calls: frozenset[str], candidates: bool,
+            wrote: Callable[[int, int], bool]
+            ) -> tuple[tuple[Context, ...], tuple[Candidate, ...]]:
+    """:func:`assemble` of one retrieval inside no other step: the same rules, without the
+    bookkeeping that several steps need (the request path pays for it)."""
+    via: str | None = None
+    seen_call = False
+    if r.tool_calls and prompt_tool_calls:
+        for i, (call, name, tool) in enumerate(r.tool_calls):
+            if call in prompt_tool_calls:
+                seen_call = True
+                if i or wrote(tool, r.seq):
+                    via = f"{name} (tool reply)"
+                break
+    why: str | None = None
+    if prompt_tool_calls and r.tool_call is not None and not seen_call:
+        why = "not in the answering model's prompt"
+    elif via is None and r.node is not None and wrote(r.node[0], r.seq):
+        via = f"{r.node[1]} (model text)"
+    contexts: list[Context] = []
+    if why is None:
+        index: dict[str, int] = {}
+        for c in r.contexts:
+            i = index.get(c.text)
+            if i is None:
+                index[c.text] = len(contexts)
+                contexts.append(c)
+            elif contexts[i].id is None and c.id is not None:
+                contexts[i] = replace(contexts[i], id=c.id)
+    if not candidates:
+        return tuple(contexts), ()
+    source = r.source
+    kept = why is None
+    return tuple(contexts), tuple(
+        Candidate(text=c.text, id=c.id, score=c.score, source=source, kept=kept,
+                  dropped_by=why, via=via if kept else None)
+        for c in r.contexts[:MAX_CANDIDATES])

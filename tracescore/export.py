@@ -114,10 +114,35 @@ def clean_attributes(attrs: Mapping[str, Any] | None) -> dict[str, Any] | None:
             for k, v in attrs.items()}
 
 
+def _ascii_only(attrs: Mapping[str, Any] | None) -> bool:
+    """Whether every key and string value of ``attrs`` (also inside sequences) is ASCII."""
+    if not attrs:
+        return True
+    for k, v in attrs.items():
+        t = type(v)
+        if t is str:
+            if not v.isascii():
+                return False
+        elif (t is tuple or t is list) and not all(
+                type(x) is not str or x.isascii() for x in v):
+            return False
+        if type(k) is not str or not k.isascii():
+            return False
+    return True
+
+
 def clean_span(span: ReadableSpan) -> ReadableSpan:
     """``span``, or a copy of it whose name, attributes, event attributes and status text are
     valid UTF-8. Cheap when clean (a scan of its strings, no copy); never raises."""
     try:
+        # (every sampled and unsampled request's root span comes here on the app's thread:
+        # ASCII strings cannot hold a lone surrogate, so the common span costs one loop)
+        desc = span.status.description
+        name = span.name
+        if not span.events and type(name) is str and name.isascii() \
+                and (desc is None or (type(desc) is str and desc.isascii())) \
+                and _ascii_only(span.attributes):
+            return span
         attrs = clean_attributes(span.attributes)
         events = [clean_attributes(e.attributes) for e in span.events]
         name = clean_text(span.name)

@@ -23,10 +23,8 @@ if sys.argv[1:2] in (["worker"], ["serve"]):
 
     install_early_stop_handlers()
 
-from . import label as _label  # noqa: F401  (registers label)
-from . import maintenance as _maintenance  # noqa: F401  (registers prune, copy-to-postgres)
-from . import monitoring as _monitoring  # noqa: F401  (registers compare, check, monitor)
-from . import serve as _serve  # noqa: F401  (registers serve)
+# label, prune, copy-to-postgres, compare, check, monitor and serve are registered when
+# looked up (commands.LAZY_COMMANDS): a read command does not import them
 from .commands import main
 
 __all__ = ["main"]

@@ -38,10 +38,28 @@ from ._options import (
 )
 from .demo import DEFAULT_DB as DEMO_DB
 
+#: Commands whose module is imported only when one of them runs or the command list is asked
+#: for: a read command does not pay for the others' imports (issue 33: start-up CPU).
+LAZY_COMMANDS = {"label": "label", "prune": "maintenance", "copy-to-postgres": "maintenance",
+                 "compare": "monitoring", "check": "monitoring", "monitor": "monitoring",
+                 "serve": "serve"}
+
 
 class _Group(click.Group):
     """Turns a database that breaks mid-command (corrupt pages) into a clear message, and
-    escapes control characters in every error message."""
+    escapes control characters in every error message. Imports a command's module when the
+    command is looked up (:data:`LAZY_COMMANDS`)."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = LAZY_COMMANDS.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            import importlib
+
+            importlib.import_module(f"{__package__}.{module}")
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(LAZY_COMMANDS))
 
     def invoke(self, ctx: click.Context) -> Any:
         import sqlite3

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, ClassVar
 
+from .._internal import light_import
 from ..record import ANSWER, GROUND_TRUTHS, RagRecord
 from ..score import Score
 from .base import Metric
@@ -83,18 +84,17 @@ class Bleu(Metric):
     libraries: ClassVar[tuple[str, ...]] = ("nltk",)
 
     def prepare(self) -> None:
-        # nltk is imported here, not at start-up: its package __init__ loads scipy, pandas
-        # and scikit-learn when they are installed (~160 MB), and most production records
-        # carry no reference, so a process that never scores BLEU never pays for it. Called
+        # nltk is imported here, not at start-up, and without its package __init__ (which loads
+        # scipy, pandas and scikit-learn when they are installed, ~160 MB: light_import.py);
+        # most production records carry no reference, so a process that never scores BLEU
+        # never pays even for that. Called
         # under the import lock before the first score (metrics/ready.py).
         with IMPORT_LOCK:
-            from nltk.translate.bleu_score import (
-                SmoothingFunction,
-                brevity_penalty,
-                closest_ref_length,
-                modified_precision,
-                sentence_bleu,
-            )
+            bleu = light_import.module("nltk.translate.bleu_score")
+            SmoothingFunction, brevity_penalty, closest_ref_length, modified_precision, \
+                sentence_bleu = (bleu.SmoothingFunction, bleu.brevity_penalty,
+                                 bleu.closest_ref_length, bleu.modified_precision,
+                                 bleu.sentence_bleu)
 
             self._smoothing_fn = (getattr(SmoothingFunction(), self.smoothing)
                                   if self.smoothing not in (None, "method0") else _no_smoothing)

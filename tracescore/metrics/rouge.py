@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from .._internal import light_import
 from ..record import ANSWER, GROUND_TRUTHS, RagRecord
 from ..score import Score
 from .base import Metric
@@ -100,7 +101,7 @@ class Rouge(Metric):
         # Called under the import lock before the first score (metrics/ready.py): two threads
         # importing nltk at once can each see the other's half-initialised modules.
         with IMPORT_LOCK:
-            from rouge_score.rouge_scorer import RougeScorer
+            RougeScorer = light_import.module("rouge_score.rouge_scorer").RougeScorer
 
             scorer = RougeScorer(list(self.rouge_types), tokenizer=_Tokenizer(self.use_stemmer))
             scorer.score("tracing scores", "tracing scores")  # (a stemmer's import happens here)

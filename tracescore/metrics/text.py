@@ -20,6 +20,7 @@ from functools import cache, lru_cache
 from itertools import islice
 from typing import Any
 
+from .._internal import light_import
 from .ready import IMPORT_LOCK
 
 __all__ = [
@@ -80,15 +81,13 @@ def contains_tokens(haystack: list[str], needle: list[str]) -> bool:
     return f" {' '.join(needle)} " in f" {' '.join(haystack)} "
 
 
-# nltk is imported at the first use, not at import: its package __init__ loads
-# nltk.collocations → nltk.metrics, which import scipy.stats (and scikit-learn, pandas when
-# installed) — tens of MB in every app process that only captures (docs: BENCHMARKS.md, Memory).
+# nltk is imported at the first use, not at import, and without its package __init__ (which
+# loads nltk.collocations → nltk.metrics → scipy.stats, and scikit-learn, pandas when
+# installed: tens of MB in every app process; _internal/light_import.py).
 @cache
 def _stemmer() -> Any:
     with IMPORT_LOCK:  # (metrics/ready.py: never two threads importing nltk at once)
-        from nltk.stem.porter import PorterStemmer
-
-        return PorterStemmer()
+        return light_import.module("nltk.stem.porter").PorterStemmer()
 
 
 @lru_cache(maxsize=65536)
@@ -142,7 +141,9 @@ _CJK_SENT_END_RE = re.compile(r"(?<=[。！？；])\s*")
 @cache
 def _punkt_tokenizer() -> Any:
     with IMPORT_LOCK:
-        from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
+        punkt = light_import.module("nltk.tokenize.punkt")
+        PunktParameters, PunktSentenceTokenizer = (punkt.PunktParameters,
+                                                   punkt.PunktSentenceTokenizer)
 
     params = PunktParameters()
     params.abbrev_types = set(_ABBREVIATIONS)
@@ -152,9 +153,7 @@ def _punkt_tokenizer() -> Any:
 @cache
 def _nltk_words() -> Any:
     with IMPORT_LOCK:
-        from nltk.tokenize.destructive import NLTKWordTokenizer
-
-    return NLTKWordTokenizer()
+        return light_import.module("nltk.tokenize.destructive").NLTKWordTokenizer()
 
 
 def _punkt(line: str) -> list[str]:

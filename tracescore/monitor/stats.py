@@ -130,19 +130,25 @@ def _check_conf(conf: float) -> None:
         raise ValueError(f"conf must be in (0, 1), got {conf!r}")
 
 
+def _special() -> Any:
+    """scipy.special's ufuncs (stdtrit, ndtri, stdtr, ndtr) from ``scipy.special._ufuncs``,
+    without ``scipy.special``'s ``__init__`` when scipy is not imported yet: its array-API
+    dispatch layer costs ~0.3 s of CPU, more than the rest of a read command
+    (:mod:`tracescore._internal.light_import`; the same ufunc objects either way)."""
+    from .._internal import light_import
+
+    return light_import.module("scipy.special._ufuncs")
+
+
 def _t_quantile(p: float, df: float) -> float:
     """Student t quantile (scipy.special.stdtrit: the same function scipy.stats.t.ppf
     evaluates, without scipy.stats' second of import time)."""
-    from scipy.special import stdtrit
-
-    return float(stdtrit(df, p))
+    return float(_special().stdtrit(df, p))
 
 
 def _z_quantile(p: float) -> float:
     """Standard normal quantile (scipy.special.ndtri, as scipy.stats.norm.ppf)."""
-    from scipy.special import ndtri
-
-    return float(ndtri(p))
+    return float(_special().ndtri(p))
 
 
 def range_bound(value: float, n: int, conf: float = 0.95) -> tuple[float, float]:
@@ -325,8 +331,7 @@ def mean_difference(
     # Welch's t test (as scipy.stats.ttest_ind_from_stats(equal_var=False), checked against
     # it in the tests), from the t distribution's CDF in scipy.special: scipy.stats costs a
     # second to import, more than a whole report
-    from scipy.special import stdtr
-
+    stdtr = _special().stdtr
     p_value = float(2 * stdtr(df, -abs(estimate) / se))
     return Difference(estimate, estimate - half, estimate + half, p_value, "welch")
 
@@ -365,8 +370,7 @@ def rate_difference(
         return Difference(d, lo, hi, p_value, "newcombe+fisher")
     pooled = k / n
     se = math.sqrt(pooled * (1 - pooled) * (1 / n_cur + 1 / n_base))
-    from scipy.special import ndtr
-
+    ndtr = _special().ndtr
     p_value = float(2 * ndtr(-abs(d) / se))
     return Difference(d, lo, hi, p_value, "newcombe+score")
 

@@ -61,6 +61,7 @@ from tracescore.monitor.stats import (
     Estimate,
     Moments,
     _check_conf,
+    _special,
     _z_quantile,
     mean_ci,
     rate_ci,
@@ -221,7 +222,7 @@ def paired_bias(judge: Sequence[float], human: Sequence[float],
     var = d.var
     if est.value is None or var is None or var == 0.0:
         return Difference(est.value, None, None, None, "paired t")
-    from scipy.special import stdtr
+    stdtr = _special().stdtr
 
     se = math.sqrt(var / d.n)
     p_value = float(2 * stdtr(d.n - 1, -abs(est.value) / se))
