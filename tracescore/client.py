@@ -145,6 +145,8 @@ class Tracescore(Feedback, Lifecycle):
         judge_daily_budget_usd: float | None = None,
         judge_canary: bool | str | float = True,
         judge_max_wait_s: float = 6 * 3600.0,
+        judge_budget: str | float | None = None,
+        judge_budgets: Mapping[str, str | float] | None = None,
         embedder: Any = None,
         retention: Retention | str | None = "30d",
         keep_full_text: bool | str | float = False,
@@ -256,6 +258,10 @@ class Tracescore(Feedback, Lifecycle):
             if s.judge_canary_every_s is not None:
                 self.judge_session.canary_every_s = s.judge_canary_every_s
             self.worker.judge_max_wait_s = s.judge_max_wait_s
+        if s.judge_budgets and s.score:
+            from .budget.selector import AdaptiveJudging
+
+            self.worker.judging = AdaptiveJudging(s.judge_budgets)
         self.worker.redact = s.redact
         if self.attacher is not None:
             self.attacher.bind_tracer(self.tracer)

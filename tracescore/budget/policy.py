@@ -145,11 +145,16 @@ class Pacer:
     """Today's target rate for a budget of ``per_day`` judged records (module docstring).
 
     ``max_rate``: the cap on the rate; ``prior_weight_s``: how many seconds of yesterday's
-    traffic rate the estimate of today's starts from."""
+    traffic rate the estimate of today's starts from; ``slack_s``/``min_share``: the
+    schedule cap (:meth:`rate`)."""
 
     per_day: float
     max_rate: float = 1.0
     prior_weight_s: float = 3600.0
+    #: how far ahead of an even spend over the day the budget may run
+    slack_s: float = 2 * HOUR
+    #: the rate ahead of schedule, as a share of the day's flat rate
+    min_share: float = 0.05
 
     def rate(self, spent: float, seen: float, now: float,
              yesterday_seen: float | None = None, last_hour: float | None = None) -> float:
@@ -173,4 +178,13 @@ class Pacer:
         else:
             per_s = max(seen, 1.0) / max(elapsed, 60.0)
         expected = per_s * left
-        return float(min(self.max_rate, remaining / max(expected, 1.0)))
+        rate = min(self.max_rate, remaining / max(expected, 1.0))
+        # the schedule: by any time of day at most the day's share so far plus
+        # ``slack_s`` worth has been spent, so a spike (or a first day without a traffic
+        # estimate) cannot spend the budget by noon; ahead of it, the rate drops to a
+        # small floor (never 0 before the budget is spent: every record stays represented)
+        allowance = self.per_day * min(1.0, (elapsed + self.slack_s) / DAY)
+        flat = self.per_day / max(per_s * DAY, self.per_day)
+        if spent >= allowance:
+            return float(min(rate, self.min_share * flat))
+        return float(rate)
