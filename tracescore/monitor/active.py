@@ -33,9 +33,12 @@ from typing import Any
 
 from .stats import Estimate, _z_quantile
 
-__all__ = ["ACTIVE", "ActiveMean", "active_mean"]
+__all__ = ["ACTIVE", "NO_RESIDUAL", "ActiveMean", "active_mean", "fit_line"]
 
 ACTIVE = "active (proxy + 1/pi-weighted correction, normal)"
+#: the note of an interval of no width: the line through the proxy matched every judged score
+NO_RESIDUAL = ("the proxy's line matched every judged score exactly: the interval has no "
+               "width, which more judged records may not bear out")
 
 
 @dataclass(frozen=True)
@@ -105,4 +108,8 @@ def active_mean(proxy: Any, pi: Any, selected: Any, y: Any, conf: float = 0.95) 
     var = float(np.sum(np.where(sel, (1.0 - p) / (p * p) * resid * resid, 0.0))) / n_all ** 2
     se = math.sqrt(max(0.0, var))
     half = _z_quantile(0.5 + conf / 2) * se
-    return ActiveMean(Estimate(n, mean, mean - half, mean + half, ACTIVE), n_all, se, a, b, pm)
+    note = ""
+    if se == 0.0 and np.any(sel & (p < 1)):
+        note = NO_RESIDUAL
+    return ActiveMean(Estimate(n, mean, mean - half, mean + half, ACTIVE, note), n_all, se, a,
+                      b, pm)
