@@ -1,0 +1,154 @@
+"""Issue 33 end to end: ``init(judge_budget=...)`` with a real store (SQLite and PostgreSQL),
+the scripted judge server over real HTTP, and ``tracescore report``; the budget counter shared
+by two workers' connections at once."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import pytest
+from helpers import rows
+
+from tracescore.budget.selector import NOT_SELECTED, judge_fraction
+from tracescore.judge.openai_judge import OpenAIJudge
+from tracescore.monitor.active import active_mean
+from tracescore.store import open_store
+from tracescore.store import judge_budget as JB
+from tracescore.testing import in_memory
+from tracescore.testing.judge import ScriptedJudgeServer, lexical_responder
+
+CONTEXTS = ["The Cargo ships with a 750 Wh battery.", "Warranty lasts two years."]
+GOOD = "The Cargo ships with a 750 Wh battery."
+BUDGET = 12
+RECORDS = 60
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "tracescore.cli", *args],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def _run(db: str) -> tuple[Any, int]:
+    with ScriptedJudgeServer(lexical_responder) as srv:
+        ts, _ = in_memory(db, metrics=["faithfulness"],
+                          judge=OpenAIJudge("scripted", base_url=srv.base_url),
+                          judge_canary=False, judge_budget=f"{BUDGET}/day")
+        try:
+            rnd = random.Random(4)
+            for i in range(RECORDS):
+                answer = GOOD if rnd.random() < 0.7 else f"The moon is cheese, case {i}."
+                ts.log_record(query=f"What battery, {i}?", contexts=CONTEXTS, answer=answer)
+            assert ts.flush(120)
+            counts = dict(ts.worker.judging.counts)
+        finally:
+            ts.shutdown()
+        return counts, srv.total_calls
+
+
+def test_budgeted_adaptive_judging_end_to_end(db):
+    counts, calls = _run(db)
+    decisions = rows(db, "SELECT * FROM judge_decisions ORDER BY record_id")
+    assert len(decisions) == RECORDS and {d["metric"] for d in decisions} == {"faithfulness"}
+    judged = [d for d in decisions if d["selected"]]
+    # the budget holds: at most BUDGET records judged, and the judge asked only for them
+    assert 1 <= len(judged) <= BUDGET
+    assert counts["judged"] == len(judged)
+    assert 0 < calls <= 3 * len(judged)  # faithfulness: at most 3 judge calls a record
+    [usage] = rows(db, "SELECT * FROM judge_budget")
+    assert (usage["seen"], usage["spent"]) == (RECORDS, len(judged))
+    # pi stored with every decision; each decision is the record's hash against its pi
+    for d in decisions:
+        if d["reason"] is None:
+            assert 0 < d["pi"] <= 1
+            assert bool(d["selected"]) == (judge_fraction(d["record_id"]) < d["pi"])
+        else:
+            assert d["reason"] == "budget spent" and d["pi"] == 0 and not d["selected"]
+    scores = {s["record_id"]: s for s in rows(db, "SELECT * FROM scores")}
+    for d in decisions:
+        s = scores[d["record_id"]]
+        if d["selected"]:
+            assert s["status"] == "ok"
+        else:
+            assert s["status"] == "skipped" and s["error"] in (
+                NOT_SELECTED, "not judged: the day's judge budget is spent")
+
+    # the report: the active estimate, recomputed here from the raw rows
+    keep = [d for d in decisions if d["pi"] > 0]
+    y = [scores[d["record_id"]]["value"] if d["selected"] else 0.0 for d in keep]
+    want = active_mean([d["proxy"] for d in keep], [d["pi"] for d in keep],
+                       [bool(d["selected"]) for d in keep], y).estimate
+    data = json.loads(cli("report", "--db", db, "--json").stdout)
+    got = data["judge_budget"]["faithfulness"]
+    assert got["estimate"]["estimator"] == "active"
+    assert got["estimate"]["n_judged"] == len(judged)
+    assert got["estimate"]["n_proxied"] == len(keep)
+    assert got["estimate"]["value"] == pytest.approx(want.value)
+    m = data["metrics"]["faithfulness"]
+    assert m["estimator"] == "active" and m["mean"] == pytest.approx(want.value)
+    assert m["population"] == "all decided records (active inference)"
+    assert "faithfulness" not in data["population"]  # not shown as a uniform sample
+    text = cli("report", "--db", db).stdout
+    assert "Judge budget (estimator: active)" in text and "faithfulness †" in text
+    assert f"{want.value:.3f}" in text
+
+
+def test_a_decision_is_made_once(db):
+    store = open_store(db)
+    try:
+        calls = []
+
+        def choose(spent: int, seen: int) -> tuple[float, bool]:
+            calls.append((spent, seen))
+            return 0.5, True
+
+        first = JB.decide(store, "m", "r1", 0.3, 3, 1_000_000.0, 10, choose)
+        again = JB.decide(store, "m", "r1", 0.9, 9, 1_000_001.0, 10, choose)
+        assert first.selected and not first.again
+        assert again.again and again.selected and again.pi == 0.5 and again.proxy == 0.3
+        assert calls == [(0, 0)]
+        assert JB.usage(store, "m", JB.day_of(1_000_000.0)) == (1, 1, 10.0)
+    finally:
+        store.close()
+
+
+def test_two_workers_share_one_budget(db):
+    """Two connections decide 2 × 80 records at once, every one wanted: exactly the budget is
+    judged, the rest are refused ("budget spent"), and every record is seen once."""
+    budget, per_worker = 37, 80
+    open_store(db).close()  # the schema, once
+    results: list[list[bool]] = [[], []]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def worker(k: int) -> None:
+        store = open_store(db)
+        try:
+            barrier.wait()
+            for i in range(per_worker):
+                d = JB.decide(store, "faithfulness", f"w{k}-{i}", 0.5, 5, 2_000_000.0, budget,
+                              lambda spent, seen: (1.0, True))
+                results[k].append(d.selected)
+        except BaseException as exc:  # noqa: BLE001 (re-raised in the test's thread)
+            errors.append(exc)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert sum(map(sum, results)) == budget
+    [usage] = rows(db, "SELECT * FROM judge_budget")
+    assert (usage["seen"], usage["spent"]) == (2 * per_worker, budget)
+    refused = rows(db, "SELECT count(*) AS n FROM judge_decisions WHERE reason = 'budget spent'"
+                   " AND pi = 0")
+    assert refused[0]["n"] == 2 * per_worker - budget
