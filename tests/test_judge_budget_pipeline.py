@@ -17,8 +17,8 @@ from helpers import rows
 from tracescore.budget.selector import NOT_SELECTED, judge_fraction
 from tracescore.judge.openai_judge import OpenAIJudge
 from tracescore.monitor.active import active_mean
-from tracescore.store import open_store
 from tracescore.store import judge_budget as JB
+from tracescore.store import open_store
 from tracescore.testing import in_memory
 from tracescore.testing.judge import ScriptedJudgeServer, lexical_responder
 

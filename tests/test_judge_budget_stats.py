@@ -94,13 +94,13 @@ def test_exact_proxy_gives_a_zero_width_interval_with_a_note():
 
 
 def test_simulation_is_unbiased_and_covers():
-    """A fast run of bench/judge_budget_sim.py (fixed seed, 40 days of 8,000 records, budget
+    """A fast run of bench/judge_budget_sim.py (fixed seed, 100 days of 8,000 records, budget
     500/day): for each proxy the mean error is small against the interval's width and the
     95 % intervals cover the day's true mean in at least 85 % of the days (the full run:
     BENCHMARKS.md)."""
     import judge_budget_sim as sim
 
-    rows = sim.summarise(sim.simulate(40, 8000, 500.0, seed=5))
+    rows = sim.summarise(sim.simulate(100, 8000, 500.0, seed=5))
     for r in rows:
         assert r["coverage"] >= 0.85, r
         assert abs(r["bias"]) < 0.25 * r["width"], r
@@ -136,7 +136,7 @@ def test_error_model_is_uniform_until_it_has_judged_records_then_learns():
     model.add(np.minimum(BINS - 1, (f * BINS).astype(int)), f, pi, sel, y)
     assert model.sums[:, 1].sum() >= MIN_JUDGED
     err, mean = model.errors()
-    assert err[8] > 3 * err[1]
+    assert err[8] > 2 * err[1]
     assert min(err) < mean < max(err)
 
 
