@@ -5,6 +5,7 @@ by two workers' connections at once."""
 from __future__ import annotations
 
 import json
+import math
 import random
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import threading
 from typing import Any
 
 import pytest
-from helpers import rows
+from helpers import StoreClock, rows
 
 from tracescore.budget.selector import NOT_SELECTED, judge_fraction
 from tracescore.judge.openai_judge import OpenAIJudge
@@ -26,6 +27,19 @@ CONTEXTS = ["The Cargo ships with a 750 Wh battery.", "Warranty lasts two years.
 GOOD = "The Cargo ships with a 750 Wh battery."
 BUDGET = 12
 RECORDS = 60
+
+
+@pytest.fixture(autouse=True)
+def noon(monkeypatch: pytest.MonkeyPatch) -> StoreClock:
+    """The selector's clock at 12:00 UTC today (pacing depends on the time of day: at 00:01
+    a first day's traffic estimate would keep the rate near 0)."""
+    import time
+
+    import tracescore.budget.selector as selector
+
+    clock = StoreClock(math.floor(time.time() / 86400) * 86400 + 12 * 3600)
+    monkeypatch.setattr(selector, "time", clock)
+    return clock
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -97,6 +111,39 @@ def test_budgeted_adaptive_judging_end_to_end(db):
     text = cli("report", "--db", db).stdout
     assert "Judge budget (estimator: active)" in text and "faithfulness †" in text
     assert f"{want.value:.3f}" in text
+
+
+def test_compare_uses_the_active_estimates(db, tmp_path):
+    """Two releases, each judged within the budget (a large one: the wiring, not the
+    selection, is under test): ``compare`` compares their active estimates (each side's
+    estimate and n judged as ``report --where`` gives them)."""
+    for release in ("r1", "r2"):
+        with ScriptedJudgeServer(lexical_responder) as srv:
+            ts, _ = in_memory(db, metrics=["faithfulness"], release=release,
+                              judge=OpenAIJudge("scripted", base_url=srv.base_url),
+                              judge_canary=False, judge_budget="100000/day")
+            try:
+                rnd = random.Random(release)
+                for i in range(30):
+                    ok = rnd.random() < (0.8 if release == "r1" else 0.4)
+                    ts.log_record(query=f"{release} q{i}", contexts=CONTEXTS,
+                                  answer=GOOD if ok else f"The moon is cheese {i}.")
+                assert ts.flush(120)
+            finally:
+                ts.shutdown()
+    data = json.loads(cli("compare", "--db", db, "--by", "release", "--current", "r2",
+                          "--baseline", "r1", "--json").stdout)
+    row = data["scores"]["faithfulness"]
+    assert row["population"] == "all decided records (active inference)"
+    for side, release in (("current", "r2"), ("baseline", "r1")):
+        rep = json.loads(cli("report", "--db", db, "--json", "--where",
+                             f"release={release}").stdout)
+        est = rep["judge_budget"]["faithfulness"]["estimate"]
+        assert row[side]["value"] == pytest.approx(est["value"])
+        assert row[side]["n"] == est["n_judged"]
+    assert row["difference"]["estimate"] == pytest.approx(
+        row["current"]["value"] - row["baseline"]["value"])
+    assert "faithfulness" not in data["population"]["current"]
 
 
 def test_a_decision_is_made_once(db):
