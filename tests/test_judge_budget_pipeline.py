@@ -146,6 +146,35 @@ def test_compare_uses_the_active_estimates(db, tmp_path):
     assert "faithfulness" not in data["population"]["current"]
 
 
+def test_negative_feedback_turns_a_record_not_judged_into_a_judged_one(db):
+    """Feedback forces every metric on its trace, whatever was decided before: a record the
+    budget did not send to the judge is judged once it gets negative feedback, with π = 1
+    (the weight the read side gives forced records) and a unit of the budget."""
+    with ScriptedJudgeServer(lexical_responder) as srv:
+        ts, _ = in_memory(db, metrics=["faithfulness"],
+                          judge=OpenAIJudge("scripted", base_url=srv.base_url),
+                          judge_canary=False, judge_budget="3/day")
+        try:
+            traces = [ts.log_record(query=f"q{i}", contexts=CONTEXTS, answer=GOOD).trace_id
+                      for i in range(20)]
+            assert ts.flush(120)
+            skipped = rows(db, "SELECT d.record_id, r.trace_id FROM judge_decisions d JOIN"
+                               " records r ON r.record_id = d.record_id WHERE d.selected = 0")
+            assert skipped and all(t["trace_id"] in traces for t in skipped)
+            target = skipped[0]
+            spent = rows(db, "SELECT spent FROM judge_budget")[0]["spent"]
+            ts.add_feedback(target["trace_id"], 0.0)
+            assert ts.flush(120)
+        finally:
+            ts.shutdown()
+    [d] = rows(db, "SELECT * FROM judge_decisions WHERE record_id = ?", target["record_id"])
+    assert (d["selected"], d["pi"], d["reason"]) == (1, 1.0, "forced")
+    [score] = rows(db, "SELECT * FROM scores WHERE record_id = ? AND name = 'faithfulness'"
+                       " ORDER BY score_id DESC LIMIT 1", target["record_id"])
+    assert score["status"] == "ok"
+    assert rows(db, "SELECT spent FROM judge_budget")[0]["spent"] == spent + 1
+
+
 def test_a_decision_is_made_once(db):
     store = open_store(db)
     try:

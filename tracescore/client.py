@@ -49,6 +49,7 @@ from .export import (
 from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor, adopt_processors
 from .queue import FeedbackUpdate, GroundTruthUpdate, RecordQueue
+from .store import judge_budget as JB
 from .record import ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
 from .runs import RunIds, RunScope, enter_scope, exit_scope
 from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
@@ -712,8 +713,14 @@ class Tracescore(Feedback, Lifecycle):
                 # Negative feedback forces sampling: score every metric for that trace.
                 forced = Decision(0.0, self._metric_names, "negative feedback")
                 for rec in store.records_for_trace(upd.trace_id):
-                    self._add_jobs(rec, self._plan_jobs(rec, forced),
-                                   store.insert_jobs_if_missing)
+                    plan = self._plan_jobs(rec, forced)
+                    self._add_jobs(rec, plan, store.insert_jobs_if_missing)
+                    # a judge budget's "not judged" is undone: the job opens again and the
+                    # worker judges it with pi = 1 (store/judge_budget.py, decide)
+                    again = JB.not_judged_metrics(store, rec.record_id)
+                    if again:
+                        self._add_jobs(rec, [j for j in plan if j.metric in again],
+                                       store.upsert_jobs)
             return
         for rec in store.set_ground_truths(upd.trace_id, upd.ground_truths):
             decision = self.sampler.decide(rec, self._metric_names)

@@ -99,7 +99,7 @@ class AdaptiveJudging:
             return pi, u < pi
 
         d = JB.decide(store, metric.name, record_id, f, b, now, self.budgets[metric.name],
-                      choose)
+                      choose, record.trace_id)
         if not d.again:
             key = ("judged" if d.selected else
                    "budget_spent" if d.reason == "budget spent" else "not_selected")

@@ -24,7 +24,8 @@ from typing import Any
 
 from .rollup import qmark, qmark_tx
 
-__all__ = ["Decided", "decide", "ddl", "day_of", "decision_sums", "last_hour_seen", "usage"]
+__all__ = ["FORCED", "Decided", "day_of", "ddl", "decide", "decision_sums", "last_hour_seen",
+           "not_judged_metrics", "usage"]
 
 _TYPES = {"sqlite": {"real": "REAL", "int": "INTEGER"},
           "postgres": {"real": "double precision", "int": "bigint"}}
@@ -61,19 +62,50 @@ class Decided:
     reason: str | None = None
 
 
+#: the reason of a decision a rule or negative feedback forced (π = 1)
+FORCED = "forced"
+
+
+def _forced(conn: Any, record_id: str, trace_id: str | None) -> bool:
+    """Whether a rule (not a priority rule: its records are a random share of those it holds,
+    decided on the same hash as the rest) or negative feedback forces the record: it is then
+    judged with π = 1, as :mod:`tracescore.monitor.weighted` counts such records."""
+    from ..sampling import PRIORITY_PREFIX
+
+    row = conn.execute("SELECT forced FROM records WHERE record_id = ?", (record_id,)).fetchone()
+    if row is not None and row[0] and not str(row[0]).startswith(PRIORITY_PREFIX):
+        return True
+    if trace_id is None:
+        return False
+    return conn.execute("SELECT 1 FROM feedback WHERE trace_id = ? AND value < 0.5 LIMIT 1",
+                        (trace_id,)).fetchone() is not None
+
+
 def decide(store: Any, metric: str, record_id: str, proxy: float, bin_: int,
-           now: float, budget: float, choose: Callable[[int, int], tuple[float, bool]]
-           ) -> Decided:
+           now: float, budget: float, choose: Callable[[int, int], tuple[float, bool]],
+           trace_id: str | None = None) -> Decided:
     """One decision, in one transaction: the record's earlier decision if any; else count it
     seen today, ask ``choose(spent, seen)`` for (π, wanted), take one unit of today's budget
     if wanted (refused when spent: the record is then not judged, π 0, reason "budget
-    spent"), and store the decision."""
+    spent"), and store the decision.
+
+    A record a rule or negative feedback forces (:func:`_forced`; ``trace_id`` given) is
+    judged with π = 1 and counted against the budget without a refusal — also when it was
+    decided "not judged" before the feedback came (the decision is then turned to judged: the
+    feedback forces every metric on its trace, as everywhere in tracescore)."""
     day = day_of(now)
     with qmark_tx(store) as conn:
         old = conn.execute("SELECT selected, pi, proxy, reason FROM judge_decisions"
                            " WHERE record_id = ? AND metric = ?", (record_id, metric)).fetchone()
+        forced = _forced(conn, record_id, trace_id)
         if old is not None:
-            return Decided(bool(old[0]), float(old[1]), float(old[2]), True, old[3])
+            if old[0] or not forced:
+                return Decided(bool(old[0]), float(old[1]), float(old[2]), True, old[3])
+            conn.execute("UPDATE judge_decisions SET selected = 1, pi = 1.0, reason = ?"
+                         " WHERE record_id = ? AND metric = ?", (FORCED, record_id, metric))
+            conn.execute("UPDATE judge_budget SET spent = spent + 1 WHERE metric = ?"
+                         " AND day = ?", (metric, day))
+            return Decided(True, 1.0, float(old[2]), False, FORCED)
         conn.execute("INSERT INTO judge_budget(metric, day, seen, spent, budget)"
                      " VALUES (?, ?, 1, 0, ?) ON CONFLICT (metric, day)"
                      " DO UPDATE SET seen = judge_budget.seen + 1, budget = excluded.budget",
@@ -82,7 +114,11 @@ def decide(store: Any, metric: str, record_id: str, proxy: float, bin_: int,
                                    " AND day = ?", (metric, day)).fetchone()
         pi, wanted = choose(int(spent), int(seen) - 1)
         selected, reason = False, None
-        if pi <= 0.0:
+        if forced:
+            conn.execute("UPDATE judge_budget SET spent = spent + 1 WHERE metric = ?"
+                         " AND day = ?", (metric, day))
+            pi, selected, reason = 1.0, True, FORCED
+        elif pi <= 0.0:
             reason = "budget spent"
             pi = 0.0
         elif wanted:
@@ -96,6 +132,13 @@ def decide(store: Any, metric: str, record_id: str, proxy: float, bin_: int,
                       (record_id, metric, now, float(proxy), int(bin_), float(pi),
                        1 if selected else 0, reason))
     return Decided(selected, float(pi), float(proxy), False, reason)
+
+
+def not_judged_metrics(store: Any, record_id: str) -> set[str]:
+    """The metrics whose judge decision on the record was "not judged"."""
+    return {str(r[0]) for r in qmark(store).execute(
+        "SELECT metric FROM judge_decisions WHERE record_id = ? AND selected = 0",
+        (record_id,)).fetchall()}
 
 
 def usage(store: Any, metric: str, day: str) -> tuple[int, int, float | None]:
