@@ -49,12 +49,12 @@ from .export import (
 from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor, adopt_processors
 from .queue import FeedbackUpdate, GroundTruthUpdate, RecordQueue
-from .store import judge_budget as JB
 from .record import ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
 from .runs import RunIds, RunScope, enter_scope, exit_scope
 from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
 from .settings import Settings
 from .store import PENDING, SKIPPED, NewJob, StoreAPI, is_postgres, open_store, redact_url
+from .store import judge_budget as JB
 from .store.compact import skip_reason
 from .store.retention import PG_NO_MAX_BYTES, Retention, RetentionThread
 from .store.segments import SegmentSpec, release_environment
