@@ -98,14 +98,17 @@ def run_arm(rng: np.random.Generator, day: dict[str, np.ndarray], f: np.ndarray,
     sel = np.zeros(n, dtype=bool)
     spent = seen = 0
     start = 0
+    started: float | None = None
     u_all = rng.random(n)
     for s, c in enumerate(day["counts"]):
         if not c:
             continue
         idx = slice(start, start + c)
         start += c
-        last_hour = float(day["counts"][max(0, s - 12):s].sum())
-        r = pacer.rate(spent, seen, s * SLOT, yesterday, last_hour)
+        recent = float(day["counts"][max(0, s - int(pacer.recent_s // SLOT)):s].sum())
+        if started is None:
+            started = s * SLOT
+        r = pacer.rate(spent, seen, s * SLOT, yesterday, recent, started)
         if arm == "adaptive":
             err, mean_err = model.errors()
             p = inclusion(err[bins[idx]], mean_err, r)

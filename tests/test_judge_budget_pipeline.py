@@ -25,21 +25,32 @@ from tracescore.testing.judge import ScriptedJudgeServer, lexical_responder
 
 CONTEXTS = ["The Cargo ships with a 750 Wh battery.", "Warranty lasts two years."]
 GOOD = "The Cargo ships with a 750 Wh battery."
-BUDGET = 12
+BUDGET = 20
 RECORDS = 60
 
 
+class Clock(StoreClock):
+    """The selector's clock: from 12:00 UTC today, ``step`` seconds further at each read
+    (one read per decision: records that arrive ``step`` apart)."""
+
+    step = 0.0
+
+    def time(self) -> float:
+        t = self.t
+        self.t += self.step
+        return t
+
+
 @pytest.fixture(autouse=True)
-def noon(monkeypatch: pytest.MonkeyPatch) -> StoreClock:
-    """The selector's clock at 12:00 UTC today (pacing depends on the time of day: at 00:01
-    a first day's traffic estimate would keep the rate near 0)."""
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """Pacing depends on the time of day and the traffic: the tests set both."""
     import time
 
     import tracescore.budget.selector as selector
 
-    clock = StoreClock(math.floor(time.time() / 86400) * 86400 + 12 * 3600)
-    monkeypatch.setattr(selector, "time", clock)
-    return clock
+    c = Clock(math.floor(time.time() / 86400) * 86400 + 12 * 3600)
+    monkeypatch.setattr(selector, "time", c)
+    return c
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -66,7 +77,8 @@ def _run(db: str) -> tuple[Any, int]:
         return counts, srv.total_calls
 
 
-def test_budgeted_adaptive_judging_end_to_end(db):
+def test_budgeted_adaptive_judging_end_to_end(db, clock):
+    clock.step = 300.0  # 60 records over 5 hours, ~290 a day: the budget binds
     counts, calls = _run(db)
     decisions = rows(db, "SELECT * FROM judge_decisions ORDER BY record_id")
     assert len(decisions) == RECORDS and {d["metric"] for d in decisions} == {"faithfulness"}
@@ -180,15 +192,15 @@ def test_a_decision_is_made_once(db):
     try:
         calls = []
 
-        def choose(spent: int, seen: int) -> tuple[float, bool]:
-            calls.append((spent, seen))
+        def choose(spent: int, seen: int, started: float) -> tuple[float, bool]:
+            calls.append((spent, seen, started))
             return 0.5, True
 
         first = JB.decide(store, "m", "r1", 0.3, 3, 1_000_000.0, 10, choose)
         again = JB.decide(store, "m", "r1", 0.9, 9, 1_000_001.0, 10, choose)
         assert first.selected and not first.again
         assert again.again and again.selected and again.pi == 0.5 and again.proxy == 0.3
-        assert calls == [(0, 0)]
+        assert calls == [(0, 0, 1_000_000.0)]
         assert JB.usage(store, "m", JB.day_of(1_000_000.0)) == (1, 1, 10.0)
     finally:
         store.close()
@@ -209,7 +221,7 @@ def test_two_workers_share_one_budget(db):
             barrier.wait()
             for i in range(per_worker):
                 d = JB.decide(store, "faithfulness", f"w{k}-{i}", 0.5, 5, 2_000_000.0, budget,
-                              lambda spent, seen: (1.0, True))
+                              lambda spent, seen, started: (1.0, True))
                 results[k].append(d.selected)
         except BaseException as exc:  # noqa: BLE001 (re-raised in the test's thread)
             errors.append(exc)

@@ -153,25 +153,32 @@ class Pacer:
     prior_weight_s: float = 3600.0
     #: how far ahead of an even spend over the day the budget may run
     slack_s: float = 2 * HOUR
+    #: the window of the recent traffic rate
+    recent_s: float = HOUR
     #: the rate ahead of schedule, as a share of the day's flat rate
-    min_share: float = 0.05
+    min_share: float = 0.25
 
     def rate(self, spent: float, seen: float, now: float,
-             yesterday_seen: float | None = None, last_hour: float | None = None) -> float:
+             yesterday_seen: float | None = None, recent: float | None = None,
+             started: float | None = None) -> float:
         """The rate for the next record: ``spent``/``seen``: judged/decided records today
         (UTC day of ``now``), ``yesterday_seen``: records decided yesterday (None: unknown),
-        ``last_hour``: records decided in the hour before ``now`` (None: unknown).
+        ``recent``: records decided in the ``recent_s`` before ``now`` (None: unknown),
+        ``started``: today's first decision (None: midnight) — a pipeline started at noon
+        spreads the budget over the afternoon, and its traffic is measured from then.
 
-        The traffic still expected today is the last hour's rate (it follows the time of day)
-        once an hour of today has passed, else today's average rate so far, started from
-        yesterday's average (``prior_weight_s``)."""
+        The traffic still expected today is the recent rate (it follows the time of day, and
+        a spike within minutes) once ``recent_s`` of traffic has been seen, else the average
+        rate so far, started from yesterday's average (``prior_weight_s``) when known."""
         remaining = self.per_day - spent
         if remaining <= 0:
             return 0.0
-        elapsed = now - math.floor(now / DAY) * DAY
-        left = DAY - elapsed
-        if last_hour is not None and elapsed >= HOUR:
-            per_s = max(last_hour, 1.0) / HOUR
+        day0 = math.floor(now / DAY) * DAY
+        t0 = day0 if started is None else min(now, max(day0, started))
+        elapsed = now - t0
+        left = day0 + DAY - now
+        if recent is not None and elapsed >= self.recent_s:
+            per_s = max(recent, 1.0) / self.recent_s
         elif yesterday_seen:
             prior = yesterday_seen / DAY
             per_s = (seen + prior * self.prior_weight_s) / (elapsed + self.prior_weight_s)
@@ -179,12 +186,14 @@ class Pacer:
             per_s = max(seen, 1.0) / max(elapsed, 60.0)
         expected = per_s * left
         rate = min(self.max_rate, remaining / max(expected, 1.0))
-        # the schedule: by any time of day at most the day's share so far plus
-        # ``slack_s`` worth has been spent, so a spike (or a first day without a traffic
-        # estimate) cannot spend the budget by noon; ahead of it, the rate drops to a
-        # small floor (never 0 before the budget is spent: every record stays represented)
-        allowance = self.per_day * min(1.0, (elapsed + self.slack_s) / DAY)
-        flat = self.per_day / max(per_s * DAY, self.per_day)
+        # the schedule: at any time at most an even share of the budget over the part of the
+        # day since ``started``, plus ``slack_s`` worth, has been spent — so a spike (or a
+        # first day without a traffic estimate) cannot spend the budget by noon; ahead of it
+        # the rate drops to ``min_share`` of an even spend's (never 0 before the budget is
+        # spent: every record stays represented, with a bounded weight)
+        span = day0 + DAY - t0
+        allowance = self.per_day * min(1.0, (elapsed + self.slack_s) / span)
+        flat = self.per_day / max(per_s * span, self.per_day)
         if spent >= allowance:
             return float(min(rate, self.min_share * flat))
         return float(rate)

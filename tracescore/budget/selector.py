@@ -76,12 +76,12 @@ class AdaptiveJudging:
 
     def _traffic_now(self, store: Any, metric: str, now: float) -> tuple[int, int | None]:
         got = self._traffic.get(metric)
-        if got is not None and now - got[0] < min(self.refresh_s, 60.0):
+        if got is not None and now - got[0] < min(self.refresh_s, 30.0):
             return got[1], got[2]
-        last_hour = JB.last_hour_seen(store, metric, now)
+        recent = JB.recent_seen(store, metric, now, self.pacers[metric].recent_s)
         yesterday = JB.usage(store, metric, JB.day_of(now - DAY))[0] or None
-        self._traffic[metric] = (now, last_hour, yesterday)
-        return last_hour, yesterday
+        self._traffic[metric] = (now, recent, yesterday)
+        return recent, yesterday
 
     def decide(self, store: Any, metric: Metric, record_id: str, record: RagRecord,
                now: float | None = None) -> JB.Decided:
@@ -89,12 +89,12 @@ class AdaptiveJudging:
         f = float(overlap_proxy(record))
         b = proxy_bin(f)
         err, mean_err = self._errors(store, metric, now)
-        last_hour, yesterday = self._traffic_now(store, metric.name, now)
+        recent, yesterday = self._traffic_now(store, metric.name, now)
         u = judge_fraction(record_id)
         pacer = self.pacers[metric.name]
 
-        def choose(spent: int, seen: int) -> tuple[float, bool]:
-            r = pacer.rate(spent, seen, now, yesterday, last_hour)
+        def choose(spent: int, seen: int, started: float) -> tuple[float, bool]:
+            r = pacer.rate(spent, seen, now, yesterday, recent, started)
             pi = float(inclusion([err[b]], mean_err, r, self.lam, self.floor)[0])
             return pi, u < pi
 

@@ -2,8 +2,8 @@
 their DDL and every statement on them, written once for both backends (``?`` SQL; on
 PostgreSQL it runs through :func:`.rollup.qmark`).
 
-- ``judge_budget``: one row per (judge metric, UTC day): records decided (``seen``) and
-  records sent to the judge (``spent``). Both are counted in the decision's transaction, the
+- ``judge_budget``: one row per (judge metric, UTC day): records decided (``seen``),
+  records sent to the judge (``spent``), the budget and the day's first decision. Both are counted in the decision's transaction, the
   spend by a conditional ``UPDATE … WHERE spent < limit`` — atomic on both engines (on
   PostgreSQL the row lock serialises the workers of a fleet), so a day never goes over its
   budget however many workers share it.
@@ -24,7 +24,7 @@ from typing import Any
 
 from .rollup import qmark, qmark_tx
 
-__all__ = ["FORCED", "Decided", "day_of", "ddl", "decide", "decision_sums", "last_hour_seen",
+__all__ = ["FORCED", "Decided", "day_of", "ddl", "decide", "decision_sums", "recent_seen",
            "not_judged_metrics", "usage"]
 
 _TYPES = {"sqlite": {"real": "REAL", "int": "INTEGER"},
@@ -36,7 +36,7 @@ def ddl(dialect: str) -> list[str]:
     return [
         f"CREATE TABLE IF NOT EXISTS judge_budget (metric TEXT NOT NULL, day TEXT NOT NULL,"
         f" seen {t['int']} NOT NULL DEFAULT 0, spent {t['int']} NOT NULL DEFAULT 0,"
-        f" budget {t['real']}, PRIMARY KEY (metric, day))",
+        f" budget {t['real']}, first_at {t['real']}, PRIMARY KEY (metric, day))",
         f"CREATE TABLE IF NOT EXISTS judge_decisions (record_id TEXT NOT NULL,"
         f" metric TEXT NOT NULL, created_at {t['real']} NOT NULL, proxy {t['real']} NOT NULL,"
         f" bin {t['int']} NOT NULL, pi {t['real']} NOT NULL, selected {t['int']} NOT NULL,"
@@ -82,10 +82,11 @@ def _forced(conn: Any, record_id: str, trace_id: str | None) -> bool:
 
 
 def decide(store: Any, metric: str, record_id: str, proxy: float, bin_: int,
-           now: float, budget: float, choose: Callable[[int, int], tuple[float, bool]],
+           now: float, budget: float,
+           choose: Callable[[int, int, float], tuple[float, bool]],
            trace_id: str | None = None) -> Decided:
     """One decision, in one transaction: the record's earlier decision if any; else count it
-    seen today, ask ``choose(spent, seen)`` for (π, wanted), take one unit of today's budget
+    seen today, ask ``choose(spent, seen, first decision today)`` for (π, wanted), take one unit of today's budget
     if wanted (refused when spent: the record is then not judged, π 0, reason "budget
     spent"), and store the decision.
 
@@ -106,13 +107,14 @@ def decide(store: Any, metric: str, record_id: str, proxy: float, bin_: int,
             conn.execute("UPDATE judge_budget SET spent = spent + 1 WHERE metric = ?"
                          " AND day = ?", (metric, day))
             return Decided(True, 1.0, float(old[2]), False, FORCED)
-        conn.execute("INSERT INTO judge_budget(metric, day, seen, spent, budget)"
-                     " VALUES (?, ?, 1, 0, ?) ON CONFLICT (metric, day)"
+        conn.execute("INSERT INTO judge_budget(metric, day, seen, spent, budget, first_at)"
+                     " VALUES (?, ?, 1, 0, ?, ?) ON CONFLICT (metric, day)"
                      " DO UPDATE SET seen = judge_budget.seen + 1, budget = excluded.budget",
-                     (metric, day, float(budget)))
-        spent, seen = conn.execute("SELECT spent, seen FROM judge_budget WHERE metric = ?"
-                                   " AND day = ?", (metric, day)).fetchone()
-        pi, wanted = choose(int(spent), int(seen) - 1)
+                     (metric, day, float(budget), now))
+        spent, seen, first_at = conn.execute(
+            "SELECT spent, seen, first_at FROM judge_budget WHERE metric = ? AND day = ?",
+            (metric, day)).fetchone()
+        pi, wanted = choose(int(spent), int(seen) - 1, float(first_at or now))
         selected, reason = False, None
         if forced:
             conn.execute("UPDATE judge_budget SET spent = spent + 1 WHERE metric = ?"
@@ -150,11 +152,12 @@ def usage(store: Any, metric: str, day: str) -> tuple[int, int, float | None]:
     return int(row[0]), int(row[1]), None if row[2] is None else float(row[2])
 
 
-def last_hour_seen(store: Any, metric: str, now: float) -> int:
-    """Decisions on ``metric`` in the hour before ``now`` (the pacer's traffic rate)."""
+def recent_seen(store: Any, metric: str, now: float, window_s: float) -> int:
+    """Decisions on ``metric`` in the ``window_s`` before ``now`` (the pacer's traffic
+    rate)."""
     row = qmark(store).execute("SELECT count(*) FROM judge_decisions WHERE metric = ?"
                                " AND created_at >= ? AND created_at < ?",
-                               (metric, now - 3600.0, now)).fetchone()
+                               (metric, now - window_s, now)).fetchone()
     return int(row[0] or 0)
 
 
