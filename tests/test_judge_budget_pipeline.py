@@ -77,7 +77,7 @@ def _run(db: str) -> tuple[Any, int]:
         return counts, srv.total_calls
 
 
-def test_budgeted_adaptive_judging_end_to_end(db, clock):
+def test_budgeted_adaptive_judging_end_to_end(db, clock, tmp_path):
     clock.step = 300.0  # 60 records over 5 hours, ~290 a day: the budget binds
     counts, calls = _run(db)
     decisions = rows(db, "SELECT * FROM judge_decisions ORDER BY record_id")
@@ -123,6 +123,10 @@ def test_budgeted_adaptive_judging_end_to_end(db, clock):
     text = cli("report", "--db", db).stdout
     assert "Judge budget (estimator: active)" in text and "faithfulness †" in text
     assert f"{want.value:.3f}" in text
+    page = tmp_path / "report.html"
+    cli("report", "--db", db, "--html", str(page))
+    html = page.read_text()
+    assert 'data-estimator="active"' in html and f"{want.value:.3f}" in html
 
 
 def test_compare_uses_the_active_estimates(db, tmp_path):
