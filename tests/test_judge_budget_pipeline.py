@@ -72,6 +72,9 @@ def _run(db: str) -> tuple[Any, int]:
                 ts.log_record(query=f"What battery, {i}?", contexts=CONTEXTS, answer=answer)
             assert ts.flush(120)
             counts = dict(ts.worker.judging.counts)
+            stats = ts.stats()["judge_budget"]
+            assert stats["budgets"] == {"faithfulness": float(BUDGET)}
+            assert {k: stats[k] for k in counts} == counts
         finally:
             ts.shutdown()
         return counts, srv.total_calls
