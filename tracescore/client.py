@@ -263,6 +263,17 @@ class Tracescore(Feedback, Lifecycle):
             from .budget.selector import AdaptiveJudging
 
             self.worker.judging = AdaptiveJudging(s.judge_budgets)
+            if s.monitors is not None:
+                budgeted = {n for m in self.metrics if m.name in s.judge_budgets
+                            for n in m.names()}
+                for mon in s.monitors.monitors:
+                    if mon.score in budgeted:
+                        log.warning(
+                            "tracescore monitor %r watches %s, judged within a judge budget: "
+                            "monitors read the judged records only, which adaptive selection "
+                            "does not choose uniformly (their mean is biased toward the hard "
+                            "records); `tracescore report` has the active estimate "
+                            "(docs/judge_budget.md)", mon.name, mon.score)
         self.worker.redact = s.redact
         if self.attacher is not None:
             self.attacher.bind_tracer(self.tracer)
