@@ -247,3 +247,26 @@ def test_two_workers_share_one_budget(db):
     refused = rows(db, "SELECT count(*) AS n FROM judge_decisions WHERE reason = 'budget spent'"
                    " AND pi = 0")
     assert refused[0]["n"] == 2 * per_worker - budget
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"metrics": ["token_f1"], "judge_budget": "100/day"}, "no judge metric"),
+    ({"metrics": ["faithfulness"], "judge": "local", "judge_budget": "$5/day"}, "dollars"),
+    ({"metrics": ["faithfulness"], "judge": "local", "judge_budget": "100/week"},
+     "not understood"),
+    ({"metrics": ["faithfulness", "token_f1"], "judge": "local",
+      "judge_budgets": {"token_f1": "5/day"}}, "not a judge metric"),
+])
+def test_init_refuses_a_bad_budget(tmp_path, kwargs, words):
+    import tracescore
+
+    with pytest.raises((ValueError, TypeError), match=words):
+        tracescore.init(db=str(tmp_path / "x.db"), **kwargs)
+
+
+def test_worker_command_takes_a_budget_and_names_its_option(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tracescore.cli", "worker", "--db",
+                           str(tmp_path / "w.db"), "--metric", "token_f1", "--judge-budget",
+                           "100/day"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "--judge-budget is set but no judge metric is configured" in proc.stderr
