@@ -162,6 +162,16 @@ def test_compare_uses_the_active_estimates(db, tmp_path):
         assert row[side]["n"] == est["n_judged"]
     assert row["difference"]["estimate"] == pytest.approx(
         row["current"]["value"] - row["baseline"]["value"])
+    groups = json.loads(cli("report", "--db", db, "--json", "--by", "release").stdout)["groups"]
+    by_release = {g["value"]: g["metrics"]["faithfulness"] for g in groups}
+    for side, release in (("current", "r2"), ("baseline", "r1")):
+        assert by_release[release]["estimator"] == "active"
+        assert by_release[release]["mean"] == pytest.approx(row[side]["value"])
+    by_model = json.loads(cli("report", "--db", db, "--json", "--by", "judge_model").stdout)
+    judged = [g["metrics"]["faithfulness"] for g in by_model["groups"]
+              if g["metrics"].get("faithfulness", {}).get("count")]
+    assert judged  # no active estimate per judge model: no figure at all
+    assert all(m["mean"] is None and m["estimator"] == "active" for m in judged)
     assert "faithfulness" not in data["population"]["current"]
 
 

@@ -28,7 +28,8 @@ from ..monitor.active import ActiveMean, active_mean
 from ..monitor.stats import Estimate, Moments, mean_ci
 from . import query as Q
 
-__all__ = ["ActiveSummary", "active_summaries", "adaptive_metrics", "apply_active"]
+__all__ = ["ActiveSummary", "active_summaries", "adaptive_metrics", "apply_active",
+           "without_figure"]
 
 
 @dataclass(frozen=True)
@@ -140,3 +141,14 @@ def apply_active(m: Any, a: ActiveSummary) -> Any:
                    p90=None, fail_rate=None, rate=e.value if m.binary else m.rate,
                    estimator="active", judged_mean=a.judged_plain.value,
                    proxied=a.active.n_proxied)
+
+
+def without_figure(m: Any) -> Any:
+    """A budgeted judge metric's summary where no active estimate can be made (a group by a
+    score dimension, records without the dimension): no mean, interval or percentiles — the
+    judged records' plain mean would be read as the population's."""
+    from dataclasses import replace
+
+    return replace(m, mean=None, lo=None, hi=None, ci_method="", p10=None, p50=None,
+                   p90=None, fail_rate=None, rate=None if m.binary else m.rate,
+                   estimator="active", judged_mean=m.mean, proxied=None)

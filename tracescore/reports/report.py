@@ -104,7 +104,7 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
     (with :func:`pending_reasons`) and ``lost`` are the database's current totals.
     ``where``/``by`` name a dimension (:func:`.query.dims_of`).
     """
-    from .active import active_summaries, apply_active
+    from .active import active_summaries, apply_active, without_figure
     from .feedback import feedback_summary
     from .inclusion import population_summaries
     from .trust import trust_summaries
@@ -140,10 +140,15 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
         for value in sorted(keys, key=lambda v: (v is None, str(v))):
             r = g_recs.get(value, Q.RecordAgg())
             g_metrics = _summaries(g_scores.get(value, {}), g_skips.get(value, {}), info)
-            if active and value is not None:
-                g_active = active_summaries(conn, window, {m.name: m.metric for m in g_metrics},
-                                            where={**where, by: str(value)}, seg=seg)
-                g_metrics = [apply_active(m, g_active[m.name]) if m.name in g_active else m
+            if active:
+                # a budgeted judge metric's group: its active estimate where the group is a
+                # set of records (a record dimension); else no figure (the judged records'
+                # plain mean is biased, and decisions have no judge model or version)
+                g_active = ({} if value is None or by in Q.SCORE_DIMS else active_summaries(
+                    conn, window, {m.name: m.metric for m in g_metrics},
+                    where={**where, by: str(value)}, seg=seg))
+                g_metrics = [apply_active(m, g_active[m.name]) if m.name in g_active
+                             else without_figure(m) if m.name in active else m
                              for m in g_metrics]
             groups.append(GroupSummary(value, r.records, r.sampled, g_metrics))
 
