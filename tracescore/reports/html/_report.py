@@ -293,7 +293,11 @@ def _metric_card(m: MetricSummary, hist: Histogram | None, points: Sequence[Time
         ])
         headline = (f'<div class="big" data-stat="mean"{mean_attr}>{_val(m.mean)}</div>'
                     '<div class="bl">mean</div>')
-    if m.estimator == "active":  # a judge budget: the estimate, not the judged records' mean
+    if m.estimator == "active" and m.proxied is None:
+        headline += ('<p class="meta" data-estimator="active">judged within a judge budget: '
+                     "no active estimate here, and the judged records' own mean is not "
+                     "shown (docs/judge_budget.md).</p>")
+    elif m.estimator == "active":  # a judge budget: the estimate, not the judged records' mean
         headline += (
             f'<p class="meta" data-estimator="active">active estimate over {m.proxied or 0:,} '
             f"records with a proxy, {m.count:,} judged (judge budget, adaptive selection); "
