@@ -59,6 +59,9 @@ def test_active_mean_matches_a_direct_computation():
     assert (e.lo, e.hi) == pytest.approx((mu - z * math.sqrt(var), mu + z * math.sqrt(var)),
                                          rel=1e-12)
     assert e.n == int(sel.sum()) and got.n_proxied == f.size and e.method == ACTIVE
+    terms = g + np.where(sel, (y - g) / pi, 0.0)
+    assert got.se_terms == pytest.approx(stats.sem(terms), rel=1e-9)
+    assert got.se_terms > got.se  # it adds the records' own spread
 
 
 def test_a_useless_proxy_falls_back_to_the_weighted_mean_of_the_judged():

@@ -53,11 +53,15 @@ class ActiveMean:
     a: float
     b: float
     proxy_mean: float | None
+    #: the standard error from the variance of the per-record terms, sd(z)/√N (the paper's
+    #: interval: for the mean of the process the records come from, not of the window's
+    #: records; it adds their spread Var(y)/N)
+    se_terms: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {**self.estimate.to_json(), "estimator": "active", "n_judged": self.estimate.n,
                 "n_proxied": self.n_proxied, "se": self.se, "proxy_line": [self.a, self.b],
-                "proxy_mean": self.proxy_mean,
+                "proxy_mean": self.proxy_mean, "se_per_record_terms": self.se_terms,
                 "population": "all decided records (active inference)"}
 
 
@@ -113,5 +117,6 @@ def active_mean(proxy: Any, pi: Any, selected: Any, y: Any, conf: float = 0.95) 
     note = ""
     if se == 0.0 and np.any(sel & (p < 1)):
         note = NO_RESIDUAL
+    se_terms = float(z.std(ddof=1)) / math.sqrt(n_all) if n_all > 1 else None
     return ActiveMean(Estimate(n, mean, mean - half, mean + half, ACTIVE, note), n_all, se, a,
-                      b, pm)
+                      b, pm, se_terms)
