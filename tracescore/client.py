@@ -54,6 +54,7 @@ from .runs import RunIds, RunScope, enter_scope, exit_scope
 from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
 from .settings import Settings
 from .store import PENDING, SKIPPED, NewJob, StoreAPI, is_postgres, open_store, redact_url
+from .store import judge_budget as JB
 from .store.compact import skip_reason
 from .store.retention import PG_NO_MAX_BYTES, Retention, RetentionThread
 from .store.segments import SegmentSpec, release_environment
@@ -145,6 +146,8 @@ class Tracescore(Feedback, Lifecycle):
         judge_daily_budget_usd: float | None = None,
         judge_canary: bool | str | float = True,
         judge_max_wait_s: float = 6 * 3600.0,
+        judge_budget: str | float | None = None,
+        judge_budgets: Mapping[str, str | float] | None = None,
         embedder: Any = None,
         retention: Retention | str | None = "30d",
         keep_full_text: bool | str | float = False,
@@ -256,6 +259,21 @@ class Tracescore(Feedback, Lifecycle):
             if s.judge_canary_every_s is not None:
                 self.judge_session.canary_every_s = s.judge_canary_every_s
             self.worker.judge_max_wait_s = s.judge_max_wait_s
+        if s.judge_budgets and s.score:
+            from .budget.selector import AdaptiveJudging
+
+            self.worker.judging = AdaptiveJudging(s.judge_budgets)
+            if s.monitors is not None:
+                budgeted = {n for m in self.metrics if m.name in s.judge_budgets
+                            for n in m.names()}
+                for mon in s.monitors.monitors:
+                    if mon.score in budgeted:
+                        log.warning(
+                            "tracescore monitor %r watches %s, judged within a judge budget: "
+                            "monitors read the judged records only, which adaptive selection "
+                            "does not choose uniformly (their mean is biased toward the hard "
+                            "records); `tracescore report` has the active estimate "
+                            "(docs/judge_budget.md)", mon.name, mon.score)
         self.worker.redact = s.redact
         if self.attacher is not None:
             self.attacher.bind_tracer(self.tracer)
@@ -706,8 +724,14 @@ class Tracescore(Feedback, Lifecycle):
                 # Negative feedback forces sampling: score every metric for that trace.
                 forced = Decision(0.0, self._metric_names, "negative feedback")
                 for rec in store.records_for_trace(upd.trace_id):
-                    self._add_jobs(rec, self._plan_jobs(rec, forced),
-                                   store.insert_jobs_if_missing)
+                    plan = self._plan_jobs(rec, forced)
+                    self._add_jobs(rec, plan, store.insert_jobs_if_missing)
+                    # a judge budget's "not judged" is undone: the job opens again and the
+                    # worker judges it with pi = 1 (store/judge_budget.py, decide)
+                    again = JB.not_judged_metrics(store, rec.record_id)
+                    if again:
+                        self._add_jobs(rec, [j for j in plan if j.metric in again],
+                                       store.upsert_jobs)
             return
         for rec in store.set_ground_truths(upd.trace_id, upd.ground_truths):
             decision = self.sampler.decide(rec, self._metric_names)

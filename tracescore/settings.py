@@ -116,6 +116,11 @@ class Settings:
     capture: str | None = None
     #: How often the canary runs again, from ``judge_canary`` (None: the environment's default).
     judge_canary_every_s: float | None = None
+    #: Judged records a day for each judge metric ("2000/day"; None: no budget, every
+    #: sampled record is judged), then per-metric overrides; normalised to the budget of
+    #: each budgeted judge metric (:mod:`tracescore.budget.spec`).
+    judge_budget: Any = None
+    judge_budgets: Any = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are written once, here
@@ -137,6 +142,7 @@ class Settings:
         set_(self, "lease_seconds", _positive("lease_seconds", self.lease_seconds))
         set_(self, "metric_timeout_s", _positive("metric_timeout_s", self.metric_timeout_s))
         self._check_judge()
+        self._budgets(metrics)
         set_(self, "retention", Retention.resolve(self.retention))
         set_(self, "keep_full_text", _keep_full_text(self.keep_full_text))
         for name in ("release", "environment"):
@@ -214,6 +220,20 @@ class Settings:
                  if m.default_sample_rate is not None}
         rates.update(given)
         return rates
+
+    def _budgets(self, metrics: tuple[Metric, ...]) -> None:
+        from .budget.spec import parse_budget, resolve_budgets
+
+        judged = [m.name for m in metrics if m.kind == "judge"]
+        if self.judge_budget is not None and not judged:
+            parse_budget(self.judge_budget)
+            raise ValueError("judge_budget is set but no judge metric is configured (budgets "
+                             "apply to LLM-judge metrics such as faithfulness)")
+        budgets = resolve_budgets(self.judge_budget, self.judge_budgets, judged,
+                                  [m.name for m in metrics])
+        object.__setattr__(self, "judge_budget", None if self.judge_budget is None
+                           else parse_budget(self.judge_budget))
+        object.__setattr__(self, "judge_budgets", budgets)
 
     def _check_judge(self) -> None:
         set_ = object.__setattr__

@@ -103,6 +103,9 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         self.deferred = 0
         #: The judge session of judge metrics (its SQLite connection lives on this loop).
         self.judge_session: JudgeSession | None = None
+        #: judge budgets: which records of a budgeted judge metric go to the judge
+        #: (:class:`tracescore.budget.selector.AdaptiveJudging`), or None
+        self.judging: Any = None
         self.judge_canary = False
         #: set once the start-up canary has finished (or failed): for callers that want its
         #: verdict before reporting, such as the demo
@@ -660,6 +663,11 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         try:
             metric = self.metrics[job.metric]
             early = self._early_scores(job, metric, record)
+            if early is None and self.judging is not None and job.metric in self.judging:
+                assert record is not None
+                decided = self.judging.decide(store, metric, job.record_id, record)
+                if not decided.selected:
+                    early = self.judging.not_judged(metric, decided)
             if early is not None:
                 scores = early
             else:

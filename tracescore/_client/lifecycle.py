@@ -236,6 +236,10 @@ class Lifecycle:
             "spans_held": self.attacher.held if self.attacher is not None else 0,
             "deferred_jobs": self.worker.deferred,
             "judge": judge,
+            # judge budgets (docs/judge_budget.md): this process's decisions, by outcome
+            "judge_budget": (None if self.worker.judging is None else
+                             {"budgets": dict(self.worker.judging.budgets),
+                              **self.worker.judging.counts}),
             # the scoring loop's health (None in a capture-only process): alive, restarts
             # (it is restarted after a fault), gave_up, last_error
             "scorer": self.worker.health() if self.scoring else None,

@@ -28,6 +28,7 @@ INIT_OPTIONS: Mapping[str, tuple[str, str]] = {
     "judge_price": ("--judge-price", "IN,OUT"),
     "judge_calls_per_minute": ("--judge-calls-per-minute", "N"),
     "judge_daily_budget_usd": ("--judge-daily-budget-usd", "USD"),
+    "judge_budget": ("--judge-budget", "N/day"),
     "monitors": ("--monitors", "FILE"),
 }
 

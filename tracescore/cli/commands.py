@@ -579,6 +579,9 @@ def ui(db: Path, port: int, no_open: bool) -> None:
 @click.option("--judge-daily-budget-usd", type=click.FloatRange(min=0.0, min_open=True),
               default=None, help="Judge spend per UTC day for the whole fleet.")
 @click.option("--no-judge-canary", is_flag=True, help="Skip the judge's start-up canary.")
+@click.option("--judge-budget", metavar="N/day", default=None,
+              help="Judged records a day per judge metric for the whole fleet (held in the "
+                   "database), chosen adaptively; e.g. 2000/day (docs/judge_budget.md).")
 @click.option("--monitors", "monitors", metavar="FILE", default=None,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Also evaluate these monitors every minute and send their notifications "
@@ -588,7 +591,7 @@ def worker(db: Path | str, metrics: tuple[str, ...], metrics_module: str | None,
            exporter: str | None, stop_timeout: float, health_port: int | None,
            health_host: str, health_file: Path | None, judge_calls_per_minute: float | None,
            judge_price: str | None, judge_daily_budget_usd: float | None,
-           no_judge_canary: bool, monitors: Path | None) -> None:
+           no_judge_canary: bool, judge_budget: str | None, monitors: Path | None) -> None:
     """Run a scoring worker until SIGTERM: lease jobs from the database, score them, store
     the scores and export them on carrier spans and evaluation log records. Run as many
     copies as the queue needs (docs/fleet.md); app processes then use init(score=False).
@@ -621,7 +624,8 @@ def worker(db: Path | str, metrics: tuple[str, ...], metrics_module: str | None,
             health_port=health_port, health_host=health_host, health_file=health_file,
             judge_calls_per_minute=judge_calls_per_minute, judge_price=price,
             judge_daily_budget_usd=judge_daily_budget_usd, judge_canary=not no_judge_canary,
-            monitors=None if monitors is None else str(monitors), stop=stop)
+            monitors=None if monitors is None else str(monitors), stop=stop,
+            judge_budget=judge_budget)
     except (ValueError, TypeError, ImportError) as exc:  # init's checks, a missing extra
         raise click.UsageError(cli_message(exc)) from None
     raise SystemExit(code)

@@ -18,6 +18,7 @@ before and after ``prune``, and the cost does not grow with the number of record
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -56,7 +57,9 @@ class ScoreComparison:
                 "higher_is_better": self.higher_is_better,
                 "current": self.current.to_json(), "baseline": self.baseline.to_json(),
                 "difference": self.diff.to_json(), "p_adjusted": self.p_adjusted,
-                "verdict": self.verdict, "population": "scored records"}
+                "verdict": self.verdict,
+                "population": ("all decided records (active inference)"
+                               if self.diff.method == ACTIVE_DIFF else "scored records")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +158,7 @@ def build_comparison(
     Raises :class:`CompareError` with a clear message when that cannot be done.
     """
     from ..monitor import stats
+    from .active import active_summaries
     from .inclusion import population_summaries
 
     now = time.time() if now is None else now
@@ -207,6 +211,9 @@ def build_comparison(
     cur, cur_n, cur_skips = _side(conn, seg, cw, cur_where)
     base, base_n, base_skips = _side(conn, seg, bw, base_where)
     info = MetricInfo(conn)
+    names = {n: a.metric for n, a in {**base, **cur}.items()}
+    act_cur = active_summaries(conn, cw, names, where=cur_where, seg=seg)
+    act_base = active_summaries(conn, bw, names, where=base_where, seg=seg)
     pending: list[tuple[str, str, str, bool | None, Any, Any, Any, int, int]] = []
     for name in sorted(set(cur) | set(base),
                        key=lambda n: ((cur.get(n) or base[n]).metric, n)):
@@ -226,7 +233,10 @@ def build_comparison(
             diff = stats.mean_difference(a.moments(), b.moments(),
                                          bounded=a.unit_range and b.unit_range)
             kind = "mean"
-        pending.append((name, a.metric, kind, hib, ea, eb, diff, a.n_ok, b.n_ok))
+        n_a, n_b = a.n_ok, b.n_ok
+        if name in act_cur or name in act_base:  # a budgeted judge metric: active estimates
+            ea, eb, diff, n_a, n_b = _active_row(name, act_cur, act_base, ea, eb, n_a, n_b)
+        pending.append((name, a.metric, kind, hib, ea, eb, diff, n_a, n_b))
     # pipeline rows: errors and skips over every job, lower is better
     for kind in ("error rate", "skip rate"):
         if kind == "error rate":
@@ -254,10 +264,39 @@ def build_comparison(
                       adjust, rows, time.time(), cur_n, base_n,
                       _trust(conn, seg, info, (cw, cur_where, cur), (bw, base_where, base),
                              alpha),
-                      {"current": population_summaries(conn, cw, cur, binaries,
-                                                       where=cur_where, seg=seg),
-                       "baseline": population_summaries(conn, bw, base, binaries,
-                                                        where=base_where, seg=seg)})
+                      {"current": population_summaries(
+                          conn, cw, {k: v for k, v in cur.items() if k not in act_cur},
+                          binaries, where=cur_where, seg=seg),
+                       "baseline": population_summaries(
+                           conn, bw, {k: v for k, v in base.items() if k not in act_base},
+                           binaries, where=base_where, seg=seg)})
+
+
+#: the method of a difference between two active estimates (or one and a plain figure)
+ACTIVE_DIFF = "active (normal, se from each side)"
+
+
+def _active_row(name: str, cur: Mapping[str, Any], base: Mapping[str, Any], ea: Any, eb: Any,
+                n_a: int, n_b: int) -> tuple[Any, Any, Any, int, int]:
+    """A budgeted judge metric's row: each side's active estimate where it has decisions
+    (else its plain figure: a side judged before the budget, uniformly at its rate), the
+    difference with SE = √(se_a² + se_b²) (a side's se from its 95 % interval) and a
+    normal p-value."""
+    from scipy.special import ndtr
+
+    from ..monitor.stats import Difference, _z_quantile
+
+    if name in cur:
+        ea, n_a = cur[name].active.estimate, cur[name].judged
+    if name in base:
+        eb, n_b = base[name].active.estimate, base[name].judged
+    z = _z_quantile(0.975)
+    if ea.value is None or eb.value is None or None in (ea.lo, ea.hi, eb.lo, eb.hi):
+        return ea, eb, Difference(None, None, None, None, ACTIVE_DIFF), n_a, n_b
+    se = math.sqrt(((ea.hi - ea.lo) / (2 * z)) ** 2 + ((eb.hi - eb.lo) / (2 * z)) ** 2)
+    d = ea.value - eb.value
+    p = 1.0 if se == 0 and d == 0 else (0.0 if se == 0 else float(2 * ndtr(-abs(d) / se)))
+    return ea, eb, Difference(d, d - z * se, d + z * se, p, ACTIVE_DIFF), n_a, n_b
 
 
 def _trust(conn: Any, seg: Q.SegmentIndex, info: MetricInfo, current: tuple[Any, Any, Any],

@@ -46,6 +46,12 @@ class MetricSummary:
     #: jobs that ended in an error / were skipped, over every job of the score (with Wilson
     #: intervals in to_json): a release that errors more has regressed, whatever its mean
     error_rate: float | None = None
+    #: "" (the plain figure over the scored records) or "active": a judge metric judged
+    #: within a budget, whose mean/lo/hi are the active-inference estimate over ``proxied``
+    #: records (:mod:`.active`); ``judged_mean``: the judged records' plain (biased) mean
+    estimator: str = ""
+    judged_mean: float | None = None
+    proxied: int | None = None
 
     @property
     def mostly_skipped(self) -> bool:
@@ -56,7 +62,9 @@ class MetricSummary:
         out = {k: v for k, v in asdict(self).items() if k not in ("name", "skip_reasons")}
         out["skip_reasons"] = [{"reason": r, "records": n} for r, n in self.skip_reasons]
         out["mostly_skipped"] = self.mostly_skipped
-        out["population"] = "scored records"  # reports.inclusion: weighted to all records
+        # reports.inclusion: weighted to all records; reports.active: budgeted judge metrics
+        out["population"] = ("all decided records (active inference)"
+                             if self.estimator == "active" else "scored records")
         return out
 
 
@@ -146,9 +154,13 @@ class Report:
     #: per score name: the population its figures speak for, and the figure weighted to all
     #: records (:class:`.inclusion.PopulationSummary`)
     population: list[Any] = field(default_factory=list)
+    #: per score name of a judge metric judged within a budget: the active-inference
+    #: estimate (:class:`.active.ActiveSummary`)
+    active: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "judge_budget": {name: a.to_json() for name, a in self.active.items()},
             "monitors": [m.to_json() for m in self.monitors],
             "segment_overflow": dict(self.overflow),
             "by": self.by,

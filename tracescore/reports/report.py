@@ -104,6 +104,7 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
     (with :func:`pending_reasons`) and ``lost`` are the database's current totals.
     ``where``/``by`` name a dimension (:func:`.query.dims_of`).
     """
+    from .active import active_summaries, apply_active, without_figure
     from .feedback import feedback_summary
     from .inclusion import population_summaries
     from .trust import trust_summaries
@@ -117,6 +118,9 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
     skips = Q.merge_skips(Q.skip_aggs(conn, window, where=where, seg=seg).values())
     info = MetricInfo(conn)
     metrics = _summaries(scores, skips, info)
+    active = active_summaries(conn, window, {m.name: m.metric for m in metrics}, where=where,
+                              seg=seg)
+    metrics = [apply_active(m, active[m.name]) if m.name in active else m for m in metrics]
 
     counters = {str(k): int(v) for k, v in one("SELECT name, value FROM counters").fetchall()}
     lost = {k[5:]: v for k, v in sorted(counters.items()) if k.startswith("lost.") and v > 0}
@@ -135,8 +139,18 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
         keys = set(g_recs) | set(g_scores)
         for value in sorted(keys, key=lambda v: (v is None, str(v))):
             r = g_recs.get(value, Q.RecordAgg())
-            groups.append(GroupSummary(value, r.records, r.sampled, _summaries(
-                g_scores.get(value, {}), g_skips.get(value, {}), info)))
+            g_metrics = _summaries(g_scores.get(value, {}), g_skips.get(value, {}), info)
+            if active:
+                # a budgeted judge metric's group: its active estimate where the group is a
+                # set of records (a record dimension); else no figure (the judged records'
+                # plain mean is biased, and decisions have no judge model or version)
+                g_active = ({} if value is None or by in Q.SCORE_DIMS else active_summaries(
+                    conn, window, {m.name: m.metric for m in g_metrics},
+                    where={**where, by: str(value)}, seg=seg))
+                g_metrics = [apply_active(m, g_active[m.name]) if m.name in g_active
+                             else without_figure(m) if m.name in active else m
+                             for m in g_metrics]
+            groups.append(GroupSummary(value, r.records, r.sampled, g_metrics))
 
     return Report(
         db=db, since=since, generated_at=time.time(), records=recs.records,
@@ -149,9 +163,10 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
         pending_reasons=pending_reasons(conn) if pending else [],
         feedback=feedback_summary(conn, since, until, seg.matching(where)),
         trust=trust_summaries(conn, window, scores, where=where, seg=seg, info=info),
-        population=population_summaries(conn, window, scores,
-                                        {m.name: m.binary for m in metrics}, where=where,
-                                        seg=seg),
+        population=[p for p in population_summaries(
+            conn, window, {k: v for k, v in scores.items() if k not in active},
+            {m.name: m.binary for m in metrics}, where=where, seg=seg)],
+        active=active,
     )
 
 

@@ -8,6 +8,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from .active_text import ACTIVE_MARK, active_lines
 from .model import FeedbackSummary, MetricSummary, PendingReason, Report
 from .population_text import population_lines
 from .textfmt import WIDTH, monitor_estimate, printable
@@ -75,6 +76,7 @@ def format_report(report: Report, width: int = WIDTH) -> str:
     if notes:
         out += _wrap("; ".join(notes), width)
     out += _skip_notes(report.metrics, width)
+    out += active_lines(getattr(report, "active", {}), width)
     out += population_lines(report.population, width)
     out += _feedback_lines(report.feedback, width)
     out += trust_lines(report.trust, width)
@@ -111,11 +113,16 @@ def _ci(m: MetricSummary, rate: bool = False) -> str:
     return f"{m.lo:.3f}–{m.hi:.3f}" + ("*" if m.ci_method == "range bound" else "")
 
 
+def _active(m: MetricSummary) -> str:
+    return ACTIVE_MARK if m.estimator == "active" else ""
+
+
 def _score_tables(metrics: Sequence[MetricSummary]) -> list[str]:
     """A table of scores (mean with its 95 % interval) and one of yes/no checks (rate)."""
     out: list[str] = []
     rows = [
-        [m.name + _MARKS[m.higher_is_better], str(m.count), _num(m.mean), _ci(m), _num(m.p10),
+        [m.name + _MARKS[m.higher_is_better] + _active(m), str(m.count), _num(m.mean), _ci(m),
+         _num(m.p10),
          _num(m.p50), _num(m.p90), _pct(m.fail_rate), str(m.errors), str(m.skipped)]
         for m in metrics if not m.binary
     ]
@@ -126,7 +133,7 @@ def _score_tables(metrics: Sequence[MetricSummary]) -> list[str]:
             out.append("* every value equal (no spread): the exact bound for scores in [0, 1]")
     # Yes/no metrics (values 0/1): how many said yes, not percentiles of 0s and 1s.
     checks = [
-        [m.name + _MARKS[m.higher_is_better], str(m.count),
+        [m.name + _MARKS[m.higher_is_better] + _active(m), str(m.count),
          "-" if m.yes is None else f"{m.yes}/{m.count}", _pct(m.rate), _ci(m, rate=True),
          _pct(m.fail_rate), str(m.errors), str(m.skipped)]
         for m in metrics if m.binary

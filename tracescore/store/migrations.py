@@ -195,6 +195,8 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "records: an index of the forced records only", _v8_forced_index),
     Migration(9, "OTLP intake: received spans, their resources, traces awaiting assembly",
               lambda s: _intake(s, "sqlite")),
+    Migration(10, "judge budgets and adaptive judge decisions",
+              lambda s: _judge_budget(s, "sqlite")),
 )
 
 
@@ -496,6 +498,15 @@ def _intake(store: Any, dialect: str) -> None:
         store.conn.execute(stmt)
 
 
+def _judge_budget(store: Any, dialect: str) -> None:
+    """SQLite version 10, PostgreSQL version 9: ``judge_budget`` and ``judge_decisions``
+    (:mod:`.judge_budget`); only ``CREATE``."""
+    from .judge_budget import ddl
+
+    for stmt in ddl(dialect):
+        store.conn.execute(stmt)
+
+
 def _pg_statements(script: str) -> Callable[[Any], None]:
     def apply(store: Any) -> None:
         for stmt in script.split(";"):
@@ -540,6 +551,8 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "records: an index of the forced records only", _v8_forced_index),
     Migration(8, "OTLP intake: received spans, their resources, traces awaiting assembly",
               lambda s: _intake(s, "postgres")),
+    Migration(9, "judge budgets and adaptive judge decisions",
+              lambda s: _judge_budget(s, "postgres")),
 )
 
 #: pg_advisory_xact_lock key: "tracescore" as an int

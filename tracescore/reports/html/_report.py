@@ -293,6 +293,17 @@ def _metric_card(m: MetricSummary, hist: Histogram | None, points: Sequence[Time
         ])
         headline = (f'<div class="big" data-stat="mean"{mean_attr}>{_val(m.mean)}</div>'
                     '<div class="bl">mean</div>')
+    if m.estimator == "active" and m.proxied is None:
+        headline += ('<p class="meta" data-estimator="active">judged within a judge budget: '
+                     "no active estimate here, and the judged records' own mean is not "
+                     "shown (docs/judge_budget.md).</p>")
+    elif m.estimator == "active":  # a judge budget: the estimate, not the judged records' mean
+        headline += (
+            f'<p class="meta" data-estimator="active">active estimate over {m.proxied or 0:,} '
+            f"records with a proxy, {m.count:,} judged (judge budget, adaptive selection); "
+            f"the judged records' own mean {_val(m.judged_mean)} over-represents the hard "
+            "ones (docs/judge_budget.md). The distribution and the timeline below are of the "
+            "judged records.</p>")
     charts = '<p class="nodata">No ok scores in this window.</p>'
     if hist is not None and bucket is not None and span is not None:
         what = "yes / no" if m.binary else "distribution"

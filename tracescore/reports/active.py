@@ -1,0 +1,154 @@
+"""The judge metrics judged within a budget (adaptive selection, issue 33): their population
+mean by active inference (:func:`tracescore.monitor.active.active_mean`), read from the
+decisions the scoring worker stored (``judge_decisions``: proxy, π, judged) joined to the
+judge's scores.
+
+The window is the decisions' ``created_at`` (when the worker decided; a judged record's score
+is written moments later). Each decided record is one term of the estimate:
+
+- π = 0 (the day's budget was spent when it came): it could not be judged, so it is not
+  represented — left out, counted, and said in a note;
+- judged but without an ok score (the judge failed on it, or its score is still pending):
+  left out and counted (the estimate then assumes those are missing at random);
+- otherwise: its proxy, π, and the judge's score when judged.
+
+Reads every decision row of the window (N rows of four numbers: the estimate's line fit
+needs them; at 10⁶ decisions a window about 30 MB and a second). Blocking reads on the
+caller's connection (SQLite or PostgreSQL, through the same SQL).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..monitor.active import ActiveMean, active_mean
+from ..monitor.stats import Estimate, Moments, mean_ci
+from . import query as Q
+
+__all__ = ["ActiveSummary", "active_summaries", "adaptive_metrics", "apply_active",
+           "without_figure"]
+
+
+@dataclass(frozen=True)
+class ActiveSummary:
+    """One score name of a budgeted judge metric in a window."""
+
+    name: str
+    metric: str
+    active: ActiveMean
+    #: the plain mean of the judged records (biased under adaptive selection: shown only as
+    #: what it is, never as the population mean)
+    judged_plain: Estimate
+    decided: int
+    judged: int
+    not_represented: int = 0
+    missing: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"metric": self.metric, "estimate": self.active.to_json(),
+                "judged_records_plain_mean": {**self.judged_plain.to_json(),
+                                              "population": "judged records (biased)"},
+                "decided": self.decided, "judged": self.judged,
+                "not_represented_budget_spent": self.not_represented,
+                "judged_without_score": self.missing, "notes": list(self.notes)}
+
+
+def adaptive_metrics(conn: Any, window: Q.Window) -> list[str]:
+    """The metrics with judge decisions in the window (empty on a database without the
+    table: an older schema read by ``report --db``)."""
+    lo = Q._num(-math.inf if window.since is None else window.since)
+    hi = Q._num(math.inf if window.until is None else window.until)
+    try:
+        return [str(r[0]) for r in conn.execute(
+            "SELECT DISTINCT metric FROM judge_decisions WHERE created_at >= ?"
+            " AND created_at < ?", (lo, hi)).fetchall()]
+    except Exception:
+        return []
+
+
+def _summary(conn: Any, metric: str, name: str, window: Q.Window, ids: set[int] | None
+             ) -> ActiveSummary | None:
+    import numpy as np
+
+    lo = Q._num(-math.inf if window.since is None else window.since)
+    hi = Q._num(math.inf if window.until is None else window.until)
+    seg_sql, seg_args = Q._seg_clause(ids, "r.seg_id")
+    join = " JOIN records r ON r.record_id = d.record_id" if ids is not None else ""
+    rows = conn.execute(
+        "SELECT d.proxy, d.pi, d.selected, s.value, s.status FROM judge_decisions d"
+        " LEFT JOIN scores s ON s.record_id = d.record_id AND s.name = ?" + join +
+        " WHERE d.metric = ? AND d.created_at >= ? AND d.created_at < ?" + seg_sql,
+        (name, metric, lo, hi, *seg_args)).fetchall()
+    if not rows:
+        return None
+    f = np.array([float(r[0]) for r in rows])
+    pi = np.array([float(r[1]) for r in rows])
+    sel = np.array([bool(r[2]) for r in rows])
+    ok = np.array([r[4] == "ok" and r[3] is not None for r in rows])
+    y = np.array([float(r[3]) if r[3] is not None else 0.0 for r in rows])
+    unrepresented = pi <= 0
+    missing = sel & ~ok
+    keep = ~unrepresented & ~missing
+    est = active_mean(f[keep], pi[keep], sel[keep], y[keep])
+    judged_y = y[sel & ok]
+    plain = mean_ci(Moments.from_values(judged_y.tolist())) if judged_y.size else Estimate(0, None, None, None, "")
+    notes = []
+    n_unrep, n_missing = int(unrepresented.sum()), int(missing.sum())
+    if n_unrep:
+        notes.append(f"{n_unrep} records came after the day's judge budget was spent "
+                     "(pi = 0): not represented, the estimate speaks for the other "
+                     f"{int((~unrepresented).sum())}")
+    if est.estimate.note:
+        notes.append(est.estimate.note)
+    if n_missing:
+        notes.append(f"{n_missing} selected records have no ok score (judge error or still "
+                     "pending): left out, assumed missing at random")
+    return ActiveSummary(name, metric, est, plain, int(len(rows)), int((sel & ok).sum()),
+                         n_unrep, n_missing, tuple(notes))
+
+
+def active_summaries(conn: Any, window: Q.Window, names: Mapping[str, str], *,
+                     where: Mapping[str, str] | None = None,
+                     seg: Q.SegmentIndex | None = None) -> dict[str, ActiveSummary]:
+    """Per score name (``names``: score name → metric) of a metric with judge decisions in
+    the window: its :class:`ActiveSummary`."""
+    metrics = set(adaptive_metrics(conn, window))
+    if not metrics:
+        return {}
+    seg = seg or Q.SegmentIndex(conn)
+    ids = seg.matching(where)
+    out = {}
+    for name, metric in sorted(names.items()):
+        if metric in metrics:
+            s = _summary(conn, metric, name, window, ids)
+            if s is not None:
+                out[name] = s
+    return out
+
+
+def apply_active(m: Any, a: ActiveSummary) -> Any:
+    """A :class:`~.model.MetricSummary` whose figure is the active estimate: mean (rate) and
+    interval from it; the percentiles and the fail share of the judged records (biased under
+    adaptive selection) are not shown; ``judged_mean`` keeps their plain mean."""
+    from dataclasses import replace
+
+    e = a.active.estimate
+    return replace(m, mean=e.value, lo=e.lo, hi=e.hi, ci_method=e.method, p10=None, p50=None,
+                   p90=None, fail_rate=None, rate=e.value if m.binary else m.rate,
+                   estimator="active", judged_mean=a.judged_plain.value,
+                   proxied=a.active.n_proxied)
+
+
+def without_figure(m: Any) -> Any:
+    """A budgeted judge metric's summary where no active estimate can be made (a group by a
+    score dimension, records without the dimension): no mean, interval or percentiles — the
+    judged records' plain mean would be read as the population's."""
+    from dataclasses import replace
+
+    return replace(m, mean=None, lo=None, hi=None, ci_method="", p10=None, p50=None,
+                   p90=None, fail_rate=None, rate=None if m.binary else m.rate,
+                   estimator="active", judged_mean=m.mean, proxied=None)
