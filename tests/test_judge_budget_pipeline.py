@@ -280,3 +280,41 @@ def test_worker_command_takes_a_budget_and_names_its_option(tmp_path):
                            "100/day"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "--judge-budget is set but no judge metric is configured" in proc.stderr
+
+
+def test_decisions_are_pruned_with_their_records_and_copied_to_postgres(tmp_path, clock,
+                                                                        pg_url):
+    """The per-record decisions must not outlive their records (one row per candidate record
+    and budgeted metric: unbounded otherwise), and ``copy-to-postgres`` carries them (the
+    active estimates need each record's proxy and inclusion probability)."""
+    import time
+
+    from helpers import run_cli
+
+    from tracescore.store.retention import Retention, prune
+
+    clock.step = 300.0
+    src = str(tmp_path / "history.db")
+    _run(src)
+    before = rows(src, "SELECT count(*) AS n FROM judge_decisions")[0]["n"]
+    assert before == RECORDS
+    result = run_cli("copy-to-postgres", "--db", src, "--to", pg_url)
+    assert result.exit_code == 0, result.output
+    got = rows(pg_url, "SELECT record_id, metric, proxy, pi, selected FROM judge_decisions"
+                       " ORDER BY record_id")
+    want = rows(src, "SELECT record_id, metric, proxy, pi, selected FROM judge_decisions"
+                     " ORDER BY record_id")
+    assert got == want
+    assert rows(pg_url, "SELECT spent FROM judge_budget") == rows(
+        src, "SELECT spent FROM judge_budget")
+    store = open_store(src)
+    try:
+        res = prune(store, Retention(max_age_s=86400.0), now=time.time() + 10 * 86400,
+                    vacuum=False)
+    finally:
+        store.close()
+    left = rows(src, "SELECT count(*) AS n FROM records")[0]["n"]
+    assert res.records > 0 and res.judge_decisions == res.records
+    assert rows(src, "SELECT count(*) AS n FROM judge_decisions")[0]["n"] == left
+    assert rows(src, "SELECT count(*) AS n FROM judge_decisions d WHERE NOT EXISTS ("
+                     "SELECT 1 FROM records r WHERE r.record_id = d.record_id)")[0]["n"] == 0

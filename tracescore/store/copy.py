@@ -173,6 +173,10 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
                 "judge_cache": ("key", "ON CONFLICT (key) DO NOTHING"),
                 "judge_health": ("model", "ON CONFLICT (model) DO NOTHING"),
                 "embedding_cache": ("model", "ON CONFLICT (model, text_sha256) DO NOTHING"),
+                # the judge budget's days and per-record decisions (the active estimates of
+                # a budgeted judge metric need their proxies and inclusion probabilities)
+                "judge_budget": ("metric", "ON CONFLICT (metric, day) DO NOTHING"),
+                "judge_decisions": ("record_id", "ON CONFLICT (record_id, metric) DO NOTHING"),
             }
             for table, (_, tail) in natural.items():
                 if table not in tables:

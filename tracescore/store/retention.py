@@ -201,6 +201,8 @@ class PruneResult:
     jobs: int = 0
     judge_calls: int = 0
     judge_cache: int = 0
+    #: the judge budget's per-record decisions (docs/judge_budget.md), pruned with the records
+    judge_decisions: int = 0
     feedback: int = 0
     batches: int = 0
     #: records pruned because of ``max_bytes`` (beyond those past ``max_age_s``)
@@ -327,6 +329,10 @@ def prune_batch(store: Any, cutoff: float, limit: int, result: PruneResult,
         result.scores += conn.execute(f"DELETE FROM scores WHERE record_id IN ({m})",
                                       ids).rowcount
         result.jobs += conn.execute(f"DELETE FROM jobs WHERE record_id IN ({m})", ids).rowcount
+        # the judge budget's decisions go with their records (keyed by record: its primary
+        # key's prefix), or they would grow by a row per candidate record for ever
+        result.judge_decisions += conn.execute(
+            f"DELETE FROM judge_decisions WHERE record_id IN ({m})", ids).rowcount
         n = int(conn.execute(f"DELETE FROM records WHERE record_id IN ({m})", ids).rowcount)
     result.records += n
     result.batches += 1
