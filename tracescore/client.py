@@ -110,6 +110,13 @@ class Tracescore(Feedback, Lifecycle):
     ``init``; evaluated every minute in a background thread (where scoring runs; on PostgreSQL
     one evaluator per database at a time), with notifications sent from another
     (docs/monitoring.md).
+
+    ``session_idle``: records that carry a session key (``ts.run(session_id=...)``, LangChain
+    metadata ``session_id``/``thread_id``/``conversation_id``, LangGraph's ``thread_id``,
+    LlamaIndex chat memory, OTLP ``session.id``/``gen_ai.conversation.id``) are turns of a
+    conversation; after this long without a turn ("5m", or seconds) the session is scored as
+    a unit (turns, repeats, abandonment, turn-level aggregates), in the background where
+    scoring runs; a later turn re-opens it and its scores are replaced (docs/sessions.md).
     """
 
     def __init__(
@@ -155,6 +162,7 @@ class Tracescore(Feedback, Lifecycle):
         max_segments: int = 1000,
         monitors: Any = None,
         capture: str | None = None,
+        session_idle: str | float | None = None,
     ) -> None:
         args = dict(locals())
         del args["self"]
@@ -295,6 +303,15 @@ class Tracescore(Feedback, Lifecycle):
                 self.db_path, s.monitors, otel_logger=self.telemetry.logger,
                 meter=self.telemetry.meter)
             self.monitors.start()
+        # sessions: closed after `session_idle` without a turn, where scoring runs (on
+        # PostgreSQL the workers of a fleet; claims keep closers from taking the same session)
+        self.sessions: Any = None
+        if s.session_idle is not None and (self.scoring or not pg):
+            from .sessions.closer import SessionCloser
+
+            self.sessions = SessionCloser(self.db_path, float(s.session_idle),
+                                          embedder=self.embedder)
+            self.sessions.start()
         self.export_metrics.bind(self._snapshot)
         if s.score:
             self.worker.start()

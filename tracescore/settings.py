@@ -116,6 +116,9 @@ class Settings:
     capture: str | None = None
     #: How often the canary runs again, from ``judge_canary`` (None: the environment's default).
     judge_canary_every_s: float | None = None
+    #: Close a session (score it as a unit) after this long without a turn: seconds, from a
+    #: duration such as "5m" (None: sessions are not closed by this process).
+    session_idle: float | str | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are written once, here
@@ -153,6 +156,9 @@ class Settings:
         set_(self, "monitors", self._monitors())
         if self.capture not in (None, "otel"):
             raise ValueError(f"capture must be None or 'otel', got {self.capture!r}")
+        from .sessions.closer import parse_idle
+
+        set_(self, "session_idle", parse_idle(self.session_idle))
 
     def _monitors(self) -> Any:
         """The monitors, validated against the configured metrics and segments (a

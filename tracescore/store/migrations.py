@@ -195,6 +195,8 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "records: an index of the forced records only", _v8_forced_index),
     Migration(9, "OTLP intake: received spans, their resources, traces awaiting assembly",
               lambda s: _intake(s, "sqlite")),
+    Migration(11, "sessions: open and closed conversations, records by session",
+              lambda s: _sessions(s, "sqlite")),
 )
 
 
@@ -496,6 +498,17 @@ def _intake(store: Any, dialect: str) -> None:
         store.conn.execute(stmt)
 
 
+def _sessions(store: Any, dialect: str) -> None:
+    """SQLite version 11, PostgreSQL version 10: the ``sessions`` table and an index of the
+    records by session (:mod:`.sessions`). Sessions of records written before it are not
+    backfilled: a session is known from its next turn on (and then scored with all its
+    stored turns)."""
+    from .sessions import ddl
+
+    for stmt in ddl(dialect):
+        store.conn.execute(stmt)
+
+
 def _pg_statements(script: str) -> Callable[[Any], None]:
     def apply(store: Any) -> None:
         for stmt in script.split(";"):
@@ -540,6 +553,8 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "records: an index of the forced records only", _v8_forced_index),
     Migration(8, "OTLP intake: received spans, their resources, traces awaiting assembly",
               lambda s: _intake(s, "postgres")),
+    Migration(10, "sessions: open and closed conversations, records by session",
+              lambda s: _sessions(s, "postgres")),
 )
 
 #: pg_advisory_xact_lock key: "tracescore" as an int

@@ -52,6 +52,7 @@ from .rows import (
     row_to_record,
 )
 from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
+from .sessions import note_turns
 
 try:
     import psycopg
@@ -382,6 +383,9 @@ class PostgresStore(LabelsMixin):
                             NONE_SEG if fact is None else fact[1], delta))
                 count_skips(delta, [(j, None) for j in created], facts, self._record_facts)
                 delta.write(QmarkConnection(self.conn))
+                # (facts: the rows this batch inserted, each once)
+                note_turns(QmarkConnection(self.conn), (r for r in rows if r[0] in facts
+                                                        and facts.pop(r[0], None)), now)
                 if counters or overflow:
                     self.bump_counters({**(counters or {}), **overflow})
             return refs
