@@ -29,6 +29,7 @@ INIT_OPTIONS: Mapping[str, tuple[str, str]] = {
     "judge_calls_per_minute": ("--judge-calls-per-minute", "N"),
     "judge_daily_budget_usd": ("--judge-daily-budget-usd", "USD"),
     "monitors": ("--monitors", "FILE"),
+    "session_idle": ("--session-idle", "DURATION"),
 }
 
 #: Python-only advice → what the command line offers instead (applied first, in order)
