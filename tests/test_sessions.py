@@ -171,3 +171,14 @@ def test_session_idle_parses(value: Any, seconds: float | None) -> None:
 def test_session_idle_rejects(make_ts: Any, value: Any) -> None:
     with pytest.raises((ValueError, TypeError), match="session_idle|duration"):
         make_ts(session_idle=value)
+
+
+def test_monitors_on_session_scores_are_known(make_ts: Any) -> None:
+    """A scoring app's monitors may watch session scores: the cheap ones, and the turn-level
+    aggregates of its metrics (with the metric's direction)."""
+    mons = [{"name": "repeats", "score": "session.repeated_questions", "threshold": 0.2},
+            {"name": "worst", "score": "session.m.worst", "threshold": 0.5}]
+    make_ts(metrics=[ScriptedMetric(name="m")], monitors=mons, session_idle="5m")
+    with pytest.raises(ValueError, match="session.nope"):
+        make_ts(metrics=[ScriptedMetric(name="m")], session_idle="5m",
+                monitors=[{"name": "x", "score": "session.nope", "threshold": 0.2}])

@@ -119,3 +119,21 @@ def test_four_turns_over_a_restart_then_a_late_fifth(tmp_path: Path) -> None:
     assert pop["session.turns"]["statement"].startswith("scored records: every closed session")
     assert pop["faith"]["rate"] == 1.0 and not pop["faith"]["unequal_selection"]
     assert out["current_records"] == 4 and out["baseline_records"] == 5  # requests only
+
+    # a monitor on a session score: known, evaluated on the sessions' figures
+    mon = tmp_path / "mon.toml"
+    mon.write_text('[[monitor]]\nname = "repeats"\nscore = "session.repeated_questions"\n'
+                   'window = "1d"\nthreshold = 0.5\n')
+    res = run_cli("check", "--db", db, "--monitors", mon, "--json")
+    assert res.exit_code == 0, res.output
+    # a human label on a session score (the session's record id, the score's own scale)
+    from tracescore.labels import add_label
+
+    trace, span = session_record_id("chat-1")
+    add_label(f"{trace}-{span}", "session.abandoned", 0.0, annotator="ann", db=db)
+    assert rows(db, "SELECT name, value, metric_version FROM labels WHERE record_id = ?",
+                f"{trace}-{span}") == [{"name": "session.abandoned", "value": 0.0,
+                                        "metric_version": "1"}]
+    checked = json.loads(res.output)
+    assert checked["monitors"][0]["error"] is None
+    assert checked["sight"]["repeats"]["n"] == 2  # chat-1 and chat-2 (one-turn ones skip)

@@ -175,6 +175,9 @@ class Settings:
             for m in self.metrics:
                 for name in m.names():
                     known[name] = m.higher_is_better
+            from .sessions.metrics import session_score_names
+
+            known.update(session_score_names(known))
             mons.check_against(known, [f"metadata.{k}" for k in self.segments])
         return mons
 

@@ -31,7 +31,7 @@ from ..record import RagRecord
 from ..score import Score
 
 __all__ = ["CHEAP", "COSINE_REPEAT", "JACCARD_REPEAT", "PREFIX", "Declared", "is_unanswered",
-           "normalise", "repeated_turns", "session_scores"]
+           "normalise", "repeated_turns", "session_score_names", "session_scores"]
 
 PREFIX = "session."
 #: word-set similarity at or above which two questions are the same question asked again
@@ -51,6 +51,18 @@ CHEAP: dict[str, tuple[bool | None, str]] = {
     "session.unanswered_turns": (False, "share of turns with no answer (error, empty, cut off)"),
     "session.abandoned": (False, "1 when the session ended right after an unanswered turn"),
 }
+
+def session_score_names(turn_scores: Mapping[str, bool | None]) -> dict[str, bool | None]:
+    """Every session score name a session of turns scored with ``turn_scores`` (name →
+    higher_is_better) can have, with its direction (a monitor's name is checked against
+    them)."""
+    out: dict[str, bool | None] = {name: hib for name, (hib, _) in CHEAP.items()}
+    for name, hib in turn_scores.items():
+        out[f"{PREFIX}{name}.passing"] = True
+        if hib is not None:
+            out[f"{PREFIX}{name}.worst"] = hib
+    return out
+
 
 _PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
 _SPACE = re.compile(r"\s+")
