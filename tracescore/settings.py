@@ -119,6 +119,9 @@ class Settings:
     #: Close a session (score it as a unit) after this long without a turn: seconds, from a
     #: duration such as "5m" (None: sessions are not closed by this process).
     session_idle: float | str | None = None
+    #: LLM-judge session metrics (``conversation_relevancy``, ``knowledge_retention``): run as
+    #: judge jobs on each closed session's record (:mod:`.sessions.judged`)
+    session_metrics: Any = ()
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are written once, here
@@ -159,6 +162,13 @@ class Settings:
         from .sessions.closer import parse_idle
 
         set_(self, "session_idle", parse_idle(self.session_idle))
+        from .sessions.judged import resolve_session_metrics
+
+        set_(self, "session_metrics", resolve_session_metrics(self.session_metrics))
+        if self.score and self.session_metrics and self.judge is None:
+            raise ValueError(f"session_metrics {[m.name for m in self.session_metrics]} need an "
+                             "LLM judge: pass judge='openai:MODEL', 'llama-cpp:/path/model.gguf',"
+                             " 'local', a LangChain chat model or a Judge")
 
     def _monitors(self) -> Any:
         """The monitors, validated against the configured metrics and segments (a

@@ -26,6 +26,7 @@ from .._internal.errors import record_internal_error
 from ..record import RagRecord
 from ..store import sessions as S
 from ..store.rollup import qmark
+from ..store.rows import NewJob
 from .metrics import CHEAP, PREFIX, VERSION, Declared, session_scores
 
 __all__ = ["CloseResult", "SessionCloser", "close_due", "parse_idle"]
@@ -131,10 +132,12 @@ def session_record(key: str, turns: Sequence[RagRecord]) -> RagRecord:
 
 def close_due(store: Any, idle_s: float, *, owner: str | None = None, now: float | None = None,
               limit: int = 20, embed: Callable[[list[str]], Sequence[Sequence[float]]] | None
-              = None, defer_s: float | None = None, registered: set[str] | None = None
-              ) -> CloseResult:
+              = None, defer_s: float | None = None, registered: set[str] | None = None,
+              judge_metrics: Sequence[tuple[str, str]] = ()) -> CloseResult:
     """Close the sessions untouched for ``idle_s`` as of ``now`` (default: the clock) —
-    one pass, at most ``limit`` sessions. Blocking."""
+    one pass, at most ``limit`` sessions. ``judge_metrics``: (name, version) of the session
+    judge metrics whose jobs each close creates (or re-opens) on the session's record, in
+    the closing transaction. Blocking."""
     now = time.time() if now is None else now
     owner = owner or f"sessions-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     registered = set() if registered is None else registered
@@ -147,7 +150,9 @@ def close_due(store: Any, idle_s: float, *, owner: str | None = None, now: float
             continue
         turns = [r for r, _ in pairs]
         rids = [r.record_id for r in turns]
-        if S.open_turn_jobs(store, rids):
+        own = "-".join(S.session_record_id(c.session_id))
+        # (its own judge jobs of an earlier close too: re-opened only once they are done)
+        if S.open_turn_jobs(store, [*rids, own]):
             S.defer(store, owner, c, now + (defer_s if defer_s is not None
                                             else max(1.0, min(idle_s, 30.0))))
             result.deferred.append(c.session_id)
@@ -159,8 +164,9 @@ def close_due(store: Any, idle_s: float, *, owner: str | None = None, now: float
         if new:
             store.register_metrics(new)
             registered.update(d.name for d in new)
+        jobs = [NewJob(own, name, version) for name, version in judge_metrics]
         if S.finish(store, owner, c, session_record(c.session_id, turns), pairs[-1][1],
-                    scores, time.time()):
+                    scores, time.time(), jobs):
             result.closed.append(c.session_id)
         else:
             result.lost.append(c.session_id)
@@ -187,12 +193,17 @@ class SessionCloser:
     """
 
     def __init__(self, db_path: str, idle_s: float, *, poll_s: float | None = None,
-                 clock: Callable[[], float] = time.time, embedder: Any = None) -> None:
+                 clock: Callable[[], float] = time.time, embedder: Any = None,
+                 judge_metrics: Sequence[tuple[str, str]] = (),
+                 on_closed: Callable[[], Any] | None = None) -> None:
         self.db_path = db_path
         self.idle_s = idle_s
         self.poll_s = poll_s if poll_s is not None else min(max(idle_s / 4, 0.05), 5.0)
         self.clock = clock
         self.embed = embed_with(embedder)
+        self.judge_metrics = tuple(judge_metrics)
+        #: called after a pass that closed sessions (the worker's wake: their judge jobs)
+        self.on_closed = on_closed
         self.owner = f"sessions-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.closed = 0
         self.passes = 0
@@ -222,9 +233,11 @@ class SessionCloser:
         """One pass on ``store`` (the caller's thread), as of ``now`` (default: the clock)."""
         res = close_due(store, self.idle_s, owner=self.owner,
                         now=self.clock() if now is None else now, embed=self.embed,
-                        registered=self._registered)
+                        registered=self._registered, judge_metrics=self.judge_metrics)
         self.closed += len(res.closed)
         self.passes += 1
+        if res.closed and self.judge_metrics and self.on_closed is not None:
+            self.on_closed()
         return res
 
     def _run(self) -> None:

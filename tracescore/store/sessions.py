@@ -212,13 +212,16 @@ _UPSERT_SCORE = (
 
 
 def finish(store: Any, owner: str, c: Claim, record: RagRecord | None,
-           last_turn: Mapping[str, Any] | None, scores: Sequence[Score], now: float) -> bool:
+           last_turn: Mapping[str, Any] | None, scores: Sequence[Score], now: float,
+           jobs: Sequence[Any] = ()) -> bool:
     """Close ``c``: in one transaction, mark it ``closed`` if ``owner`` still holds it at the
     claimed version, and store the session's record and ``scores`` (replacing an earlier
-    close's; names it no longer has are removed), their rollup contributions exchanged.
+    close's; names it no longer has are removed — not the judge jobs' scores, replaced when
+    their re-opened jobs run), their rollup contributions exchanged.
     False (nothing stored) when a turn arrived meanwhile or the lease was lost; the session
     then closes again later. ``record`` None: the session has no turns left (pruned); only
-    its state is closed."""
+    its state is closed. ``jobs``: the session judge metrics' jobs on its record, created or
+    re-opened (``upsert_jobs``) in the same transaction."""
     with qmark_tx(store) as conn:
         won = conn.execute(
             "UPDATE sessions SET status = 'closed', closed_version = ?, lease_owner = NULL,"
@@ -239,7 +242,9 @@ def finish(store: Any, owner: str, c: Claim, record: RagRecord | None,
         delta = Delta()
         rid = record.record_id
         names = {s.name for s in scores}
-        for old in conn.execute(_OLD_SCORES, (rid,)).fetchall():
+        # (the closer's own rows only: a judge metric's score belongs to its job, which this
+        # close re-opens, and is replaced when the job runs again)
+        for old in conn.execute(_OLD_SCORES + " AND job_id IS NULL", (rid,)).fetchall():
             if old[2] is not None:
                 delta.add_score(old[1], old[0], old[2], old[3], old[4], old[5], old[6],
                                 old[7], old[8], -1)
@@ -255,4 +260,6 @@ def finish(store: Any, owner: str, c: Claim, record: RagRecord | None,
             delta.add_score(now, s.name, seg_id, s.metric_version, "", s.metric or s.name,
                             s.value, s.label, s.status)
         delta.write(conn)
+        if jobs:
+            store.upsert_jobs(jobs)  # (nested: part of this transaction)
     return True
