@@ -583,12 +583,16 @@ def ui(db: Path, port: int, no_open: bool) -> None:
               help="Also close sessions after this long without a turn (5m, 30m) and score "
                    "them as a unit (docs/sessions.md); the fleet's workers share the "
                    "sessions (each is claimed by one).")
+@click.option("--session-metric", "session_metrics", metavar="NAME", multiple=True,
+              help="With --session-idle: an LLM-judge session metric to score on each closed "
+                   "session (conversation_relevancy, knowledge_retention; repeatable).")
 def worker(db: Path | str, metrics: tuple[str, ...], metrics_module: str | None,
            judge: str | None, embedder: str | None, concurrency: int, lease_seconds: float,
            exporter: str | None, stop_timeout: float, health_port: int | None,
            health_host: str, health_file: Path | None, judge_calls_per_minute: float | None,
            judge_price: str | None, judge_daily_budget_usd: float | None,
-           no_judge_canary: bool, monitors: Path | None, session_idle: str | None) -> None:
+           no_judge_canary: bool, monitors: Path | None, session_idle: str | None,
+           session_metrics: tuple[str, ...]) -> None:
     """Run a scoring worker until SIGTERM: lease jobs from the database, score them, store
     the scores and export them on carrier spans and evaluation log records. Run as many
     copies as the queue needs (docs/fleet.md); app processes then use init(score=False).
@@ -622,7 +626,7 @@ def worker(db: Path | str, metrics: tuple[str, ...], metrics_module: str | None,
             judge_calls_per_minute=judge_calls_per_minute, judge_price=price,
             judge_daily_budget_usd=judge_daily_budget_usd, judge_canary=not no_judge_canary,
             monitors=None if monitors is None else str(monitors), stop=stop,
-            session_idle=session_idle)
+            session_idle=session_idle, session_metrics=session_metrics)
     except (ValueError, TypeError, ImportError) as exc:  # init's checks, a missing extra
         raise click.UsageError(cli_message(exc)) from None
     raise SystemExit(code)
