@@ -103,6 +103,21 @@ def test_four_turns_over_a_restart_then_a_late_fifth(tmp_path: Path) -> None:
     assert recs["n"] == rows(db, "SELECT count(*) AS n FROM records WHERE source <> 'session'"
                              )[0]["n"]
 
+    # show --session: the conversation, with the marks its scores put on the turns
+    res = run_cli("show", "--db", db, "--session", "chat-1")
+    assert res.exit_code == 0, res.output
+    out = res.output
+    assert out.startswith("session chat-1  (closed; 5 turns; scored 2 time(s)")
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("turn ")] == [
+        "1", "2", "3", "4", "5"]
+    assert "! repeats the question of turn 2 (text)" in out
+    assert "session.turns  5.000" in out
+    trace, span = session_record_id("chat-1")
+    assert run_cli("show", "--db", db, trace).output == out  # its record shows the same
+    as_json = json.loads(run_cli("show", "--db", db, "--session", "chat-1", "--json").output)
+    assert len(as_json["session"]["turns"]) == 5
+    assert run_cli("show", "--db", db, "--session", "nope").exit_code == 1
+
     # compare --by release reads session scores like any score
     res = run_cli("compare", "--db", db, "--by", "release", "--current", "r2", "--baseline",
                   "r1", "--min-n", "1", "--json")
