@@ -162,7 +162,7 @@ def test_background_closer_closes_an_idle_session(make_ts: Any, db_path: Any) ->
 
 
 @pytest.mark.parametrize("value, seconds", [("5m", 300.0), ("90s", 90.0), (2, 2.0),
-                                            (None, None)])
+                                            ("0.5", 0.5), (None, None)])
 def test_session_idle_parses(value: Any, seconds: float | None) -> None:
     assert parse_idle(value) == seconds
 

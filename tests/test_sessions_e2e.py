@@ -106,8 +106,9 @@ def test_four_turns_over_a_restart_then_a_late_fifth(tmp_path: Path) -> None:
     # report: session scores beside the turns', and what population each speaks for
     res = run_cli("report", "--db", db)
     assert res.exit_code == 0, res.output
-    assert "session.turns" in res.output and "speak for the sessions (a census)" in res.output
-    assert "no record forced" in res.output  # the requests' scores: a uniform sample still
+    text = " ".join(res.output.split())
+    assert "session.turns" in text and "speak for the sessions (a census)" in text
+    assert "no record forced" in text  # the requests' scores: a uniform sample still
 
     # show --session: the conversation, with the marks its scores put on the turns
     res = run_cli("show", "--db", db, "--session", "chat-1")

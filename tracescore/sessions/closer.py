@@ -40,14 +40,17 @@ MIN_IDLE_S = 0.05
 
 
 def parse_idle(value: Any) -> float | None:
-    """``session_idle`` as seconds: None (sessions are not closed here), a number of seconds,
-    or a duration such as ``"5m"``, ``"30m"``, ``"90s"``."""
+    """``session_idle`` as seconds: None (sessions are not closed here), a number of seconds
+    (or its text), or a duration such as ``"5m"``, ``"30m"``, ``"90s"``."""
     if value is None:
         return None
     if isinstance(value, str):
         from ..store.retention import parse_duration
 
-        seconds = parse_duration(value)
+        try:
+            seconds = float(value)  # plain seconds ("90", "0.5": the command line)
+        except ValueError:
+            seconds = parse_duration(value)
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         seconds = float(value)
     else:
