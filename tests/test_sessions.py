@@ -159,6 +159,7 @@ def test_background_closer_closes_an_idle_session(make_ts: Any, db_path: Any) ->
     wait_for(lambda: rows(db_path, "SELECT 1 FROM sessions WHERE status = 'closed'"),
              what="the session closed by the background closer")
     assert session_rows(str(db_path), "quick")["session.turns"]["value"] == 1
+    assert ts.stats()["sessions"]["closed"] == 1
 
 
 @pytest.mark.parametrize("value, seconds", [("5m", 300.0), ("90s", 90.0), (2, 2.0),

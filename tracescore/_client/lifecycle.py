@@ -259,6 +259,10 @@ class Lifecycle:
             # the scoring loop's health (None in a capture-only process): alive, restarts
             # (it is restarted after a fault), gave_up, last_error
             "scorer": self.worker.health() if self.scoring else None,
+            # the session closer of this process (None without session_idle): sessions closed,
+            # passes made (docs/sessions.md)
+            "sessions": None if getattr(self, "sessions", None) is None else {
+                "closed": self.sessions.closed, "passes": self.sessions.passes},
             "db_counters": dict(db.get("counters") or {}),
             "db_checked_at": db.get("checked_at"),
         }
