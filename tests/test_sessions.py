@@ -14,7 +14,7 @@ from helpers import rows, wait_for
 
 from tracescore.record import RagRecord
 from tracescore.sampling import Decision
-from tracescore.sessions.closer import LEASE_S, close_due, parse_idle
+from tracescore.sessions.closer import LEASE_S, MAX_WAIT_S, close_due, parse_idle
 from tracescore.store import open_store
 from tracescore.store import sessions as S
 from tracescore.testing import ScriptedMetric
@@ -126,7 +126,7 @@ def test_closers_side_by_side_close_each_session_once(db: str) -> None:
 
 def test_the_closer_waits_for_the_turns_jobs(make_ts: Any, db_path: Any) -> None:
     """A turn still being scored holds its session open (deferred), so the turn-level
-    aggregates see every turn's score."""
+    aggregates see every turn's score; after MAX_WAIT_S it closes with what there is."""
     from tracescore.examples.langchain_rag import build_chain
 
     gate = threading.Event()
@@ -138,12 +138,21 @@ def test_the_closer_waits_for_the_turns_jobs(make_ts: Any, db_path: Any) -> None
                                  config={"callbacks": [ts.langchain_handler()]})
         wait_for(lambda: rows(db_path, "SELECT 1 FROM sessions"), what="the session")
         assert ts.close_sessions(now=later()).deferred == ["chat"]
+        # waited long enough (a judge down for hours): closed with the scores there are
+        assert ts.close_sessions(now=later(MAX_WAIT_S + 1)).closed == ["chat"]
+        got = session_rows(str(db_path), "chat")
+        assert "turn_jobs_open" in got["session.turns"]["details"]
+        assert "session.slow.worst" not in got
     finally:
         gate.set()
     assert ts.flush(30)
-    # deferred: claimable again once its short wait has passed
-    assert ts.close_sessions(now=later(IDLE)).closed == ["chat"]
+    # the next turn re-opens it; this close sees every turn's score
+    ts.log_record(query="and the Trail?", answer="500 Wh", session_id="chat")
+    assert ts.flush(30)
+    assert ts.close_sessions(now=later()).closed == ["chat"]
     got = session_rows(str(db_path), "chat")
+    assert got["session.turns"]["value"] == 2
+    assert "turn_jobs_open" not in got["session.turns"]["details"]
     assert got["session.slow.worst"]["value"] == 0.25
     assert got["session.slow.worst"]["details"]  # the worst turn named
 
@@ -183,3 +192,19 @@ def test_monitors_on_session_scores_are_known(make_ts: Any) -> None:
     with pytest.raises(ValueError, match="session.nope"):
         make_ts(metrics=[ScriptedMetric(name="m")], session_idle="5m",
                 monitors=[{"name": "x", "score": "session.nope", "threshold": 0.2}])
+
+
+def test_labels_on_session_scores_in_the_app(make_ts: Any, db_path: Any) -> None:
+    ts, _ = make_ts(metrics=[ScriptedMetric(name="m")], session_idle="5m")
+    ts.log_record(query="q", answer="a", session_id="s")
+    assert ts.flush(20)
+    ts.close_sessions(now=later(300))
+    trace, span = S.session_record_id("s")
+    ts.add_label(trace, "session.m.worst", 0.5, annotator="ann")
+    ts.add_label(trace, "session.abandoned", 0, annotator="ann")
+    with pytest.raises(ValueError, match="unknown score name"):
+        ts.add_label(trace, "session.nope", 1)
+    assert ts.flush(20)
+    got = rows(str(db_path), "SELECT name, value FROM labels ORDER BY name")
+    assert got == [{"name": "session.abandoned", "value": 0.0},
+                   {"name": "session.m.worst", "value": 0.5}]

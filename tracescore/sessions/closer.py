@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._internal.errors import record_internal_error
@@ -35,6 +35,9 @@ log = logging.getLogger("tracescore.sessions")
 
 #: the closer's lease on a claimed session (a closer that dies releases it after this)
 LEASE_S = 60.0
+#: how long after its last turn a session waits for its turns' open scoring jobs at most
+#: (as long as a judge job waits for a judge that is down, ``judge_max_wait_s``)
+MAX_WAIT_S = 6 * 3600.0
 #: shortest ``session_idle``: sessions are a human's pauses, not milliseconds
 MIN_IDLE_S = 0.05
 
@@ -136,11 +139,14 @@ def session_record(key: str, turns: Sequence[RagRecord]) -> RagRecord:
 def close_due(store: Any, idle_s: float, *, owner: str | None = None, now: float | None = None,
               limit: int = 20, embed: Callable[[list[str]], Sequence[Sequence[float]]] | None
               = None, defer_s: float | None = None, registered: set[str] | None = None,
-              judge_metrics: Sequence[tuple[str, str]] = ()) -> CloseResult:
+              judge_metrics: Sequence[tuple[str, str]] = (),
+              max_wait_s: float = MAX_WAIT_S) -> CloseResult:
     """Close the sessions untouched for ``idle_s`` as of ``now`` (default: the clock) —
     one pass, at most ``limit`` sessions. ``judge_metrics``: (name, version) of the session
     judge metrics whose jobs each close creates (or re-opens) on the session's record, in
-    the closing transaction. Blocking."""
+    the closing transaction. A session whose turns still have jobs open waits for them, up to
+    ``max_wait_s`` after its last turn; then it closes with the scores there are (its
+    ``session.turns`` details count the jobs still open). Blocking."""
     now = time.time() if now is None else now
     owner = owner or f"sessions-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     registered = set() if registered is None else registered
@@ -155,7 +161,8 @@ def close_due(store: Any, idle_s: float, *, owner: str | None = None, now: float
         rids = [r.record_id for r in turns]
         own = "-".join(S.session_record_id(c.session_id))
         # (its own judge jobs of an earlier close too: re-opened only once they are done)
-        if S.open_turn_jobs(store, [*rids, own]):
+        still_open = S.open_turn_jobs(store, [*rids, own])
+        if still_open and now - c.touched_at < max_wait_s:
             S.defer(store, owner, c, now + (defer_s if defer_s is not None
                                             else max(1.0, min(idle_s, 30.0))))
             result.deferred.append(c.session_id)
@@ -163,6 +170,11 @@ def close_due(store: Any, idle_s: float, *, owner: str | None = None, now: float
         if rules is None:
             rules = declared_rules(store)
         scores = session_scores(turns, S.turn_scores(store, rids), rules, embed)
+        if still_open:  # waited long enough (a metric nobody runs, a judge down for hours)
+            log.warning("tracescore: session %r closed with %d scoring jobs of its turns still "
+                        "open after %.0f s", c.session_id, still_open, now - c.touched_at)
+            scores[0] = replace(scores[0], details={**scores[0].details,
+                                                    "turn_jobs_open": still_open})
         new = [d for d in _declarations(scores, rules) if d.name not in registered]
         if new:
             store.register_metrics(new)

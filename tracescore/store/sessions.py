@@ -120,6 +120,8 @@ class Claim:
     session_id: str
     version: int
     closes: int
+    #: when its last turn was written
+    touched_at: float = 0.0
 
 
 def claim(store: Any, owner: str, now: float, idle_s: float, lease_s: float,
@@ -135,9 +137,9 @@ def claim(store: Any, owner: str, now: float, idle_s: float, lease_s: float,
             " WHERE session_id IN (SELECT session_id FROM sessions WHERE"
             " (status = 'open' AND touched_at <= ?) OR (status = 'closing' AND lease_until < ?)"
             f" ORDER BY touched_at LIMIT ?{lock})"
-            " RETURNING session_id, version, closes",
+            " RETURNING session_id, version, closes, touched_at",
             (owner, now + lease_s, now - idle_s, now, limit)).fetchall()
-    return [Claim(str(r[0]), int(r[1]), int(r[2])) for r in sorted(rows)]
+    return [Claim(str(r[0]), int(r[1]), int(r[2]), float(r[3])) for r in sorted(rows)]
 
 
 def defer(store: Any, owner: str, c: Claim, until: float) -> None:
