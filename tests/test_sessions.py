@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import pytest
-from helpers import rows, wait_for
+from helpers import execute, rows, wait_for
 
 from tracescore.record import RagRecord
 from tracescore.sampling import Decision
@@ -208,3 +208,24 @@ def test_labels_on_session_scores_in_the_app(make_ts: Any, db_path: Any) -> None
     got = rows(str(db_path), "SELECT name, value FROM labels ORDER BY name")
     assert got == [{"name": "session.abandoned", "value": 0.0},
                    {"name": "session.m.worst", "value": 0.5}]
+
+
+def test_retention_forgets_a_closed_session_with_its_records(db: str) -> None:
+    from tracescore.store.retention import Retention, prune
+
+    store = open_store(db)
+    try:
+        old = time.time() - 40 * 86400
+        for i, key in enumerate(["gone", "kept"]):
+            t = old if key == "gone" else time.time()
+            write(store, RagRecord(trace_id=f"{i + 7:032x}", span_id=f"{i + 7:016x}",
+                                   query="q", answer="a", session_id=key,
+                                   end_time_ns=int(t * 1e9)))
+        assert sorted(close_due(store, IDLE, now=later()).closed) == ["gone", "kept"]
+        # (its turn was written 40 days ago: as the writer would have noted it then)
+        execute(db, f"UPDATE sessions SET touched_at = {old} WHERE session_id = 'gone'")
+        res = prune(store, Retention.resolve("30d"))
+        assert res.records == 2 and res.sessions == 1  # its turn and its own record
+    finally:
+        store.close()
+    assert [r["session_id"] for r in rows(db, "SELECT session_id FROM sessions")] == ["kept"]

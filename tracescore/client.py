@@ -544,7 +544,8 @@ class Tracescore(Feedback, Lifecycle):
         """Record an interaction captured without a framework (validates its arguments).
 
         ``session_id``/``user_id``: the conversation and user it belongs to (default: those of
-        the enclosing ``ts.run(...)`` scope, if any); a record with a session is a turn of it.
+        the enclosing ``ts.run(...)`` scope, if any); a record with a session is a turn of it,
+        dated at this call (so turns logged back to back keep their order).
 
         Raises ``TypeError``/``ValueError`` naming the bad argument: ``trace_id``/``span_id``
         must be 32/16 hex characters (normalised to lower case), ``contexts`` a sequence of
@@ -565,9 +566,14 @@ class Tracescore(Feedback, Lifecycle):
             session_id = session_id or scope.session_id
             user_id = user_id or scope.user_id
         if session_id or user_id:
+            import time
             from dataclasses import replace
 
-            record = replace(record, session_id=session_id or None, user_id=user_id or None)
+            # a turn is dated when it was logged (not when the writer stored it): turns
+            # logged back to back keep their order in the session
+            record = replace(record, session_id=session_id or None, user_id=user_id or None,
+                             end_time_ns=record.end_time_ns or (time.time_ns()
+                                                                if session_id else None))
         if dropped:
             self._note_cut(dropped, record.record_id)
         # a span id of the caller's may belong to a span that is still to end: hold it

@@ -122,17 +122,23 @@ def _declarations(scores: Sequence[Any], rules: Declared) -> list[_Declaration]:
     return out
 
 
-def session_record(key: str, turns: Sequence[RagRecord]) -> RagRecord:
-    """The session's own record: the first turn's question, the last turn's answer."""
+def session_record(key: str, turns: Sequence[RagRecord],
+                   span: tuple[float, float] | None = None) -> RagRecord:
+    """The session's own record: the first turn's question, the last turn's answer; dated
+    from its first turn to its last (``span``: their stored times, seconds), so retention
+    takes it with its turns."""
     trace_id, span_id = S.session_record_id(key)
     first, last = turns[0], turns[-1]
+    start_ns = first.start_time_ns or first.end_time_ns
+    end_ns = last.end_time_ns or last.start_time_ns
+    if span is not None:
+        start_ns, end_ns = int(span[0] * 1e9), int(span[1] * 1e9)
     return RagRecord(
         trace_id=trace_id, span_id=span_id, query=first.query, answer=last.answer,
         metadata={"turns": len(turns), "first_trace_id": first.trace_id,
                   "last_trace_id": last.trace_id},
         session_id=key, user_id=last.user_id, model=last.model, source=S.SESSION_SOURCE,
-        start_time_ns=first.start_time_ns or first.end_time_ns,
-        end_time_ns=last.end_time_ns or last.start_time_ns,
+        start_time_ns=start_ns, end_time_ns=end_ns,
     )
 
 
@@ -180,7 +186,8 @@ def close_due(store: Any, idle_s: float, *, owner: str | None = None, now: float
             store.register_metrics(new)
             registered.update(d.name for d in new)
         jobs = [NewJob(own, name, version) for name, version in judge_metrics]
-        if S.finish(store, owner, c, session_record(c.session_id, turns), pairs[-1][1],
+        span = (float(pairs[0][1]["created_at"] or now), float(pairs[-1][1]["created_at"] or now))
+        if S.finish(store, owner, c, session_record(c.session_id, turns, span), pairs[-1][1],
                     scores, time.time(), jobs):
             result.closed.append(c.session_id)
         else:
