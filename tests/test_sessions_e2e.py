@@ -124,6 +124,12 @@ def test_four_turns_over_a_restart_then_a_late_fifth(tmp_path: Path) -> None:
     as_json = json.loads(run_cli("show", "--db", db, "--session", "chat-1", "--json").output)
     assert len(as_json["session"]["turns"]) == 5
     assert run_cli("show", "--db", db, "--session", "nope").exit_code == 1
+    page = tmp_path / "chat-1.html"
+    assert run_cli("show", "--db", db, "--session", "chat-1", "--html", page).exit_code == 0
+    html = page.read_text()
+    assert html.count('class="card" id="turn-') == 5
+    assert 'data-mark="4">repeats the question of turn 2 (text)' in html
+    assert 'data-score="session.turns"' in html
 
     # compare --by release reads session scores like any score
     res = run_cli("compare", "--db", db, "--by", "release", "--current", "r2", "--baseline",

@@ -369,7 +369,10 @@ def calibrate(db: Path, metrics: tuple[str, ...], feedback: str, by: str | None,
 @click.option("--session", "as_session", is_flag=True,
               help="TRACE_ID is a session key: show the session as a conversation (its "
                    "turns, the marks its scores put on them, the session's scores).")
-def show(trace_id: str, db: Path, as_json: bool, chars: int, as_session: bool) -> None:
+@click.option("--html", "html_path", metavar="PATH", type=click.Path(path_type=Path),
+              default=None, help="With a session: write it as one HTML page (- for stdout).")
+def show(trace_id: str, db: Path, as_json: bool, chars: int, as_session: bool,
+         html_path: Path | None) -> None:
     """Show the record(s) of one trace with contexts, answer and every score.
 
     TRACE_ID is a trace id, a unique prefix of one, or a record id (TRACE-SPAN); with
@@ -394,6 +397,17 @@ def show(trace_id: str, db: Path, as_json: bool, chars: int, as_session: bool) -
         conn.close()
     if as_session and view is None:
         raise click.ClickException(f"no session {trace_id!r} in {_name(db)}")
+    if html_path is not None and view is None:
+        raise click.UsageError("--html writes a session's page: give --session KEY")
+    if view is not None and html_path is not None:
+        from ..reports.html import render_session_html
+
+        with _output(html_path) as out:
+            out.write(render_session_html(view))
+        if str(html_path) != "-":
+            click.echo(f"Wrote {html_path.resolve()} (session {view['session_id']}, "
+                       f"{len(view['turns'])} turns)")
+        return
     if view is not None:
         click.echo(json.dumps({"session": view}, ensure_ascii=False, default=str) if as_json
                    else format_session(view))
