@@ -69,6 +69,15 @@ def test_embedder_is_used_for_repeats() -> None:
     assert got["session.repeated_questions"].value == 1.0
 
 
+def test_a_failing_embedder_leaves_the_text_checks() -> None:
+    def embed(texts: list[str]) -> list[list[float]]:
+        raise ConnectionError("embedding server down")
+
+    got = by_name(session_scores([turn(0, "Range?"), turn(1, "range")], {}, {}, embed))
+    rep = got["session.repeated_questions"]
+    assert rep.value == 1.0 and "embedding server down" in rep.details["embedding_failed"]
+
+
 def test_unanswered_and_abandoned() -> None:
     assert is_unanswered(turn(0, "q", "a")) is None
     assert is_unanswered(turn(0, "q", "  ")) == "empty answer"

@@ -24,6 +24,7 @@ from typing import Any
 
 from .._internal.errors import record_internal_error
 from ..record import RagRecord
+from ..score import Score
 from ..store import sessions as S
 from ..store.rollup import qmark
 from ..store.rows import NewJob
@@ -175,7 +176,14 @@ def close_due(store: Any, idle_s: float, *, owner: str | None = None, now: float
             continue
         if rules is None:
             rules = declared_rules(store)
-        scores = session_scores(turns, S.turn_scores(store, rids), rules, embed)
+        turn_scores = S.turn_scores(store, rids)
+        try:
+            scores = session_scores(turns, turn_scores, rules, embed)
+        except Exception as exc:  # a bug or a bad row: an error score, not a stuck session
+            record_internal_error("sessions.metrics", exc)
+            scores = [Score.failed("session.turns", f"session metrics failed: "
+                                   f"{type(exc).__name__}: {exc}"[:500],
+                                   metric="session.turns", metric_version=VERSION)]
         if still_open:  # waited long enough (a metric nobody runs, a judge down for hours)
             log.warning("tracescore: session %r closed with %d scoring jobs of its turns still "
                         "open after %.0f s", c.session_id, still_open, now - c.touched_at)

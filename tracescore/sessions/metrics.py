@@ -148,15 +148,18 @@ def session_scores(turns: Sequence[RagRecord], scores: Mapping[str, Sequence[Map
         out.append(Score.skipped("session.repeated_questions", "one turn: nothing to repeat",
                                  metric="session.repeated_questions", metric_version=VERSION))
     else:
-        vectors = None
+        vectors, note = None, {}
         if embed is not None and all(q for q in questions):
-            vectors = embed([q or "" for q in questions])
+            try:
+                vectors = embed([q or "" for q in questions])
+            except Exception as exc:  # (the embedder's server down: the text checks stand)
+                note = {"embedding_failed": f"{type(exc).__name__}: {exc}"[:300]}
         reps = repeated_turns(questions, vectors)
         out.append(Score("session.repeated_questions", len(reps) / (n - 1),
                          metric="session.repeated_questions", metric_version=VERSION,
                          explanation=f"{len(reps)} of {n - 1} later turns repeat a question",
                          details={"repeats": [{"turn": i + 1, "repeats_turn": j + 1, "how": h}
-                                              for i, j, h in reps]}))
+                                              for i, j, h in reps], **note}))
     why = [is_unanswered(t) for t in turns]
     unanswered = [i for i, w in enumerate(why) if w]
     if n:

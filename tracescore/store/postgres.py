@@ -354,11 +354,13 @@ class PostgresStore(LabelsMixin):
                 delta = Delta()
                 overflow: dict[str, int] = {}
                 facts: dict[str, tuple[float, int]] = {}
+                new_rows: list[tuple[Any, ...]] = []  # (the rows this batch inserted)
                 for row, (_, over) in zip(rows, segs):
                     if row[0] not in inserted or row[0] in facts:
                         continue  # a replay (or twice in the batch: the first one went in)
                     add_record_row(delta, row)
                     facts[row[0]] = (row[_CREATED], row[_SEG])
+                    new_rows.append(row)
                     for dim in over:
                         overflow[OVERFLOW_COUNTER + dim] = overflow.get(OVERFLOW_COUNTER + dim,
                                                                         0) + 1
@@ -383,9 +385,7 @@ class PostgresStore(LabelsMixin):
                             NONE_SEG if fact is None else fact[1], delta))
                 count_skips(delta, [(j, None) for j in created], facts, self._record_facts)
                 delta.write(QmarkConnection(self.conn))
-                # (facts: the rows this batch inserted, each once)
-                note_turns(QmarkConnection(self.conn), (r for r in rows if r[0] in facts
-                                                        and facts.pop(r[0], None)), now)
+                note_turns(QmarkConnection(self.conn), new_rows, now)
                 if counters or overflow:
                     self.bump_counters({**(counters or {}), **overflow})
             return refs
