@@ -86,7 +86,8 @@ def test_copy_a_sqlite_history_into_postgres(tmp_path: Path, pg_url: str) -> Non
     src = tmp_path / "history.db"
     metrics = [ScriptedMetric(lambda r: len(r.answer) / 10, name="m")]
     ts = tracescore.init(db=src, metrics=metrics)
-    recs = [ts.log_record(query=f"q{i}", answer="a" * i) for i in range(1, 8)]
+    recs = [ts.log_record(query=f"q{i}", answer="a" * i, session_id="conv" if i < 4 else None)
+            for i in range(1, 8)]
     ts.add_feedback(recs[0].trace_id, "down", comment="wrong")
     assert ts.flush(20)
     ts.shutdown()
@@ -114,7 +115,7 @@ def test_copy_a_sqlite_history_into_postgres(tmp_path: Path, pg_url: str) -> Non
     assert result.exit_code == 0, result.output
     assert "7 records" in result.output
     for table in ("records", "feedback", "judge_cache", "judge_calls", "metrics", "labels",
-                  "label_plan", "judge_canary"):
+                  "label_plan", "judge_canary", "sessions"):
         assert rows(pg_url, f"SELECT count(*) AS n FROM {table}") == \
             rows(str(src), f"SELECT count(*) AS n FROM {table}"), table
     assert rows(pg_url, "SELECT status, count(*) AS n FROM jobs GROUP BY status ORDER BY 1") \

@@ -50,7 +50,7 @@ from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor, adopt_processors
 from .queue import FeedbackUpdate, GroundTruthUpdate, RecordQueue
 from .record import ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
-from .runs import RunIds, RunScope, enter_scope, exit_scope
+from .runs import RunIds, RunScope, current_scope, enter_scope, exit_scope
 from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
 from .settings import Settings
 from .store import PENDING, SKIPPED, NewJob, StoreAPI, is_postgres, open_store, redact_url
@@ -111,6 +111,16 @@ class Tracescore(Feedback, Lifecycle):
     ``init``; evaluated every minute in a background thread (where scoring runs; on PostgreSQL
     one evaluator per database at a time), with notifications sent from another
     (docs/monitoring.md).
+
+    ``session_idle``: records that carry a session key (``ts.run(session_id=...)``, LangChain
+    metadata ``session_id``/``thread_id``/``conversation_id``, LangGraph's ``thread_id``,
+    LlamaIndex chat memory, OTLP ``session.id``/``gen_ai.conversation.id``) are turns of a
+    conversation; after this long without a turn ("5m", or seconds) the session is scored as
+    a unit (turns, repeats, abandonment, turn-level aggregates), in the background where
+    scoring runs; a later turn re-opens it and its scores are replaced (docs/sessions.md).
+    ``session_metrics``: LLM-judge session metrics (``"conversation_relevancy"``,
+    ``"knowledge_retention"``, as DeepEval defines them), scored as judge jobs on each closed
+    session (they need ``judge``).
     """
 
     def __init__(
@@ -158,6 +168,8 @@ class Tracescore(Feedback, Lifecycle):
         max_segments: int = 1000,
         monitors: Any = None,
         capture: str | None = None,
+        session_idle: str | float | None = None,
+        session_metrics: Iterable[str | Metric] = (),
     ) -> None:
         args = dict(locals())
         del args["self"]
@@ -165,7 +177,9 @@ class Tracescore(Feedback, Lifecycle):
             args["db"] = os.environ.get("TRACESCORE_DB") or "tracescore.db"
         #: The validated arguments (frozen); everything below only wires stages together.
         self.settings = s = Settings(**args)
-        self.metrics = list(s.metrics)
+        # (session judge metrics: scored by this process's worker on the sessions' records,
+        # never sampled for a request: the sampler knows s.metrics only)
+        self.metrics = list(s.metrics) + list(s.session_metrics)
         self.db_path = s.db
         self.max_attribute_chars = s.max_attribute_chars
         self.capture_content = s.capture_content
@@ -313,6 +327,17 @@ class Tracescore(Feedback, Lifecycle):
                 self.db_path, s.monitors, otel_logger=self.telemetry.logger,
                 meter=self.telemetry.meter)
             self.monitors.start()
+        # sessions: closed after `session_idle` without a turn, where scoring runs (on
+        # PostgreSQL the workers of a fleet; claims keep closers from taking the same session)
+        self.sessions: Any = None
+        if s.session_idle is not None and (self.scoring or not pg):
+            from .sessions.closer import SessionCloser
+
+            self.sessions = SessionCloser(
+                self.db_path, float(s.session_idle), embedder=self.embedder,
+                judge_metrics=[(m.name, m.version) for m in s.session_metrics]
+                if s.score else (), on_closed=self.worker.wake if s.score else None)
+            self.sessions.start()
         self.export_metrics.bind(self._snapshot)
         if s.score:
             self.worker.start()
@@ -531,8 +556,14 @@ class Tracescore(Feedback, Lifecycle):
         metadata: Mapping[str, Any] | None = None,
         trace_id: str | None = None,
         span_id: str | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
     ) -> RagRecord:
         """Record an interaction captured without a framework (validates its arguments).
+
+        ``session_id``/``user_id``: the conversation and user it belongs to (default: those of
+        the enclosing ``ts.run(...)`` scope, if any); a record with a session is a turn of it,
+        dated at this call (so turns logged back to back keep their order).
 
         Raises ``TypeError``/``ValueError`` naming the bad argument: ``trace_id``/``span_id``
         must be 32/16 hex characters (normalised to lower case), ``contexts`` a sequence of
@@ -545,6 +576,22 @@ class Tracescore(Feedback, Lifecycle):
         """
         record, dropped = _manual_record(query, answer, contexts, ground_truths, metadata,
                                          trace_id, span_id)
+        for name, value in (("session_id", session_id), ("user_id", user_id)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
+        scope = current_scope()
+        if scope is not None:
+            session_id = session_id or scope.session_id
+            user_id = user_id or scope.user_id
+        if session_id or user_id:
+            import time
+            from dataclasses import replace
+
+            # a turn is dated when it was logged (not when the writer stored it): turns
+            # logged back to back keep their order in the session
+            record = replace(record, session_id=session_id or None, user_id=user_id or None,
+                             end_time_ns=record.end_time_ns or (time.time_ns()
+                                                                if session_id else None))
         if dropped:
             self._note_cut(dropped, record.record_id)
         # a span id of the caller's may belong to a span that is still to end: hold it

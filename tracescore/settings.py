@@ -122,6 +122,13 @@ class Settings:
     judge_budget: Any = None
     judge_budgets: Any = None
 
+    #: Close a session (score it as a unit) after this long without a turn: seconds, from a
+    #: duration such as "5m" (None: sessions are not closed by this process).
+    session_idle: float | str | None = None
+    #: LLM-judge session metrics (``conversation_relevancy``, ``knowledge_retention``): run as
+    #: judge jobs on each closed session's record (:mod:`.sessions.judged`)
+    session_metrics: Any = ()
+
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # frozen: normalised values are written once, here
         metrics = tuple(registry.resolve(self.metrics))
@@ -159,6 +166,16 @@ class Settings:
         set_(self, "monitors", self._monitors())
         if self.capture not in (None, "otel"):
             raise ValueError(f"capture must be None or 'otel', got {self.capture!r}")
+        from .sessions.closer import parse_idle
+
+        set_(self, "session_idle", parse_idle(self.session_idle))
+        from .sessions.judged import resolve_session_metrics
+
+        set_(self, "session_metrics", resolve_session_metrics(self.session_metrics))
+        if self.score and self.session_metrics and self.judge is None:
+            raise ValueError(f"session_metrics {[m.name for m in self.session_metrics]} need an "
+                             "LLM judge: pass judge='openai:MODEL', 'llama-cpp:/path/model.gguf',"
+                             " 'local', a LangChain chat model or a Judge")
 
     def _monitors(self) -> Any:
         """The monitors, validated against the configured metrics and segments (a
@@ -175,6 +192,9 @@ class Settings:
             for m in self.metrics:
                 for name in m.names():
                     known[name] = m.higher_is_better
+            from .sessions.metrics import session_score_names
+
+            known.update(session_score_names(known))
             mons.check_against(known, [f"metadata.{k}" for k in self.segments])
         return mons
 

@@ -118,7 +118,13 @@ class Feedback:
         from ..labels import LabelUpdate, check_text, label_value, scale_for
 
         trace_id = self._trace_id(trace_id)
-        v = label_value(value, scale_for(score_name, self.metrics))
+        from ..sessions.metrics import session_score_names
+
+        # (the session scores this process's sessions can have: labels on them too)
+        sessions = session_score_names({n: m.higher_is_better for m in self.metrics
+                                        for n in m.names()})
+        v = label_value(value, scale_for(score_name, self.metrics,
+                                         declared={k: (k, False) for k in sessions}))
         annotator = check_text(annotator, "annotator")
         comment = check_text(comment, "comment")
         if comment is not None:  # the annotator's own words: redacted, or not kept at all

@@ -121,6 +121,24 @@ class Lifecycle:
             except Exception:
                 pass
 
+    def close_sessions(self, now: float | None = None) -> Any:
+        """Close the sessions idle for ``session_idle`` as of ``now`` (default: the clock) at
+        once, on the caller's thread, and return what was done
+        (:class:`~tracescore.sessions.closer.CloseResult`). The background closer does the
+        same every few seconds; this is for tests (a clock moved on instead of a sleep) and
+        scripts. Blocking; raises ``RuntimeError`` without ``session_idle``."""
+        closer = getattr(self, "sessions", None)
+        if closer is None:
+            raise RuntimeError("sessions are not closed here: pass session_idle to init "
+                               "(and score=True on PostgreSQL)")
+        from ..store.base import open_store
+
+        store = open_store(self.db_path)
+        try:
+            return closer.close_now(store, now)
+        finally:
+            store.close()
+
     def shutdown(self, timeout: float = 30.0) -> bool:
         """Flush, stop the background threads, and shut down the span pipeline.
 
@@ -147,6 +165,8 @@ class Lifecycle:
             self.retention.stop(left())
         if self.monitors is not None:
             self.monitors.stop(min(5.0, left()))
+        if getattr(self, "sessions", None) is not None:
+            self.sessions.stop(min(5.0, left()))
         # (what the writer could not store by then is counted as lost when it stops)
         ok = self.queue.shutdown(left()) and ok
         self.worker.stop(left())
@@ -243,6 +263,10 @@ class Lifecycle:
             # the scoring loop's health (None in a capture-only process): alive, restarts
             # (it is restarted after a fault), gave_up, last_error
             "scorer": self.worker.health() if self.scoring else None,
+            # the session closer of this process (None without session_idle): sessions closed,
+            # passes made (docs/sessions.md)
+            "sessions": None if getattr(self, "sessions", None) is None else {
+                "closed": self.sessions.closed, "passes": self.sessions.passes},
             "db_counters": dict(db.get("counters") or {}),
             "db_checked_at": db.get("checked_at"),
         }

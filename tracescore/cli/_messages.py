@@ -30,6 +30,8 @@ INIT_OPTIONS: Mapping[str, tuple[str, str]] = {
     "judge_daily_budget_usd": ("--judge-daily-budget-usd", "USD"),
     "judge_budget": ("--judge-budget", "N/day"),
     "monitors": ("--monitors", "FILE"),
+    "session_idle": ("--session-idle", "DURATION"),
+    "session_metrics": ("--session-metric", "NAME"),
 }
 
 #: Python-only advice → what the command line offers instead (applied first, in order)

@@ -384,12 +384,20 @@ def calibrate(db: Path, metrics: tuple[str, ...], feedback: str, by: str | None,
               help="Print the record(s) as one JSON object.")
 @click.option("--chars", type=click.IntRange(min=0), default=300, show_default=True,
               help="Characters of each context to print.")
-def show(trace_id: str, db: Path, as_json: bool, chars: int) -> None:
+@click.option("--session", "as_session", is_flag=True,
+              help="TRACE_ID is a session key: show the session as a conversation (its "
+                   "turns, the marks its scores put on them, the session's scores).")
+@click.option("--html", "html_path", metavar="PATH", type=click.Path(path_type=Path),
+              default=None, help="With a session: write it as one HTML page (- for stdout).")
+def show(trace_id: str, db: Path, as_json: bool, chars: int, as_session: bool,
+         html_path: Path | None) -> None:
     """Show the record(s) of one trace with contexts, answer and every score.
 
-    TRACE_ID is a trace id, a unique prefix of one, or a record id (TRACE-SPAN).
+    TRACE_ID is a trace id, a unique prefix of one, or a record id (TRACE-SPAN); with
+    --session, a session key (a session's own record also shows as its conversation).
     Exits with code 1 when nothing matches.
     """
+    from ..reports.conversation import format_session, session_view
     from ..reports.show import find_records, format_records, record_details
     from ..store.base import redact_text
 
@@ -397,11 +405,31 @@ def show(trace_id: str, db: Path, as_json: bool, chars: int) -> None:
         conn = _open(db)
     except DatabaseProblem as exc:  # a driver's message may quote a piece of the password
         raise DatabaseProblem(redact_text(exc.message, db)) from None
+    view = None
     try:
-        rows, candidates = find_records(conn, trace_id)
+        rows, candidates = ([], []) if as_session else find_records(conn, trace_id)
+        if as_session or (len(rows) == 1 and rows[0].get("source") == "session"):
+            view = session_view(conn, trace_id if as_session else rows[0]["session_id"])
         recs = [record_details(conn, r) for r in rows]
     finally:
         conn.close()
+    if as_session and view is None:
+        raise click.ClickException(f"no session {trace_id!r} in {_name(db)}")
+    if html_path is not None and view is None:
+        raise click.UsageError("--html writes a session's page: give --session KEY")
+    if view is not None and html_path is not None:
+        from ..reports.html import render_session_html
+
+        with _output(html_path) as out:
+            out.write(render_session_html(view))
+        if str(html_path) != "-":
+            click.echo(f"Wrote {html_path.resolve()} (session {view['session_id']}, "
+                       f"{len(view['turns'])} turns)")
+        return
+    if view is not None:
+        click.echo(json.dumps({"session": view}, ensure_ascii=False, default=str) if as_json
+                   else format_session(view))
+        return
     if not recs:
         if candidates:
             more = "" if len(candidates) <= 10 else ", …"
@@ -586,12 +614,20 @@ def ui(db: Path, port: int, no_open: bool) -> None:
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Also evaluate these monitors every minute and send their notifications "
                    "(one evaluator per database at a time: the fleet's workers share it).")
+@click.option("--session-idle", "session_idle", metavar="DURATION", default=None,
+              help="Also close sessions after this long without a turn (5m, 30m) and score "
+                   "them as a unit (docs/sessions.md); the fleet's workers share the "
+                   "sessions (each is claimed by one).")
+@click.option("--session-metric", "session_metrics", metavar="NAME", multiple=True,
+              help="With --session-idle: an LLM-judge session metric to score on each closed "
+                   "session (conversation_relevancy, knowledge_retention; repeatable).")
 def worker(db: Path | str, metrics: tuple[str, ...], metrics_module: str | None,
            judge: str | None, embedder: str | None, concurrency: int, lease_seconds: float,
            exporter: str | None, stop_timeout: float, health_port: int | None,
            health_host: str, health_file: Path | None, judge_calls_per_minute: float | None,
            judge_price: str | None, judge_daily_budget_usd: float | None,
-           no_judge_canary: bool, judge_budget: str | None, monitors: Path | None) -> None:
+           no_judge_canary: bool, judge_budget: str | None, monitors: Path | None,
+           session_idle: str | None, session_metrics: tuple[str, ...]) -> None:
     """Run a scoring worker until SIGTERM: lease jobs from the database, score them, store
     the scores and export them on carrier spans and evaluation log records. Run as many
     copies as the queue needs (docs/fleet.md); app processes then use init(score=False).
@@ -625,7 +661,8 @@ def worker(db: Path | str, metrics: tuple[str, ...], metrics_module: str | None,
             judge_calls_per_minute=judge_calls_per_minute, judge_price=price,
             judge_daily_budget_usd=judge_daily_budget_usd, judge_canary=not no_judge_canary,
             monitors=None if monitors is None else str(monitors), stop=stop,
-            judge_budget=judge_budget)
+            judge_budget=judge_budget, session_idle=session_idle,
+            session_metrics=session_metrics)
     except (ValueError, TypeError, ImportError) as exc:  # init's checks, a missing extra
         raise click.UsageError(cli_message(exc)) from None
     raise SystemExit(code)

@@ -295,7 +295,8 @@ def run_worker(*, db: str, metrics: list[Any], judge: str | None, embedder: str 
                on_ready: Any = None, monitors: Any = None,
                health_host: str = DEFAULT_HEALTH_HOST,
                stop: threading.Event | None = None,
-               judge_budget: str | None = None) -> int:
+               judge_budget: str | None = None, session_idle: str | None = None,
+               session_metrics: Any = ()) -> int:
     """Run until SIGTERM/SIGINT; returns the exit code (0 for a stop by signal, also one
     that arrives during start-up). Prints one start line to stderr once scoring runs.
     ``stop``: the event of :func:`install_stop_handlers` when the caller installed them
@@ -311,7 +312,8 @@ def run_worker(*, db: str, metrics: list[Any], judge: str | None, embedder: str 
         lease_seconds=lease_seconds, exporter=exporter, hold_seconds=0.0,
         judge_calls_per_minute=judge_calls_per_minute, judge_price=judge_price,
         judge_daily_budget_usd=judge_daily_budget_usd, judge_canary=judge_canary,
-        monitors=monitors, judge_budget=judge_budget,
+        monitors=monitors, judge_budget=judge_budget, session_idle=session_idle,
+        session_metrics=session_metrics,
     )
     ts.worker.stop_grace_s = stop_timeout
     n = len(ts.worker.metrics)

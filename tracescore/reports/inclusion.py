@@ -181,6 +181,8 @@ class PopulationSummary:
     @property
     def statement(self) -> str:
         """What the report's plain figure speaks for, in words."""
+        if self.rate.source == SESSIONS:
+            return f"{SCORED}: every closed session (a census of sessions, not of requests)"
         if not self.unequal:
             r = self.rate.rate
             if not self.certain and not self.priority and r is not None:
@@ -291,6 +293,21 @@ def selection_possible(conn: Any, window: Q.Window, ids: set[int] | None) -> boo
         is not None
 
 
+#: ``SampleRate.source`` of a session score: every closed session is scored, its population
+#: is the sessions (:mod:`tracescore.sessions`), whatever the requests' sample rates
+SESSIONS = "sessions"
+#: the score names of sessions (:data:`tracescore.sessions.metrics.PREFIX`)
+SESSION_PREFIX = "session."
+
+
+def _sessions(a: Q.Agg, binary: bool) -> PopulationSummary:
+    """A session score: a census of the closed sessions (each scored once, π = 1)."""
+    est = a.estimate(binary)
+    return PopulationSummary(a.name, a.metric, binary, est, None,
+                             SampleRate(1.0, None, None, True, a.n_ok, a.n_ok, SESSIONS),
+                             by_rate=a.n_ok)
+
+
 def _uniform(a: Q.Agg, binary: bool, share: SampleRate) -> PopulationSummary:
     return PopulationSummary(a.name, a.metric, binary, a.estimate(binary), None, share,
                              by_rate=a.n_ok)
@@ -313,10 +330,14 @@ def population_summaries(conn: Any, window: Q.Window, scores: Mapping[str, Q.Agg
         recs = Q.merge_records(Q.record_aggs(conn, window, where=where, seg=seg).values())
         share = SampleRate(recs.sampled / recs.records if recs.records else None, None, None,
                            True, recs.records, recs.sampled, "share")
-        return [_uniform(a, binaries.get(name, False), share) for name, a in named]
+        return [_sessions(a, binaries.get(name, False)) if a.metric.startswith(SESSION_PREFIX)
+                else _uniform(a, binaries.get(name, False), share) for name, a in named]
     rates: dict[str, SampleRate] = {}
     out = []
     for name, a in named:
+        if a.metric.startswith(SESSION_PREFIX):
+            out.append(_sessions(a, binaries.get(name, False)))
+            continue
         if a.metric not in rates:
             rates[a.metric] = sample_rate(conn, a.metric, window, ids)
         out.append(summarise_population(conn, name, a.metric, binaries.get(name, False),

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
+from .inclusion import SESSIONS
 from .textfmt import WIDTH
 from .textfmt import table as _table
 from .textfmt import wrap as _wrap
@@ -19,6 +20,11 @@ LEGEND = ("scored records = the plain figure over the records the metrics scored
           "for a record a rule or negative feedback forced, the metric's sample rate "
           "otherwise): the Hajek mean with its linearised variance, 95 % t interval "
           "(docs/monitoring.md, 'Populations')")
+
+
+#: the population of the session scores (``session.*``, :mod:`tracescore.sessions`)
+SESSIONS_LINE = ("session.* scores: one per closed session, every session scored: they speak "
+                 "for the sessions (a census), not for the requests")
 
 
 def _fmt(e: Any, binary: bool) -> str:
@@ -44,8 +50,12 @@ def population_lines(pops: Sequence[Any], width: int = WIDTH, title: str = "") -
     else a table of the plain and the weighted figure per score."""
     if not pops:
         return []
-    unequal = [p for p in pops if p.unequal]
+    sessions = [p for p in pops if p.rate.source == SESSIONS]
+    pops = [p for p in pops if p.rate.source != SESSIONS]
     head = f"Population{' (' + title + ')' if title else ''}: "
+    if not pops:  # session scores only
+        return ["", *_wrap(head + SESSIONS_LINE, width)]
+    unequal = [p for p in pops if p.unequal]
     if not unequal:
         rates = sorted({(p.rate.rate, p.rate.source) for p in pops if p.rate.rate is not None})
         said = ", ".join(f"{r:g}" if src == "decisions" else f"about {r:.3g}"
@@ -61,6 +71,8 @@ def population_lines(pops: Sequence[Any], width: int = WIDTH, title: str = "") -
             ["score", "n", "scored records", "all records (weighted)", "forced (pi = 1), priority",
              "rate"], _rows(unequal), "<>>><>")]
         out += _wrap(LEGEND, width, "  ")
+    if sessions:
+        out += _wrap(SESSIONS_LINE, width, "  ")
     for p in pops:
         for note in p.notes:
             out += _wrap(f"{p.name}: {note}", width, "  ")
@@ -71,8 +83,12 @@ def population_html(pops: Sequence[Any], title: str = "") -> str:
     """The population section of a page ("" without scores)."""
     if not pops:
         return ""
+    sessions = [p for p in pops if p.rate.source == SESSIONS]
+    pops = [p for p in pops if p.rate.source != SESSIONS]
     unequal = [p for p in pops if p.unequal]
-    if not unequal:
+    if not pops:
+        body = ""
+    elif not unequal:
         body = ('<p class="meta" data-population="scored records">Population: the figures '
                 "are over the scored records, each scored with the same probability (no "
                 "record forced): they speak for all records.</p>")
@@ -88,6 +104,8 @@ def population_html(pops: Sequence[Any], title: str = "") -> str:
                 "<table><thead><tr><th>score</th><th>n</th><th>scored records</th>"
                 "<th>all records (weighted)</th><th>forced (pi = 1), priority</th><th>rate</th></tr>"
                 f'</thead><tbody>{rows}</tbody></table><p class="meta">{escape(LEGEND)}</p>')
+    if sessions:
+        body += f'<p class="meta" data-population="sessions">{escape(SESSIONS_LINE)}</p>'
     notes = "".join(f'<p class="meta">{escape(p.name)}: {escape(n)}</p>'
                     for p in pops for n in p.notes)
     heading = "Population" + (f" ({escape(title)})" if title else "")

@@ -102,6 +102,8 @@ _APPENDED = (
                      " DO NOTHING"),
     ("label_plan", "", "ON CONFLICT (plan_id, position) DO NOTHING"),
     ("judge_canary", "id", ""),
+    # open sessions stay open in the target (their turns and own records are records above)
+    ("sessions", "", "ON CONFLICT (session_id) DO NOTHING"),
 )
 
 

@@ -197,6 +197,8 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
               lambda s: _intake(s, "sqlite")),
     Migration(10, "judge budgets and adaptive judge decisions",
               lambda s: _judge_budget(s, "sqlite")),
+    Migration(11, "sessions: open and closed conversations, records by session",
+              lambda s: _sessions(s, "sqlite")),
 )
 
 
@@ -507,6 +509,17 @@ def _judge_budget(store: Any, dialect: str) -> None:
         store.conn.execute(stmt)
 
 
+def _sessions(store: Any, dialect: str) -> None:
+    """SQLite version 11, PostgreSQL version 10: the ``sessions`` table and an index of the
+    records by session (:mod:`.sessions`). Sessions of records written before it are not
+    backfilled: a session is known from its next turn on (and then scored with all its
+    stored turns)."""
+    from .sessions import ddl
+
+    for stmt in ddl(dialect):
+        store.conn.execute(stmt)
+
+
 def _pg_statements(script: str) -> Callable[[Any], None]:
     def apply(store: Any) -> None:
         for stmt in script.split(";"):
@@ -553,6 +566,8 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
               lambda s: _intake(s, "postgres")),
     Migration(9, "judge budgets and adaptive judge decisions",
               lambda s: _judge_budget(s, "postgres")),
+    Migration(10, "sessions: open and closed conversations, records by session",
+              lambda s: _sessions(s, "postgres")),
 )
 
 #: pg_advisory_xact_lock key: "tracescore" as an int

@@ -52,6 +52,7 @@ from .rows import (
     row_to_record,
 )
 from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
+from .sessions import note_turns
 
 try:
     import psycopg
@@ -353,11 +354,13 @@ class PostgresStore(LabelsMixin):
                 delta = Delta()
                 overflow: dict[str, int] = {}
                 facts: dict[str, tuple[float, int]] = {}
+                new_rows: list[tuple[Any, ...]] = []  # (the rows this batch inserted)
                 for row, (_, over) in zip(rows, segs):
                     if row[0] not in inserted or row[0] in facts:
                         continue  # a replay (or twice in the batch: the first one went in)
                     add_record_row(delta, row)
                     facts[row[0]] = (row[_CREATED], row[_SEG])
+                    new_rows.append(row)
                     for dim in over:
                         overflow[OVERFLOW_COUNTER + dim] = overflow.get(OVERFLOW_COUNTER + dim,
                                                                         0) + 1
@@ -382,6 +385,7 @@ class PostgresStore(LabelsMixin):
                             NONE_SEG if fact is None else fact[1], delta))
                 count_skips(delta, [(j, None) for j in created], facts, self._record_facts)
                 delta.write(QmarkConnection(self.conn))
+                note_turns(QmarkConnection(self.conn), new_rows, now)
                 if counters or overflow:
                     self.bump_counters({**(counters or {}), **overflow})
             return refs

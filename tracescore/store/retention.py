@@ -204,6 +204,8 @@ class PruneResult:
     #: the judge budget's per-record decisions (docs/judge_budget.md), pruned with the records
     judge_decisions: int = 0
     feedback: int = 0
+    #: closed sessions none of whose records is left (docs/sessions.md)
+    sessions: int = 0
     batches: int = 0
     #: records pruned because of ``max_bytes`` (beyond those past ``max_age_s``)
     by_size: int = 0
@@ -379,8 +381,8 @@ def compact_batch(store: Any, before: float, limit: int, result: PruneResult) ->
 
 def _prune_unreferenced(store: Any, cutoff: float, limit: int, result: PruneResult,
                         stop: threading.Event | None, pauses: Callable[[float], None]) -> None:
-    """Judge calls, judge-cache entries and feedback older than ``cutoff`` that no remaining
-    record references: the judge calls of the records just pruned (a call made after the
+    """Judge calls, judge-cache entries, feedback and closed sessions older than ``cutoff``
+    that no remaining record references: the judge calls of the records just pruned (a call made after the
     cutoff for a record pruned now goes in a later run, once it is older than the cutoff)."""
     steps = (
         ("judge_calls", "DELETE FROM judge_calls WHERE call_id IN (SELECT call_id FROM "
@@ -391,6 +393,11 @@ def _prune_unreferenced(store: Any, cutoff: float, limit: int, result: PruneResu
         ("feedback", "DELETE FROM feedback WHERE feedback_id IN (SELECT feedback_id FROM "
          "feedback f WHERE f.created_at < ? AND NOT EXISTS (SELECT 1 FROM records r "
          f"WHERE {trace_join(store, 'f.trace_id')}) LIMIT ?)"),
+        # a closed session whose turns and own record are all gone (an open one stays: its
+        # next turn, or its close, still needs the state)
+        ("sessions", "DELETE FROM sessions WHERE session_id IN (SELECT session_id FROM "
+         "sessions s WHERE s.status = 'closed' AND s.touched_at < ? AND NOT EXISTS (SELECT 1 "
+         "FROM records r WHERE r.session_id = s.session_id) LIMIT ?)"),
     )
     _run_steps(store, steps, cutoff, limit, result, stop, pauses)
 

@@ -52,6 +52,7 @@ from .rows import (
     row_to_record,
 )
 from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
+from .sessions import note_turns
 from .vacuum import WAITING
 
 #: 1: the first schema; 2: compact rows and rollups of pruned rows; 3: segments and hourly
@@ -395,6 +396,7 @@ class Store(LabelsMixin):
 
                 count_skips(delta, [(j, None) for j in created], {}, record_facts)
                 delta.write(self.conn)
+                note_turns(self.conn, (rows[i] for i in inserted), now)
                 if counters or overflow:
                     self.bump_counters({**(counters or {}), **overflow})
             return refs

@@ -4,7 +4,8 @@
 the real ``openai`` client talks to it over real HTTP), from a responder function you give it:
 ``responder(step, data, request) -> dict | str``, where ``step`` is the tracescore judge step
 the prompt belongs to (``extract``, ``contexts``, ``statements``, ``opinions``, ``binary``,
-``summary_coherence``, ``coherence``, ``geval_steps``, ``geval``, ``rgb``, or ``other``) and
+``summary_coherence``, ``coherence``, ``geval_steps``, ``geval``, ``rgb``, the session
+steps ``session_relevancy``, ``session_facts``, ``session_retention``, or ``other``) and
 ``data`` is the JSON document the prompt carries. The paired ``extract+contexts`` prompt
 (:mod:`tracescore.judge.pairing`) is counted under that name and answered part by part: the
 responder is asked for ``extract`` and for ``contexts`` with each part's data, and the two
@@ -25,6 +26,7 @@ from .._internal.json_server import Fault, Response, ScriptedServer, error_respo
 from ..judge import prompts as P
 from ..judge import ragas_steps as RS
 from ..judge.rgb_steps import RGB_TASK
+from ..sessions import judged as SJ
 
 Responder = Callable[[str, Any, dict[str, Any]], "dict[str, Any] | str | Fault"]
 
@@ -43,6 +45,9 @@ _STEP_BY_TASK = {
     RS.SENTENCES_TASK[:60]: "ragas_sentences",
     RGB_TASK[:60]: "rgb",
     P.PAIR_TASK[:60]: P.PAIR_STEP,
+    SJ.RELEVANCY_TASK[:60]: "session_relevancy",
+    SJ.FACTS_TASK[:60]: "session_facts",
+    SJ.RETENTION_TASK[:60]: "session_retention",
 }
 
 

@@ -28,6 +28,7 @@ The modules behind these names (private: import from here):
 - :mod:`._cost` — the report's token usage and cost.
 - :mod:`._trend` — the trend page and the trend sections the report embeds.
 - :mod:`._compare` — the comparison page.
+- :mod:`._conversation` — a session as a conversation (``show --session --html``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from ._charts import W as W
 from ._compare import METHODS as METHODS
 from ._compare import _vclass as _vclass
 from ._compare import render_comparison_html
+from ._conversation import render_session_html
 from ._monitors import STATES as STATES
 from ._page import _val as _val
 from ._report import CONTEXT_CHARS, render_html
@@ -54,4 +56,5 @@ from ._trend import TPAD_T as TPAD_T
 from ._trend import TW as TW
 from ._trend import render_trend_html
 
-__all__ = ["CONTEXT_CHARS", "render_comparison_html", "render_html", "render_trend_html"]
+__all__ = ["CONTEXT_CHARS", "render_comparison_html", "render_html", "render_session_html",
+           "render_trend_html"]
