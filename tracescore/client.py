@@ -565,7 +565,7 @@ class Tracescore(Feedback, Lifecycle):
         if not self.capture_content:
             return record.replace(query=None, answer=None, contexts=(), ground_truths=(),
                                   prompt=None, retrieval_queries=(), candidates=(),
-                                  content_captured=False,
+                                  content_captured=False, agent=self._private_agent(record),
                                   error=_error_type(record.error),
                                   metadata=self.redact_value(record.metadata),
                                   user_id=self.redact_id(record.user_id))
@@ -587,7 +587,35 @@ class Tracescore(Feedback, Lifecycle):
             error=r(record.error) if isinstance(record.error, str) else record.error,
             metadata=self.redact_value(record.metadata),
             user_id=self.redact_id(record.user_id),
+            agent=self._private_agent(record),
         )
+
+    def _private_agent(self, record: RagRecord) -> Any:
+        """The record's tool calls as they may be stored (docs/agents.md, "Privacy"): tool
+        names, steps, outcomes and the offered tools' declarations are the app's code, kept;
+        arguments are treated like metadata (each string redacted, or with capture off
+        replaced by its length, so their shape can still be checked); results and error
+        texts are redacted (capture off: dropped; a failed call keeps ``ok=False``)."""
+        agent = record.agent
+        if agent is None:
+            return None
+        import dataclasses
+
+        off = not self.capture_content
+        r = self.redact
+
+        def text(t: str | None) -> str | None:
+            if t is None:
+                return None
+            if off:
+                return None
+            return r(t) if r is not None else t
+
+        calls = tuple(dataclasses.replace(
+            c, arguments=self.redact_value(c.arguments), result=text(c.result),
+            error=("error" if off and not c.ok else text(c.error)))
+            for c in agent.calls)
+        return dataclasses.replace(agent, calls=calls)
 
     def redact_text(self, text: str) -> str | None:
         """What may go on a span for ``text`` (None when content capture is off)."""

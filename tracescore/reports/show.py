@@ -61,6 +61,7 @@ def record_details(conn: sqlite3.Connection, row: dict[str, Any]) -> dict[str, A
             rec[key] = json.loads(rec.get(key) or default)
         except (TypeError, ValueError):
             pass  # keep the raw text: show what is there rather than fail
+    rec["candidates"], rec["agent"] = unpack(rec.get("candidates"))
     rec["sampled"] = bool(rec.get("sampled"))
     rec["content_captured"] = bool(rec.get("content_captured"))
     rec["scores"] = [
@@ -180,6 +181,7 @@ def format_records(recs: Sequence[dict[str, Any]], width: int = WIDTH,
                 text = text[:context_chars].rstrip() + f"… ({len(c['text'])} chars)"
             out += _wrap(text, "      ", width)
         out += _candidates(rec.get("candidates"), width)
+        out += agent_steps(rec.get("agent"), rec["scores"], width)
 
         scores = rec["scores"]
         out += ["", f"scores ({len(scores)})"]

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._internal.secrets import scrub
-from ..record import Candidate, Context, RagRecord, TokenUsage
+from ..record import AgentRun, Candidate, Context, RagRecord, TokenUsage
 from ..sampling import Decision
+from .agent_rows import loads as load_agent_column
+from .agent_rows import pack
 from .compact import COMPACT_COLUMNS, compact_contexts_json, text_facts
 from .rollup import Delta
 from .segments import NONE_SEG, SegmentSpec
@@ -208,24 +210,27 @@ def record_row(r: RagRecord, d: Decision, now: float, keep_full_text: bool = Tru
 
 def _candidates(r: RagRecord) -> str | None:
     """``records.candidates``: every retrieved candidate and the step that produced or
-    dropped it (schema v5), NULL when the run had none."""
-    if not r.candidates:
+    dropped it (schema v5), and an agent run's tool calls (:mod:`.agent_rows`); NULL when
+    the run had neither."""
+    if not r.candidates and r.agent is None:
         return None
-    return dumps([{"text": clean_text(c.text), "id": c.id, "score": c.score,
+    value = pack([{"text": clean_text(c.text), "id": c.id, "score": c.score,
                    "source": c.source, "kept": c.kept, "dropped_by": c.dropped_by}
                   if c.via is None else
                   {"text": clean_text(c.text), "id": c.id, "score": c.score,
                    "source": c.source, "kept": c.kept, "dropped_by": c.dropped_by,
                    "via": c.via}
-                  for c in r.candidates])
+                  for c in r.candidates], r.agent)
+    return None if value is None else dumps(_json_safe(value))
 
 
-def _stored_candidates(raw: str | None) -> tuple[Candidate, ...]:
+def _stored_candidates(raw: str | None) -> tuple[tuple[Candidate, ...], AgentRun | None]:
+    cands, agent = load_agent_column(raw)
     return tuple(
         Candidate(text=c.get("text") or "", id=c.get("id"), score=c.get("score"),
                   source=c.get("source"), kept=bool(c.get("kept", True)),
                   dropped_by=c.get("dropped_by"), via=c.get("via"))
-        for c in json.loads(raw or "[]"))
+        for c in cands), agent
 
 
 def row_to_record(row: Mapping[str, Any]) -> RagRecord:
@@ -235,6 +240,7 @@ def row_to_record(row: Mapping[str, Any]) -> RagRecord:
                 metadata=c.get("metadata") or {}, source=c.get("source"))
         for c in json.loads(row["contexts"] or "[]")
     )
+    candidates, agent = ((), None) if compact else _stored_candidates(row.get("candidates"))
     usage = None
     if row["input_tokens"] is not None or row["output_tokens"] is not None:
         usage = TokenUsage(row["input_tokens"] or 0, row["output_tokens"] or 0)
@@ -248,6 +254,5 @@ def row_to_record(row: Mapping[str, Any]) -> RagRecord:
         content_captured=bool(row["content_captured"]), prompt=row.get("prompt"),
         retrieval_queries=tuple(json.loads(row.get("retrieval_queries") or "[]")),
         compact=compact,
-        candidates=() if compact else _stored_candidates(row.get("candidates")),
-        complete=row.get("complete", 1) != 0,
+        candidates=candidates, complete=row.get("complete", 1) != 0, agent=agent,
     )
