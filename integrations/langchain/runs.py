@@ -19,8 +19,8 @@ from tracescore.runs import RunScope
 
 from .._owner import Owner
 from .._record import Retrieval
-from .._tools import AgentTrace
 from .._spans import _PendingSpan
+from .._tools import AgentTrace
 
 #: Sequence numbers: start order of runs, and the order of document steps.
 _seq = itertools.count()

@@ -15,7 +15,9 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from ..store.agent_rows import unpack
 from ..store.compat import trace_prefix, trace_records
+from .agent_view import agent_steps
 from .textfmt import WIDTH, printable
 from .textfmt import num as _num
 from .textfmt import table as _table
