@@ -49,7 +49,7 @@ from .export import (
 from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor, adopt_processors
 from .queue import FeedbackUpdate, GroundTruthUpdate, RecordQueue
-from .record import ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
+from .record import AGENT, ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
 from .runs import RunIds, RunScope, enter_scope, exit_scope
 from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
 from .settings import Settings
@@ -694,7 +694,7 @@ class Tracescore(Feedback, Lifecycle):
         key = (metrics, record.compact, record.content_captured, record.complete,
                bool(record.query), len(record.contexts) > 0,
                record.answer is not None and record.answer != "",
-               len(record.ground_truths) > 0)
+               len(record.ground_truths) > 0, record.agent is not None and record.has(AGENT))
         plan = self._plans.get(key)
         if plan is not None:
             return plan

@@ -15,7 +15,6 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from ..store.agent_rows import unpack
 from ..store.compat import trace_prefix, trace_records
 from .agent_view import agent_steps
 from .textfmt import WIDTH, printable
@@ -63,7 +62,10 @@ def record_details(conn: sqlite3.Connection, row: dict[str, Any]) -> dict[str, A
             rec[key] = json.loads(rec.get(key) or default)
         except (TypeError, ValueError):
             pass  # keep the raw text: show what is there rather than fail
-    rec["candidates"], rec["agent"] = unpack(rec.get("candidates"))
+    try:
+        rec["agent"] = json.loads(rec.get("agent") or "null")
+    except (TypeError, ValueError):
+        rec["agent"] = None
     rec["sampled"] = bool(rec.get("sampled"))
     rec["content_captured"] = bool(rec.get("content_captured"))
     rec["scores"] = [

@@ -1,21 +1,17 @@
-"""An agent run (:class:`~tracescore.record.AgentRun`) in the ``records.candidates`` column.
-
-No migration: the column holds JSON already (schema v5). A record without an agent part keeps
-the v5 form, a JSON list of candidates; a record with one stores a JSON object
-``{"candidates": [...], "agent": {...}}``. Like the candidates, the agent part is kept only
-on rows that keep their text (a compact row, and retention's compaction, set the column to
-NULL). Readers take either form (:func:`unpack`).
+"""An agent run (:class:`~tracescore.record.AgentRun`) as the JSON of ``records.agent``
+(SQLite schema 12, PostgreSQL 11): the tools offered (name, description, schema) and the calls
+(name, arguments, step, id, ok, result, error). Like the candidates, it is kept only on rows
+that keep their text: a compact row, and retention's compaction, set the column to NULL.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from ..record import AgentRun, ToolCall, ToolSpec
 
-__all__ = ["agent_from_json", "agent_to_json", "pack", "unpack"]
+__all__ = ["agent_from_json", "agent_to_json"]
 
 
 def agent_to_json(a: AgentRun) -> dict[str, Any]:
@@ -44,23 +40,3 @@ def agent_from_json(d: Any) -> AgentRun | None:
     return AgentRun(tools=tools, calls=calls, model_calls=int(d.get("model_calls") or 0),
                     steps=int(d.get("steps") or 0),
                     calls_dropped=int(d.get("calls_dropped") or 0))
-
-
-def pack(candidates: list[dict[str, Any]], agent: AgentRun | None) -> Any:
-    """What :func:`json.dumps` writes to ``records.candidates``; None for nothing."""
-    if agent is None:
-        return candidates or None
-    return {"candidates": candidates, "agent": agent_to_json(agent)}
-
-
-def unpack(value: Any) -> tuple[list[Any], Any]:
-    """(candidates, agent JSON or None) of a decoded ``records.candidates`` value."""
-    if isinstance(value, Mapping):
-        cands = value.get("candidates")
-        return (cands if isinstance(cands, list) else []), value.get("agent")
-    return (value if isinstance(value, list) else []), None
-
-
-def loads(raw: str | None) -> tuple[list[Any], AgentRun | None]:
-    cands, agent = unpack(json.loads(raw or "[]"))
-    return cands, agent_from_json(agent)

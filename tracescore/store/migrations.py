@@ -195,6 +195,9 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "records: an index of the forced records only", _v8_forced_index),
     Migration(9, "OTLP intake: received spans, their resources, traces awaiting assembly",
               lambda s: _intake(s, "sqlite")),
+    # (10 and 11 are other branches' steps of issue 34; numbers agreed per branch)
+    Migration(12, "records: an agent run's tool calls and offered tools",
+              lambda s: _agent_column(s, "sqlite")),
 )
 
 
@@ -340,6 +343,18 @@ def _v5(store: Any, dialect: str) -> None:
     for name, sql_type, _ in V5_COLUMNS:
         if name not in cols:
             store.conn.execute(f"ALTER TABLE records ADD COLUMN {name} {sql_type}")
+
+
+def _agent_column(store: Any, dialect: str) -> None:
+    """SQLite 12 / PostgreSQL 11: ``records.agent``, an agent run's tool calls and offered
+    tools (JSON, :mod:`.agent_rows`; NULL for other records, compact rows and rows retention
+    compacted). ``ALTER TABLE … ADD COLUMN`` only, no rewrite."""
+    if dialect == "postgres":
+        store.conn.execute("ALTER TABLE records ADD COLUMN IF NOT EXISTS agent text")
+        return
+    cols = {r[1] for r in store.conn.execute("PRAGMA table_info(records)")}
+    if "agent" not in cols:
+        store.conn.execute("ALTER TABLE records ADD COLUMN agent TEXT")
 
 
 def _keyset(conn: Any, select: str, key: str) -> Any:
@@ -540,6 +555,8 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "records: an index of the forced records only", _v8_forced_index),
     Migration(8, "OTLP intake: received spans, their resources, traces awaiting assembly",
               lambda s: _intake(s, "postgres")),
+    Migration(11, "records: an agent run's tool calls and offered tools",
+              lambda s: _agent_column(s, "postgres")),
 )
 
 #: pg_advisory_xact_lock key: "tracescore" as an int

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._internal.secrets import scrub
-from ..record import AgentRun, Candidate, Context, RagRecord, TokenUsage
+from ..record import Candidate, Context, RagRecord, TokenUsage
 from ..sampling import Decision
-from .agent_rows import loads as load_agent_column
-from .agent_rows import pack
+from .agent_rows import agent_from_json, agent_to_json
 from .compact import COMPACT_COLUMNS, compact_contexts_json, text_facts
 from .rollup import Delta
 from .segments import NONE_SEG, SegmentSpec
@@ -112,7 +111,7 @@ _RECORD_COLS = (
     "input_tokens", "output_tokens", "model", "error", "content_captured", "sample_u",
     "sampled", "sampled_metrics", "forced", "prompt", "retrieval_queries",
     *(name for name, _ in COMPACT_COLUMNS), "release", "environment", "seg_id",
-    "candidates", "complete",
+    "candidates", "complete", "agent",
 )
 _CREATED = _RECORD_COLS.index("created_at")
 _SEG = _RECORD_COLS.index("seg_id")
@@ -189,7 +188,7 @@ def record_row(r: RagRecord, d: Decision, now: float, keep_full_text: bool = Tru
             compact_contexts_json(r, dumps), len(r.contexts), "[]", metadata, tags,
             r.session_id, r.user_id, r.latency_ms, *usage, r.model, _error(r),
             int(r.content_captured), d.u, 0, "[]", d.forced, None, None,
-            0, q_chars, q_hash, a_chars, a_hash, *seg, None, int(r.complete),
+            0, q_chars, q_hash, a_chars, a_hash, *seg, None, int(r.complete), None,
         )
     contexts = [
         {"text": clean_text(c.text), "id": c.id, "score": c.score,
@@ -204,33 +203,35 @@ def record_row(r: RagRecord, d: Decision, now: float, keep_full_text: bool = Tru
         r.model, _error(r), int(r.content_captured), d.u, int(d.sampled),
         dumps(list(d.metrics)), d.forced, _opt(r.prompt),
         dumps([clean_text(q) for q in r.retrieval_queries]) if r.retrieval_queries else None,
-        1, None, None, None, None, *seg, _candidates(r), int(r.complete),
+        1, None, None, None, None, *seg, _candidates(r), int(r.complete), _agent(r),
     )
 
 
 def _candidates(r: RagRecord) -> str | None:
     """``records.candidates``: every retrieved candidate and the step that produced or
-    dropped it (schema v5), and an agent run's tool calls (:mod:`.agent_rows`); NULL when
-    the run had neither."""
-    if not r.candidates and r.agent is None:
+    dropped it (schema v5), NULL when the run had none."""
+    if not r.candidates:
         return None
-    value = pack([{"text": clean_text(c.text), "id": c.id, "score": c.score,
+    return dumps([{"text": clean_text(c.text), "id": c.id, "score": c.score,
                    "source": c.source, "kept": c.kept, "dropped_by": c.dropped_by}
                   if c.via is None else
                   {"text": clean_text(c.text), "id": c.id, "score": c.score,
                    "source": c.source, "kept": c.kept, "dropped_by": c.dropped_by,
                    "via": c.via}
-                  for c in r.candidates], r.agent)
-    return None if value is None else dumps(_json_safe(value))
+                  for c in r.candidates])
 
 
-def _stored_candidates(raw: str | None) -> tuple[tuple[Candidate, ...], AgentRun | None]:
-    cands, agent = load_agent_column(raw)
+def _agent(r: RagRecord) -> str | None:
+    """``records.agent`` (SQLite 12 / PostgreSQL 11): the tool calls and offered tools."""
+    return None if r.agent is None else dumps(_json_safe(agent_to_json(r.agent)))
+
+
+def _stored_candidates(raw: str | None) -> tuple[Candidate, ...]:
     return tuple(
         Candidate(text=c.get("text") or "", id=c.get("id"), score=c.get("score"),
                   source=c.get("source"), kept=bool(c.get("kept", True)),
                   dropped_by=c.get("dropped_by"), via=c.get("via"))
-        for c in cands), agent
+        for c in json.loads(raw or "[]"))
 
 
 def row_to_record(row: Mapping[str, Any]) -> RagRecord:
@@ -240,7 +241,8 @@ def row_to_record(row: Mapping[str, Any]) -> RagRecord:
                 metadata=c.get("metadata") or {}, source=c.get("source"))
         for c in json.loads(row["contexts"] or "[]")
     )
-    candidates, agent = ((), None) if compact else _stored_candidates(row.get("candidates"))
+    candidates = () if compact else _stored_candidates(row.get("candidates"))
+    agent = None if compact else agent_from_json(json.loads(row.get("agent") or "null"))
     usage = None
     if row["input_tokens"] is not None or row["output_tokens"] is not None:
         usage = TokenUsage(row["input_tokens"] or 0, row["output_tokens"] or 0)
