@@ -261,3 +261,25 @@ def test_analysis_skips_what_it_cannot_check() -> None:
     f = analyse(agent)
     assert f.invalid == {0: ["$: missing required argument 'q'"]}
     assert f.unchecked == [1, 2] and f.unknown == [3] and f.failed == [3]
+
+
+# -- docs ---------------------------------------------------------------------------------------
+def test_every_agent_metric_is_documented() -> None:
+    import re
+    from pathlib import Path
+
+    import tracescore
+    from tracescore.metrics.agent import AGENT_CHECKS
+    from tracescore.metrics.trajectory import REFERENCE_METRICS
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    metrics_md = (root / "docs" / "metrics.md").read_text()
+    agents_md = (root / "docs" / "agents.md").read_text()
+    headings = set(re.findall(r"^## (\S+)\s*$", metrics_md, flags=re.MULTILINE))
+    for cls in (*AGENT_CHECKS, *REFERENCE_METRICS):
+        assert cls.name in tracescore.available_metrics()
+        assert f"`{cls.name}`" in readme, cls.name
+        assert cls.name in headings, cls.name
+        assert f"`{cls.name}`" in agents_md, cls.name
+        assert cls.description, cls.name
