@@ -53,7 +53,7 @@ SCRIPTS["bad, then warranty"] = [*SCRIPTS["bad"][:-1], [call("warranty", years=2
 ANSWER = "The battery lasts about 80 km."
 
 
-class ScriptedAgentModel(GenericFakeChatModel):
+class ScriptedChatModel(GenericFakeChatModel):
     """Asks for the scripted calls of the turn's question, step by step (the step is the
     number of AI messages since the user's message), then answers."""
 
@@ -92,11 +92,11 @@ def warranty(years: int) -> str:
 
 
 def react_agent(**kw: Any) -> Any:
-    return create_react_agent(ScriptedAgentModel(**kw), [search, warranty])
+    return create_react_agent(ScriptedChatModel(**kw), [search, warranty])
 
 
 def langchain_agent(**kw: Any) -> Any:
-    return create_agent(ScriptedAgentModel(**kw), [search, warranty])
+    return create_agent(ScriptedChatModel(**kw), [search, warranty])
 
 
 def run(ts: Any, app: Any, question: str, **config: Any) -> Any:

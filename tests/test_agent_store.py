@@ -11,9 +11,9 @@ import pytest
 from helpers import records, rows, scores
 from langchain_core.tools import tool
 from langgraph.prebuilt import create_react_agent
-from test_agent_checks import CHECKS, SCRIPTS, ScriptedAgentModel, call, run, search, warranty
+from test_agent_checks import CHECKS, SCRIPTS, ScriptedChatModel, call, run, search, warranty
 
-from integrations._tools import MAX_ARGUMENT_CHARS, MAX_RESULT_CHARS, MAX_TOOL_CALLS
+from tracescore._internal.tool_calls import MAX_ARGUMENT_CHARS, MAX_RESULT_CHARS, MAX_TOOL_CALLS
 from tracescore.store import open_store
 
 SECRET = "hunter2-secret"
@@ -36,7 +36,7 @@ def load(db: str, record_id: str) -> Any:
 def test_agent_run_round_trips_and_is_scored_on_both_backends(make_ts: Any,
                                                               db_path: str) -> None:
     ts, _ = make_ts(metrics=CHECKS, sample_rate=1.0)
-    run(ts, create_react_agent(ScriptedAgentModel(), [search, warranty]), "bad")
+    run(ts, create_react_agent(ScriptedChatModel(), [search, warranty]), "bad")
     assert ts.flush(timeout=60)
     (rec,) = records(db_path)
     agent = load(db_path, rec["record_id"]).agent
@@ -60,7 +60,7 @@ def test_calls_are_bounded(make_ts: Any, db_path: str) -> None:
     SCRIPTS["many"] = [[call("echo", text="x" * (MAX_ARGUMENT_CHARS + 10))],
                        [call("echo", text=f"t{i}" * 30) for i in range(n)], None]
     ts, _ = make_ts(metrics=CHECKS, sample_rate=1.0)
-    run(ts, create_react_agent(ScriptedAgentModel(), [echo]), "many")
+    run(ts, create_react_agent(ScriptedChatModel(), [echo]), "many")
     assert ts.flush(timeout=60)
     (rec,) = records(db_path)
     agent = load(db_path, rec["record_id"]).agent
@@ -78,7 +78,7 @@ def test_calls_are_bounded(make_ts: Any, db_path: str) -> None:
 def test_capture_off_keeps_the_shape_not_the_text(make_ts: Any, db_path: str) -> None:
     SCRIPTS["private"] = [[call("search", query=SECRET)], [call("nope", q=SECRET)], None]
     ts, exporter = make_ts(metrics=CHECKS, sample_rate=1.0, capture_content=False)
-    run(ts, create_react_agent(ScriptedAgentModel(), [search]), "private")
+    run(ts, create_react_agent(ScriptedChatModel(), [search]), "private")
     assert ts.flush(timeout=60)
     (rec,) = rows(db_path, "SELECT * FROM records")
     assert SECRET not in json.dumps(rec, default=str)
@@ -101,7 +101,7 @@ def test_redact_applies_to_arguments_results_and_errors(make_ts: Any, db_path: s
     SCRIPTS["redacted"] = [[call("search", query=SECRET)], [call("nope", q=SECRET)], None]
     ts, _ = make_ts(metrics=CHECKS, sample_rate=1.0,
                     redact=lambda t: t.replace(SECRET, "[S]"))
-    run(ts, create_react_agent(ScriptedAgentModel(), [search]), "redacted")
+    run(ts, create_react_agent(ScriptedChatModel(), [search]), "redacted")
     assert ts.flush(timeout=60)
     (rec,) = rows(db_path, "SELECT * FROM records")
     assert SECRET not in (rec["agent"] or "")

@@ -19,7 +19,8 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from .._tools import AgentTrace
+from tracescore._internal.tool_calls import AgentTrace
+
 from .runs import _Root, _Run
 
 #: Messages scanned backwards for tool replies in one prompt.

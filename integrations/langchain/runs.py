@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracescore._internal import capture_degraded as _degraded
+from tracescore._internal.tool_calls import AgentTrace
 from tracescore.record import Context, TokenUsage
 from tracescore.runs import RunScope
 
 from .._owner import Owner
 from .._record import Retrieval
 from .._spans import _PendingSpan
-from .._tools import AgentTrace
 
 #: Sequence numbers: start order of runs, and the order of document steps.
 _seq = itertools.count()

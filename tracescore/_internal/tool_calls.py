@@ -1,4 +1,5 @@
-"""Tool calls and offered tools, as the adapters gather them during a run: bounded.
+"""Tool calls and offered tools, as the adapters (and the OTLP intake) gather them during a
+run: bounded. Framework-free, so the core's intake shares it with the adapters.
 
 An adapter keeps one :class:`AgentTrace` per root run (made at the first sign of an agent:
 tools offered to a model, or a tool call asked for). On the request path it only appends
@@ -17,14 +18,13 @@ ones are replaced by a marker), results of :data:`MAX_RESULT_CHARS` and errors o
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracescore.record import AgentRun, ToolCall, ToolSpec
-
-from ._text import clip
+from ..record import AgentRun, ToolCall, ToolSpec
 
 MAX_TOOL_CALLS = 256
 MAX_TOOLS = 128
@@ -172,6 +172,15 @@ def _call(c: _Call) -> ToolCall:
             error = "error"
     return ToolCall(name=c.name, arguments=args, step=c.step, id=c.id, ok=ok,
                     result=_text(c.result, MAX_RESULT_CHARS), error=error, arguments_cut=cut)
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, marked with its length and a hash of the whole
+    (as span attributes are clipped)."""
+    if len(text) <= limit:
+        return text
+    digest = hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:16]
+    return f"{text[:limit]}… [truncated {len(text)} chars, sha256:{digest}]"
 
 
 def _text(value: Any, limit: int) -> str | None:
