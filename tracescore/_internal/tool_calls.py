@@ -75,6 +75,8 @@ class AgentTrace:
 
     def ask(self, name: Any, arguments: Any, call_id: Any, step: int) -> None:
         """A tool call the model of agent step ``step`` asked for."""
+        if isinstance(call_id, str) and call_id in self.by_id:
+            return  # announced twice (a framework's nested events): one call
         if len(self.calls) >= MAX_TOOL_CALLS:
             self.dropped += 1
             return
@@ -112,6 +114,8 @@ def tool_name(t: Any) -> str | None:
         name = t.get("name")
         return name[:MAX_NAME_CHARS] if isinstance(name, str) else None
     name = getattr(t, "name", None)
+    if not isinstance(name, str):  # a LlamaIndex tool: its metadata names it
+        name = getattr(getattr(t, "metadata", None), "name", None)
     return name[:MAX_NAME_CHARS] if isinstance(name, str) else None
 
 
@@ -127,12 +131,17 @@ def _spec(name: str, raw: Any) -> ToolSpec:
         schema = next((fn.get(k) for k in ("parameters", "input_schema", "inputSchema")
                        if isinstance(fn.get(k), Mapping)), None)
     else:
-        desc = getattr(raw, "description", None)
+        meta = getattr(raw, "metadata", None)
+        desc = getattr(raw, "description", None) or getattr(meta, "description", None)
         try:
-            args_schema = getattr(raw, "tool_call_schema", None) or getattr(
-                raw, "args_schema", None)
-            js = getattr(args_schema, "model_json_schema", None)
-            schema = js() if callable(js) else None
+            params = getattr(meta, "get_parameters_dict", None)  # a LlamaIndex tool
+            if callable(params):
+                schema = params()
+            else:  # a LangChain tool object
+                args_schema = getattr(raw, "tool_call_schema", None) or getattr(
+                    raw, "args_schema", None)
+                js = getattr(args_schema, "model_json_schema", None)
+                schema = js() if callable(js) else None
         except Exception:  # a tool's schema that cannot be built: kept without it
             schema = None
     if schema is not None:
