@@ -262,3 +262,47 @@ def test_compare_by_release_on_agent_scores(make_ts: Any, db_path: Any) -> None:
     text = CliRunner().invoke(main, ["compare", "--db", str(db_path), "--by", "release",
                                      "--min-n", "10"]).output
     assert "unknown_tool_calls" in text and "regressed" in text
+
+
+def test_monitors_and_the_deploy_gate_work_on_agent_scores(make_ts: Any, db_path: Any,
+                                                          tmp_path: Any) -> None:
+    """A monitor on the share of runs that called an unknown tool stays OK on a clean
+    release's agent and alerts when the next release's agent starts doing it; ``check
+    --compare`` gates the deployment on it."""
+    import time
+
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from tracescore.monitor.config import monitors_from_objects
+    from tracescore.monitor.evaluate import GRACE_S, Evaluator
+
+    mons = monitors_from_objects({"monitor": [{
+        "name": "unknown-tools", "score": "unknown_tool_calls", "statistic": "rate",
+        "window": "1d", "threshold": 0.10, "min_n": 10}]})
+    n = 20
+    ts1, _ = make_ts(metrics=CHECKS, sample_rate=1.0, release="v1",
+                     tracer_provider=TracerProvider())
+    for _ in range(n):
+        run(ts1, react_agent(), "clean")
+    assert ts1.flush(timeout=120)
+    ts1.shutdown(timeout=30)
+    # checked once the scores are past the evaluator's grace period (late writes settle)
+    ev = Evaluator(str(db_path), mons, clock=lambda: time.time() + GRACE_S + 1)
+    try:
+        (e,) = ev.run_once()
+        assert e.state == "OK" and e.n == n, e.summary
+        ts2, _ = make_ts(metrics=CHECKS, sample_rate=1.0, release="v2",
+                         tracer_provider=TracerProvider())
+        for _ in range(n):
+            run(ts2, react_agent(), "bad")
+        assert ts2.flush(timeout=120)
+        (e,) = ev.run_once()
+        assert e.state == "ALERT" and e.changed and e.previous == "OK", e.summary
+    finally:
+        ev.close()
+    mon_file = tmp_path / "none.toml"
+    mon_file.write_text("")
+    gate = CliRunner().invoke(main, ["check", "--db", str(db_path), "--monitors",
+                                     str(mon_file), "--compare", "release=v2:v1",
+                                     "--min-n", "10"])
+    assert gate.exit_code == 1 and "unknown_tool_calls" in gate.output, gate.output
