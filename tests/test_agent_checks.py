@@ -209,7 +209,8 @@ def test_a_plain_chain_is_skipped_not_scored(make_ts: Any, db_path: Any) -> None
     assert {(j["status"], j["reason"]) for j in jobs} == {("skipped", "record has no agent")}
 
 
-def test_show_marks_the_failed_checks_on_the_steps(make_ts: Any, db_path: Any) -> None:
+def test_show_marks_the_failed_checks_on_the_steps(make_ts: Any, db_path: Any,
+                                                  tmp_path: Any) -> None:
     ts, _ = make_ts(metrics=CHECKS, sample_rate=1.0)
     run(ts, react_agent(), "bad")
     assert ts.flush(timeout=60)
@@ -225,11 +226,20 @@ def test_show_marks_the_failed_checks_on_the_steps(make_ts: Any, db_path: Any) -
     assert "INVALID ARGUMENTS: $.query: expected string" in steps[4]
     assert "<<" not in steps[1]  # the first, good call is not marked
     js = CliRunner().invoke(main, ["show", "--db", str(db_path), rec["trace_id"], "--json"])
-    if js.exit_code == 0:  # the JSON view carries the agent part too
-        data = json.loads(js.output)
-        item = data[0] if isinstance(data, list) else data
-        found = item.get("agent") or item.get("records", [{}])[0].get("agent")
-        assert found["calls"][2]["name"] == "web_browse"
+    assert js.exit_code == 0, js.output
+    (item,) = json.loads(js.output)["records"]  # the JSON view carries the agent part too
+    assert [c["name"] for c in item["agent"]["calls"]] == ["search", "search", "web_browse",
+                                                           "search"]
+    assert item["agent"]["tools"][0]["schema"]["required"] == ["query"]
+    # the HTML report's record card shows the same steps and marks
+    out_html = tmp_path / "report.html"
+    res = CliRunner().invoke(main, ["report", "--db", str(db_path), "--html", str(out_html)])
+    assert res.exit_code == 0, res.output
+    page = out_html.read_text()
+    agent_block = page.split('<details class="agent" open>', 1)[1].split("</details>", 1)[0]
+    assert "failed: " in agent_block and "unknown_tool_calls" in agent_block
+    assert "UNKNOWN TOOL (not offered)" in agent_block and "web_browse" in agent_block
+    assert "REPEATS call #1" in agent_block
 
 
 def test_compare_by_release_on_agent_scores(make_ts: Any, db_path: Any) -> None:
