@@ -142,9 +142,6 @@ class AgentRun:
     steps: int = 0
     calls_dropped: int = 0
 
-    def offered(self) -> frozenset[str]:
-        return frozenset(t.name for t in self.tools)
-
 
 @dataclass(frozen=True, slots=True)
 class RagRecord:
