@@ -316,3 +316,31 @@ def test_monitors_and_the_deploy_gate_work_on_agent_scores(make_ts: Any, db_path
                                      str(mon_file), "--compare", "release=v2:v1",
                                      "--min-n", "10"])
     assert gate.exit_code == 1 and "unknown_tool_calls" in gate.output, gate.output
+
+
+class UnparsableArgumentsModel(ScriptedChatModel):
+    """A model whose tool call's arguments are not JSON (LangChain's ``invalid_tool_calls``):
+    the graph has no call to run and ends without an answer."""
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(
+            content="", invalid_tool_calls=[{"name": "search", "args": '{"query": "bat',
+                                             "id": "call-x", "error": "bad JSON",
+                                             "type": "invalid_tool_call"}]))])
+
+
+def test_unparsable_arguments_are_a_failed_call_and_no_answer(make_ts: Any,
+                                                              db_path: Any) -> None:
+    ts, _ = make_ts(metrics=CHECKS, sample_rate=1.0)
+    run(ts, create_react_agent(UnparsableArgumentsModel(), [search]), "clean")
+    assert ts.flush(timeout=60)
+    (rec,) = records(db_path)
+    agent = json.loads(rows(db_path, "SELECT agent FROM records")[0]["agent"])
+    (c,) = agent["calls"]
+    assert (c["name"], c["ok"], c["error"], c["arguments"]) == (
+        "search", False, "bad JSON", '{"query": "bat')
+    got = {k: v["value"] for k, v in scores(db_path, rec["record_id"]).items()}
+    assert got["tool_error_rate"] == 1.0 and got["agent_no_answer"] == 1.0
+    # raw text, not an object: the schema check reports it
+    assert got["invalid_tool_arguments"] == 1.0
