@@ -119,7 +119,24 @@ def tool_name(t: Any) -> str | None:
     return name[:MAX_NAME_CHARS] if isinstance(name, str) else None
 
 
+#: Parsed declarations by the identity of the framework's declaration object (a model bound
+#: once passes the same objects on every call): (object, spec); bounded, cleared when full.
+_SPECS: dict[int, tuple[Any, ToolSpec]] = {}
+MAX_CACHED_SPECS = 512
+
+
 def _spec(name: str, raw: Any) -> ToolSpec:
+    hit = _SPECS.get(id(raw))
+    if hit is not None and hit[0] is raw and hit[1].name == name:
+        return hit[1]
+    spec = _parse_spec(name, raw)
+    if len(_SPECS) >= MAX_CACHED_SPECS:
+        _SPECS.clear()
+    _SPECS[id(raw)] = (raw, spec)  # (the object is kept: its id cannot be reused meanwhile)
+    return spec
+
+
+def _parse_spec(name: str, raw: Any) -> ToolSpec:
     """A declaration in any of the common shapes: OpenAI ``{"type": "function", "function":
     {name, description, parameters}}``, Anthropic ``{name, description, input_schema}``,
     GenAI/MCP ``{name, description, parameters | inputSchema}``, a LangChain ``BaseTool``."""
@@ -158,11 +175,30 @@ def _dumps(value: Any) -> str | None:
         return None
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _plain(args: Any) -> bool:
+    """A flat dict of JSON scalars well under the size bound (most calls): kept as a copy,
+    without a JSON round trip."""
+    if type(args) is not dict or len(args) > 64:
+        return False
+    size = 0
+    for k, v in args.items():
+        if type(k) is not str or type(v) not in _SCALARS:
+            return False
+        size += len(k) + (len(v) if type(v) is str else 24) + 8
+    return size <= MAX_ARGUMENT_CHARS // 2
+
+
 def _call(c: _Call) -> ToolCall:
     args = c.arguments
     cut = False
-    if isinstance(args, str):  # raw JSON text (a model that returned unparsable arguments)
-        text: str | None = args
+    if _plain(args):
+        text: str | None = ""
+        args = dict(args)
+    elif isinstance(args, str):  # raw JSON text (a model that returned unparsable arguments)
+        text = args
         try:
             args = json.loads(args)
         except ValueError:
