@@ -129,3 +129,19 @@ def test_react_agent_calls_come_from_its_call_tool_steps(capture: Any, db_path: 
     got = {k: v["value"] for k, v in scores(db_path, rec["record_id"]).items()}
     assert got["unknown_tool_calls"] == 1.0 and got["repeated_tool_calls"] == 1.0
     assert got["invalid_tool_arguments"] == 1.0
+
+
+def test_agent_workflow_tool_calls(capture: Any, db_path: Any) -> None:
+    from llama_index.core.agent.workflow import AgentWorkflow
+
+    agent = FunctionAgent(name="handbook", description="Answers handbook questions.",
+                          tools=[FunctionTool.from_defaults(search)], llm=function_calling())
+    ask(AgentWorkflow(agents=[agent], root_agent="handbook"), "bad")
+    assert capture.flush(timeout=60)
+    (rec,) = records(db_path)
+    agent_part = json.loads(rec["agent"])
+    assert "search" in [t["name"] for t in agent_part["tools"]]
+    assert [(c["name"], c["ok"]) for c in agent_part["calls"]] == [
+        ("search", True), ("search", True), ("web_browse", False), ("search", True)]
+    got = {k: v["value"] for k, v in scores(db_path, rec["record_id"]).items()}
+    assert got["unknown_tool_calls"] == 1.0 and got["invalid_tool_arguments"] == 1.0
