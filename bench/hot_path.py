@@ -118,7 +118,11 @@ def build_agent_app() -> Any:
         disable_streaming: bool = True
 
         def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-            return self
+            # as provider models do: the tools' JSON declarations go into every call's
+            # invocation_params (what tracescore reads as the tools offered)
+            from langchain_core.utils.function_calling import convert_to_openai_tool
+
+            return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
         def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None,
                       **kwargs: Any) -> ChatResult:

@@ -49,7 +49,7 @@ from .export import (
 from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor, adopt_processors
 from .queue import FeedbackUpdate, GroundTruthUpdate, RecordQueue
-from .record import ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
+from .record import AGENT, ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
 from .runs import RunIds, RunScope, current_scope, enter_scope, exit_scope
 from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
 from .settings import Settings
@@ -630,7 +630,7 @@ class Tracescore(Feedback, Lifecycle):
         if not self.capture_content:
             return record.replace(query=None, answer=None, contexts=(), ground_truths=(),
                                   prompt=None, retrieval_queries=(), candidates=(),
-                                  content_captured=False,
+                                  content_captured=False, agent=self._private_agent(record),
                                   error=_error_type(record.error),
                                   metadata=self.redact_value(record.metadata),
                                   user_id=self.redact_id(record.user_id))
@@ -652,7 +652,35 @@ class Tracescore(Feedback, Lifecycle):
             error=r(record.error) if isinstance(record.error, str) else record.error,
             metadata=self.redact_value(record.metadata),
             user_id=self.redact_id(record.user_id),
+            agent=self._private_agent(record),
         )
+
+    def _private_agent(self, record: RagRecord) -> Any:
+        """The record's tool calls as they may be stored (docs/agents.md, "Privacy"): tool
+        names, steps, outcomes and the offered tools' declarations are the app's code, kept;
+        arguments are treated like metadata (each string redacted, or with capture off
+        replaced by its length, so their shape can still be checked); results and error
+        texts are redacted (capture off: dropped; a failed call keeps ``ok=False``)."""
+        agent = record.agent
+        if agent is None:
+            return None
+        import dataclasses
+
+        off = not self.capture_content
+        r = self.redact
+
+        def text(t: str | None) -> str | None:
+            if t is None:
+                return None
+            if off:
+                return None
+            return r(t) if r is not None else t
+
+        calls = tuple(dataclasses.replace(
+            c, arguments=self.redact_value(c.arguments), result=text(c.result),
+            error=("error" if off and not c.ok else text(c.error)))
+            for c in agent.calls)
+        return dataclasses.replace(agent, calls=calls)
 
     def redact_text(self, text: str) -> str | None:
         """What may go on a span for ``text`` (None when content capture is off)."""
@@ -731,7 +759,7 @@ class Tracescore(Feedback, Lifecycle):
         key = (metrics, record.compact, record.content_captured, record.complete,
                bool(record.query), len(record.contexts) > 0,
                record.answer is not None and record.answer != "",
-               len(record.ground_truths) > 0)
+               len(record.ground_truths) > 0, record.agent is not None and record.has(AGENT))
         plan = self._plans.get(key)
         if plan is not None:
             return plan

@@ -17,7 +17,10 @@ QUERY = "query"
 CONTEXTS = "contexts"
 ANSWER = "answer"
 GROUND_TRUTHS = "ground_truths"
-INPUTS = frozenset({QUERY, CONTEXTS, ANSWER, GROUND_TRUTHS})
+#: An agent run: the record carries tool calls or the tools offered to the model
+#: (:class:`AgentRun`); the deterministic agent checks require it.
+AGENT = "agent"
+INPUTS = frozenset({QUERY, CONTEXTS, ANSWER, GROUND_TRUTHS, AGENT})
 #: What :meth:`RagRecord.missing` names for an answer stream the client cut off.
 CUT_OFF_ANSWER = "complete answer (answer cut off: the client stopped reading the stream)"
 
@@ -91,6 +94,56 @@ class TokenUsage:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool offered to the model: its name, description and declared JSON schema of its
+    arguments (None when the framework declared none)."""
+
+    name: str
+    description: str | None = None
+    schema: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call the model asked for, and what came back.
+
+    ``step``: the agent's model turn that asked for it (1 = the first model call of the
+    request). ``arguments``: the arguments as the model gave them (a JSON object, or the raw
+    string when they were not one); arguments too long to keep are replaced by
+    ``{"tracescore.truncated": <chars>}`` and ``arguments_cut`` is set (their validation is
+    then not checked). ``ok``: the tool returned a result (False: it raised, the framework
+    answered with an error message — an unknown tool, arguments it rejected — or no result
+    was seen, ``error`` says which). ``result`` / ``error`` are clipped texts.
+    """
+
+    name: str
+    arguments: Any = None
+    step: int = 0
+    id: str | None = None
+    ok: bool = True
+    result: str | None = None
+    error: str | None = None
+    arguments_cut: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRun:
+    """What an agent did in one request: the tools offered, the calls made (in the order the
+    model asked for them), and how many model calls and agent steps it took.
+
+    ``model_calls``: every model call of the request (answering, tool choosing, and any
+    inside tools); ``steps``: the agent's own model turns (model calls outside tools and
+    retrievers). ``calls_dropped``: calls beyond the per-record bound, not kept.
+    """
+
+    tools: tuple[ToolSpec, ...] = ()
+    calls: tuple[ToolCall, ...] = ()
+    model_calls: int = 0
+    steps: int = 0
+    calls_dropped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class RagRecord:
     """One RAG interaction: the query, what was retrieved, what was answered.
 
@@ -131,6 +184,8 @@ class RagRecord:
     #: False when the client stopped reading a streamed answer (a closed or cancelled stream):
     #: ``answer`` then holds exactly the text the client received.
     complete: bool = True
+    #: The agent's tool calls and offered tools (None: not an agent run, or not captured).
+    agent: AgentRun | None = None
 
     @property
     def record_id(self) -> str:
@@ -152,6 +207,8 @@ class RagRecord:
             return len(self.contexts) > 0
         if what == GROUND_TRUTHS:
             return len(self.ground_truths) > 0
+        if what == AGENT:
+            return self.agent is not None and bool(self.agent.calls or self.agent.tools)
         raise ValueError(f"unknown record input {what!r}; expected one of {sorted(INPUTS)}")
 
     def missing(self, requires: frozenset[str]) -> list[str]:

@@ -24,6 +24,7 @@ from tracescore.sampling import trace_fraction
 from .._owner import Owner, register_resolver
 from .._record import EXTERNAL, Retrieval, assemble
 from .._text import format_prompt
+from . import agent as G
 from . import messages as M
 from .runs import _Root, _Run, _seq, streamed_text
 
@@ -95,6 +96,12 @@ def emit_record(h: TracescoreCallbackHandler, run: _Run, outputs: Any,
         metadata.update(scope.metadata)
         ground_truths = scope.ground_truths + ground_truths
 
+    agent = None
+    if root.agent is not None:
+        if root.agent.unresolved():  # replies the last model call (or nobody) saw
+            G.tool_replies(root.agent, outputs)
+        agent = root.agent.build(root.model_calls)
+
     def build(full: bool) -> RagRecord:
         return RagRecord(
             trace_id=trace_id, span_id=format(span.get_span_context().span_id, "016x"),
@@ -105,7 +112,7 @@ def emit_record(h: TracescoreCallbackHandler, run: _Run, outputs: Any,
             error=f"{type(error).__name__}: {error}" if error is not None else None,
             source="langchain", prompt=format_prompt(root.prompt) if full else None,
             retrieval_queries=tuple(dict.fromkeys(root.retrieval_queries)) if full else (),
-            candidates=candidates, complete=not cut,
+            candidates=candidates, complete=not cut, agent=agent,
         )
 
     record = ts.prepare(build(full))

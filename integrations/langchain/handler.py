@@ -51,6 +51,7 @@ from .._owner import current_owner
 from .._record import NODE, RETRIEVER, TOOL, enclose
 from .._spans import NO_SPAN, _materialize_all, _only, _PendingSpan, usage_attributes
 from .._text import clip, json_attr, to_text
+from . import agent as G
 from . import messages as M
 from .emit import emit_record
 from .runs import MAX_STREAM_TOKENS, _Root, _Run, _seq, find_stream_queue, new_retrieval
@@ -458,6 +459,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         run = self._start(run_id, parent, name, A.KIND_LLM, metadata, tags, attrs)
         self._set_text(run.span, A.INPUT_VALUE, prompt)
         root = run.root
+        G.model_start(root, run, params, prompt)
         if run.retriever is None:  # a compressor's or filter's model is not the answering one
             # the answering call is the last one: its prompt and model are the record's (a
             # failed primary before a fallback, a query rewriter before the answer are not)
@@ -496,6 +498,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         try:
             run = self._runs.get(getattr(run_id, "int", run_id))
             if run is not None:
+                G.model_end(run, response)
                 text, usage, model = M.llm_result_parts(response)
                 span = run.span
                 if text is not None:
@@ -552,6 +555,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                 if isinstance(call, str):  # langchain-core < 1.2: known from the ToolMessage
                     _late_tool_call(run, call)
             if run is not None:
+                G.tool_end(run, output)
                 docs = M.artifact_documents(output)
                 if docs:
                     self._add_documents(run, docs, TOOL)
@@ -565,6 +569,9 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
     def on_tool_error(self, error: BaseException, *, run_id: UUID,
                       parent_run_id: UUID | None = None, **kwargs: Any) -> None:
         try:
+            run = self._runs.get(getattr(run_id, "int", run_id))
+            if run is not None:
+                G.tool_error(run, error)
             self._finish(run_id, None, error)
         except Exception as exc:
             _fault("langchain.on_tool_error", exc)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tracescore._internal import capture_degraded as _degraded
+from tracescore._internal.tool_calls import AgentTrace
 from tracescore.record import Context, TokenUsage
 from tracescore.runs import RunScope
 
@@ -70,6 +71,11 @@ class _Root:
     #: Tool or graph node run → its last model call outside retrievers (a sub-agent's reply,
     #: a branch's summary: text derived from the documents reached the answering model).
     step_models: dict[int, int] = field(default_factory=dict)
+    #: Model calls of the request, and the agent's steps (model calls outside tools and
+    #: retrievers); the tool calls, once the run shows it is an agent (:mod:`.agent`).
+    model_calls: int = 0
+    steps: int = 0
+    agent: AgentTrace | None = None
 
 
 @dataclass(slots=True)
@@ -98,6 +104,8 @@ class _Run:
     #: the order their results are reduced in).
     step: int | None = None
     task: int = -1
+    #: A model run that is an agent step: its index (1-based); 0 for other runs.
+    agent_step: int = 0
 
 
 def new_retrieval(run: _Run, source: str, ctxs: list[Context], kind: str, seq: int,

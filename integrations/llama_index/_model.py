@@ -23,6 +23,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from tracescore import attributes as A
 from tracescore._internal.errors import handle_internal_errors
+from tracescore._internal.tool_calls import AgentTrace
 from tracescore.record import TokenUsage
 from tracescore.runs import RunScope
 
@@ -138,6 +139,12 @@ class Run:
     seq: int = 0
     #: False: spans go nowhere (no exporter): child steps get no span (``_spans.NO_SPAN``).
     spans: bool = True
+    #: Chat calls of the run, the agent's steps (chat calls outside tools), and its tool
+    #: calls once it shows it is an agent (:mod:`.agent`).
+    model_calls: int = 0
+    agent_steps: int = 0
+    agent: AgentTrace | None = None
+    workflow: Any = None  # the workflow (agent) the run is, for its tool list
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -166,6 +173,7 @@ class Node:
     streaming: bool = False  # an LLM span whose stream is still being consumed
     ended: bool = False
     inputs: list[Any] | None = None  # a postprocessor's / synthesizer's input nodes
+    agent_step: int = 0  # an LLM node that is an agent step: its index (1-based)
 
     def within_retriever(self) -> str | None:
         """The name of the nearest enclosing traced retriever (this node excluded), if any."""

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from llama_index.core.agent.workflow.workflow_events import ToolCallResult
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.llms.base import BaseLLM
@@ -54,6 +55,7 @@ from tracescore.runs import current_scope
 
 from .._owner import Owner, claim, current_owner, release
 from .._spans import NO_SPAN, _materialize_all, _NoSpan, _PendingSpan, usage_attributes
+from . import agent as G
 from ._model import (
     CHAT,
     FRAMEWORK,
@@ -235,6 +237,8 @@ class LlamaIndexCapture(EventsMixin, StreamsMixin, SearchMixin):
             return
         run = parent.run
         target = parent.target if parent.target is not None else parent
+        if kind is None and name.endswith(G.CALL_TOOL):  # a workflow agent's tool call
+            G.call_tool_enter(run, instance, bound_args)
         streaming = run.streaming_llm
         if kind == LLM and target.kind != LLM and streaming is not None and not streaming.ended:
             # An LLM call started lazily while another LLM stream of the run is consumed (e.g.
@@ -312,6 +316,8 @@ class LlamaIndexCapture(EventsMixin, StreamsMixin, SearchMixin):
             context=trace_api.set_span_in_context(outer.span) if outer is not None else None)
         run = Run(id_, kind, now, session_id, user_id, metadata, query=query, scope=scope,
                   outer=outer, spans=self.ts.spans_wanted)
+        if kind == WORKFLOW:
+            run.workflow = instance
         trace_id = format(span.get_span_context().trace_id, "032x")
         if scope is not None and outer is None:
             scope.trace_ids.append(trace_id)
@@ -333,6 +339,8 @@ class LlamaIndexCapture(EventsMixin, StreamsMixin, SearchMixin):
             return
         run = node.run
         target = node.target if node.target is not None else node
+        if type(result) is ToolCallResult:  # a workflow agent's call_tool step
+            G.call_tool_result(run, result)
         if err is None and target.kind == LLM and target is not run.root and live_stream(result):
             # An LLM call that returned a stream: LlamaIndex reports its end with an event
             # once the stream is consumed, so the span stays open until then.

@@ -31,6 +31,7 @@ from tracescore import attributes as A
 
 from .._spans import NO_SPAN, _NoSpan, _only, _PendingSpan
 from .._text import clip, json_attr, to_text
+from . import agent as G
 from ._model import (
     STEP_RETRIEVE,
     STEP_SYNTHESIZE,
@@ -157,6 +158,7 @@ class EventsMixin:
             return  # a nested call of the same LLM span (chat → complete): the outer one wins
         is_chat = isinstance(event, LLMChatStartEvent)
         node.op = "chat" if is_chat else "text_completion"
+        G.chat_start(node, run, event)
         attrs: dict[str, Any] = {A.GEN_AI_OPERATION_NAME: node.op}
         model = model_name(event.model_dict)
         if model is not None:
@@ -177,6 +179,8 @@ class EventsMixin:
     def _llm_end(self, node: Node, run: Run,
                  event: LLMChatEndEvent | LLMCompletionEndEvent) -> None:
         response = event.response
+        if isinstance(event, LLMChatEndEvent):
+            G.chat_end(node, run, event)
         if node.span is not None and response is not None:
             text = response_text(response)
             if text is not None:

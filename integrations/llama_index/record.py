@@ -80,6 +80,8 @@ def emit_record(cap: LlamaIndexCapture, run: Run, span: Span, end: int) -> None:
     # and the retrieval queries are built only for a record that keeps its text.
     full = ts.text_needed(u)
 
+    agent = run.agent.build(run.model_calls) if run.agent is not None else None
+
     def build(full: bool) -> RagRecord:
         contexts, candidates = run_contexts(run, candidates=full)
         return RagRecord(
@@ -93,6 +95,7 @@ def emit_record(cap: LlamaIndexCapture, run: Run, span: Span, end: int) -> None:
             source="llama_index", prompt=format_prompt(run.prompt) if full else None,
             retrieval_queries=tuple(dict.fromkeys(run.retrieval_queries)) if full else (),
             candidates=tuple(candidates), complete=not run.incomplete,
+            agent=agent,
         )
 
     record = ts.prepare(build(full))

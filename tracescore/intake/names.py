@@ -15,6 +15,8 @@ LLM_OUTPUT_MESSAGES = "llm.output_messages"
 KIND_RERANKER = "RERANKER"
 KIND_AGENT = "AGENT"
 KIND_EMBEDDING = "EMBEDDING"
+LLM_TOOLS = "llm.tools"  # llm.tools.N.tool.json_schema: a tool offered to the model
+TOOL_NAME = "tool.name"
 #: OpenInference's placeholder for text hidden by its TraceConfig (hide_inputs, ...)
 OI_REDACTED = "__REDACTED__"
 
@@ -38,6 +40,11 @@ GEN_AI_RETRIEVAL_DOCUMENTS = "gen_ai.retrieval.documents"
 GEN_AI_RETRIEVAL_QUERY = "gen_ai.retrieval.query.text"
 GEN_AI_USAGE_PROMPT_TOKENS = "gen_ai.usage.prompt_tokens"  # older name
 GEN_AI_USAGE_COMPLETION_TOKENS = "gen_ai.usage.completion_tokens"
+GEN_AI_TOOL_DEFINITIONS = "gen_ai.tool.definitions"
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
 RETRIEVAL_OPERATIONS = frozenset({"retrieval", "vector_db_retrieve", "retrieve"})
 

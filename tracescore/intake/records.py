@@ -33,6 +33,7 @@ from typing import Any
 from .. import attributes as A
 from ..record import Candidate, Context, RagRecord, TokenUsage
 from . import names as N
+from .agent import agent_run
 from .spans import Span, link
 
 LLM, RETRIEVER, RERANKER, CHAIN, AGENT, TOOL = "LLM", "RETRIEVER", "RERANKER", "CHAIN", \
@@ -460,12 +461,22 @@ def _record(req: Span, conv: str, ancestors: list[Span]) -> Built:
         retrieval_queries=tuple(queries),
         candidates=tuple(Candidate(c.text, c.id, c.score, c.source, by is None, by)
                          for c, by in candidates),
+        agent=_agent(nodes),
     )
     res = req.resource
     release = res.get(N.SERVICE_VERSION)
     env = next((res[k] for k in N.DEPLOYMENT_ENVIRONMENT if isinstance(res.get(k), str)), None)
     return Built(record, release if isinstance(release, str) else None, env, stripped,
                  contexts_stripped)
+
+
+def _agent(nodes: list[Span]) -> Any:
+    """The request's tool calls (:mod:`.agent`); a reader fault loses them, not the record."""
+    from .._internal.errors import handle_internal_errors
+
+    with handle_internal_errors("intake.agent"):
+        return agent_run(nodes, kind)
+    return None
 
 
 def _first_str(spans: list[Span], keys: tuple[str, ...]) -> str | None:

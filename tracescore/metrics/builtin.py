@@ -6,12 +6,14 @@ imports run one way: registry → builtin → metric modules → base.
 
 from __future__ import annotations
 
+from .agent import AGENT_CHECKS
 from .base import Metric
 from .judged import JUDGE_METRICS
 from .local import LOCAL_METRICS
 from .ragas import RAGAS_METRICS
 from .rgb_abilities import RgbNoise
 from .saga_extra import GPTScore, SelfCheckGPT
+from .trajectory import REFERENCE_METRICS
 
 BUILTIN_METRICS: tuple[type[Metric], ...] = (
     *LOCAL_METRICS,
@@ -20,4 +22,6 @@ BUILTIN_METRICS: tuple[type[Metric], ...] = (
     RgbNoise,
     GPTScore,
     SelfCheckGPT,
+    *AGENT_CHECKS,
+    *REFERENCE_METRICS,
 )

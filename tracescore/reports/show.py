@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..store.compat import trace_prefix, trace_records
+from .agent_view import agent_steps
 from .textfmt import WIDTH, printable
 from .textfmt import num as _num
 from .textfmt import table as _table
@@ -61,6 +62,10 @@ def record_details(conn: sqlite3.Connection, row: dict[str, Any]) -> dict[str, A
             rec[key] = json.loads(rec.get(key) or default)
         except (TypeError, ValueError):
             pass  # keep the raw text: show what is there rather than fail
+    try:
+        rec["agent"] = json.loads(rec.get("agent") or "null")
+    except (TypeError, ValueError):
+        rec["agent"] = None
     rec["sampled"] = bool(rec.get("sampled"))
     rec["content_captured"] = bool(rec.get("content_captured"))
     rec["scores"] = [
@@ -180,6 +185,7 @@ def format_records(recs: Sequence[dict[str, Any]], width: int = WIDTH,
                 text = text[:context_chars].rstrip() + f"… ({len(c['text'])} chars)"
             out += _wrap(text, "      ", width)
         out += _candidates(rec.get("candidates"), width)
+        out += agent_steps(rec.get("agent"), rec["scores"], width)
 
         scores = rec["scores"]
         out += ["", f"scores ({len(scores)})"]

@@ -199,6 +199,8 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
               lambda s: _judge_budget(s, "sqlite")),
     Migration(11, "sessions: open and closed conversations, records by session",
               lambda s: _sessions(s, "sqlite")),
+    Migration(12, "records: an agent run's tool calls and offered tools",
+              lambda s: _agent_column(s, "sqlite")),
 )
 
 
@@ -344,6 +346,18 @@ def _v5(store: Any, dialect: str) -> None:
     for name, sql_type, _ in V5_COLUMNS:
         if name not in cols:
             store.conn.execute(f"ALTER TABLE records ADD COLUMN {name} {sql_type}")
+
+
+def _agent_column(store: Any, dialect: str) -> None:
+    """SQLite 12 / PostgreSQL 11: ``records.agent``, an agent run's tool calls and offered
+    tools (JSON, :mod:`.agent_rows`; NULL for other records, compact rows and rows retention
+    compacted). ``ALTER TABLE … ADD COLUMN`` only, no rewrite."""
+    if dialect == "postgres":
+        store.conn.execute("ALTER TABLE records ADD COLUMN IF NOT EXISTS agent text")
+        return
+    cols = {r[1] for r in store.conn.execute("PRAGMA table_info(records)")}
+    if "agent" not in cols:
+        store.conn.execute("ALTER TABLE records ADD COLUMN agent TEXT")
 
 
 def _keyset(conn: Any, select: str, key: str) -> Any:
@@ -568,6 +582,8 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
               lambda s: _judge_budget(s, "postgres")),
     Migration(10, "sessions: open and closed conversations, records by session",
               lambda s: _sessions(s, "postgres")),
+    Migration(11, "records: an agent run's tool calls and offered tools",
+              lambda s: _agent_column(s, "postgres")),
 )
 
 #: pg_advisory_xact_lock key: "tracescore" as an int

@@ -371,8 +371,8 @@ def compact_batch(store: Any, before: float, limit: int, result: PruneResult) ->
                             q_chars, q_hash, a_chars, a_hash, record_id))
         conn.executemany(
             "UPDATE records SET query = NULL, answer = NULL, prompt = NULL, contexts = ?,"
-            " candidates = NULL, text_kept = 0, query_chars = ?, query_hash = ?, answer_chars = ?,"
-            " answer_hash = ? WHERE record_id = ? AND text_kept = 1", updates)
+            " candidates = NULL, agent = NULL, text_kept = 0, query_chars = ?, query_hash = ?,"
+            " answer_chars = ?, answer_hash = ? WHERE record_id = ? AND text_kept = 1", updates)
         # (the rows are locked / the SQLite transaction is exclusive: every update applied)
         delta.write(conn)
     result.compacted += len(updates)

@@ -16,6 +16,7 @@ from typing import Any
 from .._internal.secrets import scrub
 from ..record import Candidate, Context, RagRecord, TokenUsage
 from ..sampling import Decision
+from .agent_rows import agent_from_json, agent_to_json
 from .compact import COMPACT_COLUMNS, compact_contexts_json, text_facts
 from .rollup import Delta
 from .segments import NONE_SEG, SegmentSpec
@@ -110,7 +111,7 @@ _RECORD_COLS = (
     "input_tokens", "output_tokens", "model", "error", "content_captured", "sample_u",
     "sampled", "sampled_metrics", "forced", "prompt", "retrieval_queries",
     *(name for name, _ in COMPACT_COLUMNS), "release", "environment", "seg_id",
-    "candidates", "complete",
+    "candidates", "complete", "agent",
 )
 _CREATED = _RECORD_COLS.index("created_at")
 _SEG = _RECORD_COLS.index("seg_id")
@@ -187,7 +188,7 @@ def record_row(r: RagRecord, d: Decision, now: float, keep_full_text: bool = Tru
             compact_contexts_json(r, dumps), len(r.contexts), "[]", metadata, tags,
             r.session_id, r.user_id, r.latency_ms, *usage, r.model, _error(r),
             int(r.content_captured), d.u, 0, "[]", d.forced, None, None,
-            0, q_chars, q_hash, a_chars, a_hash, *seg, None, int(r.complete),
+            0, q_chars, q_hash, a_chars, a_hash, *seg, None, int(r.complete), None,
         )
     contexts = [
         {"text": clean_text(c.text), "id": c.id, "score": c.score,
@@ -202,7 +203,7 @@ def record_row(r: RagRecord, d: Decision, now: float, keep_full_text: bool = Tru
         r.model, _error(r), int(r.content_captured), d.u, int(d.sampled),
         dumps(list(d.metrics)), d.forced, _opt(r.prompt),
         dumps([clean_text(q) for q in r.retrieval_queries]) if r.retrieval_queries else None,
-        1, None, None, None, None, *seg, _candidates(r), int(r.complete),
+        1, None, None, None, None, *seg, _candidates(r), int(r.complete), _agent(r),
     )
 
 
@@ -220,6 +221,11 @@ def _candidates(r: RagRecord) -> str | None:
                   for c in r.candidates])
 
 
+def _agent(r: RagRecord) -> str | None:
+    """``records.agent`` (SQLite 12 / PostgreSQL 11): the tool calls and offered tools."""
+    return None if r.agent is None else dumps(_json_safe(agent_to_json(r.agent)))
+
+
 def _stored_candidates(raw: str | None) -> tuple[Candidate, ...]:
     return tuple(
         Candidate(text=c.get("text") or "", id=c.get("id"), score=c.get("score"),
@@ -235,6 +241,8 @@ def row_to_record(row: Mapping[str, Any]) -> RagRecord:
                 metadata=c.get("metadata") or {}, source=c.get("source"))
         for c in json.loads(row["contexts"] or "[]")
     )
+    candidates = () if compact else _stored_candidates(row.get("candidates"))
+    agent = None if compact else agent_from_json(json.loads(row.get("agent") or "null"))
     usage = None
     if row["input_tokens"] is not None or row["output_tokens"] is not None:
         usage = TokenUsage(row["input_tokens"] or 0, row["output_tokens"] or 0)
@@ -248,6 +256,5 @@ def row_to_record(row: Mapping[str, Any]) -> RagRecord:
         content_captured=bool(row["content_captured"]), prompt=row.get("prompt"),
         retrieval_queries=tuple(json.loads(row.get("retrieval_queries") or "[]")),
         compact=compact,
-        candidates=() if compact else _stored_candidates(row.get("candidates")),
-        complete=row.get("complete", 1) != 0,
+        candidates=candidates, complete=row.get("complete", 1) != 0, agent=agent,
     )

@@ -187,7 +187,7 @@ class Store(LabelsMixin):
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         cols = {r[1] for r in conn.execute("PRAGMA table_info(records)")}
         metric_cols = {r[1] for r in conn.execute("PRAGMA table_info(metrics)")}
-        return {"prompt", "retrieval_queries"} <= cols and "is_binary" in metric_cols and {"judge_cache", "judge_calls", "feedback", "judge_health",
+        return {"prompt", "retrieval_queries", "agent"} <= cols and "is_binary" in metric_cols and {"judge_cache", "judge_calls", "feedback", "judge_health",
                                      "idx_jobs_open_job_id", "idx_feedback_trace"} <= names \
             and {name for name, _ in _migrations.REBUILT_INDEXES} <= names  # (retention's)
 

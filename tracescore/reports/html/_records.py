@@ -14,6 +14,7 @@ from typing import Any
 
 from ..model import MetricSummary, ReportPage
 from ..textfmt import when as _when
+from ._agent import agent_html
 from ._page import _tone, _val
 
 
@@ -100,5 +101,5 @@ def _record_card(rec: dict[str, Any], worst: Sequence[Any],
         f'<ul class="why">{"".join(why)}</ul>'
         f'<div class="qa">{_text_block("answer", rec.get("answer"))}'
         f'{_text_block("ground truth", chr(10).join(map(str, gts)) if gts else None)}</div>'
-        f"{ctx_html}{scores_html}</article>"
+        f"{ctx_html}{agent_html(rec.get('agent'), rec['scores'])}{scores_html}</article>"
     )
