@@ -154,7 +154,9 @@ def fill_40_days(make_ts: Any, db_path: Path | str, now: float) -> list[RagRecor
     at their record's time (as if scored then)."""
     ts, _ = make_ts(metrics=[ScriptedMetric(value_of, name="m")], sample_rate=0.5,
                     retention=None, db=db_path)
-    recs = [rec(i, now - 40 * DAY + i * 6 * 3600 + 1) for i in range(160)]
+    # (+2 h: the record nearest the 30-day cutoff stays 2 h inside it, however slowly a
+    # loaded machine reaches the prune; at +1 s a 41st record crossed it)
+    recs = [rec(i, now - 40 * DAY + i * 6 * 3600 + 7200) for i in range(160)]
     for r in recs:
         ts.submit(r, hold_span=False)
     assert ts.flush(30)
