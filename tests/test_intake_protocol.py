@@ -299,6 +299,28 @@ def test_chunked_body_is_read_and_bounded(tmp_path):
         assert len(intake_records(db, 1)) == 1
 
 
+def test_a_sender_still_writing_an_oversized_body_reads_its_413(tmp_path):
+    """The server answers 413 before it has read the body; it then reads and drops what the
+    sender is still writing before closing (a lingering close), so the sender gets the answer,
+    not a broken pipe (which it would take for a network fault and retry)."""
+    import http.client
+
+    db = str(tmp_path / "s.db")
+    body = b"\0" * (256 * 1024)
+    with serving(db, config=ServeConfig(grace_s=0.2, max_body=64 * 1024)) as serve:
+        for chunked in (True, False) * 20:
+            conn = http.client.HTTPConnection("127.0.0.1", serve.http_port, timeout=60)
+            if chunked:
+                conn.request("POST", "/v1/traces", body=iter([body[:10], body[10:]]),
+                             headers={"Content-Type": "application/x-protobuf"},
+                             encode_chunked=True)
+            else:
+                conn.request("POST", "/v1/traces", body=body,
+                             headers={"Content-Type": "application/x-protobuf"})
+            assert conn.getresponse().status == 413
+            conn.close()
+
+
 def test_odd_attribute_values_lose_a_field_not_the_record(tmp_path):
     db = str(tmp_path / "s.db")
     with serving(db) as serve:

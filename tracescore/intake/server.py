@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -278,6 +279,27 @@ def _http_handler(intake: Intake) -> type[BaseHTTPRequestHandler]:
                 extra["Connection"] = "close"
                 self.close_connection = True
             self._send(status, media, otlp.status(media, message), extra)
+            if close:
+                self._linger()
+
+        def _linger(self, limit: int = 1 << 20, wait_s: float = 1.0) -> None:
+            """After an answer sent before the body was read: read and drop what the client
+            is still sending (up to ``limit`` bytes or ``wait_s``) before the connection
+            closes. Closing a socket with unread data resets it, and a client still writing
+            its body then fails with a broken pipe before it reads the 413 (a lingering
+            close, as web servers do)."""
+            try:
+                self.wfile.flush()
+                self.connection.settimeout(wait_s)
+                deadline = time.monotonic() + wait_s
+                got = 0
+                while got < limit and time.monotonic() < deadline:
+                    data = self.rfile.read1(65536)
+                    if not data:
+                        break
+                    got += len(data)
+            except (OSError, ValueError):
+                pass  # timed out, reset or closed: nothing more to do
 
         def _send(self, status: int, media: str, body: bytes,
                   extra: dict[str, str] | None = None) -> None:
