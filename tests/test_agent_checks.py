@@ -166,7 +166,8 @@ def test_the_record_holds_calls_results_and_offered_tools(make_ts: Any, db_path:
     assert agent.calls[0].result == "handbook hits for 'battery range'"
     assert agent.calls[0].id == "call-0-0"
     assert "not a valid tool" in (agent.calls[2].error or "")
-    assert "ValidationError" in (agent.calls[3].error or "")
+    # (langgraph 1.0.0 says "1 validation error for search", newer ones name the class)
+    assert "validation error" in (agent.calls[3].error or "").lower()
     # two calls asked for in one step: one step, both kept, in order
     assert [(c.step, c.name, c.ok) for c in par.agent.calls] == [(1, "search", True),
                                                                  (1, "warranty", True)]
