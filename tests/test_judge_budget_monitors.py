@@ -1,0 +1,154 @@
+"""Issue 33, follow-up: monitors on a judge metric judged within a budget evaluate the
+active-inference estimate (never the judged records' plain mean). A real SQLite store filled
+by ``init(judge_budget=...)`` with the scripted judge server over real HTTP; the monitor's
+figures recomputed here from the raw rows."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import pytest
+from helpers import StoreClock, rows
+
+from tracescore.judge.openai_judge import OpenAIJudge
+from tracescore.monitor.active import active_mean
+from tracescore.monitor.active_cs import ActiveSequence
+from tracescore.monitor.config import monitors_from_objects
+from tracescore.monitor.evaluate import Evaluator
+from tracescore.testing import in_memory
+from tracescore.testing.judge import ScriptedJudgeServer, lexical_responder
+
+CONTEXTS = ["The Cargo ships with a 750 Wh battery.", "Warranty lasts two years."]
+GOOD = "The Cargo ships with a 750 Wh battery."
+
+
+class Clock(StoreClock):
+    step = 0.0
+
+    def time(self) -> float:
+        t = self.t
+        self.t += self.step
+        return t
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    import time
+
+    import tracescore.budget.selector as selector
+
+    c = Clock(math.floor(time.time() / 86400) * 86400 + 12 * 3600)
+    monkeypatch.setattr(selector, "time", c)
+    return c
+
+
+def _log(db: str, budget: str, answers: list[bool], feedback_on_bad: bool = False) -> None:
+    with ScriptedJudgeServer(lexical_responder) as srv:
+        ts, _ = in_memory(db, metrics=["faithfulness"],
+                          judge=OpenAIJudge("scripted", base_url=srv.base_url),
+                          judge_canary=False, judge_budget=budget)
+        try:
+            bad = []
+            for i, good in enumerate(answers):
+                rec = ts.log_record(query=f"What battery, {i}?", contexts=CONTEXTS,
+                                    answer=GOOD if good else f"The moon is cheese, case {i}.")
+                if not good:
+                    bad.append(rec.trace_id)
+            assert ts.flush(120)
+            if feedback_on_bad:
+                # users complain about the bad answers: each is judged (pi = 1), so the
+                # judged records over-represent them
+                for trace in bad:
+                    ts.add_feedback(trace, 0.0)
+                assert ts.flush(120)
+        finally:
+            ts.shutdown()
+
+
+def _raw(db: str) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    decisions = rows(db, "SELECT * FROM judge_decisions WHERE pi > 0 ORDER BY created_at,"
+                         " record_id")
+    scores = {s["record_id"]: s for s in rows(
+        db, "SELECT * FROM scores WHERE name = 'faithfulness' AND status = 'ok'")}
+    return decisions, scores
+
+
+def _monitors(**kw: Any) -> Any:
+    spec = {"name": "faith", "score": "faithfulness", "window": "1d", "threshold": 0.8,
+            "min_n": 10, **kw}
+    return monitors_from_objects({"monitor": [spec]})
+
+
+def test_monitor_reads_the_active_estimate_not_the_judged_mean(db, clock):
+    clock.step = 300.0  # 120 records over 10 hours, ~290 a day: the budget binds
+    rnd = random.Random(11)
+    _log(db, "40/day", [rnd.random() < 0.75 for _ in range(120)], feedback_on_bad=True)
+    decisions, scores = _raw(db)
+    judged = [d for d in decisions if d["selected"]]
+    y = [scores[d["record_id"]]["value"] if d["selected"] else 0.0 for d in decisions]
+    want = active_mean([d["proxy"] for d in decisions], [d["pi"] for d in decisions],
+                       [bool(d["selected"]) for d in decisions], y).estimate
+    plain = sum(scores[d["record_id"]]["value"] for d in judged) / len(judged)
+    # the set-up is what it must be: forced complaints bias the judged records low
+    assert any(d["pi"] < 1 for d in judged) and any(d["pi"] == 1 for d in judged)
+    assert plain < want.value - 0.1
+    now = clock.t + 60
+    for rule in ("anytime", "fixed"):
+        ev = Evaluator(db, _monitors(rule=rule, name=f"faith-{rule}"), clock=lambda: now)
+        try:
+            (e,) = ev.run_once()
+        finally:
+            ev.close()
+        assert e.value == pytest.approx(want.value, abs=1e-9), rule
+        assert e.n == len(judged)
+        assert e.detail["estimator"] == "active"
+        assert f"active estimate, {len(judged)} judged / {len(decisions)} proxied" in e.summary
+        if rule == "fixed":  # the report's interval
+            assert (e.lo, e.hi) == pytest.approx((want.lo, want.hi))
+        else:  # the confidence sequence over the active terms, rebuilt from the rows
+            seq = ActiveSequence(e.detail["alpha"])
+            seq.update([d["proxy"] for d in decisions], [d["pi"] for d in decisions],
+                       [bool(d["selected"]) for d in decisions], y)
+            lo, hi = seq.interval()
+            assert (e.lo, e.hi) == pytest.approx((min(lo, want.value), max(hi, want.value)))
+            assert e.lo <= want.value <= e.hi
+
+
+def test_monitor_on_a_budgeted_metric_alerts_on_a_real_drop(db, clock):
+    clock.step = 60.0
+    mons = _monitors(window="1d", min_n=20)
+    _log(db, "100000/day", [True] * 60)
+    t = [clock.t + 60]
+    ev = Evaluator(db, mons, clock=lambda: t[0])
+    try:
+        (e,) = ev.run_once()
+        assert e.state == "OK" and e.value > 0.8
+        rnd = random.Random(5)
+        _log(db, "100000/day", [rnd.random() < 0.2 for _ in range(100)])
+        t[0] = clock.t + 60
+        (e,) = ev.run_once()
+        decisions, scores = _raw(db)
+        y = [scores[d["record_id"]]["value"] if d["selected"] else 0.0 for d in decisions]
+        want = active_mean([d["proxy"] for d in decisions], [d["pi"] for d in decisions],
+                           [bool(d["selected"]) for d in decisions], y).estimate
+        assert e.state == "ALERT", e.summary
+        assert e.value == pytest.approx(want.value, abs=1e-9)
+        assert e.hi < 0.8 and "the whole anytime-valid interval is below 0.8" in e.summary
+        assert "active estimate" in e.summary
+    finally:
+        ev.close()
+
+
+def test_percentile_monitor_on_a_budgeted_metric_says_why_it_has_no_figure(db, clock):
+    clock.step = 60.0
+    _log(db, "100000/day", [True] * 12)
+    ev = Evaluator(db, _monitors(statistic="p10", threshold=0.5), clock=lambda: clock.t + 60)
+    try:
+        (e,) = ev.run_once()
+    finally:
+        ev.close()
+    assert e.state == "NO_DATA" and e.value is None
+    assert "p10 has no active estimate" in e.summary
+    assert rows(db, "SELECT count(*) AS n FROM scores WHERE status = 'ok'")[0]["n"] > 0
