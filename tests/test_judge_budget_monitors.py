@@ -152,3 +152,74 @@ def test_percentile_monitor_on_a_budgeted_metric_says_why_it_has_no_figure(db, c
     assert e.state == "NO_DATA" and e.value is None
     assert "p10 has no active estimate" in e.summary
     assert rows(db, "SELECT count(*) AS n FROM scores WHERE status = 'ok'")[0]["n"] > 0
+
+
+def test_html_timeline_is_the_active_estimate_per_bucket_and_the_rest_is_labelled(
+        db, clock, tmp_path):
+    """``report --html``: every figure of a budgeted metric is the active estimate (headline,
+    interval, the timeline's points, recomputed here per bucket from the raw rows) or is
+    labelled as the judged records' (the histogram, the worst records)."""
+    from helpers import run_cli
+
+    from tracescore.reports.active import active_timeline
+    from tracescore.reports.report import build_page, build_report
+    from tracescore.store.compat import connect_reader
+
+    clock.step = 300.0
+    rnd = random.Random(3)
+    _log(db, "40/day", [rnd.random() < 0.75 for _ in range(120)], feedback_on_bad=True)
+    bucket_s = 3600.0
+    decisions, scores = _raw(db)
+    by_bucket: dict[float, list[dict[str, Any]]] = {}
+    for d in decisions:
+        by_bucket.setdefault(d["created_at"] // bucket_s * bucket_s, []).append(d)
+    want = {}
+    for t, ds in by_bucket.items():
+        y = [scores[d["record_id"]]["value"] if d["selected"] else 0.0 for d in ds]
+        e = active_mean([d["proxy"] for d in ds], [d["pi"] for d in ds],
+                        [bool(d["selected"]) for d in ds], y).estimate
+        if e.value is not None:
+            want[t] = e
+    conn = connect_reader(db)
+    try:
+        points = active_timeline(conn, "faithfulness", "faithfulness", bucket_s=bucket_s)
+        page = build_page(conn, build_report(conn, db=db))
+        # the page's timeline of the metric is the active one, in the page's buckets (the
+        # test's clock dates decisions apart from their records: see the docstring above)
+        assert page.timelines["faithfulness"] == active_timeline(
+            conn, "faithfulness", "faithfulness", bucket_s=page.bucket[0])
+    finally:
+        conn.close()
+    assert len(want) >= 3 and {p.start for p in points} == set(want)
+    for p in points:
+        e = want[p.start]
+        assert (p.mean, p.lo, p.hi, p.count) == pytest.approx((e.value, e.lo, e.hi, e.n))
+    out = tmp_path / "r.html"
+    result = run_cli("report", "--db", db, "--html", str(out))
+    assert result.exit_code == 0, result.output
+    html = out.read_text()
+    assert "judged records only" in html and "worst judged records" in html
+    assert "The timeline below is the active estimate per bucket" in html
+    for p in page.timelines["faithfulness"]:  # the points' tooltips
+        assert f"active estimate {p.mean:.3f}" in html
+
+
+def test_ui_canned_means_say_judged_records_only_for_a_budgeted_metric(db, clock):
+    from tracescore.reports.ui import canned_queries, query_params
+
+    if db.startswith("postgres"):
+        pytest.skip("tracescore ui serves SQLite files only")
+    clock.step = 60.0
+    _log(db, "100000/day", [True] * 5)
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    try:
+        for name in ("daily_summary", "failure_rate_by_hour"):
+            q = canned_queries(has_judge_decisions=True)[name]
+            cur = conn.execute(q["sql"], {p: "" for p in query_params(q["sql"])})
+            cols = [c[0] for c in cur.description]
+            got = {r[cols.index("name")]: r[cols.index("population")] for r in cur}
+            assert got["faithfulness"].startswith("judged records only"), name
+    finally:
+        conn.close()
