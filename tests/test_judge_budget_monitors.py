@@ -223,3 +223,39 @@ def test_ui_canned_means_say_judged_records_only_for_a_budgeted_metric(db, clock
             assert got["faithfulness"].startswith("judged records only"), name
     finally:
         conn.close()
+
+
+def test_check_compare_by_judge_model_gives_a_budgeted_metric_no_figure(db, clock):
+    """``check --compare`` (a deployment gate) by a score dimension: decisions are per
+    record, so a budgeted metric has no active estimate there — no figure and 'not enough
+    data', never the judged records' biased means compared (nor one estimate on both sides)."""
+    import json
+
+    from helpers import run_cli
+
+    clock.step = 60.0
+    _log(db, "100000/day", [True] * 20)
+    for model in ("scripted-b",):
+        with ScriptedJudgeServer(lexical_responder) as srv:
+            ts, _ = in_memory(db, metrics=["faithfulness"],
+                              judge=OpenAIJudge(model, base_url=srv.base_url),
+                              judge_canary=False, judge_budget="100000/day")
+            try:
+                for i in range(20):
+                    ts.log_record(query=f"b{i}", contexts=CONTEXTS, answer=f"No idea {i}.")
+                assert ts.flush(120)
+            finally:
+                ts.shutdown()
+    models = [r["judge_model"] for r in rows(
+        db, "SELECT DISTINCT judge_model FROM scores WHERE status = 'ok'")]
+    assert len(models) == 2
+    result = run_cli("check", "--db", db, "--compare",
+                     f"judge_model={models[1]}:{models[0]}", "--json")
+    assert result.exit_code in (0, 1), result.output
+    [gate] = json.loads(result.output)["gates"]
+    [row] = [r for r in gate["scores"].values() if r["name"] == "faithfulness"] \
+        if isinstance(gate["scores"], dict) else [r for r in gate["scores"]
+                                                  if r["name"] == "faithfulness"]
+    assert row["current"]["value"] is None and row["baseline"]["value"] is None
+    assert row["verdict"] == "not enough data"
+    assert row["population"].startswith("none (judge budget")
