@@ -163,6 +163,7 @@ def test_html_timeline_is_the_active_estimate_per_bucket_and_the_rest_is_labelle
 
     from tracescore.reports.active import active_timeline
     from tracescore.reports.report import build_page, build_report
+    from tracescore.reports.trend import build_trend
     from tracescore.store.compat import connect_reader
 
     clock.step = 300.0
@@ -188,6 +189,11 @@ def test_html_timeline_is_the_active_estimate_per_bucket_and_the_rest_is_labelle
         # test's clock dates decisions apart from their records: see the docstring above)
         assert page.timelines["faithfulness"] == active_timeline(
             conn, "faithfulness", "faithfulness", bucket_s=page.bucket[0])
+        trend = build_trend(conn)  # the page's trend section: hourly, the same estimates
+        [series] = [s for s in trend.series if s.name == "faithfulness"]
+        assert trend.bucket_s == bucket_s and series.ci_method == "active"
+        assert [(p.start, p.value, p.lo, p.hi, p.n) for p in series.points] == [
+            (p.start, p.mean, p.lo, p.hi, p.count) for p in points]
     finally:
         conn.close()
     assert len(want) >= 3 and {p.start for p in points} == set(want)
@@ -200,6 +206,7 @@ def test_html_timeline_is_the_active_estimate_per_bucket_and_the_rest_is_labelle
     html = out.read_text()
     assert "judged records only" in html and "worst judged records" in html
     assert "The timeline below is the active estimate per bucket" in html
+    assert "each point is the active estimate over the bucket" in html  # the trend card
     for p in page.timelines["faithfulness"]:  # the points' tooltips
         assert f"active estimate {p.mean:.3f}" in html
 
