@@ -195,8 +195,15 @@ def measure_active(ctx: Any, m: Monitor, prior: S.StateRow | None, direction: st
                    metric: str) -> Any:
     """:func:`.measure._measure` for a monitor on a budgeted judge metric."""
     from ..reports.query import SCORE_DIMS
-    from .measure import SCHEDULE, _describe, _describe_baseline, _Result, _window_start
-    from .measure import _with_where, _worst
+    from .measure import (
+        SCHEDULE,
+        _describe,
+        _describe_baseline,
+        _Result,
+        _window_start,
+        _with_where,
+        _worst,
+    )
 
     dims = [d for d in m.where if d in SCORE_DIMS]
     if dims:
