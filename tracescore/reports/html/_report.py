@@ -304,7 +304,7 @@ def _metric_card(m: MetricSummary, hist: Histogram | None, points: Sequence[Time
             f"records with a proxy, {m.count:,} judged (judge budget, adaptive selection); "
             f"the judged records' own mean {_val(m.judged_mean)} over-represents the hard "
             "ones (docs/judge_budget.md). The timeline below is the active estimate per "
-            "bucket with its 95 % interval; the distribution, the percentiles and the worst "
+            "bucket with its 95 % interval; the distribution and the worst "
             "records are of the judged records only.</p>")
     charts = '<p class="nodata">No ok scores in this window.</p>'
     if hist is not None and bucket is not None and span is not None:
