@@ -266,3 +266,41 @@ def test_check_compare_by_judge_model_gives_a_budgeted_metric_no_figure(db, cloc
     assert row["current"]["value"] is None and row["baseline"]["value"] is None
     assert row["verdict"] == "not enough data"
     assert row["population"].startswith("none (judge budget")
+
+
+def test_baseline_monitor_on_a_budgeted_metric_compares_active_estimates(db, clock):
+    """``baseline = "2h"``: the baseline's figure is the active estimate of its decided
+    records (recomputed here), its bound the far end of the same sequence over them; a real
+    regression alerts."""
+    clock.step = 60.0
+    t_start = clock.t
+    _log(db, "100000/day", [True] * 60)  # the baseline hour: good answers
+    clock.t += 3600.0
+    clock.step = 30.0
+    rnd = random.Random(8)
+    _log(db, "100000/day", [rnd.random() < 0.2 for _ in range(100)])  # then mostly bad
+    now = clock.t + 60
+    mons = monitors_from_objects({"monitor": [{
+        "name": "faith-base", "score": "faithfulness", "window": "1h", "baseline": "2h",
+        "min_n": 20}]})
+    ev = Evaluator(db, mons, clock=lambda: now)
+    try:
+        (e,) = ev.run_once()
+    finally:
+        ev.close()
+    decisions, scores = _raw(db)
+
+    def est(ds: list[dict[str, Any]]) -> Any:
+        y = [scores[d["record_id"]]["value"] if d["selected"] else 0.0 for d in ds]
+        return active_mean([d["proxy"] for d in ds], [d["pi"] for d in ds],
+                           [bool(d["selected"]) for d in ds], y).estimate
+
+    base = [d for d in decisions if t_start - 1 <= d["created_at"] < now - 3600]
+    cur = [d for d in decisions if d["created_at"] >= now - 3600]
+    assert len(base) == 60 and len(cur) == 100
+    assert e.detail["baseline"]["mean"] == pytest.approx(est(base).value, abs=1e-9)
+    assert e.detail["baseline"]["n"] == sum(d["selected"] for d in base)
+    assert e.value == pytest.approx(est(cur).value, abs=1e-9)
+    assert e.state == "ALERT", e.summary
+    assert e.hi < e.detail["baseline"]["bound"] <= e.detail["baseline"]["mean"]
+    assert "active estimate" in e.summary and "regressed" in e.detail["condition"]
