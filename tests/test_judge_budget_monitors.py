@@ -304,3 +304,20 @@ def test_baseline_monitor_on_a_budgeted_metric_compares_active_estimates(db, clo
     assert e.state == "ALERT", e.summary
     assert e.hi < e.detail["baseline"]["bound"] <= e.detail["baseline"]["mean"]
     assert "active estimate" in e.summary and "regressed" in e.detail["condition"]
+
+
+def test_init_warns_only_for_a_monitor_without_an_active_figure(db, caplog):
+    import logging
+
+    with ScriptedJudgeServer(lexical_responder) as srv:
+        with caplog.at_level(logging.WARNING, logger="tracescore"):
+            ts, _ = in_memory(db, metrics=["faithfulness"],
+                              judge=OpenAIJudge("scripted", base_url=srv.base_url),
+                              judge_canary=False, judge_budget="50/day",
+                              monitors=[{"name": "m-mean", "score": "faithfulness",
+                                         "threshold": 0.8},
+                                        {"name": "m-p10", "score": "faithfulness",
+                                         "statistic": "p10", "threshold": 0.5}])
+            ts.shutdown()
+    said = [r.getMessage() for r in caplog.records if "judge budget" in r.getMessage()]
+    assert len(said) == 1 and "'m-p10'" in said[0] and "NO_DATA" in said[0]
