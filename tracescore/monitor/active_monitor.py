@@ -289,8 +289,7 @@ def measure_active(ctx: Any, m: Monitor, prior: S.StateRow | None, direction: st
                                      f"{base['text']}: active estimate, {base['n']} judged / "
                                      f"{base['N']} proxied")
         condition = f"{stat} regressed against {base['text']}"
-    what = "previous window's " + _what(seq) if carried else _what(seq)
-    summary = summary.replace(f" (n={st.n})", f" ({what})" if not carried
+    summary = summary.replace(f" (n={st.n})", f" ({_what(seq)})" if not carried
                               else f" (n={st.n} judged, the previous window's)", 1)
     state = st.state
     if state == "OK" and m.warning is not None and st.estimate is not None and (
