@@ -321,3 +321,34 @@ def test_init_warns_only_for_a_monitor_without_an_active_figure(db, caplog):
             ts.shutdown()
     said = [r.getMessage() for r in caplog.records if "judge budget" in r.getMessage()]
     assert len(said) == 1 and "'m-p10'" in said[0] and "NO_DATA" in said[0]
+
+
+def test_active_monitor_rolls_over_to_the_next_window(db, clock):
+    """Window 1 (good answers) ends; window 2 (bad ones) has its own sequence at the next
+    share of alpha, and its value is the active estimate of window 2's records only."""
+    from tracescore.monitor import confseq
+
+    clock.step = 30.0
+    _log(db, "100000/day", [True] * 60)
+    t = [clock.t + 60]
+    t0 = t[0]
+    mons = _monitors(window="1h", min_n=20)
+    ev = Evaluator(db, mons, clock=lambda: t[0])
+    try:
+        (e1,) = ev.run_once()
+        assert e1.state == "OK" and "window 1 at alpha" in e1.method
+        clock.t = t0 + 3600 + 60  # window 2: [t0 + 1h, t0 + 2h)
+        _log(db, "100000/day", [False] * 60)
+        t[0] = clock.t + 60
+        (e2,) = ev.run_once()
+    finally:
+        ev.close()
+    decisions, scores = _raw(db)
+    second = [d for d in decisions if d["created_at"] >= t0 + 3600]
+    y = [scores[d["record_id"]]["value"] if d["selected"] else 0.0 for d in second]
+    want = active_mean([d["proxy"] for d in second], [d["pi"] for d in second],
+                       [bool(d["selected"]) for d in second], y).estimate
+    assert len(second) == 60
+    assert e2.value == pytest.approx(want.value, abs=1e-9)
+    assert f"window 2 at alpha {confseq.spend(0.05, 2, 'log'):.2g}" in e2.method
+    assert e2.state == "ALERT", e2.summary
