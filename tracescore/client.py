@@ -281,13 +281,14 @@ class Tracescore(Feedback, Lifecycle):
                 budgeted = {n for m in self.metrics if m.name in s.judge_budgets
                             for n in m.names()}
                 for mon in s.monitors.monitors:
-                    if mon.score in budgeted:
+                    if mon.score in budgeted and (mon.statistic not in ("mean", "rate")
+                                                  or any(d in mon.where for d in (
+                                                      "judge_model", "metric_version"))):
                         log.warning(
-                            "tracescore monitor %r watches %s, judged within a judge budget: "
-                            "monitors read the judged records only, which adaptive selection "
-                            "does not choose uniformly (their mean is biased toward the hard "
-                            "records); `tracescore report` has the active estimate "
-                            "(docs/judge_budget.md)", mon.name, mon.score)
+                            "tracescore monitor %r watches %s of %s, judged within a judge "
+                            "budget: only its mean (or rate) has an active estimate, so the "
+                            "monitor will say NO_DATA (docs/judge_budget.md)", mon.name,
+                            mon.statistic, mon.score)
         self.worker.redact = s.redact
         if self.attacher is not None:
             self.attacher.bind_tracer(self.tracer)

@@ -550,6 +550,9 @@ def ui(db: Path, port: int, no_open: bool) -> None:
     conn = _open(db)  # a clear message for a missing or foreign file, before Datasette starts
     try:
         has_metrics = has_table(conn, "metrics")
+        # a database with judge budgets: the canned means say which are of judged records
+        has_decisions = has_table(conn, "judge_decisions") and conn.execute(
+            "SELECT 1 FROM judge_decisions LIMIT 1").fetchone() is not None
         metric = default_metric(conn)
     finally:
         conn.close()
@@ -559,7 +562,8 @@ def ui(db: Path, port: int, no_open: bool) -> None:
         if not no_open:
             click.launch(url)
 
-    code = serve(db, port=port, has_metrics_table=has_metrics, on_ready=ready, metric=metric)
+    code = serve(db, port=port, has_metrics_table=has_metrics, on_ready=ready, metric=metric,
+                 has_judge_decisions=has_decisions)
     if code:
         raise SystemExit(code)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from . import confseq
 from . import state as S
+from .active_monitor import budgeted_metric, measure_active
 from .config import Monitor, format_duration
 from .sight import DEFAULT_DETECT, Sight, sight
 from .stats import Moments, mean_ci
@@ -293,13 +294,17 @@ def _measure(ctx: _Context, m: Monitor, prior: S.StateRow | None) -> _Result:
     direction = m.direction or ("above" if m.score == "error_rate" or m.statistic == "fail_rate"
                                 else m.direction_for(ctx.info.higher_is_better(
                                     _metric_of(ctx, m.score))))
+    metric = _metric_of(ctx, m.score)
+    if budgeted_metric(ctx, m, metric):
+        # judged within a budget: the active estimate, never the judged records' mean
+        return measure_active(ctx, m, prior, direction, metric)
     if m.rule == "fixed":
         return _fixed(ctx, m, direction)
     W = m.window_s
     saved = prior.test_state if prior is not None and isinstance(prior.test_state, dict) \
         else None
-    if saved is not None and saved.get("def") != m.definition_hash():
-        saved = None  # the monitor's definition changed: its test starts afresh
+    if saved is not None and (saved.get("def") != m.definition_hash() or saved.get("active")):
+        saved = None  # the monitor's definition (or estimator) changed: it starts afresh
     # Windows are anchored at the monitor's first evaluation t0: the first spans [t0 - W,
     # t0 + W) (so a first check sees the last window's history), then [t0 + (k-1)W, t0 + kW).
     t0 = float(saved["t0"]) if saved is not None and "t0" in saved else ctx.now

@@ -1,6 +1,8 @@
 """At load: what each monitor can see with the traffic the database has had.
 
-For every anytime monitor of a score: the records its last window held (the last ``window``
+For every anytime monitor of a score (but one on a judge metric judged within a budget, whose
+active confidence sequence this does not model: it is left out rather than given the judged
+records' figure): the records its last window held (the last ``window``
 of scores, its segment), the spread of those scores, and the alpha it may spend now (its stored
 window's share, or the first window's for a new monitor) give its minimum detectable effect
 (:mod:`.sight`), compared with the drop it is meant to catch (``detect``). ``tracescore check``
@@ -29,6 +31,8 @@ def preview(reader: Any, monitors: MonitorSet, now: float,
         if m.is_pipeline_figure or m.rule != "anytime" or m.statistic not in (
                 "mean", "rate", "fail_rate", "p10", "p50", "p90"):
             continue
+        if _budgeted(reader, m, now):
+            continue  # the active sequence's sight is not modelled: no figure, not a wrong one
         a = Q.merge(Q.score_aggs(reader, Q.Window(now - m.window_s, now), where=m.where,
                                  names=[m.score], seg=seg).values()).get(m.score)
         n, var = 0, None
@@ -59,6 +63,19 @@ def preview(reader: Any, monitors: MonitorSet, now: float,
         out.append((m, sight(n, alpha, var if var is None or math.isfinite(var) else None,
                              gap, extra=extra)))
     return out
+
+
+def _budgeted(reader: Any, m: Monitor, now: float) -> bool:
+    """Whether ``m`` watches a judge metric judged within a budget (:mod:`.active_monitor`):
+    its sight would be that of the judged records' sequence, which it does not run."""
+    from types import SimpleNamespace
+
+    from .active_monitor import budgeted_metric
+
+    row = reader.execute("SELECT metric FROM hourly_scores WHERE name = ? LIMIT 1",
+                         (m.score,)).fetchone()
+    metric = str(row[0]) if row and row[0] else m.score
+    return budgeted_metric(SimpleNamespace(reader=reader, now=now), m, metric)
 
 
 def lines(items: list[tuple[Monitor, Sight]]) -> list[str]:

@@ -152,3 +152,41 @@ def without_figure(m: Any) -> Any:
     return replace(m, mean=None, lo=None, hi=None, ci_method="", p10=None, p50=None,
                    p90=None, fail_rate=None, rate=None if m.binary else m.rate,
                    estimator="active", judged_mean=m.mean, proxied=None)
+
+
+def active_timeline(conn: Any, name: str, metric: str, *, bucket_s: float,
+                    since: float | None = None, where: Mapping[str, str] | None = None,
+                    seg: Q.SegmentIndex | None = None) -> list[Any]:
+    """The active estimate per ``bucket_s`` of decision time, with its 95 % interval: the
+    HTML timeline of a budgeted judge metric (the judged records' mean per bucket would be
+    biased). ``count`` is the bucket's judged records; a bucket with fewer than 2 judged has
+    no estimate and no point. One read of the window's decisions."""
+    import numpy as np
+
+    from .model import TimeBucket
+
+    seg = seg or Q.SegmentIndex(conn)
+    ids = seg.matching(where)
+    seg_sql, seg_args = Q._seg_clause(ids, "r.seg_id")
+    join = " JOIN records r ON r.record_id = d.record_id" if ids is not None else ""
+    lo = Q._num(-math.inf if since is None else since)
+    rows = conn.execute(
+        "SELECT d.created_at, d.proxy, d.pi, d.selected, s.value, s.status FROM"
+        " judge_decisions d LEFT JOIN scores s ON s.record_id = d.record_id AND s.name = ?"
+        + join + " WHERE d.metric = ? AND d.created_at >= ?" + seg_sql,
+        (name, metric, lo, *seg_args)).fetchall()
+    buckets: dict[float, list[Any]] = {}
+    for r in rows:
+        buckets.setdefault(float(int(float(r[0]) // bucket_s) * bucket_s), []).append(r)
+    out = []
+    for t, rs in sorted(buckets.items()):
+        pi = np.array([float(r[2]) for r in rs])
+        sel = np.array([bool(r[3]) for r in rs])
+        ok = np.array([r[5] == "ok" and r[4] is not None for r in rs])
+        keep = (pi > 0) & ~(sel & ~ok)
+        y = np.array([float(r[4]) if r[4] is not None else 0.0 for r in rs])
+        est = active_mean(np.array([float(r[1]) for r in rs])[keep], pi[keep], sel[keep],
+                          y[keep]).estimate
+        if est.value is not None:
+            out.append(TimeBucket(t, est.n, est.value, 0, 0, est.lo, est.hi))
+    return out

@@ -59,7 +59,9 @@ class ScoreComparison:
                 "difference": self.diff.to_json(), "p_adjusted": self.p_adjusted,
                 "verdict": self.verdict,
                 "population": ("all decided records (active inference)"
-                               if self.diff.method == ACTIVE_DIFF else "scored records")}
+                               if self.diff.method == ACTIVE_DIFF else
+                               "none (judge budget: no active estimate by this dimension)"
+                               if self.diff.method == ACTIVE_NONE else "scored records")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,8 +214,20 @@ def build_comparison(
     base, base_n, base_skips = _side(conn, seg, bw, base_where)
     info = MetricInfo(conn)
     names = {n: a.metric for n, a in {**base, **cur}.items()}
-    act_cur = active_summaries(conn, cw, names, where=cur_where, seg=seg)
-    act_base = active_summaries(conn, bw, names, where=base_where, seg=seg)
+    # by (or where) a judge model or metric version, a budgeted judge metric has no active
+    # estimate (decisions are per record, not per judge model): no figure for it, never the
+    # judged records' biased mean
+    blind: set[str] = set()
+    if by in Q.SCORE_DIMS or any(k in Q.SCORE_DIMS for k in where):
+        from .active import adaptive_metrics
+
+        budgeted = set(adaptive_metrics(conn, cw)) | set(adaptive_metrics(conn, bw))
+        blind = {n for n, metric in names.items() if metric in budgeted}
+        act_cur: Mapping[str, Any] = {}
+        act_base: Mapping[str, Any] = {}
+    else:
+        act_cur = active_summaries(conn, cw, names, where=cur_where, seg=seg)
+        act_base = active_summaries(conn, bw, names, where=base_where, seg=seg)
     pending: list[tuple[str, str, str, bool | None, Any, Any, Any, int, int]] = []
     for name in sorted(set(cur) | set(base),
                        key=lambda n: ((cur.get(n) or base[n]).metric, n)):
@@ -236,6 +250,10 @@ def build_comparison(
         n_a, n_b = a.n_ok, b.n_ok
         if name in act_cur or name in act_base:  # a budgeted judge metric: active estimates
             ea, eb, diff, n_a, n_b = _active_row(name, act_cur, act_base, ea, eb, n_a, n_b)
+        elif name in blind:
+            ea = stats.Estimate(n_a, None, None, None, ACTIVE_NONE)
+            eb = stats.Estimate(n_b, None, None, None, ACTIVE_NONE)
+            diff = stats.Difference(None, None, None, None, ACTIVE_NONE)
         pending.append((name, a.metric, kind, hib, ea, eb, diff, n_a, n_b))
     # pipeline rows: errors and skips over every job, lower is better
     for kind in ("error rate", "skip rate"):
@@ -265,15 +283,20 @@ def build_comparison(
                       _trust(conn, seg, info, (cw, cur_where, cur), (bw, base_where, base),
                              alpha),
                       {"current": population_summaries(
-                          conn, cw, {k: v for k, v in cur.items() if k not in act_cur},
+                          conn, cw, {k: v for k, v in cur.items()
+                                     if k not in act_cur and k not in blind},
                           binaries, where=cur_where, seg=seg),
                        "baseline": population_summaries(
-                           conn, bw, {k: v for k, v in base.items() if k not in act_base},
+                           conn, bw, {k: v for k, v in base.items()
+                                      if k not in act_base and k not in blind},
                            binaries, where=base_where, seg=seg)})
 
 
 #: the method of a difference between two active estimates (or one and a plain figure)
 ACTIVE_DIFF = "active (normal, se from each side)"
+#: a budgeted judge metric compared by a judge model or metric version: no figure
+ACTIVE_NONE = ("judged within a judge budget: no active estimate by judge model or metric "
+               "version, and the judged records' mean is biased (docs/judge_budget.md)")
 
 
 def _active_row(name: str, cur: Mapping[str, Any], base: Mapping[str, Any], ea: Any, eb: Any,

@@ -390,8 +390,16 @@ def build_page(conn: Any, report: Report, *, bins: int = 10) -> ReportPage:
                           [sum(h.unlabelled[:len(h.unlabelled) // 2]),
                            sum(h.unlabelled[len(h.unlabelled) // 2:])])
         hists[m.name] = h
-        lines[m.name] = (timeline(conn, m.name, bucket_s=bucket[0], since=report.since,
-                                  where=where, seg=seg, binary=m.binary) if bucket else [])
+        if bucket and m.name in report.active:
+            # a budgeted judge metric: the active estimate per bucket, not the judged mean
+            from .active import active_timeline
+
+            lines[m.name] = active_timeline(conn, m.name, m.metric, bucket_s=bucket[0],
+                                            since=report.since, where=where, seg=seg)
+        else:
+            lines[m.name] = (timeline(conn, m.name, bucket_s=bucket[0], since=report.since,
+                                      where=where, seg=seg, binary=m.binary)
+                             if bucket else [])
     records: dict[str, dict[str, Any]] = {}
     for items in report.worst.values():
         for w in items:

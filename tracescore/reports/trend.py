@@ -59,7 +59,7 @@ class TrendSeries:
     kind: str  # "mean", or "rate" for a yes/no metric
     higher_is_better: bool | None
     threshold: float | None
-    ci_method: str  # "t" (Student t) or "wilson"
+    ci_method: str  # "t" (Student t), "wilson", or "active" (a budgeted judge metric)
     points: list[TrendPoint]
 
 
@@ -167,6 +167,7 @@ def build_trend(conn: Any, *, since: float | None = None,
                                   info.higher_is_better(total.metric),
                                   info.threshold(total.metric), "wilson" if binary else "t",
                                   pts))
+    series = _active_series(conn, series, window, since, bucket_s, where, seg)
     series.sort(key=lambda s: (s.metric, s.name))
 
     monitors = monitor_statuses(conn)
@@ -210,4 +211,35 @@ def _history(conn: Any, since: float | None) -> list[MonitorChange]:
             summary = ""
         out.append(MonitorChange(str(monitor), str(state), previous, float(at),
                                  value, lo, hi, None if n is None else int(n), summary))
+    return out
+
+
+#: ``ci_method`` of a budgeted judge metric's series: its points are active estimates
+ACTIVE_SERIES = "active"
+
+
+def _active_series(conn: Any, series: list[TrendSeries], window: Q.Window,
+                   since: float | None, bucket_s: float, where: Mapping[str, str],
+                   seg: Q.SegmentIndex) -> list[TrendSeries]:
+    """A judge metric judged within a budget: each bucket's active estimate (its decided
+    records), never the judged records' mean (biased under adaptive selection); ``n`` is
+    the bucket's judged records. By a judge model or metric version no estimate exists: the
+    series has no points."""
+    from dataclasses import replace
+
+    from .active import active_timeline, adaptive_metrics
+
+    budgeted = set(adaptive_metrics(conn, window))
+    if not budgeted:
+        return series
+    out = []
+    for s in series:
+        if s.metric not in budgeted:
+            out.append(s)
+            continue
+        pts = [] if any(k in Q.SCORE_DIMS for k in where) else [
+            TrendPoint(b.start, b.count, b.mean, b.lo, b.hi) for b in active_timeline(
+                conn, s.name, s.metric, bucket_s=bucket_s, since=since, where=where,
+                seg=seg)]
+        out.append(replace(s, ci_method=ACTIVE_SERIES, points=pts))
     return out

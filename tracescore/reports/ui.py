@@ -83,14 +83,24 @@ def default_metric(conn: sqlite3.Connection) -> str:
     return str(names[0])
 
 
-def canned_queries(*, has_metrics_table: bool = True,
-                   metric: str = PREFERRED_METRIC) -> dict[str, dict[str, Any]]:
+def canned_queries(*, has_metrics_table: bool = True, metric: str = PREFERRED_METRIC,
+                   has_judge_decisions: bool = False) -> dict[str, dict[str, Any]]:
     """The canned queries: name → Datasette query metadata (``title``, ``sql``, ...).
 
     ``has_metrics_table``: databases written before the ``metrics`` table existed cannot
     look up a metric's direction; "worst" then means lowest. ``metric``: the score name
-    ``worst_scores_today`` shows when its ``:metric`` is left empty.
+    ``worst_scores_today`` shows when its ``:metric`` is left empty. ``has_judge_decisions``
+    (a database with judge budgets): the per-hour and per-day means get a ``population``
+    column that says, for a judge metric judged within a budget, that the mean is of the
+    judged records only (biased under adaptive selection; ``tracescore report`` has the
+    active estimate).
     """
+    # a budgeted judge metric's plain mean is not the population's: say so in every row
+    population = (
+        ", CASE WHEN EXISTS (SELECT 1 FROM judge_decisions d WHERE d.metric ="
+        " (SELECT h.metric FROM hourly_scores h WHERE h.name = scores.name LIMIT 1)) THEN 'judged records only (judge budget: biased, see"
+        " tracescore report for the active estimate)' ELSE 'scored records' END AS population"
+        if has_judge_decisions else "")
     literal = "'" + metric.replace("'", "''") + "'"  # a SQL string literal
     # "Worst" follows the metric's declared direction: highest first when lower is better.
     order = ("CASE WHEN m.higher_is_better = 0 THEN -s.value ELSE s.value END"
@@ -131,6 +141,7 @@ def canned_queries(*, has_metrics_table: bool = True,
                 " / nullif(sum(status = 'ok' AND label IS NOT NULL), 0), 4) AS fail_rate,"
                 " sum(status = 'error') AS errors,"
                 " round(avg(CASE WHEN status = 'ok' THEN value END), 4) AS mean_value"
+                + population +
                 " FROM scores WHERE (nullif(:metric, '') IS NULL OR name = :metric)"
                 " GROUP BY hour_utc, name ORDER BY hour_utc DESC, name"
             ),
@@ -192,7 +203,7 @@ def canned_queries(*, has_metrics_table: bool = True,
                 " round(max(CASE WHEN status = 'ok' THEN value END), 4) AS max_value,"
                 " round(1.0 * sum(status = 'ok' AND label = 'fail')"
                 " / nullif(sum(status = 'ok' AND label IS NOT NULL), 0), 4) AS fail_rate,"
-                " sum(status = 'error') AS errors"
+                " sum(status = 'error') AS errors" + population +
                 " FROM scores GROUP BY day_utc, name ORDER BY day_utc DESC, name"
             ),
         },
@@ -209,10 +220,11 @@ def database_name(db: Path) -> str:
     return db.stem
 
 
-def metadata(db: Path, *, has_metrics_table: bool = True,
-             metric: str = PREFERRED_METRIC) -> dict[str, Any]:
+def metadata(db: Path, *, has_metrics_table: bool = True, metric: str = PREFERRED_METRIC,
+             has_judge_decisions: bool = False) -> dict[str, Any]:
     """Datasette metadata: title, table descriptions and the canned queries of ``db``."""
-    queries = canned_queries(has_metrics_table=has_metrics_table, metric=metric)
+    queries = canned_queries(has_metrics_table=has_metrics_table, metric=metric,
+                             has_judge_decisions=has_judge_decisions)
     for q in queries.values():
         q["params"] = query_params(q["sql"])
     return {
@@ -350,7 +362,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], port: int, timeout_s: float) -> b
 
 def serve(db: Path, *, port: int, has_metrics_table: bool = True,
           on_ready: Callable[[str], None] | None = None, ready_timeout_s: float = 60.0,
-          metric: str = PREFERRED_METRIC) -> int:
+          metric: str = PREFERRED_METRIC, has_judge_decisions: bool = False) -> int:
     """Run Datasette on ``db`` at 127.0.0.1:``port`` until it exits or Ctrl-C; its exit code.
 
     Only requests whose ``Host`` names a local address are answered (:class:`HostGuard`).
@@ -363,7 +375,9 @@ def serve(db: Path, *, port: int, has_metrics_table: bool = True,
     with tempfile.TemporaryDirectory(prefix="tracescore-ui-") as tmp:
         meta = Path(tmp) / "metadata.json"
         meta.write_text(json.dumps(metadata(db, has_metrics_table=has_metrics_table,
-                                            metric=metric), indent=2), encoding="utf-8")
+                                            metric=metric,
+                                            has_judge_decisions=has_judge_decisions),
+                                   indent=2), encoding="utf-8")
         plugins = _write_host_plugin(Path(tmp) / "plugins", LOCAL_HOSTS)
         cmd = [sys.executable, "-m", "datasette", "serve", str(db), "--host", HOST,
                "--port", str(port), "--metadata", str(meta), "--plugins-dir", str(plugins)]

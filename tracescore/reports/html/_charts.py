@@ -118,11 +118,14 @@ def _timeline_svg(m: MetricSummary, points: Sequence[TimeBucket],
     dot = 2.2 if len(points) > 24 else 3
     for p, px in zip(points, xs):
         when = f"{_time_label(p.start, bucket_s)} UTC"
+        active = getattr(m, "estimator", None) == "active"
         shown = f"{100 * p.mean:.0f}% yes" if m.binary else f"mean {p.mean:.3f}"
+        if active:
+            shown = "active estimate " + shown.removeprefix("mean ")
         if p.lo is not None and p.hi is not None:
             shown += (f" [{100 * p.lo:.0f}, {100 * p.hi:.0f}]" if m.binary
                       else f" [{p.lo:.3f}, {p.hi:.3f}]")
-        tip = f"{when}: {shown}, {p.count} scores"
+        tip = f"{when}: {shown}, {p.count} {'judged' if active else 'scores'}"
         if p.labelled:
             tip += f", {p.failed} fail"
         out.append(f'<circle class="pt" cx="{px:.1f}" cy="{y(p.mean):.1f}" r="{dot}" '

@@ -273,8 +273,9 @@ def _metric_card(m: MetricSummary, hist: Histogram | None, points: Sequence[Time
         passbar = (f'<div class="passbar" title="{escape(_pct(m.fail_rate))} fail">'
                    f'<span class="fail" style="width:{fail_w:.2f}%"></span>'
                    f'<span class="pass" style="width:{100 - fail_w:.2f}%"></span></div>')
+    active = m.estimator == "active"
     common = [
-        _stat("scores", "count", f"{m.count:,}", m.count),
+        _stat("judged" if active else "scores", "count", f"{m.count:,}", m.count),
         _stat("fail rate", "fail_rate", _pct(m.fail_rate), m.fail_rate,
               "bad" if m.fail_rate else ""),
         _stat("errors", "errors", f"{m.errors:,}", m.errors, "bad" if m.errors else ""),
@@ -302,12 +303,17 @@ def _metric_card(m: MetricSummary, hist: Histogram | None, points: Sequence[Time
             f'<p class="meta" data-estimator="active">active estimate over {m.proxied or 0:,} '
             f"records with a proxy, {m.count:,} judged (judge budget, adaptive selection); "
             f"the judged records' own mean {_val(m.judged_mean)} over-represents the hard "
-            "ones (docs/judge_budget.md). The distribution and the timeline below are of the "
-            "judged records.</p>")
+            "ones (docs/judge_budget.md). The timeline below is the active estimate per "
+            "bucket with its 95 % interval; the distribution and the worst "
+            "records are of the judged records only.</p>")
     charts = '<p class="nodata">No ok scores in this window.</p>'
     if hist is not None and bucket is not None and span is not None:
         what = "yes / no" if m.binary else "distribution"
         over = "rate of yes" if m.binary else "mean"
+        if active:
+            what += (' <span class="judgedonly" data-judged-only="1">· judged records only '
+                     "(biased: adaptive selection over-represents the hard ones)</span>")
+            over = "active estimate"
         # the rollups bin [0, 1]; a score beyond it (a length, a latency) lands in an end bin
         outside = ("" if m.binary or m.mean is None or 0.0 <= m.mean <= 1.0 else
                    ' <span class="clip">· values outside [0, 1] are counted in the end bins'
@@ -324,7 +330,9 @@ def _metric_card(m: MetricSummary, hist: Histogram | None, points: Sequence[Time
         f"{_val(w.value)}</span> {escape(_clip(w.query, 70))}</a></li>"
         for w in worst
     )
-    worst_html = f'<div class="worst"><h4>worst</h4><ol>{links}</ol></div>' if links else ""
+    worst_h = "worst judged records" if active else "worst"
+    worst_html = (f'<div class="worst"><h4>{worst_h}</h4><ol>{links}</ol></div>' if links
+                  else "")
     return (
         f'<section class="card metric" id="metric-{name}" data-metric="{name}">'
         f'<header><h3>{name}{origin}</h3></header><p class="dir">{escape(_direction(m))}</p>'

@@ -84,9 +84,16 @@ def _trend_card(s: TrendSeries, trend: TrendPage, axis: tuple[float, float]) -> 
            f"{escape(_estimate(last.value, last.lo, last.hi, rate=rate))}, n = {last.n:,}</span>")
     origin = (f' <span class="from">from {escape(s.metric)}</span>'
               if s.metric != s.name else "")
+    note = ""
+    if s.ci_method == "active":
+        now = now.replace(f", n = {last.n:,}", f" (active estimate, {last.n:,} judged)") \
+            if last is not None else now
+        note = ('<p class="meta" data-estimator="active">judged within a judge budget: each '
+                "point is the active estimate over the bucket's decided records (n = judged "
+                "records), not the judged records' mean (docs/judge_budget.md)</p>")
     return (f'<section class="card trendcard" data-series="{escape(s.name)}" '
             f'data-kind="{escape(s.kind)}"><header><h3>{escape(s.name)}{origin}</h3>{now}'
-            f"</header>{_trend_svg(s, trend, axis)}</section>")
+            f"</header>{note}{_trend_svg(s, trend, axis)}</section>")
 
 
 def _time_ticks(t0: float, t1: float, bucket_s: float, most: int = 6) -> list[float]:
@@ -164,6 +171,9 @@ def _trend_svg(s: TrendSeries, trend: TrendPage, axis: tuple[float, float]) -> s
     for p, px in zip(s.points, xs):
         tip = (f"{_time_label(p.start, b)} UTC: {_estimate(p.value, p.lo, p.hi, rate=rate)}, "
                f"n = {p.n:,}")
+        if s.ci_method == "active":
+            tip = (f"{_time_label(p.start, b)} UTC: active estimate "
+                   f"{_estimate(p.value, p.lo, p.hi, rate=rate)}, {p.n:,} judged")
         out.append(f'<circle class="pt" cx="{px:.1f}" cy="{y(p.value):.1f}" r="{dot}" '
                    f'data-start="{p.start!r}" data-value="{p.value!r}" data-n="{p.n}" '
                    f'data-lo="{_attr(p.lo)}" data-hi="{_attr(p.hi)}">'
