@@ -53,6 +53,11 @@ def percentile(sorted_values: Any, q: float) -> float | None:
     return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo))
 
 
+#: The skip reason the report gives for scores a metric skipped when it ran (their reasons are
+#: on each score row, shown by ``tracescore show``; the rollups count them, not why).
+RUN_SKIP = "skipped by the metric when scored (each reason: tracescore show)"
+
+
 def summarise(a: Q.Agg, info: MetricInfo, skipped: int = 0,
               reasons: tuple[tuple[str, int], ...] = ()) -> MetricSummary:
     """One score's aggregates as the report shows them, with its interval."""
@@ -89,6 +94,9 @@ def _summaries(per_name: Mapping[str, Q.Agg], skips: Mapping[str, Mapping[str, i
     for name in sorted(aggs, key=lambda n: (aggs[n].metric, n)):
         a = aggs[name]
         reasons = tuple(sorted(skips.get(a.metric, {}).items(), key=lambda kv: (-kv[1], kv[0])))
+        if a.n_skipped:  # the metric ran and skipped the record (a score row, its own reason)
+            reasons = tuple(sorted((*reasons, (RUN_SKIP, a.n_skipped)),
+                                   key=lambda kv: (-kv[1], kv[0])))
         out.append(summarise(a, info, sum(n for _, n in reasons), reasons))
     return out
 
