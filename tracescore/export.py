@@ -61,7 +61,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, TraceFlag
 from . import __version__ as _version
 from . import attributes as A
 from ._internal.errors import handle_internal_errors, record_internal_error
-from .integrations._text import clip
+from ._internal.text import clip
 from .store.rows import clean_text
 
 if TYPE_CHECKING:

@@ -17,13 +17,13 @@ from langchain_core.runnables.config import var_child_runnable_config
 from opentelemetry.trace import Status, StatusCode
 
 from tracescore import attributes as A
+from tracescore._internal.text import format_prompt
 from tracescore.record import Context, RagRecord
 from tracescore.runs import ground_truths_from
 from tracescore.sampling import trace_fraction
 
 from .._owner import Owner, register_resolver
 from .._record import EXTERNAL, Retrieval, assemble
-from .._text import format_prompt
 from . import agent as G
 from . import messages as M
 from .live import live_handlers

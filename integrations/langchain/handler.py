@@ -42,13 +42,13 @@ from tracescore._internal.errors import (
     raise_internal_errors,
     record_internal_error,
 )
+from tracescore._internal.text import clip, json_attr
 from tracescore.record import Context
 from tracescore.runs import current_scope
 
 from .._owner import current_owner
 from .._record import NODE, RETRIEVER, TOOL, enclose
 from .._spans import NO_SPAN, _materialize_all, _PendingSpan, usage_attributes
-from .._text import clip, json_attr
 from . import agent as G
 from . import messages as M
 from .emit import emit_record

@@ -6,8 +6,9 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from tracescore._internal.text import clip, to_text
+
 from .._spans import NO_SPAN, _only, _PendingSpan
-from .._text import clip, to_text
 
 if TYPE_CHECKING:
     from tracescore.client import Tracescore

@@ -28,9 +28,9 @@ from llama_index.core.instrumentation.events.synthesis import (
 from opentelemetry.trace import Span
 
 from tracescore import attributes as A
+from tracescore._internal.text import clip, json_attr
 
 from .._spans import NO_SPAN, _NoSpan, _only, _PendingSpan
-from .._text import clip, json_attr
 from . import agent as G
 from ._model import (
     STEP_RETRIEVE,

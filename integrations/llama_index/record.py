@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.trace import Span, Status, StatusCode
 
 from tracescore import attributes as A
+from tracescore._internal.text import format_prompt
 from tracescore.record import Candidate, Context, RagRecord
 from tracescore.sampling import trace_fraction
 
-from .._text import format_prompt
 from ._model import RETRIEVAL_QUERY_KEY, STREAM_INCOMPLETE_KEY, WORKFLOW, Run
 from .assembly import assemble
 from .extract import node_context, response_text

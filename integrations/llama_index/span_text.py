@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._text import clip, to_text
+from tracescore._internal.text import clip, to_text
 
 if TYPE_CHECKING:
     from tracescore.client import Tracescore

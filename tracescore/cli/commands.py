@@ -119,7 +119,7 @@ def demo(db: Path, n: int | None, sample_rate: float, worst: int, judge: str | N
     attaches the reference answer as ground truth, scores it with the default local metrics
     and stores everything in the database. Fully offline; takes a few seconds.
     """
-    from ..integrations import require
+    from .._internal.extras import require
     from ..reports.report import build_report
     from ..reports.report_text import format_report
     from .demo import DemoSetupError, JudgeUnreachable, judge_intro, judge_plan, run_demo
