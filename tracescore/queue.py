@@ -30,7 +30,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ._internal import capture_degraded as _degraded
@@ -46,29 +45,12 @@ from ._internal.validate import (
 from .record import Context, RagRecord
 from .sampling import Decision, trace_fraction
 from .store import PENDING, NewJob, SegmentSpec, StoreAPI, open_store
+from .updates import FeedbackUpdate, GroundTruthUpdate
 
 #: records per transaction while the database's disk is tight (db_faults.TightDisks)
 TIGHT_BATCH = 16
 
 log = logging.getLogger("tracescore")
-
-
-@dataclass(frozen=True, slots=True)
-class GroundTruthUpdate:
-    trace_id: str
-    ground_truths: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class FeedbackUpdate:
-    """A user's verdict on a trace: ``value`` in [0, 1] (thumbs up = 1) and/or a label."""
-
-    trace_id: str
-    name: str
-    value: float | None
-    label: str | None
-    comment: str | None
-    created_at: float
 
 
 class _Marker:
