@@ -87,7 +87,7 @@ DEFAULT_METRICS = ("rouge", "bleu", "token_f1", "exact_match", "rgb_accuracy", "
 PROFILE_FILES = ("integrations/langchain.py", "integrations/langchain/", "integrations/_record.py",
                  "tracescore/client.py", "tracescore/sampling.py",
                  "tracescore/processor.py", "tracescore/queue.py", "tracescore/record.py",
-                 "integrations/_text.py", "tracescore/_internal/errors.py")
+                 "tracescore/_internal/text.py", "tracescore/_internal/errors.py")
 
 
 # -- the agent-shaped app -------------------------------------------------------------------------
@@ -509,7 +509,7 @@ def timeit_us(fn: Callable[[int], Any], batches: int, batch: int) -> tuple[float
 
 def run_micro(ts: Any, ts_noexp: Any, records: list[Any], batches: int, batch: int
               ) -> list[tuple[str, float, float, str]]:
-    from tracescore.integrations._ids import new_span_id, new_trace_id
+    from tracescore._internal.ids import new_span_id, new_trace_id
 
     total = batches * batch + 10
     base = [records[i % len(records)] for i in range(total)]

@@ -1,25 +1,13 @@
 """Framework adapters, shipped as ``tracescore.integrations``.
 
 Each adapter imports its framework lazily; the tracescore core never imports LangChain or
-LlamaIndex. A missing framework gives a clear ``pip install 'tracescore[...]'`` message.
+LlamaIndex, nor these adapters (only the client's front doors do, lazily: ``ts.langchain_handler()``,
+``ts.instrument_llama_index()``). A missing framework gives a clear
+``pip install 'tracescore[...]'`` message (:func:`require`).
 """
 
 from __future__ import annotations
 
+from tracescore._internal.extras import require
 
-def require(module: str, extra: str) -> None:
-    """Import ``module`` or raise an :class:`ImportError` that says which extra to install.
-
-    The import itself is the test, not ``importlib.util.find_spec``: that raises a bare
-    ``ModuleNotFoundError`` for ``llama_index.core`` when ``llama_index`` is missing, and says
-    nothing of a framework that is present but fails to import (a broken or partial install).
-    """
-    import importlib
-
-    try:
-        importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(
-            f"this tracescore integration needs {module!r} ({exc}): "
-            f"pip install 'tracescore[{extra}]'", name=module
-        ) from exc
+__all__ = ["require"]

@@ -15,8 +15,8 @@ import pytest
 from helpers import execute, is_pg, rows, run_cli
 
 import tracescore
-from tracescore.export import open_jobs
 from tracescore.store import migrations, open_store
+from tracescore.telemetry import open_jobs
 from tracescore.testing import ScriptedMetric
 
 OPEN_INDEXES = {name for name, _ in migrations.OPEN_JOB_INDEXES}

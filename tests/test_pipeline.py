@@ -412,8 +412,8 @@ def test_a_records_jobs_are_leased_together(db_path):
 def test_the_writers_fast_path_stores_what_sanitizing_would():
     """Records the writer stores as they are (already clean) are exactly what
     ``sanitize_record`` would have made of them; anything else takes the full path."""
+    from tracescore._internal.validate import is_sanitized as _clean
     from tracescore._internal.validate import sanitize_record
-    from tracescore.queue import _clean
     from tracescore.record import RagRecord
 
     base = RagRecord(trace_id="ab" * 16, span_id="cd" * 8, query="q", answer="a",

@@ -205,9 +205,9 @@ def test_nothing_is_scored_on_write_without_a_live_worker(make_ts: Any) -> None:
 def test_a_replayed_batch_stores_nothing_twice(db_path: Path) -> None:
     """The store's side: a batch written twice (the writer's retry after a refusal whose
     commit went through) keeps one job and one score per (record, metric)."""
-    from tracescore.queue import _Pairs
     from tracescore.sampling import Decision
     from tracescore.store import NewJob, open_store
+    from tracescore.store.batch import Pairs as _Pairs
 
     store = open_store(str(db_path))
     try:
@@ -230,9 +230,9 @@ def test_a_replayed_batch_stores_nothing_twice(db_path: Path) -> None:
 def test_a_new_version_scored_on_write_replaces_the_old_score(db_path: Path) -> None:
     """A record that has a metric's score already (an older version of it) gets the new
     version's score in place of the old one, and the rollups count it once."""
-    from tracescore.queue import _Pairs
     from tracescore.sampling import Decision
     from tracescore.store import NewJob, open_store
+    from tracescore.store.batch import Pairs as _Pairs
 
     store = open_store(str(db_path))
     try:

@@ -40,12 +40,7 @@ from ._internal.losses import Losses
 from ._internal.validate import (
     hot_reason,
 )
-from .export import (
-    CountingSpanExporter,
-    ExportLoss,
-    Telemetry,
-    plan_export,
-)
+from .export import CountingSpanExporter, ExportLoss
 from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor, adopt_processors
 from .queue import FeedbackUpdate, GroundTruthUpdate, RecordQueue
@@ -58,6 +53,7 @@ from .store import judge_budget as JB
 from .store.compact import skip_reason
 from .store.retention import PG_NO_MAX_BYTES, Retention, RetentionThread
 from .store.segments import SegmentSpec, release_environment
+from .telemetry import Telemetry, plan_export
 from .worker import ScoringWorker
 
 log = logging.getLogger("tracescore")

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .queue import FeedbackUpdate
+from .updates import FeedbackUpdate
 
 __all__ = ["LabelUpdate", "Scale", "add_label", "check_text", "label_target", "label_value",
            "scale_for"]

@@ -23,14 +23,11 @@ one INFO when they resume (:data:`~tracescore._internal.db_faults.NOTICE`).
 from __future__ import annotations
 
 import logging
-import math
 import os
-import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._internal import capture_degraded as _degraded
@@ -38,37 +35,20 @@ from ._internal.db_faults import DISK_FULL, IO_ERROR, NOTICE, TIGHT, storage_fau
 from ._internal.errors import record_internal_error
 from ._internal.losses import Losses
 from ._internal.validate import (
-    MAX_METADATA_ITEMS,
-    MAX_METADATA_STRING,
     InvalidRecord,
+    is_sanitized,
     sanitize_record,
 )
-from .record import Context, RagRecord
-from .sampling import Decision, trace_fraction
+from .record import RagRecord
+from .sampling import Decision
 from .store import PENDING, NewJob, SegmentSpec, StoreAPI, open_store
+from .store.batch import Pairs
+from .updates import FeedbackUpdate, GroundTruthUpdate
 
 #: records per transaction while the database's disk is tight (db_faults.TightDisks)
 TIGHT_BATCH = 16
 
 log = logging.getLogger("tracescore")
-
-
-@dataclass(frozen=True, slots=True)
-class GroundTruthUpdate:
-    trace_id: str
-    ground_truths: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class FeedbackUpdate:
-    """A user's verdict on a trace: ``value`` in [0, 1] (thumbs up = 1) and/or a label."""
-
-    trace_id: str
-    name: str
-    value: float | None
-    label: str | None
-    comment: str | None
-    created_at: float
 
 
 class _Marker:
@@ -172,7 +152,8 @@ class RecordQueue:
         ``record=False`` for everything that is not a record (deferred span work, ground-truth
         and feedback updates): their drops are counted apart, not as dropped records. A record
         is a ``(record, decision)`` pair, or a :class:`RagRecord` alone when no metric sampled
-        it and no rule forced it (its decision is made again on the writer: :class:`_Pairs`).
+        it and no rule forced it (its decision is made again on the writer:
+        :class:`~tracescore.store.batch.Pairs`).
         """
         if len(self._buf) >= self.max_size or self._stop:
             if not record:
@@ -389,7 +370,7 @@ class RecordQueue:
 
     def _drain(self, store: StoreAPI) -> None:
         while self._buf:
-            records: list[Any] = []  # (record, decision) pairs, or a record alone (_Pairs)
+            records: list[Any] = []  # (record, decision) pairs, or a record alone (Pairs)
             markers: list[_Marker] = []
             taken: list[Any] = []
             n = 0
@@ -465,11 +446,11 @@ class RecordQueue:
         good: list[Any] = []
         for item in records:
             rec = item if type(item) is RagRecord else item[0]
-            if _clean(rec):
+            if is_sanitized(rec):
                 good.append(item)  # (as it is: no new object for the collector to track)
                 continue
             try:
-                good.append((sanitize_record(rec), _Pairs.decision(item)))
+                good.append((sanitize_record(rec), Pairs.decision(item)))
             except InvalidRecord as exc:
                 self.failed += 1
                 self.losses.add(exc.reason, 1, str(exc))
@@ -484,7 +465,7 @@ class RecordQueue:
         for k, v in by_reason.items():
             counters[f"lost.{k}"] = counters.get(f"lost.{k}", 0) + v
         try:
-            self._write_good(store, _Pairs(good), counters)
+            self._write_good(store, Pairs(good), counters)
         except BaseException:
             self.losses.give_back(lost)
             _degraded.give_back(degraded)
@@ -576,105 +557,6 @@ class RecordQueue:
                 raise _DbUnavailable.of(exc) from exc
             self.losses.add(f"update_failed:{type(exc).__name__}", 1, str(exc))
             record_internal_error("queue.ground_truth", exc)
-
-
-class _Pairs(Sequence[tuple[RagRecord, Decision]]):
-    """The writer's batch as the (record, decision) pairs the store takes, each made when it
-    is read. A record no metric sampled and no rule forced waits in the buffer alone (see
-    :meth:`Tracescore.submit`): its decision is a function of its trace id, made again here
-    (``u`` once per batch). Why: every object that waits in the buffer for longer than a few
-    young collections reaches the collector's oldest generation, and each full collection
-    costs in proportion to all of them (a tight ``log_record`` loop spent a quarter of its
-    time there); a pair made here dies as soon as its row is built."""
-
-    __slots__ = ("items", "_u")
-
-    def __init__(self, items: list[Any]) -> None:
-        self.items = items
-        self._u: list[float] | None = None
-
-    @staticmethod
-    def decision(item: Any) -> Decision:
-        return Decision(trace_fraction(item.trace_id), ()) if type(item) is RagRecord \
-            else item[1]
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-    def records(self) -> list[RagRecord]:
-        """The records alone (no pair made): what :meth:`Store.write_batch` reads first."""
-        return [x if type(x) is RagRecord else x[0] for x in self.items]
-
-    def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self.items)))]
-        item = self.items[i]
-        return (item, self.decision(item)) if type(item) is RagRecord else item
-
-    def __iter__(self) -> Iterator[tuple[RagRecord, Decision]]:
-        u = self._u
-        if u is None:  # (floats: nothing for the collector)
-            u = self._u = [trace_fraction(x.trace_id) if type(x) is RagRecord else 0.0
-                           for x in self.items]
-        for item, ui in zip(self.items, u):
-            yield (item, Decision(ui, ())) if type(item) is RagRecord else item
-
-
-def _clean(rec: Any) -> bool:
-    """``rec`` is already what :func:`sanitize_record` would make of it (the common case:
-    lower-case ids, text fields str, flat metadata within the bounds, plain contexts), so the
-    writer stores it as it is instead of copying it — that copy was a third of the writer's
-    Python time per record. Anything else takes the full path."""
-    if type(rec) is not RagRecord:
-        return False
-    t, s = rec.trace_id, rec.span_id
-    if not (type(t) is str and type(s) is str and len(t) == 32 and len(s) == 16
-            and _LOWER_HEX.fullmatch(t + s) and t != _ZERO_TRACE and s != _ZERO_SPAN):
-        return False
-    for v in (rec.query, rec.answer, rec.error, rec.prompt, rec.session_id, rec.user_id,
-              rec.model):
-        if v is not None and type(v) is not str:
-            return False
-    if not _flat(rec.metadata) or type(rec.tags) is not tuple or type(
-            rec.ground_truths) is not tuple:
-        return False
-    for c in rec.contexts:
-        if type(c) is not Context or type(c.text) is not str or not (
-                c.id is None or type(c.id) is str) or not (
-                c.source is None or type(c.source) is str) or not (
-                c.score is None or type(c.score) in (int, float)) or (
-                c.metadata and not _flat(c.metadata)) or type(c.metadata) is not dict:
-            return False
-    for x in rec.tags:
-        if type(x) is not str:
-            return False
-    for x in rec.ground_truths:
-        if type(x) is not str:
-            return False
-    return type(rec.contexts) is tuple
-
-
-def _flat(md: Any) -> bool:
-    """A dict of str keys and scalar values that :func:`bound_metadata` copies unchanged."""
-    if type(md) is not dict or len(md) >= MAX_METADATA_ITEMS - 1:
-        return False
-    for k, v in md.items():
-        if type(k) is not str:
-            return False
-        tv = type(v)
-        if tv is str:
-            if len(v) > MAX_METADATA_STRING:
-                return False
-        elif tv is float:
-            if not math.isfinite(v):
-                return False
-        elif v is not None and tv is not int and tv is not bool:
-            return False
-    return True
-
-
-_LOWER_HEX = re.compile(r"[0-9a-f]+")
-_ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
 
 
 class _DbUnavailable(Exception):

@@ -1,6 +1,8 @@
 """LangChain and LangGraph capture, shipped as ``tracescore.integrations.langchain``.
 
 - :mod:`.handler` — the callback handler: spans and the run map;
+- :mod:`.live` — the run map as code beside the callbacks sees it (searches, owners);
+- :mod:`.span_text` — text attributes on the spans (redacted, clipped, built lazily);
 - :mod:`.emit` — the record of a root run, and cross-framework ownership;
 - :mod:`.runs` — the run map's entries and what a root gathers;
 - :mod:`.messages` — reading queries, answers, messages, graph state and documents;

@@ -17,22 +17,24 @@ from langchain_core.runnables.config import var_child_runnable_config
 from opentelemetry.trace import Status, StatusCode
 
 from tracescore import attributes as A
+from tracescore._internal.text import format_prompt
 from tracescore.record import Context, RagRecord
 from tracescore.runs import ground_truths_from
 from tracescore.sampling import trace_fraction
 
 from .._owner import Owner, register_resolver
 from .._record import EXTERNAL, Retrieval, assemble
-from .._text import format_prompt
 from . import agent as G
 from . import messages as M
+from .live import live_handlers
 from .runs import _Root, _Run, _seq, streamed_text
+from .span_text import set_text, text_of
 
 if TYPE_CHECKING:
-    from .handler import TracescoreCallbackHandler
+    from tracescore.client import Tracescore
 
 
-def emit_record(h: TracescoreCallbackHandler, run: _Run, outputs: Any,
+def emit_record(ts: Tracescore, run: _Run, outputs: Any,
                 error: BaseException | None, inputs: Any, end: int, cut: bool) -> None:
     """Build the root's record and submit it (or hand it to another framework's owner).
 
@@ -74,7 +76,6 @@ def emit_record(h: TracescoreCallbackHandler, run: _Run, outputs: Any,
         owner.add_contexts(dropped, step=run.name, final=False)
         owner.offer_answer(answer)
         return
-    ts = h.ts
     trace_id = root.trace_hex or format(span.get_span_context().trace_id, "032x")
     u = trace_fraction(trace_id)
     # An unsampled record is stored compact (lengths and hashes): the prompt, the candidates
@@ -127,13 +128,13 @@ def emit_record(h: TracescoreCallbackHandler, run: _Run, outputs: Any,
         span.set_status(Status(StatusCode.ERROR, "incomplete: the client stopped reading the "
                                f"stream after {len(answer or '')} characters"))
     if error is None and (outputs is not None or cut):
-        text = h._text(answer if answer is not None else outputs)
+        text = text_of(ts, answer if answer is not None else outputs)
         if text is not None:
             span.set_attribute(A.OUTPUT_VALUE, text)
     if inputs is not None and root.query is not None:  # streamed: the full input now
-        h._set_text(span, A.INPUT_VALUE, root.query)
+        set_text(ts, span, A.INPUT_VALUE, root.query)
     elif root.inputs is not None:
-        h._set_text(span, A.INPUT_VALUE, root.inputs)
+        set_text(ts, span, A.INPUT_VALUE, root.inputs)
     if ts.submit(record, decision=decision) is not None:
         span.set_attribute(A.SAMPLED, decision.sampled)
 
@@ -157,18 +158,14 @@ def resolve_owner() -> Owner | None:
     Found from LangChain's own ``var_child_runnable_config`` (set for every step it runs):
     its callbacks' parent run → the handler's run map → the root.
     """
-    from .handler import TracescoreCallbackHandler
-
     config = var_child_runnable_config.get()
     callbacks = config.get("callbacks") if config else None
     parent = getattr(callbacks, "parent_run_id", None)
     if parent is None:
         return None
-    for handler in getattr(callbacks, "handlers", ()):
-        if isinstance(handler, TracescoreCallbackHandler):
-            run = handler.live_run(parent)
-            if run is None:
-                continue
+    for handler in live_handlers(callbacks):
+        run = handler.live_run(parent)
+        if run is not None:
             root = run.root
             if root.guest_of is not None:
                 return root.guest_of  # the outermost run is another framework's

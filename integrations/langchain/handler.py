@@ -26,12 +26,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from contextvars import ContextVar
 from functools import partial
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables.config import var_child_runnable_config
 from opentelemetry import context as otel_context
 from opentelemetry import trace as trace_api
@@ -44,25 +42,25 @@ from tracescore._internal.errors import (
     raise_internal_errors,
     record_internal_error,
 )
+from tracescore._internal.text import clip, json_attr
 from tracescore.record import Context
 from tracescore.runs import current_scope
 
 from .._owner import current_owner
 from .._record import NODE, RETRIEVER, TOOL, enclose
-from .._spans import NO_SPAN, _materialize_all, _only, _PendingSpan, usage_attributes
-from .._text import clip, json_attr, to_text
+from .._spans import NO_SPAN, _materialize_all, _PendingSpan, usage_attributes
 from . import agent as G
 from . import messages as M
 from .emit import emit_record
+from .live import LiveRuns, active_retriever
 from .runs import MAX_STREAM_TOKENS, _Root, _Run, _seq, find_stream_queue, new_retrieval
+from .span_text import set_text, text_of
+from .vectorstores import patch_vector_stores
 
 if TYPE_CHECKING:
     from tracescore.client import Tracescore
 
 MAX_OPEN_RUNS = 10_000
-#: The retriever run the calling context is inside (set at its start, in the context that
-#: runs its ``_get_relevant_documents``): a vector-store search there is the retriever's own.
-active_retriever: ContextVar[UUID | None] = ContextVar("tracescore_lc_retriever", default=None)
 #: Errors that mean the client stopped reading a stream, not that the app failed.
 CUT_OFF = (GeneratorExit, asyncio.CancelledError)
 
@@ -105,7 +103,7 @@ def _late_tool_call(run: _Run, call: str) -> None:
                 r.tool_call = call
 
 
-class TracescoreCallbackHandler(BaseCallbackHandler):
+class TracescoreCallbackHandler(LiveRuns):
     """Captures LangChain runs for a :class:`~tracescore.client.Tracescore` pipeline.
 
     Attach it per call (``config={"callbacks": [ts.langchain_handler()]}``) or process-wide with
@@ -119,18 +117,12 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         super().__init__()
         self.ts = ts
         self.tracer = ts.tracer
-        self._runs: dict[UUID, _Run] = {}
         self.evicted = 0
-        from .vectorstores import patch_vector_stores
-
         patch_vector_stores()  # once per process: searches outside retrievers become steps
 
     @property
     def raise_error(self) -> bool:  # type: ignore[override]
         return raise_internal_errors()
-
-    def live_run(self, run_id: UUID | None) -> _Run | None:
-        return self._runs.get(getattr(run_id, "int", run_id)) if run_id is not None else None
 
     def _parent(self, parent_run_id: UUID | None) -> Any:
         """The live parent run; None for a root; :data:`_SKIP` for a root that starts with
@@ -222,26 +214,6 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         runs[getattr(run_id, "int", run_id)] = run
         return run
 
-    def _set_text(self, span: Any, key: str, value: Any) -> None:
-        """Set a text attribute; on a pending span, build it later, off the request path."""
-        if not self.ts.capture_content or span is NO_SPAN:
-            return
-        if type(span) is _PendingSpan:
-            # (a partial of the plain function, not a closure: two objects for the
-            # collector, not five)
-            span.lazy.append(partial(type(self)._text_attr, self, key, value))
-        else:
-            text = self._text(value)
-            if text is not None:
-                span.set_attribute(key, text)
-
-    def _text_attr(self, key: str, value: Any) -> dict[str, Any]:
-        return _only({key: self._text(value)})
-
-    def _text(self, value: Any) -> str | None:
-        text = self.ts.redact_text(to_text(value))
-        return None if text is None else clip(text, self.ts.max_attribute_chars)
-
     def _finish(self, run_id: UUID, outputs: Any, error: BaseException | None,
                 inputs: Any = None, streamed: bool = False) -> None:
         run = self._runs.pop(getattr(run_id, "int", run_id), None)
@@ -283,7 +255,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                      end: int, cut: bool = False) -> None:
         """The root's record (:func:`.emit.emit_record`); one method, so a fault injected
         here is the "record" stage's."""
-        emit_record(self, run, outputs, error, inputs, end, cut)
+        emit_record(self.ts, run, outputs, error, inputs, end, cut)
 
     # -- chains -----------------------------------------------------------------------------
     def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID,
@@ -352,7 +324,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             run.retriever = run
             if not kwargs.get("tracescore_search"):
                 active_retriever.set(run_id)
-            self._set_text(run.span, A.INPUT_VALUE, query)
+            set_text(self.ts, run.span, A.INPUT_VALUE, query)
             if parent is None:
                 run.root.query = query if isinstance(query, str) else None
             elif isinstance(query, str) and query:
@@ -407,7 +379,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
         for i, c in enumerate(ctxs[:A.MAX_SPAN_DOCUMENTS]):
             # One bad document loses its own attributes, not the span.
             with handle_internal_errors("langchain.document_attrs", reraise=False):
-                text = self._text(c.text)
+                text = text_of(self.ts, c.text)
                 if text is not None:
                     yield A.retrieval_document(i, A.DOCUMENT_CONTENT), text
                 if c.id is not None:
@@ -457,7 +429,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
             attrs[A.GEN_AI_REQUEST_MODEL] = model
             attrs[A.LLM_MODEL_NAME] = model
         run = self._start(run_id, parent, name, A.KIND_LLM, metadata, tags, attrs)
-        self._set_text(run.span, A.INPUT_VALUE, prompt)
+        set_text(self.ts, run.span, A.INPUT_VALUE, prompt)
         root = run.root
         G.model_start(root, run, params, prompt)
         if run.retriever is None:  # a compressor's or filter's model is not the answering one
@@ -502,7 +474,7 @@ class TracescoreCallbackHandler(BaseCallbackHandler):
                 text, usage, model = M.llm_result_parts(response)
                 span = run.span
                 if text is not None:
-                    self._set_text(span, A.OUTPUT_VALUE, text)
+                    set_text(self.ts, span, A.OUTPUT_VALUE, text)
                 if model:
                     span.set_attribute(A.GEN_AI_RESPONSE_MODEL, model)
                     if run.root.last_llm is run:

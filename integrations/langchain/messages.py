@@ -13,10 +13,9 @@ from typing import Any
 
 from langchain_core.runnables.config import var_child_runnable_config
 
+from tracescore._internal.text import to_text
 from tracescore.record import Context, TokenUsage
 from tracescore.runs import RunScope
-
-from .._text import to_text
 
 #: Input keys that hold the user's question, in order of preference.
 QUERY_KEYS = ("question", "query", "input", "q", "user_input", "prompt", "text")

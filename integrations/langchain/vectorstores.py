@@ -26,6 +26,7 @@ from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.vectorstores import VectorStore
 
 from .._record import SEARCH
+from .live import LiveRuns, active_retriever, live_handlers
 
 #: The search methods wrapped, and whether their result is (document, score) pairs.
 SEARCH_METHODS = {
@@ -42,7 +43,7 @@ _searching: ContextVar[bool] = ContextVar("tracescore_lc_searching", default=Fal
 _patched = False
 
 
-def _target() -> tuple[Any, UUID] | None:
+def _target() -> tuple[LiveRuns, UUID] | None:
     """(handler, parent run id) when the caller runs inside a live tracescore run and outside
     any retriever or other search; else None (the hot no-op path)."""
     config = var_child_runnable_config.get()
@@ -52,17 +53,15 @@ def _target() -> tuple[Any, UUID] | None:
     parent = getattr(callbacks, "parent_run_id", None)
     if parent is None:
         return None
-    from .handler import TracescoreCallbackHandler, active_retriever
-
-    for handler in getattr(callbacks, "handlers", ()):
-        if isinstance(handler, TracescoreCallbackHandler) and handler.live_run(parent):
+    for handler in live_handlers(callbacks):
+        if handler.live_run(parent):
             if handler.live_run(active_retriever.get()) is not None:
                 return None  # a retriever's own search: the retriever reports its documents
             return handler, parent
     return None
 
 
-def _start(target: tuple[Any, UUID], store: Any, name: str, args: Any, kwargs: Any) -> UUID:
+def _start(target: tuple[LiveRuns, UUID], store: Any, name: str, args: Any, kwargs: Any) -> UUID:
     handler, parent = target
     query = args[0] if args else kwargs.get("query", "")
     run_id = uuid4()

@@ -26,7 +26,8 @@ bounded (:data:`MAX_OPEN_SPANS`): the oldest is abandoned first.
 
 Modules: capture (span map, runs), events (event handlers, span attributes), assembly
 (contexts and candidates), record (the record, or the hand-over to an outer run), streams,
-stores (vector-store searches), workflows, sessions, extract (pure helpers), handlers
+stores (vector-store searches), workflows, sessions, extract (pure helpers), span_text
+(a value as span text), handlers
 (LlamaIndex handler classes and process-wide :func:`instrument`).
 """
 

@@ -534,7 +534,7 @@ class LlamaIndexCapture(EventsMixin, StreamsMixin, SearchMixin):
         run.root = None
 
     def _emit_record(self, run: Run, span: Span, end: int) -> None:
-        emit_record(self, run, span, end)
+        emit_record(self.ts, run, span, end)
 
     # -- other frameworks' runs inside this one (see _owner) ------------------------------------
     def _external(self, run: Run, contexts: Sequence[Context], step: str, final: bool) -> None:

@@ -28,9 +28,9 @@ from llama_index.core.instrumentation.events.synthesis import (
 from opentelemetry.trace import Span
 
 from tracescore import attributes as A
+from tracescore._internal.text import clip, json_attr
 
 from .._spans import NO_SPAN, _NoSpan, _only, _PendingSpan
-from .._text import clip, json_attr, to_text
 from . import agent as G
 from ._model import (
     STEP_RETRIEVE,
@@ -43,6 +43,7 @@ from ._model import (
     funnel,
 )
 from .extract import message_text, model_name, node_context, query_text, response_text, token_usage
+from .span_text import text_of
 
 if TYPE_CHECKING:
     from tracescore.client import Tracescore
@@ -208,8 +209,7 @@ class EventsMixin:
 
     # -- attributes -------------------------------------------------------------------------
     def _text(self, value: Any) -> str | None:
-        text = self.ts.redact_text(value if isinstance(value, str) else to_text(value))
-        return None if text is None else clip(text, self._max_chars)
+        return text_of(self.ts, value)
 
     def _document_attrs(self, nodes: Sequence[Any]) -> Iterator[tuple[str, Any]]:
         yield A.RETRIEVAL_DOCUMENT_COUNT, len(nodes)  # the span keeps the first few only

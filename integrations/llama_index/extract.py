@@ -16,9 +16,8 @@ from llama_index.core.base.response.schema import (
 from llama_index.core.chat_engine.types import AgentChatResponse, StreamingAgentChatResponse
 from llama_index.core.schema import NodeWithScore
 
+from tracescore._internal.text import to_text
 from tracescore.record import Context, TokenUsage
-
-from .._text import to_text
 
 __all__ = ["message_text", "model_name", "node_context", "node_id", "query_text", "response_text",
            "token_usage"]

@@ -8,17 +8,18 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry.trace import Span, Status, StatusCode
 
 from tracescore import attributes as A
+from tracescore._internal.text import format_prompt
 from tracescore.record import Candidate, Context, RagRecord
 from tracescore.sampling import trace_fraction
 
-from .._text import format_prompt
 from ._model import RETRIEVAL_QUERY_KEY, STREAM_INCOMPLETE_KEY, WORKFLOW, Run
 from .assembly import assemble
 from .extract import node_context, response_text
+from .span_text import text_of
 from .workflows import workflow_answer
 
 if TYPE_CHECKING:
-    from .capture import LlamaIndexCapture
+    from tracescore.client import Tracescore
 
 __all__ = ["emit_record", "run_answer", "run_contexts"]
 
@@ -53,7 +54,8 @@ def run_contexts(run: Run, candidates: bool = True) -> tuple[list[Context], list
     return [node_context(n, None) for n in chosen or ()], []
 
 
-def emit_record(cap: LlamaIndexCapture, run: Run, span: Span, end: int) -> None:
+def emit_record(ts: Tracescore, run: Run, span: Span, end: int) -> None:
+    """Build the finished run's record and submit it (or hand it to the outer run's owner)."""
     answer = run_answer(run)
     outer = run.outer
     if outer is not None:
@@ -73,7 +75,6 @@ def emit_record(cap: LlamaIndexCapture, run: Run, span: Span, end: int) -> None:
     if run.incomplete:
         md[STREAM_INCOMPLETE_KEY] = True
     ctx = span.get_span_context()
-    ts = cap.ts
     trace_id = format(ctx.trace_id, "032x")
     u = trace_fraction(trace_id)
     # An unsampled record is stored compact (lengths and hashes): the prompt, the candidates
@@ -108,11 +109,11 @@ def emit_record(cap: LlamaIndexCapture, run: Run, span: Span, end: int) -> None:
         span.set_status(Status(StatusCode.ERROR, "incomplete: the client stopped reading the "
                                f"stream after {len(answer or '')} characters"))
     if answer is not None:
-        text = cap._text(answer)
+        text = text_of(ts, answer)
         if text is not None:
             attrs[A.OUTPUT_VALUE] = text
     if run.query is not None:
-        text = cap._text(run.query)
+        text = text_of(ts, run.query)
         if text is not None:
             attrs[A.INPUT_VALUE] = text
     if ts.submit(record, decision=decision) is not None:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from llama_index.core.instrumentation.span import active_span_id
 from llama_index.core.schema import NodeWithScore
@@ -39,12 +39,20 @@ if TYPE_CHECKING:
 
     from tracescore.client import Tracescore
 
-    from .capture import LlamaIndexCapture
+__all__ = ["SearchMixin", "SearchTarget", "install", "result_ids", "result_nodes", "uninstall"]
 
-__all__ = ["SearchMixin", "install", "result_ids", "result_nodes", "uninstall"]
+
+class SearchTarget(Protocol):
+    """Where wrapped searches report (the capture, through :class:`SearchMixin`)."""
+
+    def search_start(self, store: Any, query: Any, parent_id: str | None,
+                     method: str) -> Node | None: ...
+
+    def search_end(self, search: Node, result: Any, err: BaseException | None) -> None: ...
+
 
 _METHODS = ("query", "aquery")
-_capture: LlamaIndexCapture | None = None
+_capture: SearchTarget | None = None
 _originals: dict[tuple[type, str], Any] = {}
 #: BasePydanticVectorStore's own ``__pydantic_init_subclass__`` before install (None: none).
 _hook_saved: tuple[Any] | None = None
@@ -72,7 +80,7 @@ def result_ids(result: Any) -> list[tuple[str, float | None]]:
     return [(str(i), float(sims[k]) if k < len(sims) else None) for k, i in enumerate(ids)]
 
 
-def _start(store: Any, query: Any, method: str) -> tuple[LlamaIndexCapture, Node] | None:
+def _start(store: Any, query: Any, method: str) -> tuple[SearchTarget, Node] | None:
     cap = _capture
     if cap is None or _in_search.get() or suppressed():
         return None
@@ -85,7 +93,7 @@ def _start(store: Any, query: Any, method: str) -> tuple[LlamaIndexCapture, Node
     return None if got is None else (cap, got)
 
 
-def _end(started: tuple[LlamaIndexCapture, Node], result: Any,
+def _end(started: tuple[SearchTarget, Node], result: Any,
          err: BaseException | None) -> None:
     cap, search = started
     try:
@@ -170,7 +178,7 @@ def _set_hook(hook: Any) -> None:
     setattr(BasePydanticVectorStore, "__pydantic_init_subclass__", hook)  # noqa: B010
 
 
-def install(capture: LlamaIndexCapture) -> None:
+def install(capture: SearchTarget) -> None:
     """Route vector-store searches to ``capture`` (replacing any previous one)."""
     global _capture, _hook_saved
     with _lock:
@@ -182,7 +190,7 @@ def install(capture: LlamaIndexCapture) -> None:
             _set_hook(classmethod(_on_subclass))
 
 
-def uninstall(capture: LlamaIndexCapture) -> None:
+def uninstall(capture: SearchTarget) -> None:
     """Put the original methods back (if ``capture`` is still the one searches go to)."""
     global _capture, _hook_saved
     with _lock:

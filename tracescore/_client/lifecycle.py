@@ -11,13 +11,9 @@ from typing import Any, TypeVar
 
 from .._internal import capture_degraded as _degraded
 from .._internal.errors import record_internal_error
-from ..export import (
-    PipelineSnapshot,
-    flush_within,
-    open_jobs,
-)
 from ..processor import release_processors
 from ..store import open_store
+from ..telemetry import PipelineSnapshot, flush_within, open_jobs
 
 _Self = TypeVar("_Self", bound="Lifecycle")
 

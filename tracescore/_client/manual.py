@@ -46,7 +46,7 @@ def _manual_record(query: Any, answer: Any, contexts: Any, ground_truths: Any, m
         md[TRUNCATED_KEY] = sorted({*(hit if isinstance(hit, list) else []),
                                     *(["contexts"] if cut_ctxs else []),
                                     *(["ground_truths"] if cut_gts else [])})
-    from ..integrations._ids import new_span_id, new_trace_id
+    from .._internal.ids import new_span_id, new_trace_id
 
     return RagRecord(
         trace_id=new_trace_id() if trace_id is None else check_id(trace_id, 32, "trace_id"),

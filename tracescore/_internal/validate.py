@@ -233,3 +233,61 @@ def sanitize_record(record: Any) -> RagRecord:
 
 class _InvalidContext(ValueError):
     pass
+
+
+# -- the writer's fast path --------------------------------------------------------------------
+def is_sanitized(rec: Any) -> bool:
+    """``rec`` is already what :func:`sanitize_record` would make of it (the common case:
+    lower-case ids, text fields str, flat metadata within the bounds, plain contexts), so the
+    queue's writer stores it as it is instead of copying it — that copy was a third of the writer's
+    Python time per record. Anything else takes the full path."""
+    if type(rec) is not RagRecord:
+        return False
+    t, s = rec.trace_id, rec.span_id
+    if not (type(t) is str and type(s) is str and len(t) == 32 and len(s) == 16
+            and _LOWER_HEX.fullmatch(t + s) and t != _ZERO_TRACE and s != _ZERO_SPAN):
+        return False
+    for v in (rec.query, rec.answer, rec.error, rec.prompt, rec.session_id, rec.user_id,
+              rec.model):
+        if v is not None and type(v) is not str:
+            return False
+    if not _flat(rec.metadata) or type(rec.tags) is not tuple or type(
+            rec.ground_truths) is not tuple:
+        return False
+    for c in rec.contexts:
+        if type(c) is not Context or type(c.text) is not str or not (
+                c.id is None or type(c.id) is str) or not (
+                c.source is None or type(c.source) is str) or not (
+                c.score is None or type(c.score) in (int, float)) or (
+                c.metadata and not _flat(c.metadata)) or type(c.metadata) is not dict:
+            return False
+    for x in rec.tags:
+        if type(x) is not str:
+            return False
+    for x in rec.ground_truths:
+        if type(x) is not str:
+            return False
+    return type(rec.contexts) is tuple
+
+
+def _flat(md: Any) -> bool:
+    """A dict of str keys and scalar values that :func:`bound_metadata` copies unchanged."""
+    if type(md) is not dict or len(md) >= MAX_METADATA_ITEMS - 1:
+        return False
+    for k, v in md.items():
+        if type(k) is not str:
+            return False
+        tv = type(v)
+        if tv is str:
+            if len(v) > MAX_METADATA_STRING:
+                return False
+        elif tv is float:
+            if not math.isfinite(v):
+                return False
+        elif v is not None and tv is not int and tv is not bool:
+            return False
+    return True
+
+
+_LOWER_HEX = re.compile(r"[0-9a-f]+")
+_ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16

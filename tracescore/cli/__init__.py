@@ -6,6 +6,7 @@
   and hands the work to :mod:`tracescore.reports` (reading) or :mod:`.demo`.
 - :mod:`._options` — what the commands share: ``--db``/``--since``/``--where``, output files.
 - :mod:`.maintenance` — ``prune`` and ``copy-to-postgres``.
+- :mod:`.browse` — ``export`` (rows as JSONL/CSV) and ``ui`` (Datasette).
 - :mod:`.demo` — the demo runner: the bundled offline RAG app traced and scored end to end.
 - :mod:`.monitoring` — ``compare``, ``check`` and ``monitor``: comparisons and monitors.
 - :mod:`.worker` — ``tracescore worker``: the scoring process of a fleet (signals, health).
@@ -23,8 +24,8 @@ if sys.argv[1:2] in (["worker"], ["serve"]):
 
     install_early_stop_handlers()
 
-# label, prune, copy-to-postgres, compare, check, monitor and serve are registered when
-# looked up (commands.LAZY_COMMANDS): a read command does not import them
+# label, prune, copy-to-postgres, compare, check, monitor, serve, export and ui are registered
+# when looked up (commands.LAZY_COMMANDS): a read command does not import them
 from .commands import main
 
 __all__ = ["main"]

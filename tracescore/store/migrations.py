@@ -508,7 +508,7 @@ CREATE TABLE IF NOT EXISTS rate_limits (
 def _intake(store: Any, dialect: str) -> None:
     """SQLite version 9, PostgreSQL version 8: the tables of ``tracescore serve`` (the OTLP
     intake, :mod:`tracescore.intake.spool`)."""
-    from ..intake.schema import ddl
+    from .intake_tables import ddl
 
     for stmt in ddl(dialect):
         store.conn.execute(stmt)

@@ -1,4 +1,5 @@
-"""The intake's tables (schema step ``_intake`` in :mod:`tracescore.store.migrations`).
+"""The intake's tables (schema step ``_intake`` in :mod:`tracescore.store.migrations`); their
+SQL lives in :mod:`tracescore.intake` (spool, assembler, forwarder).
 
 - ``intake_spans``: every span received, once (primary key trace id + span id: a sender that
   retries a batch stores nothing twice), as its serialized OTLP ``Span`` message, with the
@@ -10,7 +11,8 @@
   the spans received, the spans that came after it was assembled (``late_spans``), and the
   records built from it.
 
-Imports nothing of the package: the migrations module imports it.
+Imports nothing of the package: the migrations module imports it (the store creates the
+tables of the stages above it, as for the monitor's tables, :mod:`.monitor_tables`).
 """
 
 from __future__ import annotations

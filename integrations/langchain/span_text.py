@@ -1,0 +1,38 @@
+"""Text attributes on a run's spans: redacted, clipped, and built off the request path on a
+span that is still pending (:class:`~.._spans._PendingSpan`)."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from tracescore._internal.text import clip, to_text
+
+from .._spans import NO_SPAN, _only, _PendingSpan
+
+if TYPE_CHECKING:
+    from tracescore.client import Tracescore
+
+
+def text_of(ts: Tracescore, value: Any) -> str | None:
+    """``value`` as a span's text: redacted, clipped to the attribute limit."""
+    text = ts.redact_text(to_text(value))
+    return None if text is None else clip(text, ts.max_attribute_chars)
+
+
+def _text_attr(ts: Tracescore, key: str, value: Any) -> dict[str, Any]:
+    return _only({key: text_of(ts, value)})
+
+
+def set_text(ts: Tracescore, span: Any, key: str, value: Any) -> None:
+    """Set a text attribute; on a pending span, build it later, off the request path."""
+    if not ts.capture_content or span is NO_SPAN:
+        return
+    if type(span) is _PendingSpan:
+        # (a partial of the plain function, not a closure: two objects for the collector,
+        # not five)
+        span.lazy.append(partial(_text_attr, ts, key, value))
+    else:
+        text = text_of(ts, value)
+        if text is not None:
+            span.set_attribute(key, text)

@@ -1,0 +1,88 @@
+"""The layers contract: the import-linter contract in pyproject.toml holds, and what it cannot
+see — the core reaching the adapters under their shipped name ``tracescore.integrations``
+(a package-dir mapping the import graph does not follow) — is checked here, from the source.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The front doors: ``ts.langchain_handler()``, ``ts.instrument_llama_index()`` and the like.
+FRONT_DOORS = {"tracescore/client.py"}
+
+
+def _module_of(path: Path, base: Path) -> str:
+    parts = list(path.relative_to(base).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imported(path: Path, base: Path) -> list[tuple[int, str]]:
+    """Every module ``path`` imports (inside functions and ``TYPE_CHECKING`` blocks too), as
+    absolute names, with the line."""
+    module = _module_of(path, base)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")
+                up = up[:len(up) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            out += [(node.lineno, base)] + [(node.lineno, f"{base}.{a.name}") for a in node.names]
+    return out
+
+
+def _adapter_imports(base: Path) -> list[str]:
+    """Imports of the adapters by the modules of ``base``/tracescore, front doors aside."""
+    found = []
+    for path in sorted((base / "tracescore").rglob("*.py")):
+        rel = path.relative_to(base).as_posix()
+        if rel in FRONT_DOORS:
+            continue
+        for line, name in _imported(path, base):
+            if name == "integrations" or name.startswith(("integrations.",
+                                                          "tracescore.integrations")):
+                found.append(f"{rel}:{line} imports {name}")
+    return found
+
+
+def test_the_core_reaches_the_adapters_only_through_the_client_front_doors():
+    assert _adapter_imports(ROOT) == []
+
+
+def test_the_check_sees_adapter_imports_inside_functions(tmp_path: Path):
+    # The same walk over a small tree: a lazy relative import of an adapter helper (what
+    # export.py did before issue 35), an absolute one, and the front door, which may.
+    pkg = tmp_path / "tracescore"
+    (pkg / "reports").mkdir(parents=True)
+    (pkg / "export.py").write_text(
+        "def f():\n    from .integrations._text import clip\n    return clip\n")
+    (pkg / "reports" / "show.py").write_text("import integrations._spans\n")
+    (pkg / "client.py").write_text("def h():\n    from .integrations.langchain import X\n")
+    assert _adapter_imports(tmp_path) == [
+        "tracescore/export.py:2 imports tracescore.integrations._text",
+        "tracescore/export.py:2 imports tracescore.integrations._text.clip",
+        "tracescore/reports/show.py:1 imports integrations._spans",
+    ]
+
+
+def test_the_import_linter_contract_is_kept():
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip("import-linter is not installed (pip install -e '.[dev]')")
+    done = subprocess.run([exe, "--no-cache"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
