@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, NamedTuple
 
 from .._internal.errors import record_internal_error
 from .._internal.validate import is_number
@@ -62,7 +62,7 @@ from .compact import compact_stored_contexts, text_facts
 from .compat import trace_join
 from .migrations import REBUILT_INDEXES, ensure_rebuilt_indexes
 from .rollup import Delta, qmark_tx
-from .vacuum import Pauses, incremental_vacuum
+from .vacuum import WAITING, Pauses, incremental_vacuum
 
 log = logging.getLogger("tracescore")
 
@@ -314,30 +314,78 @@ def _marks(n: int) -> str:
 
 
 def prune_batch(store: Any, cutoff: float, limit: int, result: PruneResult,
-                since: float = float("-inf")) -> tuple[int, float]:
-    """Delete up to ``limit`` eligible records with ``since <= created_at < cutoff`` (their
-    rollups stay), in one transaction. Returns (how many went, the newest one's created_at:
-    the next batch's ``since``).
+                since: float = float("-inf"), *, hold_s: float = 0.0,
+                max_records: int | None = None, commit_s: float = 0.0) -> Batch:
+    """Delete eligible records with ``since <= created_at < cutoff`` (their rollups stay) in
+    one transaction, in chunks of ``limit``: after the first, more chunks while the
+    transaction, with one more chunk as long as the last, holds the lock for at most
+    ``hold_s``, no connection of this process waits for the lock (SQLite: the app's writer,
+    the scorer — they get it after this chunk, not after the whole transaction), the last
+    chunk was full, and fewer than ``max_records`` went; ``commit_s``: how long the commit is
+    expected to take (the last batch's), kept out of ``hold_s``. Returns a :class:`Batch`.
+
+    Fewer, larger transactions write less (issue 33): each one appends every page it
+    touches to the WAL, and a record's entries in the indexes keyed by its random
+    ``record_id`` (records, scores, jobs) are on randomly placed pages, so each transaction
+    rewrites most of those indexes' leaf pages once more, however few records it deletes.
 
     Their judge-call log rows go in :func:`_prune_unreferenced` (by ``created_at``, which is
     indexed): ``judge_calls.record_id`` has no index, so deleting them here scanned the whole
     table once per batch."""
+    waiting = None if _is_pg(store) else getattr(store, "path", None)
+    n = 0
+    full = False
+    t0 = time.perf_counter()
     with _tx(store) as conn:
-        rows = conn.execute(_ELIGIBLE + _lock(store), (cutoff, since, limit)).fetchall()
-        if not rows:
-            return 0, since
-        ids = [r[0] for r in rows]
-        m = _marks(len(ids))
-        result.scores += conn.execute(f"DELETE FROM scores WHERE record_id IN ({m})",
-                                      ids).rowcount
-        result.jobs += conn.execute(f"DELETE FROM jobs WHERE record_id IN ({m})", ids).rowcount
-        # the judge budget's decisions go with their records (keyed by record: its primary
-        # key's prefix), or they would grow by a row per candidate record for ever
-        result.judge_decisions += conn.execute(
-            f"DELETE FROM judge_decisions WHERE record_id IN ({m})", ids).rowcount
-        n = int(conn.execute(f"DELETE FROM records WHERE record_id IN ({m})", ids).rowcount)
-    result.records += n
-    result.batches += 1
+        while True:
+            t = time.perf_counter()
+            step = limit if max_records is None else min(limit, max_records - n)
+            got, since = _delete_chunk(store, conn, cutoff, step, since, result)
+            n += got
+            full = got == step
+            now = time.perf_counter()
+            # (the next chunk, as long as this one, and the commit must fit in the hold)
+            if (not full or now - t0 + (now - t) + commit_s > hold_s
+                    or (max_records is not None and n >= max_records)
+                    or (waiting is not None and WAITING.count(waiting))):
+                break
+        t = time.perf_counter()
+    commit = time.perf_counter() - t
+    if n:
+        result.records += n
+        result.batches += 1
+    return Batch(n, since, full, commit)
+
+
+class Batch(NamedTuple):
+    """What one :func:`prune_batch` did."""
+
+    #: records deleted
+    n: int
+    #: the newest deleted record's created_at (the next batch's keyset position)
+    since: float
+    #: the last chunk was full: more eligible records may follow
+    more: bool
+    #: seconds its commit took (SQLite: writing the WAL)
+    commit_s: float
+
+
+def _delete_chunk(store: Any, conn: Any, cutoff: float, limit: int, since: float,
+                  result: PruneResult) -> tuple[int, float]:
+    """One chunk of :func:`prune_batch`, inside its transaction: (records deleted, since)."""
+    rows = conn.execute(_ELIGIBLE + _lock(store), (cutoff, since, limit)).fetchall()
+    if not rows:
+        return 0, since
+    ids = [r[0] for r in rows]
+    m = _marks(len(ids))
+    result.scores += conn.execute(f"DELETE FROM scores WHERE record_id IN ({m})",
+                                  ids).rowcount
+    result.jobs += conn.execute(f"DELETE FROM jobs WHERE record_id IN ({m})", ids).rowcount
+    # the judge budget's decisions go with their records (keyed by record: its primary
+    # key's prefix), or they would grow by a row per candidate record for ever
+    result.judge_decisions += conn.execute(
+        f"DELETE FROM judge_decisions WHERE record_id IN ({m})", ids).rowcount
+    n = int(conn.execute(f"DELETE FROM records WHERE record_id IN ({m})", ids).rowcount)
     return n, float(rows[-1][1])
 
 
@@ -540,26 +588,28 @@ def _free_pages_left(store: Any) -> bool:
 
 def _prune_rows(store: Any, policy: Retention, now: float, res: PruneResult,
                 more: Callable[[], bool], stop: threading.Event | None,
-                pauses: Callable[[float], None], bulk: bool) -> None:
+                pauses: Pauses, bulk: bool) -> None:
     """By age, then by size, then unreferenced rows; one keyset position for the whole run
     (a record a batch skipped is held: no later batch of this run reads it again)."""
     since = float("-inf")
     size = policy.batch_size
+    commit_s = 0.0
 
-    def batch(cutoff: float, limit: int) -> int:
-        nonlocal since, size
+    def batch(cutoff: float, limit: int, hold_s: float) -> tuple[int, bool]:
+        nonlocal since, size, commit_s
         t = time.perf_counter()
-        n, since = prune_batch(store, cutoff, limit, res, since)
+        done = prune_batch(store, cutoff, limit, res, since, hold_s=hold_s, commit_s=commit_s)
         took = time.perf_counter() - t
+        since = done.since
         res.longest_hold_s = max(res.longest_hold_s, took)
-        size = _next_size(limit, took, policy)
-        if n:
+        if done.n:
+            size = _next_size(limit, done.n, took - done.commit_s, policy)
+            commit_s = done.commit_s
             pauses(took)
-        return n
+        return done.n, done.more
 
     def full(cutoff: float) -> bool:  # (a batch sized by the lock's hold: more may follow)
-        limit = size
-        return batch(cutoff, limit) == limit
+        return batch(cutoff, size, pauses.hold_s(policy.max_hold_s))[1]
 
     if policy.max_age_s is not None:
         cutoff = now - policy.max_age_s
@@ -572,7 +622,7 @@ def _prune_rows(store: Any, policy: Retention, now: float, res: PruneResult,
         before = res.records
         while more() and store.used_bytes()[0] > policy.max_bytes:
             # (by size: batch_size records at a time, so it stops close to the limit)
-            if batch(now, policy.batch_size) == 0:
+            if batch(now, policy.batch_size, 0.0)[0] == 0:
                 res.notes.append("the size limit cannot be met: every remaining record has an "
                                  "open job or an undelivered score, or is labelled, or is "
                                  "newer than now")
@@ -644,16 +694,23 @@ def _bulk_mode(store: Any, res: PruneResult, cutoff: float, allowed: bool) -> It
             res.longest_hold_s = max(res.longest_hold_s, took)
 
 
-#: A batch grows to at most this many times ``Retention.batch_size`` records.
+#: A chunk of a batch (:func:`prune_batch`) grows to at most this many times
+#: ``Retention.batch_size`` records.
 MAX_GROWTH = 8
+#: A chunk is sized to take about this share of a batch's hold, so a writer of this process
+#: that starts waiting during a batch gets the lock within about one chunk.
+CHUNK_SHARE = 0.25
 
 
-def _next_size(size: int, took_s: float, policy: Retention) -> int:
-    """The next batch's size: scaled towards 80 % of ``policy.max_hold_s`` by how long this
-    one took, at most ×1.5, within [batch_size, MAX_GROWTH × batch_size]."""
+def _next_size(size: int, n: int, took_s: float, policy: Retention) -> int:
+    """The next batch's chunk size, from a batch of ``n`` records that took ``took_s``:
+    scaled towards :data:`CHUNK_SHARE` of 80 % of ``policy.max_hold_s``, at most ×1.5, within
+    [batch_size, MAX_GROWTH × batch_size]."""
+    target = CHUNK_SHARE * 0.8 * policy.max_hold_s
     if took_s <= 0:
-        return min(size * 2, policy.batch_size * MAX_GROWTH)
-    scaled = int(size * min(1.5, 0.8 * policy.max_hold_s / took_s))
+        scaled = size * 2 if target > 0 else 0
+    else:
+        scaled = int(min(size * 1.5, n * target / took_s))
     return max(policy.batch_size, min(scaled, policy.batch_size * MAX_GROWTH))
 
 

@@ -25,6 +25,13 @@ PROBE_EVERY_S = 2.0
 PROBE_PAUSE_S = 0.11
 #: How long a pause waits for this process's waiting writers to get the lock.
 IN_PROCESS_WAIT_S = 0.25
+#: While nobody else writes (:data:`IDLE_S`), a pruning transaction may hold the write lock
+#: this many times ``Retention.max_hold_s`` (0.2 s → 1 s; issue 33: every transaction
+#: rewrites the randomly placed index pages it touches, so fewer, larger ones write less).
+#: A writer of another process that starts waiting meanwhile still gets in within about
+#: :data:`PROBE_EVERY_S`; one of this process is let in after the current chunk
+#: (:func:`.retention.prune_batch`).
+IDLE_HOLD = 5.0
 
 
 def rest(pause_s: float, busy_s: float) -> None:
@@ -105,6 +112,22 @@ class Pauses:
         except sqlite3.Error:
             return None
 
+    def _others_wrote(self, t: float) -> bool:
+        """Did another connection commit in the last :data:`IDLE_S` (now ``t``)?"""
+        version = self._data_version()
+        if version != self._version or version is None:
+            self._version, self._active_at = version, t
+        return t - self._active_at < IDLE_S
+
+    def hold_s(self, max_hold_s: float) -> float:
+        """How long the next write transaction may hold the lock: ``max_hold_s``, or
+        :data:`IDLE_HOLD` × that while no other connection has committed for :data:`IDLE_S`
+        and none of this process waits for the lock. PostgreSQL (``conn=None``): always
+        ``max_hold_s``."""
+        if self.conn is None or self.path is None or WAITING.count(self.path):
+            return max_hold_s
+        return max_hold_s if self._others_wrote(time.monotonic()) else IDLE_HOLD * max_hold_s
+
     def __call__(self, busy_s: float) -> None:
         t = time.monotonic()
         if self.conn is None or self.path is None:
@@ -113,10 +136,7 @@ class Pauses:
             self._active_at = t
             WAITING.wait_clear(self.path, IN_PROCESS_WAIT_S)
         else:
-            version = self._data_version()
-            if version != self._version or version is None:
-                self._version, self._active_at = version, t
-            if t - self._active_at < IDLE_S:
+            if self._others_wrote(t):
                 rest(self.pause_s, busy_s)
             elif t - self._probed_at >= PROBE_EVERY_S:
                 time.sleep(PROBE_PAUSE_S)
