@@ -26,12 +26,13 @@ PROBE_PAUSE_S = 0.11
 #: How long a pause waits for this process's waiting writers to get the lock.
 IN_PROCESS_WAIT_S = 0.25
 #: While nobody else writes (:data:`IDLE_S`), a pruning transaction may hold the write lock
-#: this many times ``Retention.max_hold_s`` (0.2 s → 1 s; issue 33: every transaction
-#: rewrites the randomly placed index pages it touches, so fewer, larger ones write less).
-#: A writer of another process that starts waiting meanwhile still gets in within about
-#: :data:`PROBE_EVERY_S`; one of this process is let in after the current chunk
-#: (:func:`.retention.prune_batch`).
-IDLE_HOLD = 5.0
+#: up to this many times ``Retention.max_hold_s`` (0.2 s → 2 s), and never past the next
+#: probe pause (:data:`PROBE_EVERY_S` after the last one), so a writer of another process
+#: that starts waiting meanwhile still gets in within about :data:`PROBE_EVERY_S`, as with
+#: short batches; one of this process gets in after the current chunk
+#: (:func:`.retention.prune_batch`). Issue 33: every transaction rewrites the randomly placed
+#: index pages it touches, so fewer, larger ones write less.
+IDLE_HOLD = 10.0
 
 
 def rest(pause_s: float, busy_s: float) -> None:
@@ -120,13 +121,17 @@ class Pauses:
         return t - self._active_at < IDLE_S
 
     def hold_s(self, max_hold_s: float) -> float:
-        """How long the next write transaction may hold the lock: ``max_hold_s``, or
-        :data:`IDLE_HOLD` × that while no other connection has committed for :data:`IDLE_S`
-        and none of this process waits for the lock. PostgreSQL (``conn=None``): always
-        ``max_hold_s``."""
+        """How long the next write transaction may hold the lock: ``max_hold_s``, or while no
+        other connection has committed for :data:`IDLE_S` and none of this process waits for
+        the lock, up to :data:`IDLE_HOLD` × that, ending before the next probe pause is due.
+        PostgreSQL (``conn=None``): always ``max_hold_s``."""
         if self.conn is None or self.path is None or WAITING.count(self.path):
             return max_hold_s
-        return max_hold_s if self._others_wrote(time.monotonic()) else IDLE_HOLD * max_hold_s
+        t = time.monotonic()
+        if self._others_wrote(t):
+            return max_hold_s
+        return max(max_hold_s, min(IDLE_HOLD * max_hold_s,
+                                   self._probed_at + PROBE_EVERY_S - PROBE_PAUSE_S - t))
 
     def __call__(self, busy_s: float) -> None:
         t = time.monotonic()
