@@ -62,7 +62,7 @@ from .compact import compact_stored_contexts, text_facts
 from .compat import trace_join
 from .migrations import REBUILT_INDEXES, ensure_rebuilt_indexes
 from .rollup import Delta, qmark_tx
-from .vacuum import WAITING, Pauses, incremental_vacuum
+from .vacuum import WAITING, Pauses, incremental_vacuum, quiet_at_open
 
 log = logging.getLogger("tracescore")
 
@@ -315,14 +315,15 @@ def _marks(n: int) -> str:
 
 def prune_batch(store: Any, cutoff: float, limit: int, result: PruneResult,
                 since: float = float("-inf"), *, hold_s: float = 0.0,
-                max_records: int | None = None, commit_s: float = 0.0) -> Batch:
+                max_records: int | None = None, commit_s: float = 0.0,
+                waited_hold_s: float | None = None) -> Batch:
     """Delete eligible records with ``since <= created_at < cutoff`` (their rollups stay) in
     one transaction, in chunks of ``limit``: after the first, more chunks while the
-    transaction, with one more chunk as long as the last, holds the lock for at most
-    ``hold_s``, no connection of this process waits for the lock (SQLite: the app's writer,
-    the scorer — they get it after this chunk, not after the whole transaction), the last
-    chunk was full, and fewer than ``max_records`` went; ``commit_s``: how long the commit is
-    expected to take (the last batch's), kept out of ``hold_s``. Returns a :class:`Batch`.
+    transaction, with one more chunk as long as the last and its commit (``commit_s``, the
+    last batch's), holds the lock for at most ``hold_s`` — at most ``waited_hold_s`` (default
+    ``hold_s``) while a connection of this process waits for the lock (SQLite: the app's
+    writer, the scorer; a long idle batch lets them in after the current chunk) —, the last
+    chunk was full, and fewer than ``max_records`` went. Returns a :class:`Batch`.
 
     Fewer, larger transactions write less (issue 33): each one appends every page it
     touches to the WAL, and a record's entries in the indexes keyed by its random
@@ -345,9 +346,11 @@ def prune_batch(store: Any, cutoff: float, limit: int, result: PruneResult,
             full = got == step
             now = time.perf_counter()
             # (the next chunk, as long as this one, and the commit must fit in the hold)
-            if (not full or now - t0 + (now - t) + commit_s > hold_s
+            ends_at = now - t0 + (now - t) + commit_s
+            if (not full or ends_at > hold_s
                     or (max_records is not None and n >= max_records)
-                    or (waiting is not None and WAITING.count(waiting))):
+                    or (ends_at > (hold_s if waited_hold_s is None else waited_hold_s)
+                        and waiting is not None and WAITING.count(waiting))):
                 break
         t = time.perf_counter()
     commit = time.perf_counter() - t
@@ -563,8 +566,12 @@ def prune(store: Any, policy: Retention | None, *, now: float | None = None,
             return False
         return max_batches is None or res.batches < max_batches
 
-    pauses = (Pauses(None, None, policy.pause_s) if _is_pg(store)
-              else Pauses(store.conn, store.path, policy.pause_s))
+    if _is_pg(store):
+        pauses = Pauses(None, None, policy.pause_s)
+    else:
+        quiet_s, version = quiet_at_open(store)
+        pauses = Pauses(store.conn, store.path, policy.pause_s, quiet_s=quiet_s,
+                        version=version)
     with _pruning_connection(store, policy.batch_size):
         _prune_rows(store, policy, now, res, more, stop, pauses, bulk=max_batches is None)
         # (also after a run that deleted nothing: the pages an earlier run's budget left)
@@ -598,7 +605,8 @@ def _prune_rows(store: Any, policy: Retention, now: float, res: PruneResult,
     def batch(cutoff: float, limit: int, hold_s: float) -> tuple[int, bool]:
         nonlocal since, size, commit_s
         t = time.perf_counter()
-        done = prune_batch(store, cutoff, limit, res, since, hold_s=hold_s, commit_s=commit_s)
+        done = prune_batch(store, cutoff, limit, res, since, hold_s=hold_s, commit_s=commit_s,
+                           waited_hold_s=policy.max_hold_s)
         took = time.perf_counter() - t
         since = done.since
         res.longest_hold_s = max(res.longest_hold_s, took)

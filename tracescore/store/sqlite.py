@@ -53,7 +53,7 @@ from .rows import (
 )
 from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
 from .sessions import note_turns
-from .vacuum import WAITING
+from .vacuum import WAITING, wal_mtime
 
 #: 1: the first schema; 2: compact rows and rollups of pruned rows; 3: segments and hourly
 #: rollups kept up to date on write; 4: human labels, label plans, canary history; 5: retrieval
@@ -90,7 +90,13 @@ class Store(LabelsMixin):
         #: again before the next transaction (see :meth:`recover`)
         self.broken: BaseException | None = None
         self._tx_depth = 0
+        #: when another connection may last have written, as this store opened: the WAL
+        #: file's mtime (None: no WAL, so no connection had the database open), and this
+        #: connection's first ``data_version`` (later commits of others change it) — a
+        #: pruning run starts from them (:func:`.vacuum.quiet_at_open`)
+        self.wal_mtime_at_open = wal_mtime(self.path)
         self._connect()
+        self.data_version_at_open = self.conn.execute("PRAGMA data_version").fetchone()[0]
         #: records → seg_id (cached per store object, so per thread)
         self.segmenter = SegmentResolver()
         self._ensure_schema()

@@ -5,13 +5,14 @@ the caller's connection; never on the app's request path."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["WAITING", "Pauses", "incremental_vacuum", "rest"]
+__all__ = ["WAITING", "Pauses", "incremental_vacuum", "quiet_at_open", "rest", "wal_mtime"]
 
 #: A run that saw no other connection commit for this long pauses only to let a writer that
 #: has just started waiting in (:class:`Pauses`).
@@ -78,6 +79,26 @@ class _Waiting:
 WAITING = _Waiting()
 
 
+def wal_mtime(path: str) -> float | None:
+    """The mtime of ``path``'s WAL file (every commit appends to it), None if there is none."""
+    try:
+        return os.stat(path + "-wal").st_mtime
+    except OSError:
+        return None
+
+
+def quiet_at_open(store: Any) -> tuple[float, Any]:
+    """(seconds nobody else had written when ``store`` opened, its first ``data_version``):
+    since the WAL was last written; :data:`IDLE_S` if there was no WAL (nobody had the
+    database open); 0.0 if the store did not record it. Commits of others after the open
+    change ``data_version``, so the run sees them at its first pause."""
+    if not hasattr(store, "wal_mtime_at_open"):
+        return 0.0, None
+    mtime = store.wal_mtime_at_open
+    quiet = IDLE_S if mtime is None else max(0.0, time.time() - mtime)
+    return quiet, getattr(store, "data_version_at_open", None)
+
+
 class Pauses:
     """The pauses of one pruning run between its write transactions, so other writers get
     the lock — and none when there is nobody to let in (issue 19: at 1M records a run's
@@ -95,11 +116,13 @@ class Pauses:
     ``conn=None`` (PostgreSQL: row locks, no ``data_version``): always :func:`rest`."""
 
     def __init__(self, conn: sqlite3.Connection | None, path: str | None,
-                 pause_s: float) -> None:
+                 pause_s: float, *, quiet_s: float = 0.0, version: Any = None) -> None:
         self.conn, self.path, self.pause_s = conn, path, pause_s
-        self._version = self._data_version()
+        self._version = self._data_version() if version is None else version
         now = time.monotonic()
-        self._active_at = now  # (a run starts as if others write: the first IDLE_S pause)
+        # (a run starts as if others wrote ``quiet_s`` ago — 0: just now — and ``version``,
+        # the data_version then, tells of commits since: :func:`quiet_at_open`)
+        self._active_at = now - quiet_s
         self._probed_at = now
         #: seconds slept, and pauses skipped because nobody else wrote (for bench/prune.py)
         self.slept_s = 0.0
