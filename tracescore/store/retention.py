@@ -502,6 +502,12 @@ def _pruning_connection(store: Any, batch: int) -> Iterator[None]:
         yield
         return
     conn = store.conn
+    with WAITING.pruning(store.path, conn), _sqlite_pruning(store, conn, batch):
+        yield
+
+
+@contextmanager
+def _sqlite_pruning(store: Any, conn: sqlite3.Connection, batch: int) -> Iterator[None]:
     cache = int(conn.execute("PRAGMA cache_size").fetchone()[0])
     ckpt = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
     pages = max(2000, min(_CACHE_PAGES_PER_RECORD * batch * MAX_GROWTH, _CACHE_MAX_PAGES))
@@ -606,7 +612,7 @@ def _prune_rows(store: Any, policy: Retention, now: float, res: PruneResult,
         nonlocal since, size, commit_s
         t = time.perf_counter()
         done = prune_batch(store, cutoff, limit, res, since, hold_s=hold_s, commit_s=commit_s,
-                           waited_hold_s=policy.max_hold_s)
+                           waited_hold_s=WAITED_HOLD * policy.max_hold_s)
         took = time.perf_counter() - t
         since = done.since
         res.longest_hold_s = max(res.longest_hold_s, took)
@@ -705,6 +711,10 @@ def _bulk_mode(store: Any, res: PruneResult, cutoff: float, allowed: bool) -> It
 #: A chunk of a batch (:func:`prune_batch`) grows to at most this many times
 #: ``Retention.batch_size`` records.
 MAX_GROWTH = 8
+#: A batch that a writer of this process waits for ends after the chunk that takes it past
+#: this share of ``max_hold_s``: the writer's busy handler may sleep up to 100 ms more
+#: before it tries again.
+WAITED_HOLD = 0.8
 #: A chunk is sized to take about this share of a batch's hold, so a writer of this process
 #: that starts waiting during a batch gets the lock within about one chunk.
 CHUNK_SHARE = 0.25

@@ -119,6 +119,8 @@ class Store(LabelsMixin):
             raise
         self.conn = conn
         self.db = _LazyDatabase(conn)
+        #: this connection's autocheckpoint is off while a pruning run works (:class:`_Tx`)
+        self._ckpt_off = False
 
     def recover(self) -> None:
         """After a fault that passes (a full disk, an I/O error): open the connection again,
@@ -876,6 +878,12 @@ class _Tx:
                 self.store.recover()
                 self.conn = self.store.conn
         if self.outer:
+            # (while a pruning run of this process works on the database, its commits do not
+            # checkpoint: the run does, once per 1 GiB of WAL — vacuum._Waiting.is_pruning)
+            pruning = WAITING.is_pruning(self.store.path, self.conn)
+            if pruning != self.store._ckpt_off:
+                self.conn.execute(f"PRAGMA wal_autocheckpoint={0 if pruning else 1000}")
+                self.store._ckpt_off = pruning
             # (a pruning run on another connection of this process lets waiters in as soon as
             # its batch commits: vacuum.Pauses)
             WAITING.enter(self.store.path)

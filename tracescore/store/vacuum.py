@@ -9,7 +9,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 __all__ = ["WAITING", "Pauses", "incremental_vacuum", "quiet_at_open", "rest", "wal_mtime"]
@@ -53,6 +54,34 @@ class _Waiting:
     def __init__(self) -> None:
         self._n: dict[str, int] = {}
         self._cond = threading.Condition()
+        #: databases pruning runs of this process work on: path → the runs' connections
+        self._pruning: dict[str, list[Any]] = {}
+
+    @contextmanager
+    def pruning(self, path: str, conn: Any) -> Iterator[None]:
+        """While a pruning run works on ``path`` on ``conn``: this process's other
+        connections to it leave checkpoints to the run (:meth:`is_pruning`,
+        :class:`.sqlite._Tx`)."""
+        with self._cond:
+            self._pruning.setdefault(path, []).append(conn)
+        try:
+            yield
+        finally:
+            with self._cond:
+                runs = self._pruning.get(path, [])
+                runs.remove(conn)
+                if not runs:
+                    self._pruning.pop(path, None)
+
+    def is_pruning(self, path: str, conn: Any) -> bool:
+        """Does a pruning run of this process work on ``path`` on a connection other than
+        ``conn``? Then a commit on ``conn`` does not checkpoint the WAL (issue 33: the app's
+        writer, committing after every batch of the run with SQLite's default autocheckpoint
+        of 1,000 pages, copied each batch's pages into the database file again: 18× the
+        bytes freed at 60k records); the run checkpoints every 1 GiB at most and truncates
+        the WAL when it ends."""
+        runs = self._pruning.get(path)
+        return bool(runs) and any(c is not conn for c in runs)
 
     def enter(self, path: str) -> None:
         with self._cond:
