@@ -13,7 +13,7 @@ import pytest
 from helpers import rows, wait_for
 from test_retention import DAY, old_and_held
 
-from tracescore.store import Store, open_store, retention, vacuum
+from tracescore.store import Store, open_store, prune_batches, retention, vacuum
 from tracescore.store.retention import PruneResult, Retention, count_eligible, prune
 from tracescore.store.vacuum import WAITING, Pauses, quiet_at_open
 
@@ -38,14 +38,14 @@ def test_batches_of_many_chunks_delete_exactly_the_eligible_records(db, make_ts,
     old_ids = {r["record_id"] for r in rows(
         db, "SELECT record_id FROM records WHERE created_at < ?", now - 30 * DAY)}
     chunks: list[int] = []
-    real = retention._delete_chunk
+    real = prune_batches._delete_chunk
 
     def counted(*args, **kwargs):
         got = real(*args, **kwargs)
         chunks.append(got[0])
         return got
 
-    monkeypatch.setattr(retention, "_delete_chunk", counted)
+    monkeypatch.setattr(prune_batches, "_delete_chunk", counted)
     store = open_store(db)
     try:
         eligible, older = count_eligible(store, now - 30 * DAY)
@@ -85,7 +85,7 @@ def test_a_batch_ends_after_the_chunk_a_writer_of_this_process_starts_waiting_in
     writer = threading.Thread(target=app_writes)
     writer.start()
     assert opened.wait(30)
-    real = retention._delete_chunk
+    real = prune_batches._delete_chunk
 
     def chunk_then_writer(*args, **kwargs):
         got = real(*args, **kwargs)
@@ -96,12 +96,12 @@ def test_a_batch_ends_after_the_chunk_a_writer_of_this_process_starts_waiting_in
 
     res = PruneResult()
     try:
-        retention._delete_chunk = chunk_then_writer
+        prune_batches._delete_chunk = chunk_then_writer
         try:
             first = retention.prune_batch(pruner, now - 30 * DAY, 4, res, hold_s=60.0,
                                           waited_hold_s=0.0)
         finally:
-            retention._delete_chunk = real
+            prune_batches._delete_chunk = real
         assert (first.n, first.more, res.batches) == (4, True, 1)  # one chunk, then commit
         assert wrote.wait(30)
         writer.join(30)

@@ -30,9 +30,19 @@ new rows reuse them meanwhile. Batches (and vacuum steps) are sized to hold the 
 ``max_hold_s``; a large backlog is deleted without the scores' (name, value) index, built
 again after it (:func:`_bulk_mode`), and the WAL is checkpointed every 1 GiB at most.
 
+Write amplification (issue 33: a run wrote 6–16× the bytes it freed): every transaction
+appends each page it touches to the WAL, and the indexes keyed by the random record id
+(records, scores, jobs) put a batch's entries on most of their leaf pages, so the bytes
+written follow the number of transactions more than the records. A batch is therefore
+chunks in one transaction (:func:`prune_batch`) for as long as it may hold the lock: about
+``max_hold_s`` while others write, up to :data:`.vacuum.IDLE_HOLD` × that while nobody does
+(:meth:`.vacuum.Pauses.hold_s`), cut at 0.8 × ``max_hold_s`` once a writer of this process
+waits; and this process's other connections leave checkpoints to the run
+(:meth:`.vacuum._Waiting.is_pruning`).
+
 Both backends: the SQL here is written once, with ``?`` placeholders; every dialect
 difference is in :func:`.rollup.qmark_tx` (``?`` → ``%s`` by :func:`.compat.translate`)
-and :data:`_LOCK` (PostgreSQL locks a batch's record rows ``FOR UPDATE OF r SKIP LOCKED``, so
+and :data:`.prune_batches._LOCK` (PostgreSQL locks a batch's record rows ``FOR UPDATE OF r SKIP LOCKED``, so
 several pruners — one per worker of a fleet — take disjoint batches, never compact a record
 twice, and never delete a record a writer is adding a job to: the PostgreSQL store takes ``FOR KEY
 SHARE`` on a record before it creates or re-opens its jobs). The engine-specific store methods
@@ -54,14 +64,15 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Any, NamedTuple
+from typing import Any
 
 from .._internal.errors import record_internal_error
 from .._internal.validate import is_number
 from .compact import compact_stored_contexts, text_facts
 from .compat import trace_join
 from .migrations import REBUILT_INDEXES, ensure_rebuilt_indexes
-from .rollup import Delta, qmark_tx
+from .prune_batches import _is_pg, _lock, _tx, prune_batch  # (a run calls retention.prune_batch)
+from .rollup import Delta
 from .vacuum import WAITING, Pauses, incremental_vacuum, quiet_at_open
 
 log = logging.getLogger("tracescore")
@@ -122,17 +133,19 @@ class Retention:
     max_age_s: float | None = 30 * DAY
     #: Prune the oldest records while the database uses more than this many bytes.
     max_bytes: int | None = None
-    #: Records in a run's first transaction (the write lock is held for one batch at a time);
-    #: later batches are sized by ``max_hold_s``, between this and MAX_GROWTH × this.
+    #: Records in a run's first chunk (a batch, one transaction, is chunks until it has held
+    #: the write lock about ``max_hold_s``); later chunks are sized by how long they take,
+    #: between this and MAX_GROWTH × this.
     batch_size: int = 500
     #: Seconds between background runs (the first run starts ``first_run_s`` after init).
     interval_s: float = 600.0
     first_run_s: float = 30.0
     #: Pause between batches, so the writer and the scoring worker get the lock.
     pause_s: float = 0.05
-    #: How long one batch may hold the write lock: a batch that took less than this grows
-    #: (up to :data:`MAX_GROWTH` × ``batch_size`` records), one that took more shrinks back
-    #: (issue 19: 500 records took ~90 ms at 1M records, a fifth of the run was pauses). A
+    #: How long one batch may hold the write lock while others write (while nobody does, up
+    #: to :data:`.vacuum.IDLE_HOLD` × this): a batch is chunks until the next one would
+    #: take it past this (issue 19: 500 records took ~90 ms at 1M records, a fifth of the
+    #: run was pauses; issue 33: each transaction rewrites the random index pages). A
     #: writer waiting on SQLite's busy handler retries every 50 ms until it has waited ~230 ms,
     #: then every 100 ms, and may miss a 50 ms pause after a longer hold.
     max_hold_s: float = 0.2
@@ -242,43 +255,9 @@ class PruneResult:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-# -- the dialects ----------------------------------------------------------------------------
-def _is_pg(store: Any) -> bool:
-    return getattr(store, "dialect", "sqlite") == "postgres"
-
-
-#: One write transaction on a store, yielding a connection that takes ``?`` SQL.
-_tx = qmark_tx
-
-
-#: Row locks of a batch's records: PostgreSQL only (SQLite's write transaction is exclusive).
-_LOCK = {"sqlite": "", "postgres": " FOR UPDATE OF r SKIP LOCKED"}
-
-
-def _lock(store: Any) -> str:
-    return _LOCK["postgres" if _is_pg(store) else "sqlite"]
-
-
-# -- the batch -------------------------------------------------------------------------------
-#: Records that may go: older than the cutoff, no open job, no undelivered score, no human
-#: label on their trace (labels and labelled traces are the calibration set: kept).
-#: Keyset continuation (``created_at >= ?``, the last batch's newest record): the records a
-#: batch skipped (held) are not read again by every later batch of the run.
-_ELIGIBLE = (
-    "SELECT r.record_id, r.created_at FROM records r WHERE r.created_at < ?"
-    " AND r.created_at >= ?"
-    " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.record_id = r.record_id"
-    " AND j.status IN ('pending', 'leased'))"
-    " AND NOT EXISTS (SELECT 1 FROM scores s WHERE s.record_id = r.record_id"
-    " AND s.delivery IS NULL)"
-    " AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.trace_id = r.trace_id)"  # calibration set
-    " ORDER BY r.created_at LIMIT ?"
-)
-
-
 def _held(store: Any) -> str:
     """Records kept whatever their age: an open job, an undelivered score, a label on the
-    trace (the complement of :data:`_ELIGIBLE`'s conditions). Read from the indexes of those
+    trace (the complement of :data:`.prune_batches._ELIGIBLE`'s conditions). Read from the indexes of those
     few rows (open jobs, undelivered scores, labels; a labelled trace's records by
     :func:`.compat.trace_join`), never by visiting every old record."""
     return (
@@ -307,89 +286,6 @@ def count_eligible(store: Any, cutoff: float) -> tuple[int, int]:
 PG_NO_MAX_BYTES = ("a size limit (max_bytes, --max-size) is not applied on PostgreSQL: the "
                    "database does not shrink when rows are deleted (autovacuum keeps the space "
                    "for new rows), so it would delete every record; use an age limit")
-
-
-def _marks(n: int) -> str:
-    return ",".join("?" * n)
-
-
-def prune_batch(store: Any, cutoff: float, limit: int, result: PruneResult,
-                since: float = float("-inf"), *, hold_s: float = 0.0,
-                max_records: int | None = None, commit_s: float = 0.0,
-                waited_hold_s: float | None = None) -> Batch:
-    """Delete eligible records with ``since <= created_at < cutoff`` (their rollups stay) in
-    one transaction, in chunks of ``limit``: after the first, more chunks while the
-    transaction, with one more chunk as long as the last and its commit (``commit_s``, the
-    last batch's), holds the lock for at most ``hold_s`` — at most ``waited_hold_s`` (default
-    ``hold_s``) while a connection of this process waits for the lock (SQLite: the app's
-    writer, the scorer; a long idle batch lets them in after the current chunk) —, the last
-    chunk was full, and fewer than ``max_records`` went. Returns a :class:`Batch`.
-
-    Fewer, larger transactions write less (issue 33): each one appends every page it
-    touches to the WAL, and a record's entries in the indexes keyed by its random
-    ``record_id`` (records, scores, jobs) are on randomly placed pages, so each transaction
-    rewrites most of those indexes' leaf pages once more, however few records it deletes.
-
-    Their judge-call log rows go in :func:`_prune_unreferenced` (by ``created_at``, which is
-    indexed): ``judge_calls.record_id`` has no index, so deleting them here scanned the whole
-    table once per batch."""
-    waiting = None if _is_pg(store) else getattr(store, "path", None)
-    n = 0
-    full = False
-    t0 = time.perf_counter()
-    with _tx(store) as conn:
-        while True:
-            t = time.perf_counter()
-            step = limit if max_records is None else min(limit, max_records - n)
-            got, since = _delete_chunk(store, conn, cutoff, step, since, result)
-            n += got
-            full = got == step
-            now = time.perf_counter()
-            # (the next chunk, as long as this one, and the commit must fit in the hold)
-            ends_at = now - t0 + (now - t) + commit_s
-            if (not full or ends_at > hold_s
-                    or (max_records is not None and n >= max_records)
-                    or (ends_at > (hold_s if waited_hold_s is None else waited_hold_s)
-                        and waiting is not None and WAITING.count(waiting))):
-                break
-        t = time.perf_counter()
-    commit = time.perf_counter() - t
-    if n:
-        result.records += n
-        result.batches += 1
-    return Batch(n, since, full, commit)
-
-
-class Batch(NamedTuple):
-    """What one :func:`prune_batch` did."""
-
-    #: records deleted
-    n: int
-    #: the newest deleted record's created_at (the next batch's keyset position)
-    since: float
-    #: the last chunk was full: more eligible records may follow
-    more: bool
-    #: seconds its commit took (SQLite: writing the WAL)
-    commit_s: float
-
-
-def _delete_chunk(store: Any, conn: Any, cutoff: float, limit: int, since: float,
-                  result: PruneResult) -> tuple[int, float]:
-    """One chunk of :func:`prune_batch`, inside its transaction: (records deleted, since)."""
-    rows = conn.execute(_ELIGIBLE + _lock(store), (cutoff, since, limit)).fetchall()
-    if not rows:
-        return 0, since
-    ids = [r[0] for r in rows]
-    m = _marks(len(ids))
-    result.scores += conn.execute(f"DELETE FROM scores WHERE record_id IN ({m})",
-                                  ids).rowcount
-    result.jobs += conn.execute(f"DELETE FROM jobs WHERE record_id IN ({m})", ids).rowcount
-    # the judge budget's decisions go with their records (keyed by record: its primary
-    # key's prefix), or they would grow by a row per candidate record for ever
-    result.judge_decisions += conn.execute(
-        f"DELETE FROM judge_decisions WHERE record_id IN ({m})", ids).rowcount
-    n = int(conn.execute(f"DELETE FROM records WHERE record_id IN ({m})", ids).rowcount)
-    return n, float(rows[-1][1])
 
 
 _COMPACTABLE = (
