@@ -415,7 +415,9 @@ def _sqlite_pruning(store: Any, conn: sqlite3.Connection, batch: int) -> Iterato
     finally:
         conn.execute(f"PRAGMA cache_size={cache}")
         conn.execute(f"PRAGMA wal_autocheckpoint={ckpt}")
-        try:  # (the WAL keeps its size until truncated: also after a run without vacuum)
+        try:  # (the WAL keeps its size until truncated: also after a run without vacuum;
+            # a PASSIVE checkpoint first copies it without holding the write lock)
+            store.checkpoint("PASSIVE", wait_s=1.0)
             store.checkpoint("TRUNCATE", wait_s=1.0)
         except sqlite3.Error:  # (best effort: a reader holds it; the next run truncates it)
             pass
