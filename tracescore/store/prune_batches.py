@@ -60,17 +60,18 @@ def prune_batch(store: Any, cutoff: float, limit: int, result: PruneResult,
     """Delete eligible records with ``since <= created_at < cutoff`` (their rollups stay) in
     one transaction, in chunks of ``limit``: after the first, more chunks while the
     transaction, with one more chunk as long as the last and its commit (``commit_s``, the
-    last batch's), holds the lock for at most ``hold_s`` — at most ``waited_hold_s`` (default
-    ``hold_s``) while a connection of this process waits for the lock (SQLite: the app's
-    writer, the scorer; a long idle batch lets them in after the current chunk) —, the last
-    chunk was full, and fewer than ``max_records`` went. Returns a :class:`Batch`.
+    last batch's), holds the lock for at most ``hold_s``, and no connection of this process
+    (SQLite: the app's writer, the scorer) would by then have waited for the lock longer than
+    ``waited_hold_s`` (default ``hold_s``; a long idle batch lets them in after the current
+    chunk), the last chunk was full, and fewer than ``max_records`` went. Returns a
+    :class:`Batch`.
 
     Fewer, larger transactions write less (issue 33): each one appends every page it
     touches to the WAL, and a record's entries in the indexes keyed by its random
     ``record_id`` (records, scores, jobs) are on randomly placed pages, so each transaction
     rewrites most of those indexes' leaf pages once more, however few records it deletes.
 
-    Their judge-call log rows go in :func:`_prune_unreferenced` (by ``created_at``, which is
+    Their judge-call log rows go in :func:`.retention._prune_unreferenced` (by ``created_at``, which is
     indexed): ``judge_calls.record_id`` has no index, so deleting them here scanned the whole
     table once per batch."""
     waiting = None if _is_pg(store) else getattr(store, "path", None)
@@ -85,12 +86,15 @@ def prune_batch(store: Any, cutoff: float, limit: int, result: PruneResult,
             n += got
             full = got == step
             now = time.perf_counter()
-            # (the next chunk, as long as this one, and the commit must fit in the hold)
-            ends_at = now - t0 + (now - t) + commit_s
-            if (not full or ends_at > hold_s
+            # (the next chunk, as long as this one, and the commit must fit in the hold; a
+            # writer of this process that waits must have the lock within waited_hold_s of
+            # when it started waiting — maybe before this batch began)
+            rest = (now - t) + commit_s
+            waited = WAITING.waited_s(waiting) if waiting is not None else 0.0
+            if (not full or now - t0 + rest > hold_s
                     or (max_records is not None and n >= max_records)
-                    or (ends_at > (hold_s if waited_hold_s is None else waited_hold_s)
-                        and waiting is not None and WAITING.count(waiting))):
+                    or (waited > 0 and waited + rest
+                        > (hold_s if waited_hold_s is None else waited_hold_s))):
                 break
         t = time.perf_counter()
     commit = time.perf_counter() - t

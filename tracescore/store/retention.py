@@ -37,7 +37,7 @@ written follow the number of transactions more than the records. A batch is ther
 chunks in one transaction (:func:`prune_batch`) for as long as it may hold the lock: about
 ``max_hold_s`` while others write, up to :data:`.vacuum.IDLE_HOLD` × that while nobody does
 (:meth:`.vacuum.Pauses.hold_s`), cut at 0.8 × ``max_hold_s`` once a writer of this process
-waits; and this process's other connections leave checkpoints to the run
+waits (:data:`HOLD_TARGET`); and this process's other connections leave checkpoints to the run
 (:meth:`.vacuum._Waiting.is_pruning`).
 
 Both backends: the SQL here is written once, with ``?`` placeholders; every dialect
@@ -510,7 +510,7 @@ def _prune_rows(store: Any, policy: Retention, now: float, res: PruneResult,
         nonlocal since, size, commit_s
         t = time.perf_counter()
         done = prune_batch(store, cutoff, limit, res, since, hold_s=hold_s, commit_s=commit_s,
-                           waited_hold_s=WAITED_HOLD * policy.max_hold_s)
+                           waited_hold_s=HOLD_TARGET * policy.max_hold_s)
         took = time.perf_counter() - t
         since = done.since
         res.longest_hold_s = max(res.longest_hold_s, took)
@@ -521,7 +521,7 @@ def _prune_rows(store: Any, policy: Retention, now: float, res: PruneResult,
         return done.n, done.more
 
     def full(cutoff: float) -> bool:  # (a batch sized by the lock's hold: more may follow)
-        return batch(cutoff, size, pauses.hold_s(policy.max_hold_s))[1]
+        return batch(cutoff, size, HOLD_TARGET * pauses.hold_s(policy.max_hold_s))[1]
 
     if policy.max_age_s is not None:
         cutoff = now - policy.max_age_s
@@ -609,10 +609,13 @@ def _bulk_mode(store: Any, res: PruneResult, cutoff: float, allowed: bool) -> It
 #: A chunk of a batch (:func:`prune_batch`) grows to at most this many times
 #: ``Retention.batch_size`` records.
 MAX_GROWTH = 8
-#: A batch that a writer of this process waits for ends after the chunk that takes it past
-#: this share of ``max_hold_s``: the writer's busy handler may sleep up to 100 ms more
-#: before it tries again.
-WAITED_HOLD = 0.8
+#: A batch aims at this share of its hold (``max_hold_s``, or the longer one while nobody
+#: else writes; ``max_hold_s`` once a writer of this process waits), leaving the rest for
+#: the commit and a chunk longer than the last: a writer of another process waiting in
+#: SQLite's busy handler retries every 100 ms after its first ~230 ms, and after a hold
+#: longer than ~0.2 s it missed the 50 ms pause more often (its longest wait at 60k records,
+#: beside a prune: 0.18 s with holds of ~0.16 s, 0.33–0.73 s with holds of ~0.2–0.28 s).
+HOLD_TARGET = 0.8
 #: A chunk is sized to take about this share of a batch's hold, so a writer of this process
 #: that starts waiting during a batch gets the lock within about one chunk.
 CHUNK_SHARE = 0.25

@@ -886,11 +886,11 @@ class _Tx:
                 self.store._ckpt_off = pruning
             # (a pruning run on another connection of this process lets waiters in as soon as
             # its batch commits: vacuum.Pauses)
-            WAITING.enter(self.store.path)
+            since = WAITING.enter(self.store.path)
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             finally:
-                WAITING.leave(self.store.path)
+                WAITING.leave(self.store.path, since)
         self.store._tx_depth += 1
         return self.conn
 

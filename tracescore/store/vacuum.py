@@ -54,6 +54,8 @@ class _Waiting:
 
     def __init__(self) -> None:
         self._n: dict[str, int] = {}
+        #: when each waiting connection started waiting, per path
+        self._since: dict[str, list[float]] = {}
         self._cond = threading.Condition()
         #: databases pruning runs of this process work on: path → the runs' connections
         self._pruning: dict[str, list[Any]] = {}
@@ -84,18 +86,37 @@ class _Waiting:
         runs = self._pruning.get(path)
         return bool(runs) and any(c is not conn for c in runs)
 
-    def enter(self, path: str) -> None:
+    def enter(self, path: str) -> float:
+        """A connection starts waiting for ``path``'s lock; returns the token for
+        :meth:`leave` (when it started)."""
+        t = time.monotonic()
         with self._cond:
             self._n[path] = self._n.get(path, 0) + 1
+            self._since.setdefault(path, []).append(t)
+        return t
 
-    def leave(self, path: str) -> None:
+    def leave(self, path: str, since: float | None = None) -> None:
         with self._cond:
+            started = self._since.get(path)
+            if started:
+                started.remove(since if since in started else started[0])
+                if not started:
+                    self._since.pop(path, None)
             n = self._n.get(path, 0) - 1
             if n > 0:
                 self._n[path] = n
             else:
                 self._n.pop(path, None)
                 self._cond.notify_all()
+
+    def waited_s(self, path: str) -> float:
+        """How long the longest-waiting connection of this process has waited for ``path``'s
+        lock (0.0: none waits)."""
+        started = self._since.get(path)
+        try:
+            return time.monotonic() - min(started) if started else 0.0
+        except ValueError:  # (emptied meanwhile)
+            return 0.0
 
     def count(self, path: str) -> int:
         return self._n.get(path, 0)
