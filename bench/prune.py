@@ -63,10 +63,12 @@ from tracescore.store.retention import Retention, prune
 store = open_store(sys.argv[1])
 app = {}
 if len(sys.argv) > 3:  # an app writer thread in this process (its own store), as in the app
-    every, done, waits = float(sys.argv[3]), threading.Event(), []
+    every, done, waits, ready = float(sys.argv[3]), threading.Event(), [], threading.Event()
     def app_writes():
         mine, n = open_store(sys.argv[1]), 0
         while not done.is_set():
+            if n == 1:
+                ready.set()  # (its store is open and has written once: as in a running app)
             t = time.perf_counter()
             with mine.transaction() as conn:
                 waits.append(time.perf_counter() - t)
@@ -81,6 +83,7 @@ if len(sys.argv) > 3:  # an app writer thread in this process (its own store), a
                    wait_max=q(1.0), over_300ms=sum(1 for w in waits if w > 0.3))
     writer = threading.Thread(target=app_writes)
     writer.start()
+    ready.wait(120)
 def io():  # bytes this process wrote (write(2) calls: WAL, database, temp files) and to storage
     d = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
     return int(d["wchar"]), int(d["write_bytes"])
@@ -476,6 +479,17 @@ def report(res: dict[str, Any], a: argparse.Namespace) -> None:
                          "", f"{r['records']:,} / {r['file_before'] / 1e6:,.0f} → "
                          f"{r['file_after'] / 1e6:,.0f}",
                          f"{r['pages_given_back']:,} pages in {r['vacuum_steps']} steps", ""])
+        def amp(r: dict[str, Any]) -> float:  # bytes written per byte the file shrank
+            return r["wrote_bytes"] / max(1, r["file_before"] - r["file_after"])
+
+        for fn, label, fmt in ((lambda r: r["wrote_bytes"] / 1e6, "prune: MB written (wchar)",
+                                "{:.0f}"),
+                               (amp, "prune: written ÷ freed (file bytes)", "{:.2f}"),
+                               (lambda r: r["peak_rss_mb"], "prune: peak RSS, MB", "{:.0f}")):
+            old = [fn(r) for r in p["old"] if r.get("wrote_bytes") is not None]
+            new = [fn(r) for r in nr if r.get("wrote_bytes") is not None]
+            rows.append([label, mmm(old, fmt), mmm(new, fmt), ratio(new, old) if old else "—",
+                         ""])
         for key, label in (("batches", "prune: batches (write transactions of records)"),
                            ("longest_hold_s", "prune: longest write-lock hold, s"),
                            ("rebuild_s", "prune: index rebuild (one hold), s"),

@@ -125,8 +125,8 @@ def test_a_prune_nobody_else_writes_to_skips_its_pauses_and_deletes_the_same(
     ts.shutdown(timeout=10)
     store = Store(db_path)
     try:
-        res = prune(store, Retention(max_age_s=30 * DAY, batch_size=10, pause_s=1.0),
-                    now=now)
+        res = prune(store, Retention(max_age_s=30 * DAY, batch_size=10, pause_s=1.0,
+                                     max_hold_s=0), now=now)  # (batches of 10: pauses)
     finally:
         store.close()
     assert res.records == 200 and res.batches >= 3

@@ -30,9 +30,19 @@ new rows reuse them meanwhile. Batches (and vacuum steps) are sized to hold the 
 ``max_hold_s``; a large backlog is deleted without the scores' (name, value) index, built
 again after it (:func:`_bulk_mode`), and the WAL is checkpointed every 1 GiB at most.
 
+Write amplification (issue 33: a run wrote 6–16× the bytes it freed): every transaction
+appends each page it touches to the WAL, and the indexes keyed by the random record id
+(records, scores, jobs) put a batch's entries on most of their leaf pages, so the bytes
+written follow the number of transactions more than the records. A batch is therefore
+chunks in one transaction (:func:`prune_batch`) for as long as it may hold the lock: about
+``max_hold_s`` while others write, up to :data:`.vacuum.IDLE_HOLD` × that while nobody does
+(:meth:`.vacuum.Pauses.hold_s`), cut at 0.8 × ``max_hold_s`` once a writer of this process
+waits (:data:`HOLD_TARGET`); and this process's other connections leave checkpoints to the run
+(:meth:`.vacuum._Waiting.is_pruning`).
+
 Both backends: the SQL here is written once, with ``?`` placeholders; every dialect
 difference is in :func:`.rollup.qmark_tx` (``?`` → ``%s`` by :func:`.compat.translate`)
-and :data:`_LOCK` (PostgreSQL locks a batch's record rows ``FOR UPDATE OF r SKIP LOCKED``, so
+and :data:`.prune_batches._LOCK` (PostgreSQL locks a batch's record rows ``FOR UPDATE OF r SKIP LOCKED``, so
 several pruners — one per worker of a fleet — take disjoint batches, never compact a record
 twice, and never delete a record a writer is adding a job to: the PostgreSQL store takes ``FOR KEY
 SHARE`` on a record before it creates or re-opens its jobs). The engine-specific store methods
@@ -61,8 +71,9 @@ from .._internal.validate import is_number
 from .compact import compact_stored_contexts, text_facts
 from .compat import trace_join
 from .migrations import REBUILT_INDEXES, ensure_rebuilt_indexes
-from .rollup import Delta, qmark_tx
-from .vacuum import Pauses, incremental_vacuum
+from .prune_batches import _is_pg, _lock, _tx, prune_batch  # (a run calls retention.prune_batch)
+from .rollup import Delta
+from .vacuum import WAITING, Pauses, incremental_vacuum, quiet_at_open
 
 log = logging.getLogger("tracescore")
 
@@ -122,17 +133,19 @@ class Retention:
     max_age_s: float | None = 30 * DAY
     #: Prune the oldest records while the database uses more than this many bytes.
     max_bytes: int | None = None
-    #: Records in a run's first transaction (the write lock is held for one batch at a time);
-    #: later batches are sized by ``max_hold_s``, between this and MAX_GROWTH × this.
+    #: Records in a run's first chunk (a batch, one transaction, is chunks until it has held
+    #: the write lock about ``max_hold_s``); later chunks are sized by how long they take,
+    #: between this and MAX_GROWTH × this.
     batch_size: int = 500
     #: Seconds between background runs (the first run starts ``first_run_s`` after init).
     interval_s: float = 600.0
     first_run_s: float = 30.0
     #: Pause between batches, so the writer and the scoring worker get the lock.
     pause_s: float = 0.05
-    #: How long one batch may hold the write lock: a batch that took less than this grows
-    #: (up to :data:`MAX_GROWTH` × ``batch_size`` records), one that took more shrinks back
-    #: (issue 19: 500 records took ~90 ms at 1M records, a fifth of the run was pauses). A
+    #: How long one batch may hold the write lock while others write (while nobody does, up
+    #: to :data:`.vacuum.IDLE_HOLD` × this): a batch is chunks until the next one would
+    #: take it past this (issue 19: 500 records took ~90 ms at 1M records, a fifth of the
+    #: run was pauses; issue 33: each transaction rewrites the random index pages). A
     #: writer waiting on SQLite's busy handler retries every 50 ms until it has waited ~230 ms,
     #: then every 100 ms, and may miss a 50 ms pause after a longer hold.
     max_hold_s: float = 0.2
@@ -242,43 +255,9 @@ class PruneResult:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
-# -- the dialects ----------------------------------------------------------------------------
-def _is_pg(store: Any) -> bool:
-    return getattr(store, "dialect", "sqlite") == "postgres"
-
-
-#: One write transaction on a store, yielding a connection that takes ``?`` SQL.
-_tx = qmark_tx
-
-
-#: Row locks of a batch's records: PostgreSQL only (SQLite's write transaction is exclusive).
-_LOCK = {"sqlite": "", "postgres": " FOR UPDATE OF r SKIP LOCKED"}
-
-
-def _lock(store: Any) -> str:
-    return _LOCK["postgres" if _is_pg(store) else "sqlite"]
-
-
-# -- the batch -------------------------------------------------------------------------------
-#: Records that may go: older than the cutoff, no open job, no undelivered score, no human
-#: label on their trace (labels and labelled traces are the calibration set: kept).
-#: Keyset continuation (``created_at >= ?``, the last batch's newest record): the records a
-#: batch skipped (held) are not read again by every later batch of the run.
-_ELIGIBLE = (
-    "SELECT r.record_id, r.created_at FROM records r WHERE r.created_at < ?"
-    " AND r.created_at >= ?"
-    " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.record_id = r.record_id"
-    " AND j.status IN ('pending', 'leased'))"
-    " AND NOT EXISTS (SELECT 1 FROM scores s WHERE s.record_id = r.record_id"
-    " AND s.delivery IS NULL)"
-    " AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.trace_id = r.trace_id)"  # calibration set
-    " ORDER BY r.created_at LIMIT ?"
-)
-
-
 def _held(store: Any) -> str:
     """Records kept whatever their age: an open job, an undelivered score, a label on the
-    trace (the complement of :data:`_ELIGIBLE`'s conditions). Read from the indexes of those
+    trace (the complement of :data:`.prune_batches._ELIGIBLE`'s conditions). Read from the indexes of those
     few rows (open jobs, undelivered scores, labels; a labelled trace's records by
     :func:`.compat.trace_join`), never by visiting every old record."""
     return (
@@ -307,38 +286,6 @@ def count_eligible(store: Any, cutoff: float) -> tuple[int, int]:
 PG_NO_MAX_BYTES = ("a size limit (max_bytes, --max-size) is not applied on PostgreSQL: the "
                    "database does not shrink when rows are deleted (autovacuum keeps the space "
                    "for new rows), so it would delete every record; use an age limit")
-
-
-def _marks(n: int) -> str:
-    return ",".join("?" * n)
-
-
-def prune_batch(store: Any, cutoff: float, limit: int, result: PruneResult,
-                since: float = float("-inf")) -> tuple[int, float]:
-    """Delete up to ``limit`` eligible records with ``since <= created_at < cutoff`` (their
-    rollups stay), in one transaction. Returns (how many went, the newest one's created_at:
-    the next batch's ``since``).
-
-    Their judge-call log rows go in :func:`_prune_unreferenced` (by ``created_at``, which is
-    indexed): ``judge_calls.record_id`` has no index, so deleting them here scanned the whole
-    table once per batch."""
-    with _tx(store) as conn:
-        rows = conn.execute(_ELIGIBLE + _lock(store), (cutoff, since, limit)).fetchall()
-        if not rows:
-            return 0, since
-        ids = [r[0] for r in rows]
-        m = _marks(len(ids))
-        result.scores += conn.execute(f"DELETE FROM scores WHERE record_id IN ({m})",
-                                      ids).rowcount
-        result.jobs += conn.execute(f"DELETE FROM jobs WHERE record_id IN ({m})", ids).rowcount
-        # the judge budget's decisions go with their records (keyed by record: its primary
-        # key's prefix), or they would grow by a row per candidate record for ever
-        result.judge_decisions += conn.execute(
-            f"DELETE FROM judge_decisions WHERE record_id IN ({m})", ids).rowcount
-        n = int(conn.execute(f"DELETE FROM records WHERE record_id IN ({m})", ids).rowcount)
-    result.records += n
-    result.batches += 1
-    return n, float(rows[-1][1])
 
 
 _COMPACTABLE = (
@@ -451,6 +398,12 @@ def _pruning_connection(store: Any, batch: int) -> Iterator[None]:
         yield
         return
     conn = store.conn
+    with WAITING.pruning(store.path, conn), _sqlite_pruning(store, conn, batch):
+        yield
+
+
+@contextmanager
+def _sqlite_pruning(store: Any, conn: sqlite3.Connection, batch: int) -> Iterator[None]:
     cache = int(conn.execute("PRAGMA cache_size").fetchone()[0])
     ckpt = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
     pages = max(2000, min(_CACHE_PAGES_PER_RECORD * batch * MAX_GROWTH, _CACHE_MAX_PAGES))
@@ -462,7 +415,9 @@ def _pruning_connection(store: Any, batch: int) -> Iterator[None]:
     finally:
         conn.execute(f"PRAGMA cache_size={cache}")
         conn.execute(f"PRAGMA wal_autocheckpoint={ckpt}")
-        try:  # (the WAL keeps its size until truncated: also after a run without vacuum)
+        try:  # (the WAL keeps its size until truncated: also after a run without vacuum;
+            # a PASSIVE checkpoint first copies it without holding the write lock)
+            store.checkpoint("PASSIVE", wait_s=1.0)
             store.checkpoint("TRUNCATE", wait_s=1.0)
         except sqlite3.Error:  # (best effort: a reader holds it; the next run truncates it)
             pass
@@ -515,8 +470,12 @@ def prune(store: Any, policy: Retention | None, *, now: float | None = None,
             return False
         return max_batches is None or res.batches < max_batches
 
-    pauses = (Pauses(None, None, policy.pause_s) if _is_pg(store)
-              else Pauses(store.conn, store.path, policy.pause_s))
+    if _is_pg(store):
+        pauses = Pauses(None, None, policy.pause_s)
+    else:
+        quiet_s, version = quiet_at_open(store)
+        pauses = Pauses(store.conn, store.path, policy.pause_s, quiet_s=quiet_s,
+                        version=version)
     with _pruning_connection(store, policy.batch_size):
         _prune_rows(store, policy, now, res, more, stop, pauses, bulk=max_batches is None)
         # (also after a run that deleted nothing: the pages an earlier run's budget left)
@@ -540,26 +499,29 @@ def _free_pages_left(store: Any) -> bool:
 
 def _prune_rows(store: Any, policy: Retention, now: float, res: PruneResult,
                 more: Callable[[], bool], stop: threading.Event | None,
-                pauses: Callable[[float], None], bulk: bool) -> None:
+                pauses: Pauses, bulk: bool) -> None:
     """By age, then by size, then unreferenced rows; one keyset position for the whole run
     (a record a batch skipped is held: no later batch of this run reads it again)."""
     since = float("-inf")
     size = policy.batch_size
+    commit_s = 0.0
 
-    def batch(cutoff: float, limit: int) -> int:
-        nonlocal since, size
+    def batch(cutoff: float, limit: int, hold_s: float) -> tuple[int, bool]:
+        nonlocal since, size, commit_s
         t = time.perf_counter()
-        n, since = prune_batch(store, cutoff, limit, res, since)
+        done = prune_batch(store, cutoff, limit, res, since, hold_s=hold_s, commit_s=commit_s,
+                           waited_hold_s=HOLD_TARGET * policy.max_hold_s)
         took = time.perf_counter() - t
+        since = done.since
         res.longest_hold_s = max(res.longest_hold_s, took)
-        size = _next_size(limit, took, policy)
-        if n:
+        if done.n:
+            size = _next_size(limit, done.n, took - done.commit_s, policy)
+            commit_s = done.commit_s
             pauses(took)
-        return n
+        return done.n, done.more
 
     def full(cutoff: float) -> bool:  # (a batch sized by the lock's hold: more may follow)
-        limit = size
-        return batch(cutoff, limit) == limit
+        return batch(cutoff, size, HOLD_TARGET * pauses.hold_s(policy.max_hold_s))[1]
 
     if policy.max_age_s is not None:
         cutoff = now - policy.max_age_s
@@ -572,7 +534,7 @@ def _prune_rows(store: Any, policy: Retention, now: float, res: PruneResult,
         before = res.records
         while more() and store.used_bytes()[0] > policy.max_bytes:
             # (by size: batch_size records at a time, so it stops close to the limit)
-            if batch(now, policy.batch_size) == 0:
+            if batch(now, policy.batch_size, 0.0)[0] == 0:
                 res.notes.append("the size limit cannot be met: every remaining record has an "
                                  "open job or an undelivered score, or is labelled, or is "
                                  "newer than now")
@@ -644,16 +606,30 @@ def _bulk_mode(store: Any, res: PruneResult, cutoff: float, allowed: bool) -> It
             res.longest_hold_s = max(res.longest_hold_s, took)
 
 
-#: A batch grows to at most this many times ``Retention.batch_size`` records.
+#: A chunk of a batch (:func:`prune_batch`) grows to at most this many times
+#: ``Retention.batch_size`` records.
 MAX_GROWTH = 8
+#: A batch aims at this share of its hold (``max_hold_s``, or the longer one while nobody
+#: else writes; ``max_hold_s`` once a writer of this process waits), leaving the rest for
+#: the commit and a chunk longer than the last: a writer of another process waiting in
+#: SQLite's busy handler retries every 100 ms after its first ~230 ms, and after a hold
+#: longer than ~0.2 s it missed the 50 ms pause more often (its longest wait at 60k records,
+#: beside a prune: 0.18 s with holds of ~0.16 s, 0.33–0.73 s with holds of ~0.2–0.28 s).
+HOLD_TARGET = 0.8
+#: A chunk is sized to take about this share of a batch's hold, so a writer of this process
+#: that starts waiting during a batch gets the lock within about one chunk.
+CHUNK_SHARE = 0.25
 
 
-def _next_size(size: int, took_s: float, policy: Retention) -> int:
-    """The next batch's size: scaled towards 80 % of ``policy.max_hold_s`` by how long this
-    one took, at most ×1.5, within [batch_size, MAX_GROWTH × batch_size]."""
+def _next_size(size: int, n: int, took_s: float, policy: Retention) -> int:
+    """The next batch's chunk size, from a batch of ``n`` records that took ``took_s``:
+    scaled towards :data:`CHUNK_SHARE` of 80 % of ``policy.max_hold_s``, at most ×1.5, within
+    [batch_size, MAX_GROWTH × batch_size]."""
+    target = CHUNK_SHARE * 0.8 * policy.max_hold_s
     if took_s <= 0:
-        return min(size * 2, policy.batch_size * MAX_GROWTH)
-    scaled = int(size * min(1.5, 0.8 * policy.max_hold_s / took_s))
+        scaled = size * 2 if target > 0 else 0
+    else:
+        scaled = int(min(size * 1.5, n * target / took_s))
     return max(policy.batch_size, min(scaled, policy.batch_size * MAX_GROWTH))
 
 

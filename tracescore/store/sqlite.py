@@ -53,7 +53,7 @@ from .rows import (
 )
 from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
 from .sessions import note_turns
-from .vacuum import WAITING
+from .vacuum import WAITING, wal_mtime
 
 #: 1: the first schema; 2: compact rows and rollups of pruned rows; 3: segments and hourly
 #: rollups kept up to date on write; 4: human labels, label plans, canary history; 5: retrieval
@@ -90,7 +90,13 @@ class Store(LabelsMixin):
         #: again before the next transaction (see :meth:`recover`)
         self.broken: BaseException | None = None
         self._tx_depth = 0
+        #: when another connection may last have written, as this store opened: the WAL
+        #: file's mtime (None: no WAL, so no connection had the database open), and this
+        #: connection's first ``data_version`` (later commits of others change it) — a
+        #: pruning run starts from them (:func:`.vacuum.quiet_at_open`)
+        self.wal_mtime_at_open = wal_mtime(self.path)
         self._connect()
+        self.data_version_at_open = self.conn.execute("PRAGMA data_version").fetchone()[0]
         #: records → seg_id (cached per store object, so per thread)
         self.segmenter = SegmentResolver()
         self._ensure_schema()
@@ -113,6 +119,8 @@ class Store(LabelsMixin):
             raise
         self.conn = conn
         self.db = _LazyDatabase(conn)
+        #: this connection's autocheckpoint is off while a pruning run works (:class:`_Tx`)
+        self._ckpt_off = False
 
     def recover(self) -> None:
         """After a fault that passes (a full disk, an I/O error): open the connection again,
@@ -870,13 +878,19 @@ class _Tx:
                 self.store.recover()
                 self.conn = self.store.conn
         if self.outer:
+            # (while a pruning run of this process works on the database, its commits do not
+            # checkpoint: the run does, once per 1 GiB of WAL — vacuum._Waiting.is_pruning)
+            pruning = WAITING.is_pruning(self.store.path, self.conn)
+            if pruning != self.store._ckpt_off:
+                self.conn.execute(f"PRAGMA wal_autocheckpoint={0 if pruning else 1000}")
+                self.store._ckpt_off = pruning
             # (a pruning run on another connection of this process lets waiters in as soon as
             # its batch commits: vacuum.Pauses)
-            WAITING.enter(self.store.path)
+            since = WAITING.enter(self.store.path)
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
             finally:
-                WAITING.leave(self.store.path)
+                WAITING.leave(self.store.path, since)
         self.store._tx_depth += 1
         return self.conn
 

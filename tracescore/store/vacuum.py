@@ -5,13 +5,16 @@ the caller's connection; never on the app's request path."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["WAITING", "Pauses", "incremental_vacuum", "rest"]
+__all__ = ["WAITING", "Pauses", "checkpoint_then_truncate", "incremental_vacuum", "quiet_at_open",
+           "rest", "wal_mtime"]
 
 #: A run that saw no other connection commit for this long pauses only to let a writer that
 #: has just started waiting in (:class:`Pauses`).
@@ -25,6 +28,14 @@ PROBE_EVERY_S = 2.0
 PROBE_PAUSE_S = 0.11
 #: How long a pause waits for this process's waiting writers to get the lock.
 IN_PROCESS_WAIT_S = 0.25
+#: While nobody else writes (:data:`IDLE_S`), a pruning transaction may hold the write lock
+#: up to this many times ``Retention.max_hold_s`` (0.2 s → 2 s), and never past the next
+#: probe pause (:data:`PROBE_EVERY_S` after the last one), so a writer of another process
+#: that starts waiting meanwhile still gets in within about :data:`PROBE_EVERY_S`, as with
+#: short batches; one of this process gets in after the current chunk
+#: (:func:`.retention.prune_batch`). Issue 33: every transaction rewrites the randomly placed
+#: index pages it touches, so fewer, larger ones write less.
+IDLE_HOLD = 10.0
 
 
 def rest(pause_s: float, busy_s: float) -> None:
@@ -43,20 +54,69 @@ class _Waiting:
 
     def __init__(self) -> None:
         self._n: dict[str, int] = {}
+        #: when each waiting connection started waiting, per path
+        self._since: dict[str, list[float]] = {}
         self._cond = threading.Condition()
+        #: databases pruning runs of this process work on: path → the runs' connections
+        self._pruning: dict[str, list[Any]] = {}
 
-    def enter(self, path: str) -> None:
+    @contextmanager
+    def pruning(self, path: str, conn: Any) -> Iterator[None]:
+        """While a pruning run works on ``path`` on ``conn``: this process's other
+        connections to it leave checkpoints to the run (:meth:`is_pruning`,
+        :class:`.sqlite._Tx`)."""
+        with self._cond:
+            self._pruning.setdefault(path, []).append(conn)
+        try:
+            yield
+        finally:
+            with self._cond:
+                runs = self._pruning.get(path, [])
+                runs.remove(conn)
+                if not runs:
+                    self._pruning.pop(path, None)
+
+    def is_pruning(self, path: str, conn: Any) -> bool:
+        """Does a pruning run of this process work on ``path`` on a connection other than
+        ``conn``? Then a commit on ``conn`` does not checkpoint the WAL (issue 33: the app's
+        writer, committing after every batch of the run with SQLite's default autocheckpoint
+        of 1,000 pages, copied each batch's pages into the database file again: 18× the
+        bytes freed at 60k records); the run checkpoints every 1 GiB at most and truncates
+        the WAL when it ends."""
+        runs = self._pruning.get(path)
+        return bool(runs) and any(c is not conn for c in runs)
+
+    def enter(self, path: str) -> float:
+        """A connection starts waiting for ``path``'s lock; returns the token for
+        :meth:`leave` (when it started)."""
+        t = time.monotonic()
         with self._cond:
             self._n[path] = self._n.get(path, 0) + 1
+            self._since.setdefault(path, []).append(t)
+        return t
 
-    def leave(self, path: str) -> None:
+    def leave(self, path: str, since: float | None = None) -> None:
         with self._cond:
+            started = self._since.get(path)
+            if started:
+                started.remove(since if since in started else started[0])
+                if not started:
+                    self._since.pop(path, None)
             n = self._n.get(path, 0) - 1
             if n > 0:
                 self._n[path] = n
             else:
                 self._n.pop(path, None)
                 self._cond.notify_all()
+
+    def waited_s(self, path: str) -> float:
+        """How long the longest-waiting connection of this process has waited for ``path``'s
+        lock (0.0: none waits)."""
+        started = self._since.get(path)
+        try:
+            return time.monotonic() - min(started) if started else 0.0
+        except ValueError:  # (emptied meanwhile)
+            return 0.0
 
     def count(self, path: str) -> int:
         return self._n.get(path, 0)
@@ -68,6 +128,26 @@ class _Waiting:
 
 
 WAITING = _Waiting()
+
+
+def wal_mtime(path: str) -> float | None:
+    """The mtime of ``path``'s WAL file (every commit appends to it), None if there is none."""
+    try:
+        return os.stat(path + "-wal").st_mtime
+    except OSError:
+        return None
+
+
+def quiet_at_open(store: Any) -> tuple[float, Any]:
+    """(seconds nobody else had written when ``store`` opened, its first ``data_version``):
+    since the WAL was last written; :data:`IDLE_S` if there was no WAL (nobody had the
+    database open); 0.0 if the store did not record it. Commits of others after the open
+    change ``data_version``, so the run sees them at its first pause."""
+    if not hasattr(store, "wal_mtime_at_open"):
+        return 0.0, None
+    mtime = store.wal_mtime_at_open
+    quiet = IDLE_S if mtime is None else max(0.0, time.time() - mtime)
+    return quiet, getattr(store, "data_version_at_open", None)
 
 
 class Pauses:
@@ -87,11 +167,13 @@ class Pauses:
     ``conn=None`` (PostgreSQL: row locks, no ``data_version``): always :func:`rest`."""
 
     def __init__(self, conn: sqlite3.Connection | None, path: str | None,
-                 pause_s: float) -> None:
+                 pause_s: float, *, quiet_s: float = 0.0, version: Any = None) -> None:
         self.conn, self.path, self.pause_s = conn, path, pause_s
-        self._version = self._data_version()
+        self._version = self._data_version() if version is None else version
         now = time.monotonic()
-        self._active_at = now  # (a run starts as if others write: the first IDLE_S pause)
+        # (a run starts as if others wrote ``quiet_s`` ago — 0: just now — and ``version``,
+        # the data_version then, tells of commits since: :func:`quiet_at_open`)
+        self._active_at = now - quiet_s
         self._probed_at = now
         #: seconds slept, and pauses skipped because nobody else wrote (for bench/prune.py)
         self.slept_s = 0.0
@@ -105,6 +187,26 @@ class Pauses:
         except sqlite3.Error:
             return None
 
+    def _others_wrote(self, t: float) -> bool:
+        """Did another connection commit in the last :data:`IDLE_S` (now ``t``)?"""
+        version = self._data_version()
+        if version != self._version or version is None:
+            self._version, self._active_at = version, t
+        return t - self._active_at < IDLE_S
+
+    def hold_s(self, max_hold_s: float) -> float:
+        """How long the next write transaction may hold the lock: ``max_hold_s``, or while no
+        other connection has committed for :data:`IDLE_S` and none of this process waits for
+        the lock, up to :data:`IDLE_HOLD` × that, ending before the next probe pause is due.
+        PostgreSQL (``conn=None``): always ``max_hold_s``."""
+        if self.conn is None or self.path is None or WAITING.count(self.path):
+            return max_hold_s
+        t = time.monotonic()
+        if self._others_wrote(t):
+            return max_hold_s
+        return max(max_hold_s, min(IDLE_HOLD * max_hold_s,
+                                   self._probed_at + PROBE_EVERY_S - PROBE_PAUSE_S - t))
+
     def __call__(self, busy_s: float) -> None:
         t = time.monotonic()
         if self.conn is None or self.path is None:
@@ -113,10 +215,7 @@ class Pauses:
             self._active_at = t
             WAITING.wait_clear(self.path, IN_PROCESS_WAIT_S)
         else:
-            version = self._data_version()
-            if version != self._version or version is None:
-                self._version, self._active_at = version, t
-            if t - self._active_at < IDLE_S:
+            if self._others_wrote(t):
                 rest(self.pause_s, busy_s)
             elif t - self._probed_at >= PROBE_EVERY_S:
                 time.sleep(PROBE_PAUSE_S)
@@ -176,5 +275,15 @@ def incremental_vacuum(conn: sqlite3.Connection, pages_per_step: int, *, pause_s
                 rest(pause_s, time.perf_counter() - t)
     if result is not None:
         result.free_pages_left = free
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    checkpoint_then_truncate(conn)
     return done, steps
+
+
+def checkpoint_then_truncate(conn: sqlite3.Connection) -> None:
+    """Copy the WAL into the database file, then truncate it. A TRUNCATE checkpoint holds
+    the write lock while it copies; a PASSIVE one first copies while writers go on, so the
+    TRUNCATE has (almost) nothing left to copy (issue 33: while a run works, this process's
+    other connections leave checkpoints to it, and a TRUNCATE of the whole run's WAL held
+    the app's writer ~0.6 s at 60k records)."""
+    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
