@@ -8,6 +8,7 @@ and assembled once, when the root ends (:mod:`.._record`).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -167,7 +168,7 @@ def _queued_chunks(stream: Any, msg_id: Any) -> int:
         _degraded.note("stream_queue")  # a LangGraph release changed its queue
         return 0
     n = 0
-    for item in list(items):
+    for item in [*items, *_scheduled_puts(stream)]:
         try:
             if item[1] == "messages" and getattr(item[2][0], "id", None) == msg_id:
                 n += 1
@@ -175,6 +176,35 @@ def _queued_chunks(stream: Any, msg_id: Any) -> int:
             _degraded.note("stream_item")
             continue
     return n
+
+
+def _scheduled_puts(stream: Any) -> list[Any]:
+    """Items on their way into an asyncio stream queue: LangGraph's async stream hands each
+    chunk over with ``loop.call_soon_threadsafe(queue.put_nowait, item)``, so at a cut a chunk
+    the model already produced may wait in the loop's ready callbacks, not yet in the queue —
+    and never reach the client (the record then held one chunk more than the client saw, on a
+    loaded machine). Read from the loop's ready handles; nothing when the loop keeps them
+    elsewhere (uvloop) or the queue is a thread queue."""
+    loop = getattr(stream, "_loop", None)  # (set once a reader waited on the queue)
+    if loop is None and hasattr(stream, "put_nowait"):
+        try:
+            loop = asyncio.get_running_loop()  # the run's callbacks run on the graph's loop
+        except RuntimeError:
+            return []
+    ready = getattr(loop, "_ready", None)
+    if not ready:
+        return []
+    put = getattr(stream, "put_nowait", None)
+    out = []
+    try:
+        for handle in list(ready):
+            cb = getattr(handle, "_callback", None)
+            args = getattr(handle, "_args", None)
+            if args and cb == put and not getattr(handle, "_cancelled", False):
+                out.append(args[0])
+    except (RuntimeError, TypeError):  # (a deque changed while read from another thread)
+        return []
+    return out
 
 
 def find_stream_queue(config: Any) -> Any:
