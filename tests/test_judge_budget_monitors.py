@@ -211,11 +211,10 @@ def test_html_timeline_is_the_active_estimate_per_bucket_and_the_rest_is_labelle
         assert f"active estimate {p.mean:.3f}" in html
 
 
-def test_ui_canned_means_say_judged_records_only_for_a_budgeted_metric(db, clock):
+def test_ui_canned_means_say_judged_records_only_for_a_budgeted_metric(tmp_path, clock):
     from tracescore.reports.ui import canned_queries, query_params
 
-    if db.startswith("postgres"):
-        pytest.skip("tracescore ui serves SQLite files only")
+    db = str(tmp_path / "ui.db")  # (tracescore ui serves SQLite files only)
     clock.step = 60.0
     _log(db, "100000/day", [True] * 5)
     import sqlite3
