@@ -23,7 +23,6 @@ that cannot be read is left out).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -32,17 +31,9 @@ from .._internal.tool_calls import AgentTrace
 from ..record import AgentRun
 from . import names as N
 from .spans import Span
+from .spans import json_value as _json
 
 __all__ = ["agent_run"]
-
-
-def _json(v: Any) -> Any:
-    if isinstance(v, str) and v[:1] in "[{":
-        try:
-            return json.loads(v)
-        except ValueError:
-            return v
-    return v
 
 
 def _indexed(attrs: Mapping[str, Any], prefix: str) -> dict[int, dict[str, Any]]:

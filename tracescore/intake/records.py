@@ -25,7 +25,6 @@ with that reason.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +34,7 @@ from ..record import Candidate, Context, RagRecord, TokenUsage
 from . import names as N
 from .agent import agent_run
 from .spans import Span, link
+from .spans import json_value as _json
 
 LLM, RETRIEVER, RERANKER, CHAIN, AGENT, TOOL = "LLM", "RETRIEVER", "RERANKER", "CHAIN", \
     "AGENT", "TOOL"
@@ -158,15 +158,6 @@ def _requests(s: Span, memo: dict[str, bool]) -> list[Span]:
 
 
 # -- reading values ------------------------------------------------------------------------------
-def _json(value: Any) -> Any:
-    if isinstance(value, str) and value[:1] in "[{":
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
 def _text_of(value: Any, depth: int = 0) -> str | None:
     """The user-facing text of an input/output value: a string, or the usual key of a dict
     (``input``, ``question``, ``query``, ``answer``, ``output``, ...), or the last human/user

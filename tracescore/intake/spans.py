@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,3 +75,13 @@ def link(spans: list[Span]) -> list[Span]:
         else:
             parent.children.append(s)
     return roots
+
+
+def json_value(value: Any) -> Any:
+    """An attribute that holds JSON text (a list or object) parsed; anything else as it is."""
+    if isinstance(value, str) and value[:1] in "[{":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
