@@ -270,6 +270,7 @@ def test_every_agent_metric_is_documented() -> None:
 
     import tracescore
     from tracescore.metrics.agent import AGENT_CHECKS
+    from tracescore.metrics.tool_correctness import ToolCorrectness
     from tracescore.metrics.trajectory import REFERENCE_METRICS
 
     root = Path(__file__).resolve().parents[1]
@@ -277,7 +278,7 @@ def test_every_agent_metric_is_documented() -> None:
     metrics_md = (root / "docs" / "metrics.md").read_text()
     agents_md = (root / "docs" / "agents.md").read_text()
     headings = set(re.findall(r"^## (\S+)\s*$", metrics_md, flags=re.MULTILINE))
-    for cls in (*AGENT_CHECKS, *REFERENCE_METRICS):
+    for cls in (*AGENT_CHECKS, *REFERENCE_METRICS, ToolCorrectness):
         assert cls.name in tracescore.available_metrics()
         assert f"`{cls.name}`" in readme, cls.name
         assert cls.name in headings, cls.name

@@ -13,6 +13,7 @@ from .local import LOCAL_METRICS
 from .ragas import RAGAS_METRICS
 from .rgb_abilities import RgbNoise
 from .saga_extra import GPTScore, SelfCheckGPT
+from .tool_correctness import ToolCorrectness
 from .trajectory import REFERENCE_METRICS
 
 BUILTIN_METRICS: tuple[type[Metric], ...] = (
@@ -24,4 +25,5 @@ BUILTIN_METRICS: tuple[type[Metric], ...] = (
     SelfCheckGPT,
     *AGENT_CHECKS,
     *REFERENCE_METRICS,
+    ToolCorrectness,
 )

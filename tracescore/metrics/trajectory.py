@@ -51,12 +51,22 @@ ArgsMode = Literal["exact", "ignore", "subset", "superset"]
 Mode = Literal["strict", "unordered", "subset", "superset"]
 
 
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
 @dataclass(frozen=True)
 class Expected:
-    """One call: a tool name and its arguments (None: any arguments)."""
+    """One call: a tool name, its arguments (None: any arguments) and, for DeepEval's
+    ``tool_correctness`` with ``output`` evaluated, its expected result (UNSET: any)."""
 
     name: str
     args: Mapping[str, Any] | None = None
+    output: Any = UNSET
 
 
 def _one(c: Any) -> Expected:
@@ -68,7 +78,7 @@ def _one(c: Any) -> Expected:
             args = json.loads(args)
         if args is not None and not isinstance(args, Mapping):
             raise ValueError(f"expected tool call {c!r}: args must be an object")
-        return Expected(c["name"], args)
+        return Expected(c["name"], args, c.get("output", UNSET))
     raise ValueError(f"an expected tool call is a tool name or {{'name': ..., 'args': "
                      f"{{...}}}}, got {c!r}")
 
