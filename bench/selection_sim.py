@@ -43,11 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine_info, md_table, print_machine  # noqa: E402
 
-from tracescore.monitor.stats import Moments, mean_ci  # noqa: E402
 from tracescore.monitor.weighted import hajek_mean, inclusion_probability  # noqa: E402
 from tracescore.reports.inclusion import _shortest  # noqa: E402
+from tracescore.stats import Moments, mean_ci  # noqa: E402
+from tracescore.stats.ppi import Stratum, ppi_mean, stratified_ppi_mean  # noqa: E402
 from tracescore.trust.plan import make_plan  # noqa: E402
-from tracescore.trust.ppi import Stratum, ppi_mean, stratified_ppi_mean  # noqa: E402
 from tracescore.trust.selection import draw_check, stratified_draw_check  # noqa: E402
 
 

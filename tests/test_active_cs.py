@@ -13,7 +13,7 @@ import pytest
 
 from tracescore.monitor.active import active_mean, fit_line
 from tracescore.monitor.active_cs import ActiveSequence, ActiveSums
-from tracescore.monitor.confseq import eb_confidence_sequence
+from tracescore.stats.confseq import eb_confidence_sequence
 
 
 def _world(rng: np.random.Generator, n: int, quality: float = 0.7, noise: float = 0.1):

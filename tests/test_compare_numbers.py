@@ -217,7 +217,7 @@ def test_a_monitor_value_is_never_printed_outside_an_unnamed_interval() -> None:
 
 
 def test_compare_text_marks_a_side_without_spread() -> None:
-    from tracescore.monitor import stats
+    from tracescore import stats
     from tracescore.reports.compare import Comparison, ScoreComparison
     from tracescore.reports.report_text import format_comparison
 
@@ -267,7 +267,7 @@ def test_export_carries_the_split_keys_and_recounts_report_by(db: str, clock: St
 
 
 def test_compare_page_marks_a_side_without_spread() -> None:
-    from tracescore.monitor import stats
+    from tracescore import stats
     from tracescore.reports.compare import Comparison, ScoreComparison
     from tracescore.reports.html import render_comparison_html
 

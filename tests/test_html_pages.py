@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from tracescore.monitor.stats import Difference, Estimate
 from tracescore.reports import html as H
 from tracescore.reports.compare import Comparison, ScoreComparison
 from tracescore.reports.model import (
@@ -39,6 +38,7 @@ from tracescore.reports.trend import (
     TrendPoint,
     TrendSeries,
 )
+from tracescore.stats import Difference, Estimate
 
 DAY = 86400.0
 HOUR = 3600.0

@@ -325,7 +325,7 @@ def test_init_warns_only_for_a_monitor_without_an_active_figure(db, caplog):
 def test_active_monitor_rolls_over_to_the_next_window(db, clock):
     """Window 1 (good answers) ends; window 2 (bad ones) has its own sequence at the next
     share of alpha, and its value is the active estimate of window 2's records only."""
-    from tracescore.monitor import confseq
+    from tracescore.stats import confseq
 
     clock.step = 30.0
     _log(db, "100000/day", [True] * 60)

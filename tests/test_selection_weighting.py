@@ -244,7 +244,7 @@ def test_hajek_mean_equals_the_direct_formula() -> None:
     census = W.hajek_mean(xs, [1.0] * len(xs))
     assert census.se == 0 and census.estimate.method.startswith("census")
     # the reader's form: the database sums the values per pi
-    from tracescore.monitor.stats import Moments
+    from tracescore.stats import Moments
 
     groups = {p: Moments.from_values(x for x, q in zip(xs, pis) if q == p) for p in set(pis)}
     summed = W.hajek_from_moments(list(groups.items()))

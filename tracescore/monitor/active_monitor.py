@@ -31,6 +31,7 @@ import math
 from types import SimpleNamespace
 from typing import Any
 
+from ..stats.confseq import spend
 from . import confseq
 from . import state as S
 from .active_cs import ActiveSequence
@@ -254,7 +255,7 @@ def measure_active(ctx: Any, m: Monitor, prior: S.StateRow | None, direction: st
                 k += 1
             seq, base = None, None
             counts = {"missing": 0, "unrepresented": 0}
-    alpha = confseq.spend(m.alpha, k, SCHEDULE) / half
+    alpha = spend(m.alpha, k, SCHEDULE) / half
     if seq is None:
         seq = ActiveSequence(alpha)
         pos = (start, "")

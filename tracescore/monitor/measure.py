@@ -10,12 +10,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..stats import Moments, mean_ci
 from . import confseq
 from . import state as S
 from .active_monitor import budgeted_metric, measure_active
 from .config import Monitor, format_duration
 from .sight import DEFAULT_DETECT, Sight, sight
-from .stats import Moments, mean_ci
 
 #: Scores younger than this are read at the next evaluation: a transaction that stamped its
 #: rows a moment ago may still be committing (several workers on PostgreSQL).

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from . import confseq
+from ..stats import confseq
 from .config import Monitor, MonitorSet
 from .sight import DEFAULT_DETECT, Sight, sight
 

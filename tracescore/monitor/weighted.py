@@ -48,7 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .stats import Estimate, Moments, _t_quantile
+from ..stats import Estimate, Moments, t_quantile
 
 #: The population an estimate speaks for (every estimate of the read side says one of these).
 SCORED = "scored records"
@@ -131,7 +131,7 @@ def hajek_mean(values: Sequence[float], pis: Sequence[float], conf: float = 0.95
     if np.all(pi == 1.0):
         return WeightedMean(Estimate(n, mean, mean, mean, "census (every record scored)"),
                             0.0, n_hat, deff)
-    half = _t_quantile(0.5 + conf / 2, n - 1) * se
+    half = t_quantile(0.5 + conf / 2, n - 1) * se
     return WeightedMean(Estimate(n, mean, mean - half, mean + half, HAJEK), se, n_hat, deff)
 
 
@@ -162,7 +162,7 @@ def hajek_from_moments(groups: Sequence[tuple[float, Moments]], conf: float = 0.
     var = sum((1.0 - pi) / (pi * pi) * max(0.0, m.ss - 2 * mean * m.s + m.n * mean * mean)
               for pi, m in used) / (n_hat * n_hat)
     se = math.sqrt(var)
-    half = _t_quantile(0.5 + conf / 2, n - 1) * se
+    half = t_quantile(0.5 + conf / 2, n - 1) * se
     return WeightedMean(Estimate(n, mean, mean - half, mean + half, HAJEK), se, n_hat, deff)
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..monitor.active import ActiveMean, active_mean
-from ..monitor.stats import Estimate, Moments, mean_ci
+from ..stats import Estimate, Moments, mean_ci
 from . import query as Q
 
 __all__ = ["ActiveSummary", "active_summaries", "adaptive_metrics", "apply_active",

@@ -43,7 +43,7 @@ def feedback_summary(conn: Any, since: float | None = None, until: float | None 
                      seg_ids: set[int] | None = None) -> list[FeedbackSummary]:
     """Per feedback name: entries, traces, mean value, positives / negatives with the
     positive share's Wilson interval, labels; empty without a ``feedback`` table."""
-    from ..monitor.stats import rate_ci
+    from ..stats import rate_ci
 
     if not has_table(conn, "feedback"):
         return []

@@ -39,7 +39,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..monitor.stats import Estimate, Moments
 from ..monitor.weighted import (
     ALL_WEIGHTED,
     NEGATIVE_FEEDBACK,
@@ -49,6 +48,7 @@ from ..monitor.weighted import (
     inclusion_probability,
     priority_rate,
 )
+from ..stats import Estimate, Moments
 from . import query as Q
 
 __all__ = ["ALL_WEIGHTED", "SCORED", "PopulationSummary", "SampleRate", "population_summaries",
@@ -244,7 +244,7 @@ def summarise_population(conn: Any, name: str, metric: str, binary: bool, window
         weighted_groups.append((pi, m))
     plain = Estimate(0, None, None, None, "")
     if total.n:
-        from ..monitor.stats import mean_ci, rate_ci
+        from ..stats import mean_ci, rate_ci
 
         plain = (rate_ci(min(total.n, max(0, round(total.s))), total.n) if binary
                  else mean_ci(total))

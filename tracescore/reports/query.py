@@ -234,7 +234,7 @@ class Agg:
         return self.n_ok + self.n_error + self.n_skipped
 
     def moments(self) -> Any:
-        from ..monitor.stats import Moments
+        from ..stats import Moments
 
         return Moments(self.n_ok, self.s, self.ss)
 
@@ -250,7 +250,7 @@ class Agg:
         of those are equal it is their exact range bound (:func:`.stats.range_bound`)."""
         from dataclasses import replace
 
-        from ..monitor.stats import mean_ci, rate_ci
+        from ..stats import mean_ci, rate_ci
 
         if binary:
             return rate_ci(self.yes, self.n_ok)

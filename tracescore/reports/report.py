@@ -3,7 +3,7 @@
 :func:`build_report` reads the query layer (:mod:`.query`: hourly rollups plus the raw rows of
 cut hours), so it costs in proportion to hours × segments whatever the number of records, and
 gives the same numbers before and after ``prune``. Each mean carries its 95 % Student-t
-interval, each rate its Wilson interval (:mod:`tracescore.monitor.stats`); percentiles come
+interval, each rate its Wilson interval (:mod:`tracescore.stats`); percentiles come
 from the rollups' 100 bins (±0.005 for scores in [0, 1]). The worst records are the only raw
 read (an index range per score). :func:`build_page` gathers what the HTML page draws.
 Blocking I/O; no formatting here (:mod:`.report_text`, :mod:`.html`).

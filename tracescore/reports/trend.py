@@ -10,7 +10,7 @@ draw without touching the database. Blocking I/O on the caller's thread.
 
 Buckets are UTC days, or UTC hours when the data span less than :data:`HOURLY_BELOW`. A mean
 carries its Student t interval, a yes/no metric's rate its Wilson interval
-(:mod:`tracescore.monitor.stats`); an interval needs two values in the bucket (a rate: one).
+(:mod:`tracescore.stats`); an interval needs two values in the bucket (a rate: one).
 The first bucket counts the whole rollup hour that ``since`` cuts (the rollups' granularity).
 """
 

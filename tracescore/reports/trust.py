@@ -26,7 +26,7 @@ HTML page, the monitors) plain data — no formatting (:mod:`.trust_text`, :mod:
 - **agreement** (:mod:`tracescore.trust.agreement`): accuracy, Cohen's κ and the confusion
   matrix for a yes/no score; Spearman and MAE for a numeric one; the bias (judge mean − human
   mean) with its paired interval for both.
-- **the corrected estimate** (:mod:`tracescore.trust.ppi`): the judge's mean over every scored
+- **the corrected estimate** (:mod:`tracescore.stats.ppi`): the judge's mean over every scored
   record in the window — the rollups' n, Σf, Σf² (:func:`.query.score_aggs`), which include
   the labelled records, so ``unlabelled_includes_labelled=True`` takes them out — corrected by
   the judge-minus-human difference on the labelled ones (PPI++). Labels drawn by a label plan
@@ -52,7 +52,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..monitor.stats import Difference, Moments, _z_quantile
+from ..stats import Difference, Moments, z_quantile
 from . import query as Q
 from .trust_pairs import (  # noqa: F401 (re-exported)
     PLAN_PREFIX,
@@ -136,7 +136,7 @@ class Correction:
     """The corrected estimate of one score's mean in one window, and how it was made.
 
     design: "random sample" (PPI++) or "plan" (stratified PPI++ over ``plan_id``'s strata);
-    assumption: the words to print beside it; result: the :class:`~tracescore.trust.ppi.
+    assumption: the words to print beside it; result: the :class:`~tracescore.stats.ppi.
     PPIResult` (corrected, plain judge mean, labels only), None when it could not be made
     (``reason``)."""
 
@@ -205,8 +205,8 @@ def _stratified(conn: Any, lp: LabelledPairs, plan_id: str, window: Q.Window,
                 where: Mapping[str, str] | None, seg: Q.SegmentIndex, alpha: float,
                 min_n: int | None) -> Correction | str:
     """Stratified PPI++ over the plan's strata, or the reason it cannot be made."""
+    from ..stats.ppi import MIN_LABELS, Stratum, stratified_ppi_mean
     from ..trust.plan import parse_stratum
-    from ..trust.ppi import MIN_LABELS, Stratum, stratified_ppi_mean
     from ..trust.selection import stratified_draw_check
 
     names = _plan_strata(conn, plan_id, lp.name)
@@ -269,7 +269,7 @@ def corrected(conn: Any, lp: LabelledPairs, unlabelled: Moments, window: Q.Windo
     inside: plain PPI++ over all labels, with the reason said. Either way ``draw`` checks
     that the labels look like a random draw (:mod:`tracescore.trust.selection`).
     """
-    from ..trust.ppi import MIN_LABELS, ppi_mean
+    from ..stats.ppi import MIN_LABELS, ppi_mean
     from ..trust.selection import draw_check
 
     seg = seg or Q.SegmentIndex(conn)
@@ -307,7 +307,7 @@ def corrected_difference(a: Correction | None, b: Correction | None,
     se = math.sqrt(ca.se ** 2 + cb.se ** 2)
     if se == 0:
         return Difference(est, est, est, None, method)
-    half = _z_quantile(1 - alpha / 2) * se
+    half = z_quantile(1 - alpha / 2) * se
     p = math.erfc(abs(est) / se / math.sqrt(2))
     return Difference(est, est - half, est + half, p, method)
 

@@ -11,8 +11,8 @@ calibrate and monitor code can call them with data from either backend (issue 17
   score bands and segments, with Neyman-type allocation.
 """
 
+from tracescore.stats.ppi import ppi_mean as ppi_mean
+from tracescore.stats.ppi import stratified_ppi_mean as stratified_ppi_mean
 from tracescore.trust.agreement import binary_agreement as binary_agreement
 from tracescore.trust.agreement import numeric_agreement as numeric_agreement
 from tracescore.trust.plan import make_plan as make_plan
-from tracescore.trust.ppi import ppi_mean as ppi_mean
-from tracescore.trust.ppi import stratified_ppi_mean as stratified_ppi_mean

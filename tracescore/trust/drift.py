@@ -11,7 +11,7 @@ The test (documented in docs/monitoring.md, "Judge drift")
   configuration or prompt (a user's decision) starts a new epoch; a provider swapping the model
   behind the same name does not — that is what the monitor exists to catch.
 - **Baseline.** The first ``BASELINE_RUNS`` runs of the epoch, their cases fed in order to a
-  PrPl-EB confidence sequence (:class:`tracescore.monitor.confseq.EBSequence`, Waudby-Smith &
+  PrPl-EB confidence sequence (:class:`tracescore.stats.confseq.EBSequence`, Waudby-Smith &
   Ramdas 2024); its lower bound at ``alpha / 2`` is the baseline's bound. Until the epoch has
   that many runs the state is NO_DATA ("baseline forming").
 - **Current.** The later runs, cut into windows of ``WINDOW_RUNS`` runs; window k = 1, 2, ...
@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..monitor.confseq import EBSequence, window_alpha
+from ..stats.confseq import EBSequence, window_alpha
 
 log = logging.getLogger("tracescore")
 

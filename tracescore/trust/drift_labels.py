@@ -35,7 +35,7 @@ The test (documented in docs/monitoring.md, "Judge drift")
 ----------------------------------------------------------
 - **Baseline**: the earliest identity (first seen) with at least ``MIN_PAIRS`` pairs. Its
   agreements, in the order first seen, go to a PrPl-EB confidence sequence
-  (:class:`tracescore.monitor.confseq.EBSequence`, as :mod:`.drift` does); lower bound at α/2.
+  (:class:`tracescore.stats.confseq.EBSequence`, as :mod:`.drift` does); lower bound at α/2.
 - **Current**: the newest identity; the k-th identity after the baseline gets its own sequence
   at ``window_alpha(α/2, k)`` = α/(2k(k+1)). Fewer than ``MIN_PAIRS`` pairs on either side, or
   no baseline yet: NO_DATA ("not enough labels"). One identity only: OK (nothing changed).
@@ -67,7 +67,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..monitor.confseq import EBSequence, window_alpha
+from ..stats.confseq import EBSequence, window_alpha
 from .drift import _RANK, _hysteresis
 
 log = logging.getLogger("tracescore")

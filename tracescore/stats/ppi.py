@@ -59,7 +59,7 @@ all strata, the minimiser of the total variance Σ_k w_k² Var_k(λ) (see ``_poo
 a single stratum it is PPI++'s λ̂): 92.6–95.2 % in the same runs.
 
 For comparison each result carries, labelled for what they are, the plain judge mean over all
-records (t interval, ``tracescore.monitor.stats.mean_ci``: valid for the judge's mean, *not* for
+records (t interval, ``tracescore.stats.mean_ci``: valid for the judge's mean, *not* for
 the human mean — its coverage of the latter collapses as N grows) and the labels-only mean
 (t interval; stratified: Σ w_k ȳ_k, the classical stratified mean).
 
@@ -76,7 +76,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracescore.monitor.stats import NOT_ENOUGH_DATA, Moments, _t_quantile, _z_quantile, mean_ci
+from .fixed import NOT_ENOUGH_DATA, mean_ci, t_quantile, z_quantile
+from .moments import Moments
 
 #: Fewest labels for which a corrected estimate is given. In bench/ppi_sim.py (1,000 seeded
 #: repetitions) 50 labels covered 92.9-95.0 % for a nominal 95 %, 30 labels 92.3-92.4 %,
@@ -267,9 +268,9 @@ def _interval(parts: Sequence[tuple[float, _Part]], alpha: float, small_sample: 
     denom = sum(t * t / df for t, df in terms if t > 0 and df > 0)
     if small_sample and var > 0 and denom > 0:
         df = var * var / denom
-        q, name = _t_quantile(1 - alpha / 2, df), f"t (df {df:.0f})"
+        q, name = t_quantile(1 - alpha / 2, df), f"t (df {df:.0f})"
     else:
-        q, name = _z_quantile(1 - alpha / 2), "normal"
+        q, name = z_quantile(1 - alpha / 2), "normal"
     return est, se, est - q * se, est + q * se, name
 
 
