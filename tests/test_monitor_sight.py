@@ -17,7 +17,7 @@ from tracescore.monitor import confseq, sight
 from tracescore.monitor.config import monitors_from_objects
 from tracescore.monitor.evaluate import Evaluator, is_news
 from tracescore.monitor.measure import _describe_baseline
-from tracescore.stats import Moments
+from tracescore.stats import Estimate, Moments
 from tracescore.stats import confseq as cs
 from tracescore.trust import drift
 
@@ -354,8 +354,8 @@ def test_an_apps_runner_logs_each_blind_monitor_once(caplog: pytest.LogCaptureFi
     from tracescore.monitor.runner import say_blind
 
     def ev(name: str, blind: bool) -> Evaluation:
-        return Evaluation(name, "OK", None, "OK", 0.85, 0.7, 1.0, 40, f"{name} summary", "m",
-                          False, True, detail={"sight": {"blind": blind}})
+        return Evaluation(name, "OK", None, "OK", Estimate(40, 0.85, 0.7, 1.0, "m"),
+                          f"{name} summary", False, True, detail={"sight": {"blind": blind}})
 
     said: set[str] = set()
     with caplog.at_level(logging.WARNING, logger="tracescore"):

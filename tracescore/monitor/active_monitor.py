@@ -31,6 +31,7 @@ import math
 from types import SimpleNamespace
 from typing import Any
 
+from ..stats import Estimate
 from ..stats.confseq import spend
 from . import confseq
 from . import state as S
@@ -150,9 +151,8 @@ def _what(seq: ActiveSequence) -> str:
 def _no(m: Monitor, why: str, keep: Any = None) -> Any:
     from .measure import _Result
 
-    return _Result("NO_DATA", None, None, None, 0, why, "active estimate (not available)",
-                   keep, detail={"condition": f"{m.statistic} of {m.score}",
-                                 "estimator": "active"})
+    return _Result("NO_DATA", Estimate.missing("active estimate (not available)"), why, keep,
+                   detail={"condition": f"{m.statistic} of {m.score}", "estimator": "active"})
 
 
 def _baseline(ctx: Any, m: Monitor, metric: str, start: float, alpha: float,
@@ -264,9 +264,9 @@ def measure_active(ctx: Any, m: Monitor, prior: S.StateRow | None, direction: st
     if base is not None and "missing" in base:
         keep = {"def": m.definition_hash(), "active": 1, "t0": t0, "w": w_index, "k": k,
                 "prev": prev, "seq": None, "base": None, "counts": counts}
-        return _Result("NO_DATA", None, None, None, 0, f"no baseline: {base['missing']}",
-                       "-", keep, detail={"condition": f"regressed against {m.baseline}",
-                                          "estimator": "active"})
+        return _Result("NO_DATA", Estimate.missing("-"), f"no baseline: {base['missing']}",
+                       keep, detail={"condition": f"regressed against {m.baseline}",
+                                     "estimator": "active"})
     cur_m = m if not (base or {}).get("cur_where") else _with_where(m, base["cur_where"])
     rd = _Reader(ctx, cur_m, metric)
     rows, pos = rd.read(start, until, pos)
@@ -313,7 +313,7 @@ def measure_active(ctx: Any, m: Monitor, prior: S.StateRow | None, direction: st
                   "prev": prev, "seq": seq.to_json(), "pos": [pos[0], pos[1]], "base": base,
                   "counts": counts}
     return _Result(
-        state, st.estimate, st.lo, st.hi, st.n, summary, method, test_state,
+        state, Estimate(st.n, st.estimate, st.lo, st.hi, method), summary, test_state,
         _worst(ctx, cur_m, start, direction) if state in ("ALERT", "WARNING") else [],
         {"condition": condition, "window_start": start, "carried": carried,
          "estimator": "active", "alpha": alpha, "n_judged": seq.n, "n_proxied": seq.sums.N,
@@ -355,19 +355,19 @@ def _fixed(ctx: Any, m: Monitor, direction: str, metric: str) -> Any:
     e = got.active.estimate if got is not None else None
     n = e.n if e is not None else 0
     if e is None or e.value is None or n < m.min_n:
-        return _Result("NO_DATA", None if e is None else e.value, None, None, n,
-                       f"not enough data (n={n} judged < {m.min_n}; active estimate)",
-                       "fixed window: active estimate", None,
+        return _Result("NO_DATA", Estimate.missing("fixed window: active estimate", n,
+                                                   None if e is None else e.value),
+                       f"not enough data (n={n} judged < {m.min_n}; active estimate)", None,
                        detail={"estimator": "active"})
     thr = float(m.threshold if m.threshold is not None else 0.0)
     bad = e.value < thr if direction == "below" else e.value > thr
     what = f"active estimate, {n} judged / {got.active.n_proxied} proxied"
-    return _Result("ALERT" if bad else "OK", e.value, e.lo, e.hi, n,
+    method = ("fixed window: active estimate, normal interval (fires on noise; see "
+              "docs/monitoring.md)")
+    return _Result("ALERT" if bad else "OK", Estimate(n, e.value, e.lo, e.hi, method),
                    f"{m.statistic} {_fmt(e.value)} [{_fmt(e.lo)}, {_fmt(e.hi)}] ({what}) "
                    f"{'is' if bad else 'is not'} {direction} {thr} (fixed rule: the window's "
-                   "estimate alone, no anytime-valid interval)",
-                   "fixed window: active estimate, normal interval (fires on noise; see "
-                   "docs/monitoring.md)", None,
+                   "estimate alone, no anytime-valid interval)", None,
                    _worst(ctx, m, ctx.now - m.window_s, direction) if bad else [],
                    {"condition": f"{m.statistic} {direction} {thr}", "estimator": "active",
                     "n_judged": n, "n_proxied": got.active.n_proxied,

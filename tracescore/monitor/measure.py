@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..stats import Moments, mean_ci
+from ..stats import CarriesEstimate, Estimate, Moments, mean_ci
 from . import confseq
 from . import state as S
 from .active_monitor import budgeted_metric, measure_active
@@ -36,14 +36,12 @@ class _Context:
 
 
 @dataclass
-class _Result:
+class _Result(CarriesEstimate):
+    """One measurement: the verdict, the estimate it rests on, and the words for it."""
+
     state: str
-    value: float | None
-    lo: float | None
-    hi: float | None
-    n: int
+    estimate: Estimate
     summary: str
-    method: str
     test_state: Any
     worst: Sequence[str] = ()
     detail: dict[str, Any] = field(default_factory=dict)
@@ -364,7 +362,7 @@ def _measure(ctx: _Context, m: Monitor, prior: S.StateRow | None) -> _Result:
                     "cur_where": None, "need_base": True, "ws": start}
                 if test is None and saved is not None:
                     keep = {"def": m.definition_hash(), "t0": t0, "w": w_index}
-                return _Result("NO_DATA", None, None, None, 0, f"no baseline: {exc}", "-",
+                return _Result("NO_DATA", Estimate(0, None, None, None, "-"), f"no baseline: {exc}",
                                keep, detail={"condition": f"regressed against {m.baseline}"})
             if test is None:
                 test = confseq.BaselineMonitor(mom, direction, m.alpha,
@@ -412,7 +410,7 @@ def _measure(ctx: _Context, m: Monitor, prior: S.StateRow | None) -> _Result:
     method = (f"anytime-valid empirical-Bernstein confidence sequence, window "
               f"{test.window_index} at alpha {test.window_alpha:.2g}{span}")
     return _Result(
-        state, st.estimate, st.lo, st.hi, st.n, summary, method,
+        state, Estimate(st.n, st.estimate, st.lo, st.hi, method), summary,
         {"def": m.definition_hash(), "t0": t0, "w": w_index, "test": test.to_json(),
          "pos": [pos[0], pos[1]], "base_text": base_text, "cur_where": cur_where, "ws": ws,
          "base_release": (_base_release(base_text) if m.baseline == "previous_release"
@@ -478,8 +476,8 @@ def _fixed(ctx: _Context, m: Monitor, direction: str) -> _Result:
                              seg=ctx.seg).values()).get(m.score)
     n = a.n_ok if a else 0
     if a is None or n < m.min_n:
-        return _Result("NO_DATA", a.mean if a else None, None, None, n,
-                       f"not enough data (n={n} < {m.min_n})", "fixed window mean", None)
+        return _Result("NO_DATA", Estimate.missing("fixed window mean", n, a.mean if a else None),
+                       f"not enough data (n={n} < {m.min_n})", None)
     if m.statistic == "fail_rate":
         value = a.n_fail / a.n_labelled if a.n_labelled else None
     elif m.statistic in ("p10", "p50", "p90"):
@@ -490,10 +488,10 @@ def _fixed(ctx: _Context, m: Monitor, direction: str) -> _Result:
     thr = float(m.threshold if m.threshold is not None else 0.0)
     bad = value is not None and (value < thr if direction == "below" else value > thr)
     state = "ALERT" if bad else "OK"
-    return _Result(state, value, est.lo, est.hi, n,
+    method = "fixed window mean (fires on noise; see docs/monitoring.md)"
+    return _Result(state, Estimate(n, value, est.lo, est.hi, method),
                    f"{m.statistic} {_fmt(value)} (n={n}) {'is' if bad else 'is not'} "
-                   f"{direction} {thr} (fixed rule: the window's mean alone, no interval)",
-                   "fixed window mean (fires on noise; see docs/monitoring.md)", None,
+                   f"{direction} {thr} (fixed rule: the window's mean alone, no interval)", None,
                    _worst(ctx, m, ctx.now - m.window_s, direction) if bad else [],
                    {"condition": f"{m.statistic} {direction} {thr}"})
 
@@ -549,12 +547,13 @@ def _figure(ctx: _Context, m: Monitor, prior: S.StateRow | None = None) -> _Resu
         n = 1
     thr = float(m.threshold if m.threshold is not None else 0.0)
     if value is None:
-        return _Result("NO_DATA", None, None, None, 0, f"{what}: no data", "count", test_state)
+        return _Result("NO_DATA", Estimate.missing("count"), f"{what}: no data", test_state)
     bad = value < thr if direction == "below" else value > thr
     warn = m.warning is not None and (value < m.warning if direction == "below"
                                       else value > m.warning)
     state = "ALERT" if bad else "WARNING" if warn else "OK"
-    return _Result(state, value, None, None, n,
+    est = Estimate.missing("count (no interval: a pipeline figure, not an estimate)", n, value)
+    return _Result(state, est,
                    f"{what}: {value:.4g} {'is' if bad else 'is not'} {direction} {thr:g}",
-                   "count (no interval: a pipeline figure, not an estimate)", test_state,
+                   test_state,
                    detail={"condition": f"{m.score} {direction} {thr:g}"})

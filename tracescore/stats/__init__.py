@@ -14,6 +14,7 @@ contract in pyproject.toml). scipy and numpy are imported lazily, inside the fun
 need them, so importing it is cheap.
 """
 
+from .estimate import CarriesEstimate as CarriesEstimate
 from .estimate import Difference as Difference
 from .estimate import Estimate as Estimate
 from .fixed import CHANGED as CHANGED

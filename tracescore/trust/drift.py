@@ -44,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..stats import CarriesEstimate, Estimate
 from ..stats.confseq import EBSequence, window_alpha
 
 log = logging.getLogger("tracescore")
@@ -65,16 +66,12 @@ _RANK = {"OK": 0, "NO_DATA": 1, "WARNING": 2, "ALERT": 3}
 
 
 @dataclass(frozen=True)
-class DriftResult:
+class DriftResult(CarriesEstimate):
     """One evaluation of the drift test (before hysteresis)."""
 
     state: str
-    value: float | None
-    lo: float | None
-    hi: float | None
-    n: int
+    estimate: Estimate
     summary: str
-    method: str
     detail: dict[str, Any] = field(default_factory=dict)
 
 
@@ -170,8 +167,8 @@ def measure(runs: Sequence[Mapping[str, Any]], now: float, *, alpha: float = ALP
                 f"since this model and prompt version)")
         # a model change is news at once, baseline or not (the ALERT waits for evidence)
         noticed = change is not None and now - change[2] < CHANGE_NOTICE_S
-        return DriftResult("WARNING" if noticed else "NO_DATA", None, None, None, 0,
-                           f"{said}; {text}" if said else text, method, detail)
+        return DriftResult("WARNING" if noticed else "NO_DATA", Estimate.missing(method),
+                           f"{said}; {text}" if said else text, detail)
     base = _sequence(epoch[:baseline_runs], alpha / 2)
     base_lo = base.interval()[0]
     base_mean = base.mean if base.mean is not None else 0.0
@@ -213,8 +210,9 @@ def measure(runs: Sequence[Mapping[str, Any]], now: float, *, alpha: float = ALP
         text = f"{said}; {text}"
         if state in ("OK", "NO_DATA") and change is not None and now - change[2] < CHANGE_NOTICE_S:
             state = "WARNING"
-    return DriftResult(state, mean, None if mean is None else lo, None if mean is None else hi,
-                       cur.n, text, method, detail)
+    est = (Estimate.missing(method, cur.n) if mean is None
+           else Estimate(cur.n, mean, lo, hi, method))
+    return DriftResult(state, est, text, detail)
 
 
 def _scored_models(store: Any) -> list[tuple[str, float]]:
@@ -273,9 +271,8 @@ def evaluate(store: Any, *, owner: str, channels: Sequence[Any] = (), save: bool
     if save:
         event = N.AlertEvent(
             monitor=MONITOR, state=state, previous=previous, score="judge_canary",
-            statistic="agreement", window_s=0.0, value=result.value, lo=result.lo,
-            hi=result.hi, n=result.n, condition="judge canary agreement below its baseline",
-            verdict=result.summary, method=result.method,
+            statistic="agreement", window_s=0.0, estimate=result.estimate,
+            condition="judge canary agreement below its baseline", verdict=result.summary,
             command="tracescore check", db=db_label, at=t)
         # news: a bad state, or a recovery from one (a formed baseline, NO_DATA → OK, is not)
         news = changed and (state in ("ALERT", "WARNING") or previous in ("ALERT", "WARNING"))
@@ -286,9 +283,8 @@ def evaluate(store: Any, *, owner: str, channels: Sequence[Any] = (), save: bool
             pending=pending, notify=items, at=t)
         if saved and changed:
             N.emit_state_change(otel_logger, event)
-    return Evaluation(MONITOR, state, previous, result.state, result.value, result.lo,
-                      result.hi, result.n, result.summary, result.method, changed, saved,
-                      (), None, detail)
+    return Evaluation(MONITOR, state, previous, result.state, result.estimate, result.summary,
+                      changed, saved, (), None, detail)
 
 
 def evaluate_with(evaluator: Any, *, save: bool = True) -> list[Any]:

@@ -60,6 +60,7 @@ app's request path.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -67,6 +68,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..stats import CarriesEstimate, Estimate
 from ..stats.confseq import EBSequence, window_alpha
 from .drift import _RANK, _hysteresis
 
@@ -82,6 +84,8 @@ MIN_PAIRS = 30
 MIN_EFFECT = 0.05
 MAX_RECORDS = 2000
 MAX_IDENTITIES = 6
+#: the method of one name's agreement estimate (the monitor's words name the whole test)
+_EST_METHOD = "agreement with human labels: anytime-valid empirical-Bernstein CS"
 
 #: name -> identity key -> {"first": t, "pairs": {record_id: [judge, human]}}
 Snapshot = dict[str, dict[str, dict[str, Any]]]
@@ -201,15 +205,12 @@ def merge(snapshot: Mapping[str, Any] | None, live: Mapping[str, Mapping[str, An
 
 
 @dataclass(frozen=True)
-class NameResult:
+class NameResult(CarriesEstimate):
     """One score name's verdict (before hysteresis)."""
 
     name: str
     state: str
-    value: float | None
-    lo: float | None
-    hi: float | None
-    n: int
+    estimate: Estimate
     summary: str
     detail: dict[str, Any] = field(default_factory=dict)
 
@@ -237,7 +238,7 @@ def measure(name: str, identities: Mapping[str, Mapping[str, Any]], *,
                         "first_seen": float(identities[k]["first"])} for k in ordered],
         "min_pairs": min_pairs, "min_effect": min_effect}
     if base is None:
-        return NameResult(name, "NO_DATA", None, None, None, sizes[newest],
+        return NameResult(name, "NO_DATA", Estimate(sizes[newest], None, None, None, _EST_METHOD),
                           f"{name}: not enough labels — judge {describe(newest)} has "
                           f"{sizes[newest]} of the {min_pairs} labelled pairs a baseline needs",
                           detail)
@@ -249,7 +250,8 @@ def measure(name: str, identities: Mapping[str, Mapping[str, Any]], *,
     detail.update({"baseline": describe(base), "baseline_mean": b_mean, "baseline_bound": b_lo,
                    "baseline_n": bseq.n})
     if newest == base:
-        return NameResult(name, "OK", b_mean, b_lo, bseq.interval()[1], bseq.n,
+        return NameResult(name, "OK",
+                          Estimate(bseq.n, b_mean, b_lo, bseq.interval()[1], _EST_METHOD),
                           f"{name}: one judge identity on labelled records ({describe(base)}, "
                           f"agreement with humans {b_mean:.3f}, n={bseq.n}); nothing to compare",
                           detail)
@@ -257,7 +259,7 @@ def measure(name: str, identities: Mapping[str, Mapping[str, Any]], *,
     detail["change"] = {"from": json.loads(base), "to": json.loads(newest),
                         "at": float(identities[newest]["first"])}
     if sizes[newest] < min_pairs:
-        return NameResult(name, "NO_DATA", None, None, None, sizes[newest],
+        return NameResult(name, "NO_DATA", Estimate(sizes[newest], None, None, None, _EST_METHOD),
                           f"{name}: {said}; not enough labels for the new judge "
                           f"({sizes[newest]} of {min_pairs} labelled pairs; baseline agreement "
                           f"{b_mean:.3f}, n={bseq.n})", detail)
@@ -277,7 +279,8 @@ def measure(name: str, identities: Mapping[str, Mapping[str, Any]], *,
                                      "does not confirm it yet")
     else:
         state, verdict = "OK", "not below the baseline"
-    return NameResult(name, state, mean, lo, hi, cseq.n, f"{name}: {said}; {where}: {verdict}",
+    return NameResult(name, state, Estimate(cseq.n, mean, lo, hi, _EST_METHOD),
+                      f"{name}: {said}; {where}: {verdict}",
                       detail)
 
 
@@ -322,6 +325,7 @@ def evaluate(store: Any, reader: Any, *, owner: str, channels: Sequence[Any] = (
               f"empirical-Bernstein confidence sequences — the k-th new judge at "
               f"alpha/(2k(k+1)) against the earliest judge's lower bound at alpha/2 "
               f"(alpha {ALPHA:g}, at least {MIN_PAIRS} pairs a side)")
+    estimate = dataclasses.replace(worst.estimate, method=method)
     state, pending, streak = _hysteresis(prior, worst.state)
     previous = prior.state if prior is not None else None
     changed = previous != state
@@ -332,10 +336,9 @@ def evaluate(store: Any, reader: Any, *, owner: str, channels: Sequence[Any] = (
     if save:
         event = N.AlertEvent(
             monitor=MONITOR, state=state, previous=previous, score=worst.name,
-            statistic="agreement with human labels", window_s=0.0, value=worst.value,
-            lo=worst.lo, hi=worst.hi, n=worst.n,
+            statistic="agreement with human labels", window_s=0.0, estimate=estimate,
             condition="the judge's agreement with human labels below its baseline judge's",
-            verdict=summary, method=method, command="tracescore check", db=db_label, at=t)
+            verdict=summary, command="tracescore check", db=db_label, at=t)
         news = changed and (state in ("ALERT", "WARNING") or previous in ("ALERT", "WARNING"))
         items = N.outbox_items(event, channels) if news else None
         saved = S.save_evaluation(
@@ -344,8 +347,8 @@ def evaluate(store: Any, reader: Any, *, owner: str, channels: Sequence[Any] = (
             streak=streak, pending=pending, notify=items, at=t)
         if saved and changed:
             N.emit_state_change(otel_logger, event)
-    return Evaluation(MONITOR, state, previous, worst.state, worst.value, worst.lo, worst.hi,
-                      worst.n, summary, method, changed, saved, (), None, detail)
+    return Evaluation(MONITOR, state, previous, worst.state, estimate, summary, changed,
+                      saved, (), None, detail)
 
 
 def evaluate_with(evaluator: Any, *, save: bool = True) -> list[Any]:
