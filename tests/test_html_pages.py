@@ -16,9 +16,7 @@ from typing import Any
 
 import pytest
 
-from tracescore.reports import html as H
-from tracescore.reports.compare import Comparison, ScoreComparison
-from tracescore.reports.model import (
+from tracescore.read.model import (
     GroupSummary,
     Histogram,
     JudgeUsage,
@@ -30,7 +28,9 @@ from tracescore.reports.model import (
     Usage,
     WorstRecord,
 )
-from tracescore.reports.query import Window
+from tracescore.read.query import Window
+from tracescore.reports import html as H
+from tracescore.reports.compare import Comparison, ScoreComparison
 from tracescore.reports.trend import (
     MonitorChange,
     ReleaseMark,
@@ -739,7 +739,7 @@ def test_trend_from_a_database_with_two_releases(make_ts: Any, db_path: Any) -> 
 
     from tracescore.monitor.config import monitors_from_objects
     from tracescore.monitor.evaluate import Evaluator
-    from tracescore.reports.db import open_db
+    from tracescore.read.db import open_db
     from tracescore.reports.report import monitor_statuses
     from tracescore.reports.trend import build_trend
     from tracescore.testing import ScriptedMetric

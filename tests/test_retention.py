@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from helpers import rows, run_cli
 
+from tracescore.read.db import open_db
 from tracescore.record import Candidate, Context, RagRecord
-from tracescore.reports.db import open_db
 from tracescore.reports.report import build_report
 from tracescore.reports.show import find_records, format_records, record_details
 from tracescore.store import Store, open_store
@@ -167,7 +167,7 @@ def fill_40_days(make_ts: Any, db_path: Path | str, now: float) -> list[RagRecor
 
 
 def report_of(db_path: Path | str, since: str = "90d") -> Any:
-    from tracescore.reports.db import parse_since
+    from tracescore.read.db import parse_since
 
     conn = open_db(db_path)
     try:

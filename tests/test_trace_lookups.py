@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from helpers import rows
 
+from tracescore.read.trust_pairs import _JOBS, _SCORES, read_pairs, unmatched_labels
 from tracescore.record import RagRecord
 from tracescore.reports.show import find_records
-from tracescore.reports.trust_pairs import _JOBS, _SCORES, read_pairs, unmatched_labels
 from tracescore.sampling import Decision
 from tracescore.score import Score
 from tracescore.store import NewJob, migrations, open_store

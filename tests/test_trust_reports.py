@@ -23,9 +23,9 @@ from click.testing import CliRunner
 from helpers import StoreClock, store_clock
 
 from tracescore.cli import main
+from tracescore.read.db import open_db
 from tracescore.record import RagRecord
 from tracescore.reports.compare import build_comparison
-from tracescore.reports.db import open_db
 from tracescore.reports.report import build_report
 from tracescore.reports.report_text import format_comparison, format_report
 from tracescore.sampling import Decision

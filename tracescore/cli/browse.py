@@ -64,7 +64,7 @@ def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
     database can be larger than memory. CSV text cells that a spreadsheet would run as a
     formula are prefixed with ', and control characters are escaped (see --raw-csv).
     """
-    from ..reports.rows import columns, iter_rows, write_csv, write_jsonl
+    from ..read.rows import columns, iter_rows, write_csv, write_jsonl
 
     conn = _open(db)
     try:
@@ -125,7 +125,7 @@ def ui(db: Path, port: int, no_open: bool) -> None:
             f"`tracescore export`, or any PostgreSQL client.")
     if not datasette_available():
         raise DatabaseProblem(f"Datasette is not installed; {INSTALL_HINT}")
-    from ..reports.db import has_table
+    from ..read.db import has_table
 
     conn = _open(db)  # a clear message for a missing or foreign file, before Datasette starts
     try:

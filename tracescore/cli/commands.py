@@ -282,7 +282,7 @@ def report(db: Path, since: float | None, as_json: bool, worst: int,
         return
     conn = _open(db)
     try:
-        from ..reports.query import dims_of
+        from ..read.query import dims_of
 
         dims = dims_of(conn)
         for dim in ([by] if by else []) + list(where):

@@ -151,9 +151,9 @@ def _kind(path: Path) -> str:
 
 
 def _export(store: Any, path: Path, metric: str | None, raw_csv: bool = False) -> int:
-    """Labels to ``path``; a CSV through :func:`tracescore.reports.rows.write_csv` (formula
+    """Labels to ``path``; a CSV through :func:`tracescore.read.rows.write_csv` (formula
     cells neutralised unless ``raw_csv``; control characters escaped unless ``raw_csv``)."""
-    from ..reports.rows import write_csv
+    from ..read.rows import write_csv
     from ..reports.textfmt import printable
 
     kind = _kind(path)

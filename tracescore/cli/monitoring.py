@@ -41,7 +41,7 @@ class ConfigProblem(click.ClickException):
 
 
 def _duration(text: str | None) -> float | None:
-    from ..reports.db import parse_duration
+    from ..read.db import parse_duration
 
     if text is None:
         return None
@@ -163,8 +163,8 @@ def _load_monitors(path: Path | None, required: bool) -> Any:
 def check_monitors_against(conn: Any, monitors: Any) -> None:
     """Unknown scores or undeclared segments in ``monitors`` → ConfigProblem (exit 2)."""
     from ..monitor.config import MonitorConfigError
-    from ..reports.metric_info import MetricInfo
-    from ..reports.query import SegmentIndex
+    from ..read.metric_info import MetricInfo
+    from ..read.query import SegmentIndex
 
     info = MetricInfo(conn)
     known: dict[str, Any] = {}

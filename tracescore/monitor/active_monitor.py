@@ -67,11 +67,11 @@ class _Reader:
     """Decided records of one metric, in decision order, after a position."""
 
     def __init__(self, ctx: Any, m: Monitor, metric: str) -> None:
-        from ..reports import query as Q
+        from ..read import query as Q
 
         self.ctx, self.m, self.metric = ctx, m, metric
         ids = ctx.seg.matching(m.where)
-        self.seg_sql, self.seg_args = Q._seg_clause(ids, "r.seg_id")
+        self.seg_sql, self.seg_args = Q.seg_clause(ids, "r.seg_id")
         self.missing = self.unrepresented = 0
 
     def read(self, start: float, until: float, pos: tuple[float, str], *,
@@ -159,7 +159,7 @@ def _baseline(ctx: Any, m: Monitor, metric: str, start: float, alpha: float,
               direction: str) -> dict[str, Any] | None:
     """The baseline's active estimate and its bound (the far end of the sequence over the
     baseline's records at ``alpha``), or None without one; also the current side's where."""
-    from ..reports import query as Q
+    from ..read import query as Q
     from .measure import _release_pair
 
     where = dict(m.where)
@@ -195,7 +195,7 @@ def _baseline(ctx: Any, m: Monitor, metric: str, start: float, alpha: float,
 def measure_active(ctx: Any, m: Monitor, prior: S.StateRow | None, direction: str,
                    metric: str) -> Any:
     """:func:`.measure._measure` for a monitor on a budgeted judge metric."""
-    from ..reports.query import SCORE_DIMS
+    from ..read.query import SCORE_DIMS
     from .measure import (
         SCHEDULE,
         _describe,
@@ -346,7 +346,7 @@ def _judge_for(m: Monitor, direction: str, base: dict[str, Any] | None) -> Any:
 def _fixed(ctx: Any, m: Monitor, direction: str, metric: str) -> Any:
     """The fixed rule: the trailing window's active estimate (the report's) against the
     threshold."""
-    from ..reports import query as Q
+    from ..read import query as Q
     from ..reports.active import active_summaries
     from .measure import _Result, _worst
 

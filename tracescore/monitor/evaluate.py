@@ -156,8 +156,8 @@ class Evaluator:
         now = self.clock() if now is None else now
         held = save and S.acquire_lease(store, S.DEFAULT_LEASE, self.owner, self.lease_ttl_s)
         stored = S.load_states(store)
-        from ..reports.metric_info import MetricInfo
-        from ..reports.query import SegmentIndex
+        from ..read.metric_info import MetricInfo
+        from ..read.query import SegmentIndex
 
         ctx = _Context(reader, SegmentIndex(reader), MetricInfo(reader), now)
         out = []

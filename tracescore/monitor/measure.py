@@ -125,13 +125,13 @@ def _seg_filter(ctx: _Context, m: Monitor, alias: str = "", *,
                 records: bool = False) -> tuple[str, list[Any]]:
     """SQL for the monitor's ``where`` on ``scores`` (or ``records``: record dimensions
     only)."""
-    from ..reports import query as Q
+    from ..read import query as Q
 
     ids = ctx.seg.matching(m.where)
-    sql, args = Q._seg_clause(ids, f"{alias}seg_id")
+    sql, args = Q.seg_clause(ids, f"{alias}seg_id")
     if records:
         return sql, args
-    dim_sql, dim_args = Q._score_dim_clause(m.where, alias)
+    dim_sql, dim_args = Q.score_dim_clause(m.where, alias)
     return sql + dim_sql, args + dim_args
 
 
@@ -223,7 +223,7 @@ def _baseline_moments(ctx: _Context, m: Monitor, start: float) -> tuple[Moments,
                                                                        dict[str, str]]:
     """The baseline sample's moments (values in [0, 1]) for the window starting at
     ``start``, its description, and the ``where`` of the current side."""
-    from ..reports import query as Q
+    from ..read import query as Q
 
     where = dict(m.where)
     cur_where = dict(where)
@@ -262,7 +262,7 @@ class _NoBaseline(Exception):
 def _release_pair(ctx: _Context, m: Monitor) -> tuple[str, str] | None:
     """(current, previous) release of a ``previous_release`` monitor, read now: the newest
     release (or the one its ``where`` names) and the one before it; None without two."""
-    from ..reports import query as Q
+    from ..read import query as Q
 
     releases = [v for v, _ in Q.values_of(ctx.reader, "release", Q.Window(), ctx.seg)]
     if "release" in m.where:
@@ -469,7 +469,7 @@ def _metric_of(ctx: _Context, name: str) -> str:
 
 def _fixed(ctx: _Context, m: Monitor, direction: str) -> _Result:
     """The peers' rule: the trailing window's mean against the threshold, no interval test."""
-    from ..reports import query as Q
+    from ..read import query as Q
 
     window = Q.Window(ctx.now - m.window_s, None)
     a = Q.merge(Q.score_aggs(ctx.reader, window, where=m.where, names=[m.score],
@@ -498,7 +498,7 @@ def _fixed(ctx: _Context, m: Monitor, direction: str) -> _Result:
 
 def _figure(ctx: _Context, m: Monitor, prior: S.StateRow | None = None) -> _Result:
     """Pipeline figures: counts and ages, compared with the threshold as they are."""
-    from ..reports import query as Q
+    from ..read import query as Q
 
     r = ctx.reader
     test_state: Any = None

@@ -22,7 +22,7 @@ from .sight import DEFAULT_DETECT, Sight, sight
 def preview(reader: Any, monitors: MonitorSet, now: float,
             states: dict[str, Any] | None = None) -> list[tuple[Monitor, Sight]]:
     """(monitor, sight) for each anytime monitor of a score, from the last window's rows."""
-    from ..reports import query as Q
+    from ..read import query as Q
     from .measure import SCHEDULE
 
     seg = Q.SegmentIndex(reader)

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..monitor.active import ActiveMean, active_mean
+from ..read import query as Q
 from ..stats import Estimate, Moments, mean_ci
-from . import query as Q
 
 __all__ = ["ActiveSummary", "active_summaries", "adaptive_metrics", "apply_active",
            "without_figure"]
@@ -76,7 +76,7 @@ def _summary(conn: Any, metric: str, name: str, window: Q.Window, ids: set[int] 
 
     lo = Q._num(-math.inf if window.since is None else window.since)
     hi = Q._num(math.inf if window.until is None else window.until)
-    seg_sql, seg_args = Q._seg_clause(ids, "r.seg_id")
+    seg_sql, seg_args = Q.seg_clause(ids, "r.seg_id")
     join = " JOIN records r ON r.record_id = d.record_id" if ids is not None else ""
     rows = conn.execute(
         "SELECT d.proxy, d.pi, d.selected, s.value, s.status FROM judge_decisions d"
@@ -163,11 +163,11 @@ def active_timeline(conn: Any, name: str, metric: str, *, bucket_s: float,
     no estimate and no point. One read of the window's decisions."""
     import numpy as np
 
-    from .model import TimeBucket
+    from ..read.model import TimeBucket
 
     seg = seg or Q.SegmentIndex(conn)
     ids = seg.matching(where)
-    seg_sql, seg_args = Q._seg_clause(ids, "r.seg_id")
+    seg_sql, seg_args = Q.seg_clause(ids, "r.seg_id")
     join = " JOIN records r ON r.record_id = d.record_id" if ids is not None else ""
     lo = Q._num(-math.inf if since is None else since)
     rows = conn.execute(

@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..monitor.config import format_duration
-from . import query as Q
-from .metric_info import MetricInfo
+from .._internal.durations import format_duration
+from ..read import query as Q
+from ..read.metric_info import MetricInfo
 
 __all__ = ["Comparison", "CompareError", "ScoreComparison", "TrustComparison",
            "build_comparison"]

@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..read.model import FeedbackSummary
 from ..store.compat import has_table
 from .calibration import NEGATIVE_LABELS, POSITIVE_LABELS
-from .model import FeedbackSummary
 
 __all__ = ["feedback_for_trace", "feedback_summary", "polarity"]
 

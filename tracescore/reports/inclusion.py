@@ -48,8 +48,8 @@ from ..monitor.weighted import (
     inclusion_probability,
     priority_rate,
 )
+from ..read import query as Q
 from ..stats import Estimate, Moments
-from . import query as Q
 
 __all__ = ["ALL_WEIGHTED", "SCORED", "PopulationSummary", "SampleRate", "population_summaries",
            "sample_rate", "scored_groups", "selection_possible"]
@@ -94,7 +94,7 @@ def _shortest(lo: float, hi: float) -> float:
 
 def sample_rate(conn: Any, metric: str, window: Q.Window, ids: set[int] | None) -> SampleRate:
     """The rate of ``metric`` over the window's unforced records (``ids``: their segments)."""
-    seg_sql, seg_args = Q._seg_clause(ids)
+    seg_sql, seg_args = Q.seg_clause(ids)
     pat = _like(metric)
     lo = Q._num(-math.inf if window.since is None else window.since)
     hi = Q._num(math.inf if window.until is None else window.until)
@@ -128,8 +128,8 @@ def scored_groups(conn: Any, name: str, window: Q.Window, where: Mapping[str, st
     their record was chosen: (forced reason, negative feedback on the trace, has a record
     row, moments of the values). The database sums them (an index range on the scores'
     (name, created_at), one feedback probe per score): a handful of rows whatever n."""
-    seg_sql, seg_args = Q._seg_clause(seg.matching(where), "s.seg_id")
-    dim_sql, dim_args = Q._score_dim_clause(where, "s.")
+    seg_sql, seg_args = Q.seg_clause(seg.matching(where), "s.seg_id")
+    dim_sql, dim_args = Q.score_dim_clause(where, "s.")
     lo = Q._num(-math.inf if window.since is None else window.since)
     hi = Q._num(math.inf if window.until is None else window.until)
     rows = conn.execute(
@@ -282,7 +282,7 @@ def selection_possible(conn: Any, window: Q.Window, ids: set[int] | None) -> boo
     rest: a forced record near the window (the partial index ``idx_records_forced``: no read
     of the other records) or any negative feedback (a small table). False: every score of
     the window was chosen at its metric's rate, and no raw row need be read."""
-    seg_sql, seg_args = Q._seg_clause(ids)
+    seg_sql, seg_args = Q.seg_clause(ids)
     lo = Q._num(-math.inf if window.since is None else window.since - LOOKBACK_S)
     hi = Q._num(math.inf if window.until is None else window.until)
     if conn.execute("SELECT 1 FROM records WHERE forced IS NOT NULL AND created_at >= ?"

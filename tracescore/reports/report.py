@@ -18,10 +18,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..store.rollup import bin_mid
-from . import query as Q
-from .metric_info import MetricInfo
-from .model import (
+from ..read import query as Q
+from ..read.metric_info import MetricInfo
+from ..read.model import (
     GroupSummary,
     Histogram,
     JudgeUsage,
@@ -34,6 +33,7 @@ from .model import (
     Usage,
     WorstRecord,
 )
+from ..store.rollup import bin_mid
 
 __all__ = ["BUCKETS", "DEFAULT_WORST", "build_page", "build_report", "histogram",
            "judge_health", "monitor_statuses", "pending_reasons", "percentile", "pick_bucket",
@@ -223,7 +223,7 @@ def worst_records(conn: Any, metrics: list[MetricSummary], n: int, since: float 
         return out
     lo = Q._num(-math.inf if since is None else since)
     hi = Q._num(math.inf if until is None else until)
-    seg_sql, seg_args = Q._seg_clause(seg_ids, "s.seg_id")
+    seg_sql, seg_args = Q.seg_clause(seg_ids, "s.seg_id")
     for m in metrics:
         if not m.count or m.higher_is_better is None:
             continue

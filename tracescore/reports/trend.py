@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import query as Q
-from .metric_info import MetricInfo
-from .model import MonitorStatus
+from ..read import query as Q
+from ..read.metric_info import MetricInfo
+from ..read.model import MonitorStatus
 
 __all__ = ["HOURLY_BELOW", "MonitorChange", "ReleaseMark", "TrendPage", "TrendPoint",
            "TrendSeries", "build_trend"]

@@ -52,9 +52,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..stats import Difference, Moments, z_quantile
-from . import query as Q
-from .trust_pairs import (  # noqa: F401 (re-exported)
+from ..read import query as Q
+from ..read.trust_pairs import (  # noqa: F401 (re-exported)
     PLAN_PREFIX,
     LabelledPairs,
     Pair,
@@ -62,6 +61,7 @@ from .trust_pairs import (  # noqa: F401 (re-exported)
     read_pairs,
     unmatched_labels,
 )
+from ..stats import Difference, Moments, z_quantile
 
 __all__ = [
     "PLAN_PREFIX", "Correction", "LabelledPairs", "Pair", "TrustSummary", "corrected",
@@ -186,8 +186,8 @@ def _population(conn: Any, name: str, window: Q.Window, where: Mapping[str, str]
                 seg: Q.SegmentIndex) -> list[tuple[float, int | None, int]]:
     """(value, seg_id, count) of the ok scores of ``name`` in the window: one row per distinct
     value and segment (a yes/no judge's window is a handful of rows)."""
-    seg_sql, seg_args = Q._seg_clause(seg.matching(where), "s.seg_id")
-    dim_sql, dim_args = Q._score_dim_clause(where, "s.")
+    seg_sql, seg_args = Q.seg_clause(seg.matching(where), "s.seg_id")
+    dim_sql, dim_args = Q.score_dim_clause(where, "s.")
     lo = Q._num(-math.inf if window.since is None else window.since)
     hi = Q._num(math.inf if window.until is None else window.until)
     return [(float(v), None if sid is None else int(sid), int(n)) for v, sid, n in conn.execute(
