@@ -740,7 +740,7 @@ def test_trend_from_a_database_with_two_releases(make_ts: Any, db_path: Any) -> 
     from tracescore.monitor.config import monitors_from_objects
     from tracescore.monitor.evaluate import Evaluator
     from tracescore.read.db import open_db
-    from tracescore.reports.report import monitor_statuses
+    from tracescore.read.pipeline import monitor_statuses
     from tracescore.reports.trend import build_trend
     from tracescore.testing import ScriptedMetric
 

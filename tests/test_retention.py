@@ -14,9 +14,10 @@ import pytest
 from helpers import rows, run_cli
 
 from tracescore.read.db import open_db
+from tracescore.read.records import find_records, record_details
 from tracescore.record import Candidate, Context, RagRecord
 from tracescore.reports.report import build_report
-from tracescore.reports.show import find_records, format_records, record_details
+from tracescore.reports.show import format_records
 from tracescore.store import Store, open_store
 from tracescore.store.compat import connect_reader
 from tracescore.store.migrations import SQLITE_MIGRATIONS

@@ -126,13 +126,13 @@ def ui(db: Path, port: int, no_open: bool) -> None:
     if not datasette_available():
         raise DatabaseProblem(f"Datasette is not installed; {INSTALL_HINT}")
     from ..read.db import has_table
+    from ..read.pipeline import has_judge_decisions
 
     conn = _open(db)  # a clear message for a missing or foreign file, before Datasette starts
     try:
         has_metrics = has_table(conn, "metrics")
         # a database with judge budgets: the canned means say which are of judged records
-        has_decisions = has_table(conn, "judge_decisions") and conn.execute(
-            "SELECT 1 FROM judge_decisions LIMIT 1").fetchone() is not None
+        has_decisions = has_judge_decisions(conn)
         metric = default_metric(conn)
     finally:
         conn.close()

@@ -31,6 +31,7 @@ import math
 from types import SimpleNamespace
 from typing import Any
 
+from ..read import monitoring as RM
 from ..stats import Estimate
 from ..stats.confseq import spend
 from . import confseq
@@ -49,14 +50,7 @@ def budgeted_metric(ctx: Any, m: Monitor, metric: str) -> bool:
     judge decisions reach into the last two windows."""
     if m.is_pipeline_figure or m.score == "error_rate":
         return False
-    from ..store.compat import has_table
-
-    if not has_table(ctx.reader, "judge_decisions"):
-        return False
-    row = ctx.reader.execute(
-        "SELECT 1 FROM judge_decisions WHERE metric = ? AND created_at >= ? LIMIT 1",
-        (metric, ctx.now - 2 * m.window_s)).fetchone()
-    return row is not None
+    return RM.judged_within_budget(ctx.reader, metric, ctx.now - 2 * m.window_s)
 
 
 def _fmt(v: float | None, d: int = 3) -> str:
@@ -67,11 +61,8 @@ class _Reader:
     """Decided records of one metric, in decision order, after a position."""
 
     def __init__(self, ctx: Any, m: Monitor, metric: str) -> None:
-        from ..read import query as Q
-
         self.ctx, self.m, self.metric = ctx, m, metric
-        ids = ctx.seg.matching(m.where)
-        self.seg_sql, self.seg_args = Q.seg_clause(ids, "r.seg_id")
+        self.filt = RM.where_filter(ctx.seg, m.where, "r.", records=True)
         self.missing = self.unrepresented = 0
 
     def read(self, start: float, until: float, pos: tuple[float, str], *,
@@ -85,15 +76,8 @@ class _Reader:
         last = pos
         read = 0
         while read < MAX_ROWS:
-            rows = self.ctx.reader.execute(
-                "SELECT d.created_at, d.record_id, d.proxy, d.pi, d.selected, s.value,"
-                " s.status FROM judge_decisions d JOIN records r ON r.record_id = d.record_id"
-                " LEFT JOIN scores s ON s.record_id = d.record_id AND s.name = ?"
-                " WHERE d.metric = ? AND d.created_at >= ? AND d.created_at < ?"
-                " AND (d.created_at > ? OR (d.created_at = ? AND d.record_id > ?))"
-                + self.seg_sql + " ORDER BY d.created_at, d.record_id LIMIT ?",
-                (self.m.score, self.metric, start, until, last[0], last[0], last[1],
-                 *self.seg_args, CHUNK)).fetchall()
+            rows = RM.decision_rows(self.ctx.reader, self.m.score, self.metric, start, until,
+                                    last, filt=self.filt, limit=CHUNK)
             read += len(rows)
             groups: dict[str, list[Any]] = {}
             order: list[str] = []

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..read import monitoring as RM
 from ..stats import CarriesEstimate, Estimate, Moments, mean_ci
 from . import confseq
 from . import state as S
@@ -125,14 +126,7 @@ def _seg_filter(ctx: _Context, m: Monitor, alias: str = "", *,
                 records: bool = False) -> tuple[str, list[Any]]:
     """SQL for the monitor's ``where`` on ``scores`` (or ``records``: record dimensions
     only)."""
-    from ..read import query as Q
-
-    ids = ctx.seg.matching(m.where)
-    sql, args = Q.seg_clause(ids, f"{alias}seg_id")
-    if records:
-        return sql, args
-    dim_sql, dim_args = Q.score_dim_clause(m.where, alias)
-    return sql + dim_sql, args + dim_args
+    return RM.where_filter(ctx.seg, m.where, alias, records=records)
 
 
 def _position(prior_test: Mapping[str, Any] | None, window_start: float) -> tuple[float, int]:
@@ -150,30 +144,20 @@ def _observations(ctx: _Context, m: Monitor, start: float, pos: tuple[float, int
     stat = m.statistic
     t0, id0 = pos
     if m.score == "error_rate":
-        seg_sql, seg_args = _seg_filter(ctx, m, records=True)
         out: list[float] = []
-        rows = ctx.reader.execute(
-            "SELECT created_at, error FROM records WHERE created_at >= ? AND created_at < ?"
-            " AND created_at > ?" + seg_sql + " ORDER BY created_at",
-            (start, until, t0 if id0 >= 0 else start - 1, *seg_args)).fetchall()
+        rows = RM.record_errors(ctx.reader, start, until, t0 if id0 >= 0 else start - 1,
+                                _seg_filter(ctx, m, records=True))
         for _created, error in rows:
             out.append(1.0 if error else 0.0)
         last = (float(rows[-1][0]), 0) if rows else pos
         return out, last
-    seg_sql, seg_args = _seg_filter(ctx, m)
+    filt = _seg_filter(ctx, m)
     obs: list[float] = []
     last = pos
-    cond = "status = 'ok' AND value IS NOT NULL"
-    if stat == "fail_rate":
-        cond += " AND label IS NOT NULL"
     read = 0
     while read < MAX_ROWS:
-        rows = ctx.reader.execute(
-            "SELECT created_at, score_id, value, label FROM scores WHERE name = ? AND " + cond
-            + " AND created_at >= ? AND created_at < ?"
-            " AND (created_at > ? OR (created_at = ? AND score_id > ?))" + seg_sql
-            + " ORDER BY created_at, score_id LIMIT ?",
-            (m.score, start, until, last[0], last[0], last[1], *seg_args, CHUNK)).fetchall()
+        rows = RM.score_rows(ctx.reader, m.score, start, until, last,
+                             labelled=stat == "fail_rate", filt=filt, limit=CHUNK)
         for _created, _sid, value, label in rows:
             obs.append(_observation(m, float(value), label))
         read += len(rows)
@@ -277,12 +261,8 @@ def _release_pair(ctx: _Context, m: Monitor) -> tuple[str, str] | None:
 def _worst(ctx: _Context, m: Monitor, start: float, direction: str) -> list[str]:
     if m.is_pipeline_figure:
         return []
-    seg_sql, seg_args = _seg_filter(ctx, m)
-    order = "ASC" if direction == "below" else "DESC"
-    return [r[0] for r in ctx.reader.execute(
-        "SELECT trace_id FROM scores WHERE name = ? AND status = 'ok' AND value IS NOT NULL"
-        " AND created_at >= ?" + seg_sql + f" ORDER BY value {order}, score_id DESC LIMIT 3",
-        (m.score, start, *seg_args)).fetchall()]
+    return RM.worst_trace_ids(ctx.reader, m.score, start, lowest=direction == "below",
+                              filt=_seg_filter(ctx, m))
 
 
 def _measure(ctx: _Context, m: Monitor, prior: S.StateRow | None) -> _Result:
@@ -462,9 +442,7 @@ def _with_where(m: Monitor, where: Mapping[str, str]) -> Monitor:
 
 
 def _metric_of(ctx: _Context, name: str) -> str:
-    row = ctx.reader.execute(
-        "SELECT metric FROM hourly_scores WHERE name = ? LIMIT 1", (name,)).fetchone()
-    return str(row[0]) if row and row[0] else name
+    return RM.metric_of(ctx.reader, name)
 
 
 def _fixed(ctx: _Context, m: Monitor, direction: str) -> _Result:
@@ -518,8 +496,7 @@ def _figure(ctx: _Context, m: Monitor, prior: S.StateRow | None = None) -> _Resu
         # the counter is a running total: the figure is its growth over the window, from
         # the total seen at the window's start (kept in the monitor's state)
         counter = "records_dropped" if m.score == "dropped_records" else "capture_degraded"
-        total = float(r.execute("SELECT coalesce(max(value), 0) FROM counters"
-                                " WHERE name = ?", (counter,)).fetchone()[0])
+        total = RM.counter_total(r, counter)
         saved = prior.test_state if prior is not None and isinstance(prior.test_state, dict) \
             else {}
         base_t, base = float(saved.get("t", ctx.now)), float(saved.get("total", total))
@@ -531,18 +508,12 @@ def _figure(ctx: _Context, m: Monitor, prior: S.StateRow | None = None) -> _Resu
                 f" since {format_duration(ctx.now - base_t) if ctx.now > base_t else 'now'}")
         n = 1
     elif m.score == "backlog_age":
-        oldest = r.execute("SELECT min(created_at) FROM jobs WHERE status IN"
-                           " ('pending', 'leased')").fetchone()[0]
-        value = 0.0 if oldest is None else max(0.0, ctx.now - float(oldest))
+        oldest = RM.oldest_open_job(r)
+        value = 0.0 if oldest is None else max(0.0, ctx.now - oldest)
         what = "age of the oldest pending scoring job (s)"
         n = 1
     else:
-        from ..store.compat import has_table
-
-        value = 0.0
-        if has_table(r, "judge_calls"):
-            value = float(r.execute("SELECT coalesce(sum(cost_usd), 0) FROM judge_calls"
-                                    " WHERE created_at >= ?", (ctx.now - 86400,)).fetchone()[0])
+        value = RM.judge_cost_since(r, ctx.now - 86400)
         what = "judge cost over the last 24 h (USD)"
         n = 1
     thr = float(m.threshold if m.threshold is not None else 0.0)

@@ -70,11 +70,10 @@ def _budgeted(reader: Any, m: Monitor, now: float) -> bool:
     its sight would be that of the judged records' sequence, which it does not run."""
     from types import SimpleNamespace
 
+    from ..read.monitoring import metric_of
     from .active_monitor import budgeted_metric
 
-    row = reader.execute("SELECT metric FROM hourly_scores WHERE name = ? LIMIT 1",
-                         (m.score,)).fetchone()
-    metric = str(row[0]) if row and row[0] else m.score
+    metric = metric_of(reader, m.score)
     return budgeted_metric(SimpleNamespace(reader=reader, now=now), m, metric)
 
 

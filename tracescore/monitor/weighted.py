@@ -43,6 +43,7 @@ against a direct transcription of the formulas.)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -95,9 +96,14 @@ class WeightedMean:
     n_hat: float
     deff: float
 
+    def __post_init__(self) -> None:
+        if not self.estimate.population:  # what a Hájek mean speaks for: every record
+            object.__setattr__(self, "estimate",
+                               dataclasses.replace(self.estimate, population=ALL_WEIGHTED))
+
     def to_json(self) -> dict[str, Any]:
-        return {**self.estimate.to_json(), "population": ALL_WEIGHTED, "se": self.se,
-                "n_hat": self.n_hat, "design_effect": self.deff}
+        return {**self.estimate.to_json(), "se": self.se, "n_hat": self.n_hat,
+                "design_effect": self.deff}
 
 
 def hajek_mean(values: Sequence[float], pis: Sequence[float], conf: float = 0.95

@@ -16,8 +16,6 @@ The first bucket counts the whole rollup hour that ``since`` cuts (the rollups' 
 
 from __future__ import annotations
 
-import json
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -129,7 +127,7 @@ def build_trend(conn: Any, *, since: float | None = None,
     under :data:`HOURLY_BELOW`). Blocking I/O; reads rollups, ``segments`` and the monitor
     tables only.
     """
-    from .report import monitor_statuses
+    from ..read.pipeline import monitor_statuses
 
     now = time.time() if now is None else now
     where = dict(where or {})
@@ -195,23 +193,9 @@ def _releases(conn: Any, seg: Q.SegmentIndex, where: Mapping[str, str]) -> list[
 
 
 def _history(conn: Any, since: float | None) -> list[MonitorChange]:
-    from ..store.compat import has_table
+    from ..read.pipeline import monitor_history
 
-    if not has_table(conn, "monitor_history"):
-        return []
-    cutoff = Q._num(-math.inf if since is None else since)
-    out = []
-    for monitor, state, previous, at, value, lo, hi, n, detail in conn.execute(
-        "SELECT monitor, state, previous, at, value, lo, hi, n, detail FROM monitor_history"
-        " WHERE at >= ? ORDER BY at DESC, id DESC LIMIT ?", (cutoff, HISTORY_LIMIT),
-    ).fetchall():
-        try:
-            summary = str((json.loads(detail or "{}") or {}).get("summary", ""))
-        except (TypeError, ValueError, AttributeError):
-            summary = ""
-        out.append(MonitorChange(str(monitor), str(state), previous, float(at),
-                                 value, lo, hi, None if n is None else int(n), summary))
-    return out
+    return [MonitorChange(*row) for row in monitor_history(conn, since, HISTORY_LIMIT)]
 
 
 #: ``ci_method`` of a budgeted judge metric's series: its points are active estimates

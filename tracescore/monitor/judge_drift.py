@@ -218,16 +218,14 @@ def measure(runs: Sequence[Mapping[str, Any]], now: float, *, alpha: float = ALP
 def _scored_models(store: Any) -> list[tuple[str, float]]:
     """The models the scores report (``judge_model`` segment), each with the rollup hour it
     was first seen, oldest first (from the hourly rollups: cheap)."""
-    from ..monitor import state as S
+    from ..read.monitoring import judge_models_seen
+    from . import state as S
 
     try:
-        rows = S._reader(store).execute(
-            "SELECT judge_model, min(hour) FROM hourly_scores WHERE judge_model IS NOT NULL"
-            " AND judge_model != '' GROUP BY judge_model").fetchall()
+        return judge_models_seen(S._reader(store))
     except Exception as exc:  # a database without rollups: the canary alone
         log.debug("tracescore: no judge models in the rollups: %r", exc)
         return []
-    return sorted(((str(m), float(h)) for m, h in rows), key=lambda r: (r[1], r[0]))
 
 
 def _hysteresis(prior: Any, raw: str) -> tuple[str, str | None, int]:
@@ -248,9 +246,9 @@ def evaluate(store: Any, *, owner: str, channels: Sequence[Any] = (), save: bool
     with ``.name`` and ``.kind``) — only while ``owner`` holds the monitors' lease. Returns an
     :class:`tracescore.monitor.evaluate.Evaluation`, or None when there is no canary history
     (no judge, or a database before schema 4). Blocking."""
-    from ..monitor import notify as N
-    from ..monitor import state as S
-    from ..monitor.evaluate import Evaluation
+    from . import notify as N
+    from . import state as S
+    from .evaluate import Evaluation
 
     try:
         runs = store.canary_runs()

@@ -1,6 +1,6 @@
 """Judge drift on human labels: the built-in monitor ``judge_drift_labels`` (issue 17, sec. 4).
 
-:mod:`tracescore.trust.drift` watches the judge on the canary's known-answer cases. This
+:mod:`tracescore.monitor.judge_drift` watches the judge on the canary's known-answer cases. This
 monitor watches it on **your** records: where labelled records are judged by a different
 **judge identity** — the model the judge server reported (``scores.judge_model``), the prompt
 version (the score details' ``judge.prompt_version``) and the metric version — it compares the
@@ -10,7 +10,7 @@ Agreement, per labelled pair, on [0, 1]: ``1 − |judge − human| / (high − l
 scale (the metric's ``value_range`` when known, else [0, 1], clipped). For a yes/no score that
 is 1 when the judge agrees with the humans' majority and 0 when not (a tie is left out), so the
 mean is the **accuracy**; for a numeric score it is **1 − MAE** (the human value being the mean
-of the annotators). The pairs are :func:`tracescore.reports.trust.read_pairs`' — a label pairs
+of the annotators). The pairs are :func:`tracescore.read.trust_pairs.read_pairs`' — a label pairs
 only with a score of the metric version it was bound to; judge scores only (a local metric's
 scores have no judge).
 
@@ -35,14 +35,14 @@ The test (documented in docs/monitoring.md, "Judge drift")
 ----------------------------------------------------------
 - **Baseline**: the earliest identity (first seen) with at least ``MIN_PAIRS`` pairs. Its
   agreements, in the order first seen, go to a PrPl-EB confidence sequence
-  (:class:`tracescore.stats.confseq.EBSequence`, as :mod:`.drift` does); lower bound at α/2.
+  (:class:`tracescore.stats.confseq.EBSequence`, as :mod:`.judge_drift` does); lower bound at α/2.
 - **Current**: the newest identity; the k-th identity after the baseline gets its own sequence
   at ``window_alpha(α/2, k)`` = α/(2k(k+1)). Fewer than ``MIN_PAIRS`` pairs on either side, or
   no baseline yet: NO_DATA ("not enough labels"). One identity only: OK (nothing changed).
 - **Verdict**: ALERT when the current upper bound is below the baseline's lower bound minus
   ``MIN_EFFECT``; WARNING when only the current mean is below the baseline's mean minus it.
   The summary names the change ("judge changed from A to B").
-- **Why confidence sequences, not the fixed-sample intervals of monitor/stats.py**: the pairs
+- **Why confidence sequences, not the fixed-sample intervals of tracescore.stats**: the pairs
   arrive over time (labels added, records re-scored) and the monitor is checked every minute;
   a fixed-sample interval re-tested at every look would fire on noise sooner or later, while a
   confidence sequence is valid at every n at once. So while the current identity's agreement
@@ -70,7 +70,7 @@ from typing import Any
 
 from ..stats import CarriesEstimate, Estimate
 from ..stats.confseq import EBSequence, window_alpha
-from .drift import _RANK, _hysteresis
+from .judge_drift import _RANK, _hysteresis
 
 log = logging.getLogger("tracescore")
 
@@ -131,29 +131,16 @@ def _human(judge: float, annotators: Sequence[tuple[str, float]]) -> float | Non
     return mean
 
 
-#: The ok scores of a name on the traces labelled under it, with their details: from the
-#: labelled traces (few) to their records — ``{join}``: :func:`..store.compat.trace_join`, a
-#: primary-key range on SQLite (``CROSS JOIN`` keeps that order there; a plain join on
-#: PostgreSQL) — to the records' scores.
-_LABELLED_SCORES = (
-    "SELECT s.record_id, s.created_at, s.details FROM (SELECT DISTINCT trace_id FROM labels"
-    " WHERE name = ? AND value IS NOT NULL) l CROSS JOIN records r ON {join}"
-    " CROSS JOIN scores s ON s.record_id = r.record_id AND s.name = ? AND s.status = 'ok'")
-
-
 def live_identities(conn: Any, name: str) -> dict[str, dict[str, Any]]:
     """The labelled pairs of score ``name`` now in the database, by judge identity (judge
     scores only), each identity's pairs in the order its scores were written."""
-    from ..reports.trust import read_pairs
-    from ..store.compat import trace_join
+    from ..read.trust_pairs import labelled_score_details, read_pairs
 
     lp = read_pairs(conn, name)
     if not lp.pairs:
         return {}
     extra: dict[str, tuple[float, str]] = {}
-    for rid, created, details in conn.execute(
-            _LABELLED_SCORES.format(join=trace_join(conn, "l.trace_id")),
-            (name, name)).fetchall():
+    for rid, created, details in labelled_score_details(conn, name):
         try:
             d = json.loads(details) if isinstance(details, str) else (details or {})
         except ValueError:
@@ -293,10 +280,10 @@ def evaluate(store: Any, reader: Any, *, owner: str, channels: Sequence[Any] = (
     ``owner`` holds the monitors' lease. Returns an
     :class:`tracescore.monitor.evaluate.Evaluation`, or None when no judge score has a human
     label (or the database is before schema 4). Blocking."""
-    from ..monitor import notify as N
-    from ..monitor import state as S
-    from ..monitor.evaluate import Evaluation
-    from ..reports.trust import label_names
+    from ..read.trust_pairs import label_names
+    from . import notify as N
+    from . import state as S
+    from .evaluate import Evaluation
 
     names = label_names(reader)
     if not names:
