@@ -161,7 +161,7 @@ def test_html_timeline_is_the_active_estimate_per_bucket_and_the_rest_is_labelle
     labelled as the judged records' (the histogram, the worst records)."""
     from helpers import run_cli
 
-    from tracescore.reports.active import active_timeline
+    from tracescore.monitor.active_summary import active_timeline
     from tracescore.reports.report import build_page, build_report
     from tracescore.reports.trend import build_trend
     from tracescore.store.compat import connect_reader

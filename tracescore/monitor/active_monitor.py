@@ -15,7 +15,7 @@ mean is biased).
   baseline's (the same sequence run over the baseline's decided records, read once a window,
   its far end the bound compared with).
 - ``rule = "fixed"``: the trailing window's active estimate and its normal interval, exactly
-  the report's (:func:`tracescore.reports.active.active_summaries`), against the threshold.
+  the report's (:func:`.active_summary.active_summaries`), against the threshold.
 
 A judged record whose score is not there yet stops the reading for up to
 :data:`PENDING_WAIT_S` (the records after it wait, so the order holds); after that, and for a
@@ -331,7 +331,7 @@ def _fixed(ctx: Any, m: Monitor, direction: str, metric: str) -> Any:
     """The fixed rule: the trailing window's active estimate (the report's) against the
     threshold."""
     from ..read import query as Q
-    from ..reports.active import active_summaries
+    from .active_summary import active_summaries
     from .measure import _Result, _worst
 
     got = active_summaries(ctx.reader, Q.Window(ctx.now - m.window_s, None),

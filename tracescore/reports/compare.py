@@ -160,7 +160,7 @@ def build_comparison(
     Raises :class:`CompareError` with a clear message when that cannot be done.
     """
     from .. import stats
-    from .active import active_summaries
+    from ..monitor.active_summary import active_summaries
     from .inclusion import population_summaries
 
     now = time.time() if now is None else now
@@ -219,7 +219,7 @@ def build_comparison(
     # judged records' biased mean
     blind: set[str] = set()
     if by in Q.SCORE_DIMS or any(k in Q.SCORE_DIMS for k in where):
-        from .active import adaptive_metrics
+        from ..monitor.active_summary import adaptive_metrics
 
         budgeted = set(adaptive_metrics(conn, cw)) | set(adaptive_metrics(conn, bw))
         blind = {n for n, metric in names.items() if metric in budgeted}

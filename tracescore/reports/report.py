@@ -107,8 +107,8 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
     (with :func:`pending_reasons`) and ``lost`` are the database's current totals.
     ``where``/``by`` name a dimension (:func:`.query.dims_of`).
     """
+    from ..monitor.active_summary import active_summaries, apply_active, without_figure
     from ..read.feedback import feedback_summary
-    from .active import active_summaries, apply_active, without_figure
     from .inclusion import population_summaries
     from .trust import trust_summaries
 
@@ -248,7 +248,7 @@ def build_page(conn: Any, report: Report, *, bins: int = 10) -> ReportPage:
         hists[m.name] = h
         if bucket and m.name in report.active:
             # a budgeted judge metric: the active estimate per bucket, not the judged mean
-            from .active import active_timeline
+            from ..monitor.active_summary import active_timeline
 
             lines[m.name] = active_timeline(conn, m.name, m.metric, bucket_s=bucket[0],
                                             since=report.since, where=where, seg=seg)

@@ -211,7 +211,7 @@ def _active_series(conn: Any, series: list[TrendSeries], window: Q.Window,
     series has no points."""
     from dataclasses import replace
 
-    from .active import active_timeline, adaptive_metrics
+    from ..monitor.active_summary import active_timeline, adaptive_metrics
 
     budgeted = set(adaptive_metrics(conn, window))
     if not budgeted:

@@ -24,10 +24,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..monitor.active import ActiveMean, active_mean
 from ..read import decisions as D
 from ..read import query as Q
 from ..stats import Estimate, Moments, mean_ci
+from .active import ActiveMean, active_mean
 
 #: what the judged records' plain mean speaks for (biased under adaptive selection)
 JUDGED = "judged records (biased)"
