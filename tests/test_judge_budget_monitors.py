@@ -13,10 +13,10 @@ import pytest
 from helpers import StoreClock, rows
 
 from tracescore.judge.openai_judge import OpenAIJudge
-from tracescore.monitor.active import active_mean
-from tracescore.monitor.active_cs import ActiveSequence
 from tracescore.monitor.config import monitors_from_objects
 from tracescore.monitor.evaluate import Evaluator
+from tracescore.stats.active import active_mean
+from tracescore.stats.active_cs import ActiveSequence
 from tracescore.testing import in_memory
 from tracescore.testing.judge import ScriptedJudgeServer, lexical_responder
 

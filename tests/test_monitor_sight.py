@@ -13,12 +13,12 @@ import pytest
 from helpers import StoreClock, store_clock
 from test_monitoring import DAY, NOW, beta, feed
 
-from tracescore.monitor import confseq, sight
+from tracescore.monitor import confseq
 from tracescore.monitor import judge_drift as drift
 from tracescore.monitor.config import monitors_from_objects
 from tracescore.monitor.evaluate import Evaluator, is_news
 from tracescore.monitor.measure import _describe_baseline
-from tracescore.stats import Estimate, Moments
+from tracescore.stats import Estimate, Moments, sight
 from tracescore.stats import confseq as cs
 
 HOUR = 3600.0

@@ -18,12 +18,12 @@ from click.testing import CliRunner
 
 from tracescore import Metric
 from tracescore.cli import main
-from tracescore.monitor import weighted as W
 from tracescore.read.db import open_db
 from tracescore.reports.compare import build_comparison
 from tracescore.reports.report import build_report
 from tracescore.reports.report_text import format_comparison, format_report
 from tracescore.sampling import DEFAULT_RULES, PRIORITY_PREFIX, priority, trace_fraction
+from tracescore.stats import weighted as W
 
 RATE = 0.1
 N = 2400

@@ -15,8 +15,8 @@ background thread (``init(monitors=...)``).
   :mod:`.active_monitor` and :mod:`.active_summary`: judge metrics judged within a budget).
 - :mod:`.judge_drift`, :mod:`.judge_drift_labels` — the built-in judge-drift monitors (on the
   canary's history, on human labels).
-- :mod:`.sight` — a monitor's minimum detectable effect for the traffic it has, and the
-  records a window needs (:mod:`.preview`: it for every monitor, from the last window's rows).
+- :mod:`.preview` — every monitor's minimum detectable effect for the traffic it has, from the
+  last window's rows (the maths: :mod:`tracescore.stats.sight`).
 - :mod:`.state` — stored states, their history, the evaluator lease, the notification outbox.
 - :mod:`.notify` — webhook / Slack delivery with retry and backoff; OTel log records
   (:mod:`.alerts`: the alert event and what each channel is sent).

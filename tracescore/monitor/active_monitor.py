@@ -33,10 +33,10 @@ from typing import Any
 
 from ..read import monitoring as RM
 from ..stats import Estimate
+from ..stats.active_cs import ActiveSequence
 from ..stats.confseq import spend
 from . import confseq
 from . import state as S
-from .active_cs import ActiveSequence
 from .config import Monitor, format_duration
 
 __all__ = ["PENDING_WAIT_S", "budgeted_metric", "measure_active"]

@@ -1,5 +1,5 @@
 """The judge metrics judged within a budget (adaptive selection, issue 33): their population
-mean by active inference (:func:`tracescore.monitor.active.active_mean`), read from the
+mean by active inference (:func:`tracescore.stats.active.active_mean`), read from the
 decisions the scoring worker stored (``judge_decisions``: proxy, π, judged) joined to the
 judge's scores.
 
@@ -27,7 +27,7 @@ from typing import Any
 from ..read import decisions as D
 from ..read import query as Q
 from ..stats import Estimate, Moments, mean_ci
-from .active import ActiveMean, active_mean
+from ..stats.active import ActiveMean, active_mean
 
 #: what the judged records' plain mean speaks for (biased under adaptive selection)
 JUDGED = "judged records (biased)"

@@ -12,11 +12,11 @@ from typing import Any
 
 from ..read import monitoring as RM
 from ..stats import CarriesEstimate, Estimate, Moments, mean_ci
+from ..stats.sight import DEFAULT_DETECT, Sight, sight
 from . import confseq
 from . import state as S
 from .active_monitor import budgeted_metric, measure_active
 from .config import Monitor, format_duration
-from .sight import DEFAULT_DETECT, Sight, sight
 
 #: Scores younger than this are read at the next evaluation: a transaction that stamped its
 #: rows a moment ago may still be committing (several workers on PostgreSQL).

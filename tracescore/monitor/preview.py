@@ -15,8 +15,8 @@ import math
 from typing import Any
 
 from ..stats import confseq
+from ..stats.sight import DEFAULT_DETECT, Sight, sight
 from .config import Monitor, MonitorSet
-from .sight import DEFAULT_DETECT, Sight, sight
 
 
 def preview(reader: Any, monitors: MonitorSet, now: float,

@@ -1,7 +1,7 @@
 """The adaptive judge's decisions (``judge_decisions``, issue 33) as the report and the trend
 page read them: which metrics were judged within a budget in a window, and each decision of a
 metric with the score it led to. The active estimates over them are computed by
-:mod:`tracescore.monitor.active` and :mod:`tracescore.monitor.active_summary`. Blocking I/O.
+:mod:`tracescore.stats.active` and :mod:`tracescore.monitor.active_summary`. Blocking I/O.
 """
 
 from __future__ import annotations

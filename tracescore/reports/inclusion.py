@@ -18,7 +18,7 @@ reported is the shortest decimal inside it (0.1, not 0.10004). Where the bracket
 rate changed inside the window (a restart with another ``sample_rate``); π is then the
 window's sampled share of the unforced records, and the output says so.
 
-The weighted mean (:func:`tracescore.monitor.weighted.hajek_from_moments`) needs each scored
+The weighted mean (:func:`tracescore.stats.weighted.hajek_from_moments`) needs each scored
 record's π, so it is read from the raw ``scores`` rows joined to their records (an index range
 on (name, created_at), summed in the database by why each record was chosen: a handful of rows
 back whatever n; the rate is one aggregate over the window's records per metric): hours whose rows were pruned (``tracescore prune``) are in the
@@ -39,7 +39,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..monitor.weighted import (
+from ..read import query as Q
+from ..read.population import sampling_bracket, scored_groups, selection_possible
+from ..stats import Estimate, Moments
+from ..stats.weighted import (
     ALL_WEIGHTED,
     NEGATIVE_FEEDBACK,
     SCORED,
@@ -48,9 +51,6 @@ from ..monitor.weighted import (
     inclusion_probability,
     priority_rate,
 )
-from ..read import query as Q
-from ..read.population import sampling_bracket, scored_groups, selection_possible
-from ..stats import Estimate, Moments
 
 __all__ = ["ALL_WEIGHTED", "SCORED", "PopulationSummary", "SampleRate", "population_summaries",
            "sample_rate", "scored_groups", "selection_possible"]

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
-from ..stats.confseq import DEFAULT_TRUNCATION, check_alpha
+from .confseq import DEFAULT_TRUNCATION, check_alpha
 
 #: The probability of detection the MDE is stated for.
 POWER = 0.8

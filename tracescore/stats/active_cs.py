@@ -28,7 +28,7 @@ the weights change with time only, as PrPl-EB's do. The sequence is centred on t
 the w-weighted mean of the window's true scores — with equal weights, the window's mean —
 which is what the Hájek figures of :mod:`.weighted` and the report's estimate speak for too.
 
-The point estimate a monitor prints is the report's: :func:`tracescore.monitor.active.
+The point estimate a monitor prints is the report's: :func:`tracescore.stats.active.
 active_mean` over the window's records (the line fitted on all of them), which
 :class:`ActiveSums` computes from running sums, so a monitor never re-reads its window.
 
@@ -42,9 +42,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..stats import Estimate, z_quantile
-from ..stats.confseq import DEFAULT_TRUNCATION, check_alpha
+from . import Estimate, z_quantile
 from .active import ACTIVE
+from .confseq import DEFAULT_TRUNCATION, check_alpha
 
 __all__ = ["ActiveSequence", "ActiveSums", "active_terms"]
 

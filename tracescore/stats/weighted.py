@@ -49,7 +49,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..stats import Estimate, Moments, t_quantile
+from . import Estimate, Moments, t_quantile
 
 #: The population an estimate speaks for (every estimate of the read side says one of these).
 SCORED = "scored records"

@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..stats import Estimate, z_quantile
+from . import Estimate, z_quantile
 
 __all__ = ["ACTIVE", "NO_RESIDUAL", "ActiveMean", "active_mean", "fit_line"]
 
