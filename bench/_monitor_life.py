@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from tracescore.monitor import sight
-from tracescore.monitor.confseq import eb_confidence_sequence, spend
+from tracescore.stats import sight
+from tracescore.stats.confseq import eb_confidence_sequence, spend
 
 RATE = 480  # records an hour
 ALPHA = 0.05

@@ -12,7 +12,7 @@ compared at once, exactly as :func:`tracescore.reports.compare.build_comparison`
 - ``rare rate``: a yes/no check at 97 % yes (Fisher's exact test when a cell is small).
 
 Per replicate: each score's difference (current - baseline) with its 95 % interval and p-value,
-p-values adjusted across the five with Holm, and :func:`tracescore.monitor.stats.verdict`
+p-values adjusted across the five with Holm, and :func:`tracescore.stats.verdict`
 (min_n 30, min_effect 0.02). Reported: the family-wise share of replicates with ANY
 "regressed"/"improved" verdict (the claim: <= 5 %), with its Monte Carlo SE; per score kind the
 share whose difference interval holds the true difference 0 (the claim: >= 93 % at n >= 30) and
@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine_info, md_table, print_machine  # noqa: E402
 
-from tracescore.monitor import stats as new_stats  # noqa: E402
+from tracescore import stats as new_stats  # noqa: E402
 
 Draw = Callable[[np.random.Generator, tuple[int, int]], np.ndarray]
 

@@ -17,8 +17,8 @@ One simulated day per replicate:
   ``policy.inclusion``); a record is judged iff u < π (u uniform: the SHA-256 hash fraction's
   role); the day's budget is a hard cap (the durable counter's conditional update).
 - **Estimates** of the mean of y over the day's records (the finite population):
-  *adaptive*: ``monitor.active.active_mean``; *uniform*: the same pacer with π = r for every
-  record and the Hájek mean (``monitor.weighted.hajek_mean``) — what tracescore does with a
+  *adaptive*: ``stats.active.active_mean``; *uniform*: the same pacer with π = r for every
+  record and the Hájek mean (``stats.weighted.hajek_mean``) — what tracescore does with a
   plain sample rate; *uniform+proxy*: π = r, the active estimator (the proxy's gain without
   adaptive selection).
 
@@ -49,8 +49,8 @@ from tracescore.budget.policy import (  # noqa: E402
     Pacer,
     inclusion,
 )
-from tracescore.monitor.active import active_mean  # noqa: E402
-from tracescore.monitor.weighted import hajek_mean  # noqa: E402
+from tracescore.stats.active import active_mean  # noqa: E402
+from tracescore.stats.weighted import hajek_mean  # noqa: E402
 
 SLOT = 300.0
 PROXIES = ("good", "poor", "useless")

@@ -60,18 +60,20 @@ from tracescore.monitor.confseq import (  # noqa: E402
     ALERT,
     BaselineMonitor,
     ThresholdMonitor,
-    eb_confidence_sequence,
-    empirical_bernstein_bound,
-    mixture_radius,
-    mixture_rho,
-    window_alpha,
 )
-from tracescore.monitor.stats import (  # noqa: E402
+from tracescore.stats import (  # noqa: E402
     REGRESSED,
     Moments,
     mean_difference,
     rate_difference,
     verdict,
+)
+from tracescore.stats.confseq import (  # noqa: E402
+    eb_confidence_sequence,
+    empirical_bernstein_bound,
+    mixture_radius,
+    mixture_rho,
+    window_alpha,
 )
 
 ALPHA = 0.05

@@ -2,7 +2,7 @@
 
 Seeded simulation. A population of N scored records is drawn; humans label n of them at random;
 the judge's scores of all N records (as the rollups keep them: n, sum, sum of squares) and the n
-labelled pairs go to ``tracescore.trust.ppi.ppi_mean(..., unlabelled_includes_labelled=True)``,
+labelled pairs go to ``tracescore.stats.ppi.ppi_mean(..., unlabelled_includes_labelled=True)``,
 exactly as a report would call it. The target is the population's true human mean E[Y], known
 by construction. Per setting, over the repetitions:
 
@@ -45,9 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine_info, md_table, print_machine  # noqa: E402
 
-from tracescore.monitor.stats import Moments  # noqa: E402
+from tracescore.stats import Moments  # noqa: E402
+from tracescore.stats.ppi import PPIResult, Stratum, ppi_mean, stratified_ppi_mean  # noqa: E402
 from tracescore.trust.plan import make_plan  # noqa: E402
-from tracescore.trust.ppi import PPIResult, Stratum, ppi_mean, stratified_ppi_mean  # noqa: E402
 
 ALPHA = 0.05
 Gen = Callable[[np.random.Generator, int], tuple[np.ndarray, np.ndarray, float]]

@@ -643,13 +643,13 @@ class Tracer:
             s.args = tuple(args)  # keep the slowest call's arguments for the plan
 
     def install(self) -> Callable[[], None]:
-        """Trace the readers' connections (``tracescore.reports.db`` and
+        """Trace the readers' connections (``tracescore.read.db`` and
         ``tracescore.store.compat``, where ``open_db`` and ``connect_reader`` connect); returns
         the function that undoes it. The store's own connections are left alone."""
         import sqlite3
         import types
 
-        import tracescore.reports.db as db_mod
+        import tracescore.read.db as db_mod
         from tracescore.store import compat
 
         tracer = self
@@ -784,7 +784,7 @@ def inprocess(db: str, native: bool, reps: int, now: float, tracer: Tracer,
 
 def _steps(db: str, steps: Sequence[tuple[str, Callable[[Any], Any]]], reps: int, tracer: Tracer,
            out: list[list[Any]], slow: list[Stmt]) -> None:
-    from tracescore.reports.db import open_db
+    from tracescore.read.db import open_db
 
     for label, fn in steps:
         times: list[float] = []

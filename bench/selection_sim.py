@@ -12,8 +12,8 @@ record, uniform):
 
 The rate is read back from the decisions as the reader does it (the shortest decimal between
 the largest u sampled and the smallest u not, ``reports.inclusion``), each scored record's π
-comes from ``monitor.weighted.inclusion_probability``, and the Hájek mean with its linearised
-variance (``monitor.weighted.hajek_mean``) is checked against the mean of **all N records**
+comes from ``stats.weighted.inclusion_probability``, and the Hájek mean with its linearised
+variance (``stats.weighted.hajek_mean``) is checked against the mean of **all N records**
 (the window's population). Beside it: the plain mean of the scored records with its t
 interval — what ``report`` printed before. A "uniform" setting (no rule, no priority) shows the
 weighting costs nothing when there is nothing to correct.
@@ -43,11 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import machine_info, md_table, print_machine  # noqa: E402
 
-from tracescore.monitor.stats import Moments, mean_ci  # noqa: E402
-from tracescore.monitor.weighted import hajek_mean, inclusion_probability  # noqa: E402
 from tracescore.reports.inclusion import _shortest  # noqa: E402
+from tracescore.stats import Moments, mean_ci  # noqa: E402
+from tracescore.stats.ppi import Stratum, ppi_mean, stratified_ppi_mean  # noqa: E402
+from tracescore.stats.weighted import hajek_mean, inclusion_probability  # noqa: E402
 from tracescore.trust.plan import make_plan  # noqa: E402
-from tracescore.trust.ppi import Stratum, ppi_mean, stratified_ppi_mean  # noqa: E402
 from tracescore.trust.selection import draw_check, stratified_draw_check  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""The monitors' active-inference pieces (tracescore/monitor/active_cs.py) against direct
+"""The monitors' active-inference pieces (tracescore/stats/active_cs.py) against direct
 computations: the running sums against :func:`active_mean` and statsmodels' WLS, the
 confidence sequence against a per-record transcription of its formulas and, for a census,
 against the PrPl-EB sequence of :mod:`tracescore.monitor.confseq`; and its coverage in
@@ -11,9 +11,9 @@ import math
 import numpy as np
 import pytest
 
-from tracescore.monitor.active import active_mean, fit_line
-from tracescore.monitor.active_cs import ActiveSequence, ActiveSums
-from tracescore.monitor.confseq import eb_confidence_sequence
+from tracescore.stats.active import active_mean, fit_line
+from tracescore.stats.active_cs import ActiveSequence, ActiveSums
+from tracescore.stats.confseq import eb_confidence_sequence
 
 
 def _world(rng: np.random.Generator, n: int, quality: float = 0.7, noise: float = 0.1):

@@ -695,7 +695,8 @@ def test_a_version_4_database_upgrades_to_5(db: str, monkeypatch: pytest.MonkeyP
 
 def test_show_tells_an_incomplete_answer_and_the_dropped_candidates(make_ts: Any,
                                                                     db_path: Any) -> None:
-    from tracescore.reports.show import find_records, format_records, record_details
+    from tracescore.read.records import find_records, record_details
+    from tracescore.reports.show import format_records
     from tracescore.store.compat import connect_reader
 
     ts, _ = make_ts(metrics=[], keep_full_text=True)

@@ -23,7 +23,7 @@ from tracescore.examples.langchain_rag import load_questions
 from tracescore import Metric, RagRecord, Score
 from tracescore.cli import main
 from tracescore.client import DEFAULT_METRICS
-from tracescore.reports.db import parse_since
+from tracescore.read.db import parse_since
 from tracescore.reports.report import percentile
 from tracescore.store import Store
 

@@ -32,8 +32,8 @@ from helpers import cli_script, rows, run_cli
 from test_html_report import Run, build_db, standard_runs
 
 from tracescore import store as tracescore_store
-from tracescore.reports.db import open_db
-from tracescore.reports.rows import COLUMNS, iter_rows, write_csv
+from tracescore.read.db import open_db
+from tracescore.read.rows import COLUMNS, iter_rows, write_csv
 from tracescore.reports.ui import canned_queries, metadata, query_params
 from tracescore.store import Store
 

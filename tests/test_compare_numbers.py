@@ -17,10 +17,10 @@ from click.testing import CliRunner
 from helpers import StoreClock, rows, store_clock
 
 from tracescore.cli import main
+from tracescore.read import query as Q
+from tracescore.read.db import open_db
 from tracescore.record import RagRecord
-from tracescore.reports import query as Q
 from tracescore.reports.compare import build_comparison
-from tracescore.reports.db import open_db
 from tracescore.reports.report import build_report, timeline
 from tracescore.sampling import Decision
 from tracescore.score import Score
@@ -204,8 +204,8 @@ def test_near_constant_side_does_not_fail_the_gate(db: str, clock: StoreClock) -
 def test_a_monitor_value_is_never_printed_outside_an_unnamed_interval() -> None:
     """"mean 0.641 [0.645, 0.746]": a monitor's interval is a confidence sequence centred on the
     window's weighted mean, so it may leave the plain mean out; the report then names it."""
+    from tracescore.read.model import MonitorStatus
     from tracescore.reports.html._monitors import _monitor_table
-    from tracescore.reports.model import MonitorStatus
     from tracescore.reports.textfmt import monitor_estimate
 
     assert monitor_estimate(0.7, 0.65, 0.75) == "0.700 [0.650, 0.750]"
@@ -217,7 +217,7 @@ def test_a_monitor_value_is_never_printed_outside_an_unnamed_interval() -> None:
 
 
 def test_compare_text_marks_a_side_without_spread() -> None:
-    from tracescore.monitor import stats
+    from tracescore import stats
     from tracescore.reports.compare import Comparison, ScoreComparison
     from tracescore.reports.report_text import format_comparison
 
@@ -267,7 +267,7 @@ def test_export_carries_the_split_keys_and_recounts_report_by(db: str, clock: St
 
 
 def test_compare_page_marks_a_side_without_spread() -> None:
-    from tracescore.monitor import stats
+    from tracescore import stats
     from tracescore.reports.compare import Comparison, ScoreComparison
     from tracescore.reports.html import render_comparison_html
 

@@ -16,15 +16,17 @@ from tracescore.monitor.confseq import (
     OK,
     WARNING,
     BaselineMonitor,
-    EBSequence,
     ThresholdMonitor,
+)
+from tracescore.stats import Moments
+from tracescore.stats.confseq import (
+    EBSequence,
     eb_confidence_sequence,
     empirical_bernstein_bound,
     mixture_radius,
     mixture_rho,
     window_alpha,
 )
-from tracescore.monitor.stats import Moments
 
 ALPHA = 0.05
 

@@ -16,10 +16,7 @@ from typing import Any
 
 import pytest
 
-from tracescore.monitor.stats import Difference, Estimate
-from tracescore.reports import html as H
-from tracescore.reports.compare import Comparison, ScoreComparison
-from tracescore.reports.model import (
+from tracescore.read.model import (
     GroupSummary,
     Histogram,
     JudgeUsage,
@@ -31,7 +28,9 @@ from tracescore.reports.model import (
     Usage,
     WorstRecord,
 )
-from tracescore.reports.query import Window
+from tracescore.read.query import Window
+from tracescore.reports import html as H
+from tracescore.reports.compare import Comparison, ScoreComparison
 from tracescore.reports.trend import (
     MonitorChange,
     ReleaseMark,
@@ -39,6 +38,7 @@ from tracescore.reports.trend import (
     TrendPoint,
     TrendSeries,
 )
+from tracescore.stats import Difference, Estimate
 
 DAY = 86400.0
 HOUR = 3600.0
@@ -739,8 +739,8 @@ def test_trend_from_a_database_with_two_releases(make_ts: Any, db_path: Any) -> 
 
     from tracescore.monitor.config import monitors_from_objects
     from tracescore.monitor.evaluate import Evaluator
-    from tracescore.reports.db import open_db
-    from tracescore.reports.report import monitor_statuses
+    from tracescore.read.db import open_db
+    from tracescore.read.pipeline import monitor_statuses
     from tracescore.reports.trend import build_trend
     from tracescore.testing import ScriptedMetric
 

@@ -25,8 +25,8 @@ from helpers import rows
 from tracescore import Metric, RagRecord, Score
 from tracescore.cli import main
 from tracescore.metrics import registry
+from tracescore.read.db import open_db
 from tracescore.record import Context, TokenUsage
-from tracescore.reports.db import open_db
 from tracescore.reports.report import histogram, pick_bucket
 from tracescore.sampling import Decision
 from tracescore.score import label_for

@@ -13,10 +13,10 @@ import pytest
 from helpers import StoreClock, rows
 
 from tracescore.judge.openai_judge import OpenAIJudge
-from tracescore.monitor.active import active_mean
-from tracescore.monitor.active_cs import ActiveSequence
 from tracescore.monitor.config import monitors_from_objects
 from tracescore.monitor.evaluate import Evaluator
+from tracescore.stats.active import active_mean
+from tracescore.stats.active_cs import ActiveSequence
 from tracescore.testing import in_memory
 from tracescore.testing.judge import ScriptedJudgeServer, lexical_responder
 
@@ -161,7 +161,7 @@ def test_html_timeline_is_the_active_estimate_per_bucket_and_the_rest_is_labelle
     labelled as the judged records' (the histogram, the worst records)."""
     from helpers import run_cli
 
-    from tracescore.reports.active import active_timeline
+    from tracescore.monitor.active_summary import active_timeline
     from tracescore.reports.report import build_page, build_report
     from tracescore.reports.trend import build_trend
     from tracescore.store.compat import connect_reader
@@ -325,7 +325,7 @@ def test_init_warns_only_for_a_monitor_without_an_active_figure(db, caplog):
 def test_active_monitor_rolls_over_to_the_next_window(db, clock):
     """Window 1 (good answers) ends; window 2 (bad ones) has its own sequence at the next
     share of alpha, and its value is the active estimate of window 2's records only."""
-    from tracescore.monitor import confseq
+    from tracescore.stats import confseq
 
     clock.step = 30.0
     _log(db, "100000/day", [True] * 60)

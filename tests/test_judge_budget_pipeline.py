@@ -17,7 +17,7 @@ from helpers import StoreClock, rows
 
 from tracescore.budget.selector import NOT_SELECTED, judge_fraction
 from tracescore.judge.openai_judge import OpenAIJudge
-from tracescore.monitor.active import active_mean
+from tracescore.stats.active import active_mean
 from tracescore.store import judge_budget as JB
 from tracescore.store import open_store
 from tracescore.testing import in_memory

@@ -26,7 +26,7 @@ from tracescore.budget.policy import (
     proxy_bin,
 )
 from tracescore.budget.spec import parse_budget, resolve_budgets
-from tracescore.monitor.active import ACTIVE, NO_RESIDUAL, active_mean
+from tracescore.stats.active import ACTIVE, NO_RESIDUAL, active_mean
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 

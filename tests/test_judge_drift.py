@@ -26,8 +26,8 @@ from helpers import rows, run_cli
 
 from tracescore.judge.canary import CASES
 from tracescore.judge.openai_judge import OpenAIJudge
+from tracescore.monitor import judge_drift as drift
 from tracescore.testing.judge import ScriptedJudgeServer, lexical_responder
-from tracescore.trust import drift
 
 DEADLINE_S = 180.0
 CONFIGURED = "provider/judge-latest"
@@ -249,8 +249,8 @@ def test_a_stable_judge_over_the_same_span_raises_no_alert(
 # -- the human-label half: `judge_drift_labels` ------------------------------------------------
 from contextlib import contextmanager  # noqa: E402
 
+from tracescore.monitor import judge_drift_labels as drift_labels  # noqa: E402
 from tracescore.testing import ScriptedMetric  # noqa: E402
-from tracescore.trust import drift_labels  # noqa: E402
 
 LABELLED = drift_labels.MIN_PAIRS + 10
 

@@ -86,3 +86,59 @@ def test_the_import_linter_contract_is_kept():
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "0 broken" in done.stdout
+
+
+#: Where SQL may be written: the store and the read layer (issue 35).
+SQL_HOMES = ("tracescore/store/", "tracescore/read/")
+#: The modules that still write a SELECT outside them, each with why: a baseline that only
+#: shrinks. The read side's last one is the monitor state's SQL, which moves into the store
+#: with the store's split by role; the rest are the write path's own reads (their moves are
+#: the write side's part of issue 35) and the Datasette UI's canned queries (SQL text shown
+#: to the user, not run by tracescore).
+SQL_BASELINE = {
+    "tracescore/monitor/state.py",  # monitor state's SQL: moves into store/ (store split)
+    "tracescore/reports/ui.py",  # canned queries for Datasette: SQL the user reads and runs
+    "tracescore/telemetry.py", "tracescore/labels.py",
+    "tracescore/sessions/closer.py", "tracescore/embeddings/cache.py",
+    "tracescore/intake/spool.py", "tracescore/intake/forwarder.py",
+    "tracescore/intake/assembler.py",
+}
+
+
+def _sql_modules(base: Path) -> set[str]:
+    """The modules of ``base``/tracescore with a string constant holding a SELECT."""
+    found = set()
+    for path in sorted((base / "tracescore").rglob("*.py")):
+        rel = path.relative_to(base).as_posix()
+        if rel.startswith(SQL_HOMES):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and _is_query(node.value):
+                found.add(rel)
+                break
+    return found
+
+
+def _is_query(text: str) -> bool:
+    """A string holding a SELECT that reads a table (prose that mentions selecting does not)."""
+    up = text.upper()
+    return "SELECT " in up and " FROM " in up
+
+
+def test_sql_lives_in_the_store_and_the_read_layer():
+    assert _sql_modules(ROOT) - SQL_BASELINE == set()
+    # and the baseline only shrinks: a module that no longer writes SQL leaves it
+    assert SQL_BASELINE - _sql_modules(ROOT) == set()
+
+
+def test_the_sql_check_sees_a_query_outside_its_homes(tmp_path: Path):
+    pkg = tmp_path / "tracescore"
+    (pkg / "read").mkdir(parents=True)
+    (pkg / "reports").mkdir()
+    (pkg / "read" / "q.py").write_text('Q = "SELECT 1 FROM records"\n')
+    (pkg / "reports" / "page.py").write_text(
+        '"""Renders what the read layer SELECTs."""\n'
+        'def f(conn):\n    return conn.execute("SELECT count(*) FROM scores")\n')
+    (pkg / "reports" / "text.py").write_text('"""Select nothing; render."""\n')
+    assert _sql_modules(tmp_path) == {"tracescore/reports/page.py"}

@@ -20,6 +20,7 @@ import pytest
 
 from tracescore.monitor import notify as N
 from tracescore.monitor import state as S
+from tracescore.stats import Estimate
 from tracescore.store import open_store
 
 # -- a real webhook receiver -----------------------------------------------------------------
@@ -148,9 +149,10 @@ def store(db: str) -> Iterator[Any]:
 def event(state: str = "ALERT", previous: str | None = "OK", **kw: Any) -> N.AlertEvent:
     args: dict[str, Any] = dict(
         monitor="faithfulness-prod", state=state, previous=previous, score="faithfulness",
-        statistic="mean", window_s=3600, value=0.712, lo=0.66, hi=0.76, n=240,
+        statistic="mean", window_s=3600,
+        estimate=Estimate(240, 0.712, 0.66, 0.76, "betting confidence sequence"),
         condition="mean below 0.80", verdict="the interval lies below 0.80",
-        method="betting confidence sequence", command="tracescore check --monitor "
+        command="tracescore check --monitor "
         "faithfulness-prod", db="/srv/app/ts.db", at=1_700_000_000.0,
         where={"environment": "prod"}, worst_trace_ids=["a1" * 16, "b2" * 16])
     args.update(kw)
@@ -177,7 +179,8 @@ def test_webhook_payload_has_stable_documented_keys() -> None:
     assert p["time"] == "2023-11-14T22:13:20Z" and p["where"] == {"environment": "prod"}
     assert p["worst_trace_ids"] == ["a1" * 16, "b2" * 16]
     # no data: numbers are null, never NaN (which is not JSON)
-    p = N.webhook_payload(event("NO_DATA", value=float("nan"), lo=None, hi=float("inf"), n=0))
+    p = N.webhook_payload(event("NO_DATA", estimate=Estimate(0, float("nan"), None, float("inf"),
+                                                        "betting confidence sequence")))
     json.dumps(p, allow_nan=False)
     assert p["estimate"]["value"] is None and p["estimate"]["hi"] is None
     assert p["previous"] == "OK"
@@ -493,7 +496,7 @@ def test_one_otel_log_record_per_state_change() -> None:
     provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
     logger = provider.get_logger("tracescore")
     N.emit_state_change(logger, event("ALERT", "OK"))
-    N.emit_state_change(logger, event("NO_DATA", "ALERT", value=None, lo=None, hi=None, n=0))
+    N.emit_state_change(logger, event("NO_DATA", "ALERT", estimate=Estimate.missing("betting confidence sequence")))
     N.emit_state_change(None, event())  # no logger: nothing, no error
     alert, no_data = (r.log_record for r in exporter.get_finished_logs())
     assert alert.event_name == no_data.event_name == "tracescore.monitor.state_change"

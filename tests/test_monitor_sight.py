@@ -13,12 +13,13 @@ import pytest
 from helpers import StoreClock, store_clock
 from test_monitoring import DAY, NOW, beta, feed
 
-from tracescore.monitor import confseq, sight
+from tracescore.monitor import confseq
+from tracescore.monitor import judge_drift as drift
 from tracescore.monitor.config import monitors_from_objects
 from tracescore.monitor.evaluate import Evaluator, is_news
 from tracescore.monitor.measure import _describe_baseline
-from tracescore.monitor.stats import Moments
-from tracescore.trust import drift
+from tracescore.stats import Estimate, Moments, sight
+from tracescore.stats import confseq as cs
 
 HOUR = 3600.0
 
@@ -114,11 +115,11 @@ def test_baseline_verdict_numbers_agree_with_its_words(cur_mean: float, state: s
 # -- 3. blind monitors: they say so; windows grow; the schedule keeps power --------------------
 def test_minimum_detectable_effect_is_calibrated() -> None:
     """At the stated MDE, a window of n alerts by its end in about POWER of streams."""
-    from tracescore.monitor.confseq import eb_confidence_sequence
+    from tracescore.stats.confseq import eb_confidence_sequence
 
     rng = np.random.default_rng(6)
     sd, n = 0.11, 480
-    for a in (confseq.window_alpha(0.05, 1), confseq.window_alpha_log(0.05, 168)):
+    for a in (cs.window_alpha(0.05, 1), cs.window_alpha_log(0.05, 168)):
         mde = sight.detectable(n, a, sd * sd)
         mu = 0.8 - mde
         k = mu * (1 - mu) / sd ** 2 - 1
@@ -126,9 +127,9 @@ def test_minimum_detectable_effect_is_calibrated() -> None:
         _lo, hi = eb_confidence_sequence(x, a)
         power = float(np.mean(hi[:, -1] < 0.8))
         assert 0.75 <= power <= 0.85, (a, mde, power)
-    need = sight.records_needed(0.05, confseq.window_alpha_log(0.05, 168), sd * sd)
-    assert need is not None and sight.detectable(need, confseq.window_alpha_log(
-        0.05, 168), sd * sd) <= 0.05 < sight.detectable(need - 1, confseq.window_alpha_log(
+    need = sight.records_needed(0.05, cs.window_alpha_log(0.05, 168), sd * sd)
+    assert need is not None and sight.detectable(need, cs.window_alpha_log(
+        0.05, 168), sd * sd) <= 0.05 < sight.detectable(need - 1, cs.window_alpha_log(
             0.05, 168), sd * sd)
 
 
@@ -156,10 +157,10 @@ def test_a_blind_monitor_says_so_and_its_window_grows(db: str, clock: StoreClock
 
 
 def test_log_schedule_sums_to_alpha_and_quiet_windows_spend_nothing() -> None:
-    parts = [confseq.window_alpha_log(0.05, k) for k in range(1, 200001)]
+    parts = [cs.window_alpha_log(0.05, k) for k in range(1, 200001)]
     assert sum(parts) == pytest.approx(0.05 * (1 - np.log(2) / np.log(200002)), rel=1e-9)
     assert sum(parts) < 0.05
-    assert parts[167] > 4 * confseq.window_alpha(0.05, 168)
+    assert parts[167] > 4 * cs.window_alpha(0.05, 168)
     mon = confseq.ThresholdMonitor(0.8, "below", min_n=30, schedule="log")
     mon.update([0.9] * 10)
     mon.new_window()  # 10 < min_n: could not alert, spent nothing
@@ -353,8 +354,8 @@ def test_an_apps_runner_logs_each_blind_monitor_once(caplog: pytest.LogCaptureFi
     from tracescore.monitor.runner import say_blind
 
     def ev(name: str, blind: bool) -> Evaluation:
-        return Evaluation(name, "OK", None, "OK", 0.85, 0.7, 1.0, 40, f"{name} summary", "m",
-                          False, True, detail={"sight": {"blind": blind}})
+        return Evaluation(name, "OK", None, "OK", Estimate(40, 0.85, 0.7, 1.0, "m"),
+                          f"{name} summary", False, True, detail={"sight": {"blind": blind}})
 
     said: set[str] = set()
     with caplog.at_level(logging.WARNING, logger="tracescore"):

@@ -1,4 +1,4 @@
-"""tracescore.monitor.stats against scipy / statsmodels, verdict edge cases, seeded simulations.
+"""tracescore.stats against scipy / statsmodels, verdict edge cases, seeded simulations.
 
 statsmodels is a test-only dependency: it is the independent reference for the intervals.
 """
@@ -19,7 +19,7 @@ from statsmodels.stats.proportion import (
 )
 from statsmodels.stats.weightstats import CompareMeans, DescrStatsW
 
-from tracescore.monitor.stats import (
+from tracescore.stats import (
     CHANGED,
     IMPROVED,
     NO_CHANGE,

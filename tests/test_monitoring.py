@@ -24,9 +24,9 @@ from helpers import WebhookReceiver as _Hook
 from tracescore.cli import main
 from tracescore.monitor.config import monitors_from_objects
 from tracescore.monitor.evaluate import GRACE_S, Evaluator
+from tracescore.read.db import open_db
 from tracescore.record import RagRecord
 from tracescore.reports.compare import build_comparison
-from tracescore.reports.db import open_db
 from tracescore.reports.report import build_report
 from tracescore.sampling import Decision
 from tracescore.score import Score

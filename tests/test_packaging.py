@@ -27,7 +27,7 @@ def test_wheel_installs_into_a_fresh_venv_and_imports_the_langchain_adapter(tmp_
     names = zipfile.ZipFile(wheel).namelist()
     assert "tracescore/integrations/langchain/__init__.py" in names
     assert "tracescore/integrations/llama_index/__init__.py" in names
-    assert "tracescore/trust/ppi.py" in names
+    assert "tracescore/stats/ppi.py" in names
     assert "tracescore/examples/data/corpus.json" in names
     assert not any(n.startswith(("integrations/", "examples/", "tests/")) for n in names)
 

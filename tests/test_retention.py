@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 from helpers import rows, run_cli
 
+from tracescore.read.db import open_db
+from tracescore.read.records import find_records, record_details
 from tracescore.record import Candidate, Context, RagRecord
-from tracescore.reports.db import open_db
 from tracescore.reports.report import build_report
-from tracescore.reports.show import find_records, format_records, record_details
+from tracescore.reports.show import format_records
 from tracescore.store import Store, open_store
 from tracescore.store.compat import connect_reader
 from tracescore.store.migrations import SQLITE_MIGRATIONS
@@ -167,7 +168,7 @@ def fill_40_days(make_ts: Any, db_path: Path | str, now: float) -> list[RagRecor
 
 
 def report_of(db_path: Path | str, since: str = "90d") -> Any:
-    from tracescore.reports.db import parse_since
+    from tracescore.read.db import parse_since
 
     conn = open_db(db_path)
     try:

@@ -22,7 +22,7 @@ from tracescore.judge.openai_judge import OpenAIJudge
 from tracescore.judge.rgb_steps import RGB_TASK, rgb_schema
 from tracescore.metrics import registry
 from tracescore.metrics.rgb_abilities import integration_need, noise_bucket
-from tracescore.reports.db import open_db
+from tracescore.read.db import open_db
 from tracescore.reports.rgb import RecordFacts, aggregate, format_rgb, record_facts, rgb_live
 from tracescore.testing.judge import ScriptedJudgeServer, parse_prompt
 

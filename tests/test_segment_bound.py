@@ -14,9 +14,9 @@ import pytest
 from helpers import rows
 from test_segments import counter, segments_of
 
+from tracescore.read import query as Q
+from tracescore.read.db import open_db
 from tracescore.record import RagRecord
-from tracescore.reports import query as Q
-from tracescore.reports.db import open_db
 from tracescore.reports.report import build_report
 from tracescore.reports.report_text import format_report
 from tracescore.sampling import Decision

@@ -18,12 +18,12 @@ from click.testing import CliRunner
 
 from tracescore import Metric
 from tracescore.cli import main
-from tracescore.monitor import weighted as W
+from tracescore.read.db import open_db
 from tracescore.reports.compare import build_comparison
-from tracescore.reports.db import open_db
 from tracescore.reports.report import build_report
 from tracescore.reports.report_text import format_comparison, format_report
 from tracescore.sampling import DEFAULT_RULES, PRIORITY_PREFIX, priority, trace_fraction
+from tracescore.stats import weighted as W
 
 RATE = 0.1
 N = 2400
@@ -192,8 +192,8 @@ def test_a_uniform_sample_says_it_speaks_for_all_records(make_ts: Any, db_path: 
             f"{rep.sampled / rep.records:.3g}; no record forced): they speak for all records"
             in text)
     # equal weights: the weighted mean is the plain one
+    from tracescore.read.query import SegmentIndex, Window
     from tracescore.reports.inclusion import selection_possible, summarise_population
-    from tracescore.reports.query import SegmentIndex, Window
 
     conn = open_db(str(db_path))
     try:
@@ -244,7 +244,7 @@ def test_hajek_mean_equals_the_direct_formula() -> None:
     census = W.hajek_mean(xs, [1.0] * len(xs))
     assert census.se == 0 and census.estimate.method.startswith("census")
     # the reader's form: the database sums the values per pi
-    from tracescore.monitor.stats import Moments
+    from tracescore.stats import Moments
 
     groups = {p: Moments.from_values(x for x, q in zip(xs, pis) if q == p) for p in set(pis)}
     summed = W.hajek_from_moments(list(groups.items()))

@@ -22,15 +22,16 @@ from typing import Any
 import pytest
 from helpers import rows
 
+from tracescore.monitor.judge_drift_labels import live_identities
+from tracescore.read.records import find_records
+from tracescore.read.trust_pairs import _JOBS, _SCORES, read_pairs, unmatched_labels
+from tracescore.read.trust_pairs import LABELLED_SCORES as _LABELLED_SCORES
 from tracescore.record import RagRecord
-from tracescore.reports.show import find_records
-from tracescore.reports.trust_pairs import _JOBS, _SCORES, read_pairs, unmatched_labels
 from tracescore.sampling import Decision
 from tracescore.score import Score
 from tracescore.store import NewJob, migrations, open_store
 from tracescore.store.compat import connect_reader, trace_join, trace_records
 from tracescore.store.retention import Retention, count_eligible, prune
-from tracescore.trust.drift_labels import _LABELLED_SCORES, live_identities
 
 NOW = 1_790_000_000.0
 DAY = 86400.0

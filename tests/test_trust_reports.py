@@ -7,7 +7,7 @@ the judge says "yes" to 95 % of the humans' yes and to 40 % of their no, and sco
 0.1 higher than the human plus noise. Labels are added through the store (``add_label``), as
 ``ts.add_label`` and ``tracescore label`` do. Every figure is checked against an independent
 computation on the same pairs: statsmodels' Cohen's kappa, scipy's Spearman and paired t,
-and :mod:`tracescore.trust.ppi` on moments computed here from the written values.
+and :mod:`tracescore.stats.ppi` on moments computed here from the written values.
 """
 
 from __future__ import annotations
@@ -23,17 +23,17 @@ from click.testing import CliRunner
 from helpers import StoreClock, store_clock
 
 from tracescore.cli import main
-from tracescore.monitor.stats import Moments
+from tracescore.read.db import open_db
 from tracescore.record import RagRecord
 from tracescore.reports.compare import build_comparison
-from tracescore.reports.db import open_db
 from tracescore.reports.report import build_report
 from tracescore.reports.report_text import format_comparison, format_report
 from tracescore.sampling import Decision
 from tracescore.score import Score
+from tracescore.stats import Moments
+from tracescore.stats.ppi import Stratum, ppi_mean, stratified_ppi_mean
 from tracescore.store import NewJob, open_store
 from tracescore.store.segments import SegmentSpec
-from tracescore.trust.ppi import Stratum, ppi_mean, stratified_ppi_mean
 
 DAY = 86400.0
 NOW = 1_780_000_000.0

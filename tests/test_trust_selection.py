@@ -27,12 +27,12 @@ from test_trust_reports import clock as clock  # noqa: F401 (fixture)
 from test_trust_reports import labelled as labelled  # noqa: F401 (fixture)
 
 from tracescore.cli import main
-from tracescore.monitor.stats import Moments
+from tracescore.read.db import open_db
 from tracescore.reports.compare import build_comparison
-from tracescore.reports.db import open_db
 from tracescore.reports.report_text import format_comparison, format_report
+from tracescore.stats import Moments
+from tracescore.stats.ppi import Stratum, stratified_ppi_mean
 from tracescore.store import open_store
-from tracescore.trust.ppi import Stratum, stratified_ppi_mean
 from tracescore.trust.selection import draw_check
 
 WARNING = "WARNING: the labelled records do not look like a random draw"

@@ -17,7 +17,18 @@ from statsmodels.stats.inter_rater import cohens_kappa as sm_kappa
 from statsmodels.stats.proportion import proportion_confint
 from statsmodels.stats.weightstats import DescrStatsW
 
-from tracescore.monitor.stats import NOT_ENOUGH_DATA, Moments
+from tracescore.stats import NOT_ENOUGH_DATA, Moments
+from tracescore.stats.ppi import (
+    JUDGE,
+    LABELS,
+    PPI,
+    PPI_PLUS,
+    STRATIFIED_PPI_PLUS,
+    Stratum,
+    ppi_mean,
+    stratified_ppi_mean,
+    tuned_lambda,
+)
 from tracescore.trust.agreement import (
     MIN_PAIRS,
     Confusion,
@@ -34,17 +45,6 @@ from tracescore.trust.plan import (
     make_plan,
     parse_stratum,
     score_edges,
-)
-from tracescore.trust.ppi import (
-    JUDGE,
-    LABELS,
-    PPI,
-    PPI_PLUS,
-    STRATIFIED_PPI_PLUS,
-    Stratum,
-    ppi_mean,
-    stratified_ppi_mean,
-    tuned_lambda,
 )
 
 TOL = 1e-9

@@ -44,7 +44,7 @@ def force_on_metadata_flag(record: RagRecord) -> str | None:
 DEFAULT_RULES: tuple[Rule, ...] = (force_on_error, force_on_metadata_flag)
 
 #: The start of the reason a :func:`priority` rule gives (the read side parses the rate back
-#: from it: :func:`tracescore.monitor.weighted.priority_rate`).
+#: from it: :func:`tracescore.stats.weighted.priority_rate`).
 PRIORITY_PREFIX = "priority "
 
 

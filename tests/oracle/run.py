@@ -29,8 +29,8 @@ def built(spec: Spec) -> Iterator[tuple[str, View]]:
 @contextlib.contextmanager
 def frozen_now(now: float) -> Iterator[None]:
     """``time.time()`` of the readers (``--since``, the comparison's windows) is ``now``."""
+    import tracescore.read.db as db_mod
     import tracescore.reports.compare as compare_mod
-    import tracescore.reports.db as db_mod
 
     mods = (db_mod, compare_mod)
     old = [m.time for m in mods]

@@ -16,7 +16,7 @@ from .strategies import specs
 
 
 def _open(db: str):
-    from tracescore.reports.db import open_db
+    from tracescore.read.db import open_db
 
     return open_db(db)
 

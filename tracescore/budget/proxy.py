@@ -9,7 +9,7 @@ the judge is asked, computed from the record alone (pure Python, microseconds).
 
 The proxy need not be calibrated or even good: the estimate fits a line from it to the
 judge's score and falls back to the judged records' weighted mean when it is useless
-(:mod:`tracescore.monitor.active`); selection learns its error per bin
+(:mod:`tracescore.stats.active`); selection learns its error per bin
 (:mod:`.policy`). Embedding similarities and the judge's past verdicts on similar records are
 not used yet.
 """

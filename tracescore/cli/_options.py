@@ -43,7 +43,7 @@ class OutputProblem(click.FileError):
 
 
 def _open(db: Path | str) -> Any:
-    from ..reports.db import DatabaseError, open_db
+    from ..read.db import DatabaseError, open_db
 
     try:
         return open_db(db)
@@ -140,7 +140,7 @@ def _quiet_stdout() -> None:
 
 
 def _since(ctx: click.Context, param: click.Parameter, value: str) -> float | None:
-    from ..reports.db import parse_since
+    from ..read.db import parse_since
 
     try:
         return parse_since(value)

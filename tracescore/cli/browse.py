@@ -64,7 +64,7 @@ def export(db: Path, fmt: str, since: float | None, metrics: tuple[str, ...],
     database can be larger than memory. CSV text cells that a spreadsheet would run as a
     formula are prefixed with ', and control characters are escaped (see --raw-csv).
     """
-    from ..reports.rows import columns, iter_rows, write_csv, write_jsonl
+    from ..read.rows import columns, iter_rows, write_csv, write_jsonl
 
     conn = _open(db)
     try:
@@ -125,14 +125,14 @@ def ui(db: Path, port: int, no_open: bool) -> None:
             f"`tracescore export`, or any PostgreSQL client.")
     if not datasette_available():
         raise DatabaseProblem(f"Datasette is not installed; {INSTALL_HINT}")
-    from ..reports.db import has_table
+    from ..read.db import has_table
+    from ..read.pipeline import has_judge_decisions
 
     conn = _open(db)  # a clear message for a missing or foreign file, before Datasette starts
     try:
         has_metrics = has_table(conn, "metrics")
         # a database with judge budgets: the canned means say which are of judged records
-        has_decisions = has_table(conn, "judge_decisions") and conn.execute(
-            "SELECT 1 FROM judge_decisions LIMIT 1").fetchone() is not None
+        has_decisions = has_judge_decisions(conn)
         metric = default_metric(conn)
     finally:
         conn.close()

@@ -282,7 +282,7 @@ def report(db: Path, since: float | None, as_json: bool, worst: int,
         return
     conn = _open(db)
     try:
-        from ..reports.query import dims_of
+        from ..read.query import dims_of
 
         dims = dims_of(conn)
         for dim in ([by] if by else []) + list(where):
@@ -396,8 +396,9 @@ def show(trace_id: str, db: Path, as_json: bool, chars: int, as_session: bool,
     --session, a session key (a session's own record also shows as its conversation).
     Exits with code 1 when nothing matches.
     """
+    from ..read.records import find_records, record_details
     from ..reports.conversation import format_session, session_view
-    from ..reports.show import find_records, format_records, record_details
+    from ..reports.show import format_records
     from ..store.base import redact_text
 
     try:

@@ -238,6 +238,8 @@ def _flush_showing_judge_calls(ts: Any, timeout: float, judge_progress: JudgePro
     """``ts.flush(timeout)`` in short slices, telling ``judge_progress`` the judge calls
     logged so far (the ``judge_calls`` table, read on a second connection)."""
     deadline = time.monotonic() + timeout
+    from ..read.pipeline import judge_calls_since
+
     conn = sqlite3.connect(f"file:{Path(ts.db_path).resolve()}?mode=ro", uri=True)
     try:
         while True:
@@ -247,11 +249,7 @@ def _flush_showing_judge_calls(ts: Any, timeout: float, judge_progress: JudgePro
             done = done and (not ts.worker.judge_canary or ts.worker.canary_done.is_set())
             if not done and _judge_down(ts):
                 return False  # its jobs wait in the database; the report says for what
-            try:
-                calls = conn.execute("SELECT count(*) FROM judge_calls WHERE created_at >= ?",
-                                     (started,)).fetchone()[0]
-            except sqlite3.Error:
-                calls = 0
+            calls = judge_calls_since(conn, started)
             judge_progress(calls, max(expected, calls))
             if done or left <= 0:
                 return done

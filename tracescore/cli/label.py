@@ -151,9 +151,9 @@ def _kind(path: Path) -> str:
 
 
 def _export(store: Any, path: Path, metric: str | None, raw_csv: bool = False) -> int:
-    """Labels to ``path``; a CSV through :func:`tracescore.reports.rows.write_csv` (formula
+    """Labels to ``path``; a CSV through :func:`tracescore.read.rows.write_csv` (formula
     cells neutralised unless ``raw_csv``; control characters escaped unless ``raw_csv``)."""
-    from ..reports.rows import write_csv
+    from ..read.rows import write_csv
     from ..reports.textfmt import printable
 
     kind = _kind(path)
@@ -231,20 +231,10 @@ def _target(row: dict[str, Any]) -> tuple[str, str | None]:
 
 def _unknown(store: Any, rows: list[dict[str, Any]]) -> int:
     """How many of ``rows`` name a trace (or a record) the database has no record of."""
-    from ..store.compat import trace_records
+    from ..read.labelling import unknown_targets
     from ..store.rollup import qmark
 
-    conn = qmark(store)
-    n = 0
-    args: tuple[Any, ...]
-    for r in rows:
-        if r["record_id"] is not None:
-            sql, args = "SELECT 1 FROM records WHERE record_id = ?", (r["record_id"],)
-        else:
-            of_trace, args = trace_records(store, r["trace_id"])
-            sql = f"SELECT 1 FROM records WHERE {of_trace} LIMIT 1"
-        n += conn.execute(sql, args).fetchone() is None
-    return n
+    return unknown_targets(store, qmark(store), rows)
 
 
 #: Labels checked, then written, per step of an import (all steps in one transaction).
@@ -319,29 +309,9 @@ def _short(exc: BaseException) -> str:
 
 
 # -- the queue ----------------------------------------------------------------------------------
-#: The records scored under a name that this annotator has not labelled, newest first.
-_UNLABELLED = (
-    "SELECT DISTINCT r.record_id, r.trace_id, r.created_at FROM scores s JOIN records r"
-    " ON r.record_id = s.record_id WHERE s.name = ? AND NOT EXISTS (SELECT 1 FROM labels l"
-    " WHERE l.record_id = r.record_id AND l.name = ? AND l.annotator = ?)"
-    " ORDER BY r.created_at DESC, r.record_id DESC")
-#: The record a plan row without a record id stands for (plans stored before record ids):
-#: the trace's newest record scored under the name, as a label by trace id. ``{of_trace}``:
-#: the trace's records (:func:`tracescore.store.compat.trace_records`).
-_RECORD_OF_TRACE = (
-    "SELECT r.record_id FROM records r JOIN scores s ON s.record_id = r.record_id"
-    " AND s.name = ? WHERE {of_trace} ORDER BY r.created_at DESC, r.record_id DESC"
-    " LIMIT 1")
-#: SQL true when record ``r`` has text to label (captured, not compact, not all redacted).
-HAS_TEXT = (
-    "(COALESCE(r.content_captured, 1) <> 0 AND COALESCE(r.text_kept, 1) <> 0"
-    " AND (COALESCE(r.query, '') <> '' OR COALESCE(r.answer, '') <> ''"
-    " OR COALESCE(r.contexts, '[]') NOT IN ('', '[]')))")
-
-
 def _queue(store: Any, metric: str, annotator: str, plan_n: int | None, plan_id: str | None,
            seed: int | None) -> None:
-    from ..store.compat import trace_records
+    from ..read import labelling as RL
     from ..store.rollup import qmark
 
     scale = _scale(store, metric)
@@ -361,15 +331,12 @@ def _queue(store: Any, metric: str, annotator: str, plan_n: int | None, plan_id:
         for r in rows:
             record_id = r.get("record_id")
             if record_id is None:
-                of_trace, args = trace_records(store, r["trace_id"], "r")
-                found = conn.execute(_RECORD_OF_TRACE.format(of_trace=of_trace),
-                                     (metric, *args)).fetchone()
-                record_id = None if found is None else str(found[0])
+                record_id = RL.record_of_trace(store, conn, metric, r["trace_id"])
             if r["name"] != metric or (record_id is not None and record_id in done):
                 continue
             items.append((record_id, r["trace_id"]))
     else:
-        items = [(r[0], r[1]) for r in conn.execute(_UNLABELLED, (metric, metric, annotator))]
+        items = RL.unlabelled(conn, metric, annotator)
     if not items:
         click.echo(f"nothing to label for {metric!r}"
                    + (f" by {annotator!r}" if annotator else "") + ".")
@@ -384,16 +351,13 @@ def _make_plan(store: Any, metric: str, n: int, seed: int | None) -> str:
     newest); records without text are left out and counted."""
     import secrets
 
+    from ..read.labelling import plan_population
     from ..store.rollup import qmark
     from ..trust.plan import Candidate, make_plan
 
     population: dict[str, Candidate] = {}
     textless: set[str] = set()
-    for record_id, t, v, release, has_text in qmark(store).execute(
-            f"SELECT r.record_id, r.trace_id, s.value, g.release, {HAS_TEXT} FROM scores s"
-            " JOIN records r ON r.record_id = s.record_id LEFT JOIN segments g"
-            " ON g.seg_id = r.seg_id WHERE s.name = ? AND s.status = 'ok'"
-            " AND s.value IS NOT NULL ORDER BY s.created_at DESC, s.score_id DESC", (metric,)):
+    for record_id, t, v, release, has_text in plan_population(qmark(store), metric):
         if not has_text:
             textless.add(record_id)
             continue

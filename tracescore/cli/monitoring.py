@@ -41,7 +41,7 @@ class ConfigProblem(click.ClickException):
 
 
 def _duration(text: str | None) -> float | None:
-    from ..reports.db import parse_duration
+    from ..read.db import parse_duration
 
     if text is None:
         return None
@@ -163,26 +163,12 @@ def _load_monitors(path: Path | None, required: bool) -> Any:
 def check_monitors_against(conn: Any, monitors: Any) -> None:
     """Unknown scores or undeclared segments in ``monitors`` → ConfigProblem (exit 2)."""
     from ..monitor.config import MonitorConfigError
-    from ..reports.metric_info import MetricInfo
-    from ..reports.query import SegmentIndex
+    from ..read.metric_info import declared_segment_keys, known_scores
+    from ..read.query import SegmentIndex
 
-    info = MetricInfo(conn)
-    known: dict[str, Any] = {}
-    try:
-        for metric, names in conn.execute("SELECT metric, score_names FROM metrics"):
-            for name in json.loads(names or "[]") or [metric]:
-                known[name] = info.higher_is_better(metric)
-    except Exception:  # a database from before the metrics table
-        pass
-    for (name, metric) in conn.execute("SELECT DISTINCT name, metric FROM hourly_scores"):
-        known.setdefault(name, info.higher_is_better(metric or name))
+    known = known_scores(conn)
     dims = [d for d in SegmentIndex(conn).dims() if d.startswith("metadata.")]
-    try:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'segment_keys'").fetchone()
-        if row and row[0]:
-            dims += [f"metadata.{k}" for k in json.loads(row[0])]
-    except Exception:
-        pass
+    dims += [f"metadata.{k}" for k in declared_segment_keys(conn)]
     try:
         monitors.check_against(known, dims)
     except MonitorConfigError as exc:
@@ -319,7 +305,8 @@ def _evaluate_once(db: Any, monitors: Any, only: tuple[str, ...], *, save: bool
     ev = Evaluator(str(db), monitors, db_label=_name(db))
     try:
         evals = ev.run_once(save=save, only=list(only) or None)
-        from ..trust import drift, drift_labels
+        from ..monitor import judge_drift as drift
+        from ..monitor import judge_drift_labels as drift_labels
 
         for mod in (drift, drift_labels):  # the built-in judge-drift monitors beside them
             if not only or mod.MONITOR in only:

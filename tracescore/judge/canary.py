@@ -21,7 +21,7 @@ When it runs (in whichever process scores: the app's scorer or ``tracescore work
 
 Every run is kept in the ``judge_canary`` table (schema 4): when, the configured and reported
 models, the prompt version, what triggered it, cases, agreed, the share of "yes", per-case
-expected/got. :mod:`tracescore.trust.drift` watches that history.
+expected/got. :mod:`tracescore.monitor.judge_drift` watches that history.
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ def canary_every_from_env() -> float | None:
     try:
         return float(raw) if float(raw) > 0 else None
     except ValueError:
-        from ..monitor.config import duration
+        from .._internal.durations import duration
 
         try:
             return duration(raw)

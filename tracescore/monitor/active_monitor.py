@@ -15,7 +15,7 @@ mean is biased).
   baseline's (the same sequence run over the baseline's decided records, read once a window,
   its far end the bound compared with).
 - ``rule = "fixed"``: the trailing window's active estimate and its normal interval, exactly
-  the report's (:func:`tracescore.reports.active.active_summaries`), against the threshold.
+  the report's (:func:`.active_summary.active_summaries`), against the threshold.
 
 A judged record whose score is not there yet stops the reading for up to
 :data:`PENDING_WAIT_S` (the records after it wait, so the order holds); after that, and for a
@@ -31,9 +31,12 @@ import math
 from types import SimpleNamespace
 from typing import Any
 
+from ..read import monitoring as RM
+from ..stats import Estimate
+from ..stats.active_cs import ActiveSequence
+from ..stats.confseq import spend
 from . import confseq
 from . import state as S
-from .active_cs import ActiveSequence
 from .config import Monitor, format_duration
 
 __all__ = ["PENDING_WAIT_S", "budgeted_metric", "measure_active"]
@@ -47,14 +50,7 @@ def budgeted_metric(ctx: Any, m: Monitor, metric: str) -> bool:
     judge decisions reach into the last two windows."""
     if m.is_pipeline_figure or m.score == "error_rate":
         return False
-    from ..store.compat import has_table
-
-    if not has_table(ctx.reader, "judge_decisions"):
-        return False
-    row = ctx.reader.execute(
-        "SELECT 1 FROM judge_decisions WHERE metric = ? AND created_at >= ? LIMIT 1",
-        (metric, ctx.now - 2 * m.window_s)).fetchone()
-    return row is not None
+    return RM.judged_within_budget(ctx.reader, metric, ctx.now - 2 * m.window_s)
 
 
 def _fmt(v: float | None, d: int = 3) -> str:
@@ -65,11 +61,8 @@ class _Reader:
     """Decided records of one metric, in decision order, after a position."""
 
     def __init__(self, ctx: Any, m: Monitor, metric: str) -> None:
-        from ..reports import query as Q
-
         self.ctx, self.m, self.metric = ctx, m, metric
-        ids = ctx.seg.matching(m.where)
-        self.seg_sql, self.seg_args = Q._seg_clause(ids, "r.seg_id")
+        self.filt = RM.where_filter(ctx.seg, m.where, "r.", records=True)
         self.missing = self.unrepresented = 0
 
     def read(self, start: float, until: float, pos: tuple[float, str], *,
@@ -83,15 +76,8 @@ class _Reader:
         last = pos
         read = 0
         while read < MAX_ROWS:
-            rows = self.ctx.reader.execute(
-                "SELECT d.created_at, d.record_id, d.proxy, d.pi, d.selected, s.value,"
-                " s.status FROM judge_decisions d JOIN records r ON r.record_id = d.record_id"
-                " LEFT JOIN scores s ON s.record_id = d.record_id AND s.name = ?"
-                " WHERE d.metric = ? AND d.created_at >= ? AND d.created_at < ?"
-                " AND (d.created_at > ? OR (d.created_at = ? AND d.record_id > ?))"
-                + self.seg_sql + " ORDER BY d.created_at, d.record_id LIMIT ?",
-                (self.m.score, self.metric, start, until, last[0], last[0], last[1],
-                 *self.seg_args, CHUNK)).fetchall()
+            rows = RM.decision_rows(self.ctx.reader, self.m.score, self.metric, start, until,
+                                    last, filt=self.filt, limit=CHUNK)
             read += len(rows)
             groups: dict[str, list[Any]] = {}
             order: list[str] = []
@@ -149,16 +135,15 @@ def _what(seq: ActiveSequence) -> str:
 def _no(m: Monitor, why: str, keep: Any = None) -> Any:
     from .measure import _Result
 
-    return _Result("NO_DATA", None, None, None, 0, why, "active estimate (not available)",
-                   keep, detail={"condition": f"{m.statistic} of {m.score}",
-                                 "estimator": "active"})
+    return _Result("NO_DATA", Estimate.missing("active estimate (not available)"), why, keep,
+                   detail={"condition": f"{m.statistic} of {m.score}", "estimator": "active"})
 
 
 def _baseline(ctx: Any, m: Monitor, metric: str, start: float, alpha: float,
               direction: str) -> dict[str, Any] | None:
     """The baseline's active estimate and its bound (the far end of the sequence over the
     baseline's records at ``alpha``), or None without one; also the current side's where."""
-    from ..reports import query as Q
+    from ..read import query as Q
     from .measure import _release_pair
 
     where = dict(m.where)
@@ -194,7 +179,7 @@ def _baseline(ctx: Any, m: Monitor, metric: str, start: float, alpha: float,
 def measure_active(ctx: Any, m: Monitor, prior: S.StateRow | None, direction: str,
                    metric: str) -> Any:
     """:func:`.measure._measure` for a monitor on a budgeted judge metric."""
-    from ..reports.query import SCORE_DIMS
+    from ..read.query import SCORE_DIMS
     from .measure import (
         SCHEDULE,
         _describe,
@@ -254,7 +239,7 @@ def measure_active(ctx: Any, m: Monitor, prior: S.StateRow | None, direction: st
                 k += 1
             seq, base = None, None
             counts = {"missing": 0, "unrepresented": 0}
-    alpha = confseq.spend(m.alpha, k, SCHEDULE) / half
+    alpha = spend(m.alpha, k, SCHEDULE) / half
     if seq is None:
         seq = ActiveSequence(alpha)
         pos = (start, "")
@@ -263,9 +248,9 @@ def measure_active(ctx: Any, m: Monitor, prior: S.StateRow | None, direction: st
     if base is not None and "missing" in base:
         keep = {"def": m.definition_hash(), "active": 1, "t0": t0, "w": w_index, "k": k,
                 "prev": prev, "seq": None, "base": None, "counts": counts}
-        return _Result("NO_DATA", None, None, None, 0, f"no baseline: {base['missing']}",
-                       "-", keep, detail={"condition": f"regressed against {m.baseline}",
-                                          "estimator": "active"})
+        return _Result("NO_DATA", Estimate.missing("-"), f"no baseline: {base['missing']}",
+                       keep, detail={"condition": f"regressed against {m.baseline}",
+                                     "estimator": "active"})
     cur_m = m if not (base or {}).get("cur_where") else _with_where(m, base["cur_where"])
     rd = _Reader(ctx, cur_m, metric)
     rows, pos = rd.read(start, until, pos)
@@ -312,7 +297,7 @@ def measure_active(ctx: Any, m: Monitor, prior: S.StateRow | None, direction: st
                   "prev": prev, "seq": seq.to_json(), "pos": [pos[0], pos[1]], "base": base,
                   "counts": counts}
     return _Result(
-        state, st.estimate, st.lo, st.hi, st.n, summary, method, test_state,
+        state, Estimate(st.n, st.estimate, st.lo, st.hi, method), summary, test_state,
         _worst(ctx, cur_m, start, direction) if state in ("ALERT", "WARNING") else [],
         {"condition": condition, "window_start": start, "carried": carried,
          "estimator": "active", "alpha": alpha, "n_judged": seq.n, "n_proxied": seq.sums.N,
@@ -345,8 +330,8 @@ def _judge_for(m: Monitor, direction: str, base: dict[str, Any] | None) -> Any:
 def _fixed(ctx: Any, m: Monitor, direction: str, metric: str) -> Any:
     """The fixed rule: the trailing window's active estimate (the report's) against the
     threshold."""
-    from ..reports import query as Q
-    from ..reports.active import active_summaries
+    from ..read import query as Q
+    from .active_summary import active_summaries
     from .measure import _Result, _worst
 
     got = active_summaries(ctx.reader, Q.Window(ctx.now - m.window_s, None),
@@ -354,19 +339,19 @@ def _fixed(ctx: Any, m: Monitor, direction: str, metric: str) -> Any:
     e = got.active.estimate if got is not None else None
     n = e.n if e is not None else 0
     if e is None or e.value is None or n < m.min_n:
-        return _Result("NO_DATA", None if e is None else e.value, None, None, n,
-                       f"not enough data (n={n} judged < {m.min_n}; active estimate)",
-                       "fixed window: active estimate", None,
+        return _Result("NO_DATA", Estimate.missing("fixed window: active estimate", n,
+                                                   None if e is None else e.value),
+                       f"not enough data (n={n} judged < {m.min_n}; active estimate)", None,
                        detail={"estimator": "active"})
     thr = float(m.threshold if m.threshold is not None else 0.0)
     bad = e.value < thr if direction == "below" else e.value > thr
     what = f"active estimate, {n} judged / {got.active.n_proxied} proxied"
-    return _Result("ALERT" if bad else "OK", e.value, e.lo, e.hi, n,
+    method = ("fixed window: active estimate, normal interval (fires on noise; see "
+              "docs/monitoring.md)")
+    return _Result("ALERT" if bad else "OK", Estimate(n, e.value, e.lo, e.hi, method),
                    f"{m.statistic} {_fmt(e.value)} [{_fmt(e.lo)}, {_fmt(e.hi)}] ({what}) "
                    f"{'is' if bad else 'is not'} {direction} {thr} (fixed rule: the window's "
-                   "estimate alone, no anytime-valid interval)",
-                   "fixed window: active estimate, normal interval (fires on noise; see "
-                   "docs/monitoring.md)", None,
+                   "estimate alone, no anytime-valid interval)", None,
                    _worst(ctx, m, ctx.now - m.window_s, direction) if bad else [],
                    {"condition": f"{m.statistic} {direction} {thr}", "estimator": "active",
                     "n_judged": n, "n_proxied": got.active.n_proxied,

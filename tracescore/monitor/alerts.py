@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import attributes as A
+from ..stats import CarriesEstimate, Estimate
 from . import state as _state
 from .config import format_duration
 
@@ -37,13 +38,14 @@ _WORST_SHOWN = 5
 
 # -- the event and its payloads --------------------------------------------------------------
 @dataclass(frozen=True)
-class AlertEvent:
+class AlertEvent(CarriesEstimate):
     """One state change of one monitor, as notifications describe it.
 
     ``condition``: the monitor's threshold or baseline in words ("mean below 0.80",
     "regressed against the previous 7 days"); ``verdict``: what the test concluded, in words;
-    ``method``: how the interval ``lo``..``hi`` was computed; ``command``: the CLI line that
-    shows the breach (``tracescore check --monitor NAME``); ``db``: the database's label,
+    ``estimate``: the value seen, its interval and n, and the method that made the interval
+    (read through as ``value``, ``lo``, ``hi``, ``n``, ``method``); ``command``: the CLI line
+    that shows the breach (``tracescore check --monitor NAME``); ``db``: the database's label,
     already redacted (:func:`tracescore.store.redact_url`); ``at``: unix seconds.
     """
 
@@ -53,13 +55,9 @@ class AlertEvent:
     score: str
     statistic: str
     window_s: float
-    value: float | None
-    lo: float | None
-    hi: float | None
-    n: int
+    estimate: Estimate
     condition: str
     verdict: str
-    method: str
     command: str
     db: str
     at: float

@@ -48,6 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..stats import CarriesEstimate, Estimate
 from . import state as S
 from .config import Monitor, MonitorSet
 from .measure import GRACE_S, _Context, _measure, _Result  # noqa: F401 (GRACE_S: re-exported)
@@ -65,20 +66,17 @@ def worse(a: str, b: str) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class Evaluation:
-    """One monitor's evaluation: the stored state after hysteresis and what was seen now."""
+class Evaluation(CarriesEstimate):
+    """One monitor's evaluation: the stored state after hysteresis and what was seen now
+    (``estimate``; its value, lo, hi, n and method read through as attributes)."""
 
     monitor: str
     state: str
     previous: str | None
     #: this evaluation's own verdict (before hysteresis)
     raw: str
-    value: float | None
-    lo: float | None
-    hi: float | None
-    n: int
+    estimate: Estimate
     summary: str
-    method: str
     changed: bool
     saved: bool
     worst: tuple[str, ...] = ()
@@ -158,8 +156,8 @@ class Evaluator:
         now = self.clock() if now is None else now
         held = save and S.acquire_lease(store, S.DEFAULT_LEASE, self.owner, self.lease_ttl_s)
         stored = S.load_states(store)
-        from ..reports.metric_info import MetricInfo
-        from ..reports.query import SegmentIndex
+        from ..read.metric_info import MetricInfo
+        from ..read.query import SegmentIndex
 
         ctx = _Context(reader, SegmentIndex(reader), MetricInfo(reader), now)
         out = []
@@ -181,8 +179,8 @@ class Evaluator:
             result = _measure(ctx, m, prior)
         except Exception as exc:  # a broken monitor must not stop the others
             log.warning("tracescore: monitor %s could not be evaluated: %s", m.name, exc)
-            result = _Result("NO_DATA", None, None, None, 0, f"could not evaluate: {exc}",
-                             "-", prior.test_state if prior else None, error=str(exc))
+            result = _Result("NO_DATA", Estimate.missing("-"), f"could not evaluate: {exc}",
+                             prior.test_state if prior else None, error=str(exc))
         raw = _apply_no_data(m, result.state)
         state, pending, streak = _hysteresis(m, prior, raw)
         previous = prior.state if prior else None
@@ -200,9 +198,8 @@ class Evaluator:
 
             event = N.AlertEvent(
                 monitor=m.name, state=state, previous=previous, score=m.score,
-                statistic=m.statistic, window_s=m.window_s, value=result.value,
-                lo=result.lo, hi=result.hi, n=result.n, condition=_condition(m, result),
-                verdict=result.summary, method=result.method,
+                statistic=m.statistic, window_s=m.window_s, estimate=result.estimate,
+                condition=_condition(m, result), verdict=result.summary,
                 command=f"tracescore check --monitor {m.name}", db=self.db_label,
                 at=ctx.now, where=dict(m.where), worst_trace_ids=result.worst)
             news = changed and is_news(m, previous, state)
@@ -215,8 +212,8 @@ class Evaluator:
                 at=ctx.now, renotify=bool(renotify))
             if saved and changed:
                 N.emit_state_change(self.otel_logger, event)
-        return Evaluation(m.name, state, previous, raw, result.value, result.lo, result.hi,
-                          result.n, result.summary, result.method, changed, saved,
+        return Evaluation(m.name, state, previous, raw, result.estimate, result.summary,
+                          changed, saved,
                           tuple(result.worst), result.error, detail)
 
 

@@ -10,12 +10,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..read import monitoring as RM
+from ..stats import CarriesEstimate, Estimate, Moments, mean_ci
+from ..stats.sight import DEFAULT_DETECT, Sight, sight
 from . import confseq
 from . import state as S
 from .active_monitor import budgeted_metric, measure_active
 from .config import Monitor, format_duration
-from .sight import DEFAULT_DETECT, Sight, sight
-from .stats import Moments, mean_ci
 
 #: Scores younger than this are read at the next evaluation: a transaction that stamped its
 #: rows a moment ago may still be committing (several workers on PostgreSQL).
@@ -36,14 +37,12 @@ class _Context:
 
 
 @dataclass
-class _Result:
+class _Result(CarriesEstimate):
+    """One measurement: the verdict, the estimate it rests on, and the words for it."""
+
     state: str
-    value: float | None
-    lo: float | None
-    hi: float | None
-    n: int
+    estimate: Estimate
     summary: str
-    method: str
     test_state: Any
     worst: Sequence[str] = ()
     detail: dict[str, Any] = field(default_factory=dict)
@@ -127,14 +126,7 @@ def _seg_filter(ctx: _Context, m: Monitor, alias: str = "", *,
                 records: bool = False) -> tuple[str, list[Any]]:
     """SQL for the monitor's ``where`` on ``scores`` (or ``records``: record dimensions
     only)."""
-    from ..reports import query as Q
-
-    ids = ctx.seg.matching(m.where)
-    sql, args = Q._seg_clause(ids, f"{alias}seg_id")
-    if records:
-        return sql, args
-    dim_sql, dim_args = Q._score_dim_clause(m.where, alias)
-    return sql + dim_sql, args + dim_args
+    return RM.where_filter(ctx.seg, m.where, alias, records=records)
 
 
 def _position(prior_test: Mapping[str, Any] | None, window_start: float) -> tuple[float, int]:
@@ -152,30 +144,20 @@ def _observations(ctx: _Context, m: Monitor, start: float, pos: tuple[float, int
     stat = m.statistic
     t0, id0 = pos
     if m.score == "error_rate":
-        seg_sql, seg_args = _seg_filter(ctx, m, records=True)
         out: list[float] = []
-        rows = ctx.reader.execute(
-            "SELECT created_at, error FROM records WHERE created_at >= ? AND created_at < ?"
-            " AND created_at > ?" + seg_sql + " ORDER BY created_at",
-            (start, until, t0 if id0 >= 0 else start - 1, *seg_args)).fetchall()
+        rows = RM.record_errors(ctx.reader, start, until, t0 if id0 >= 0 else start - 1,
+                                _seg_filter(ctx, m, records=True))
         for _created, error in rows:
             out.append(1.0 if error else 0.0)
         last = (float(rows[-1][0]), 0) if rows else pos
         return out, last
-    seg_sql, seg_args = _seg_filter(ctx, m)
+    filt = _seg_filter(ctx, m)
     obs: list[float] = []
     last = pos
-    cond = "status = 'ok' AND value IS NOT NULL"
-    if stat == "fail_rate":
-        cond += " AND label IS NOT NULL"
     read = 0
     while read < MAX_ROWS:
-        rows = ctx.reader.execute(
-            "SELECT created_at, score_id, value, label FROM scores WHERE name = ? AND " + cond
-            + " AND created_at >= ? AND created_at < ?"
-            " AND (created_at > ? OR (created_at = ? AND score_id > ?))" + seg_sql
-            + " ORDER BY created_at, score_id LIMIT ?",
-            (m.score, start, until, last[0], last[0], last[1], *seg_args, CHUNK)).fetchall()
+        rows = RM.score_rows(ctx.reader, m.score, start, until, last,
+                             labelled=stat == "fail_rate", filt=filt, limit=CHUNK)
         for _created, _sid, value, label in rows:
             obs.append(_observation(m, float(value), label))
         read += len(rows)
@@ -225,7 +207,7 @@ def _baseline_moments(ctx: _Context, m: Monitor, start: float) -> tuple[Moments,
                                                                        dict[str, str]]:
     """The baseline sample's moments (values in [0, 1]) for the window starting at
     ``start``, its description, and the ``where`` of the current side."""
-    from ..reports import query as Q
+    from ..read import query as Q
 
     where = dict(m.where)
     cur_where = dict(where)
@@ -264,7 +246,7 @@ class _NoBaseline(Exception):
 def _release_pair(ctx: _Context, m: Monitor) -> tuple[str, str] | None:
     """(current, previous) release of a ``previous_release`` monitor, read now: the newest
     release (or the one its ``where`` names) and the one before it; None without two."""
-    from ..reports import query as Q
+    from ..read import query as Q
 
     releases = [v for v, _ in Q.values_of(ctx.reader, "release", Q.Window(), ctx.seg)]
     if "release" in m.where:
@@ -279,12 +261,8 @@ def _release_pair(ctx: _Context, m: Monitor) -> tuple[str, str] | None:
 def _worst(ctx: _Context, m: Monitor, start: float, direction: str) -> list[str]:
     if m.is_pipeline_figure:
         return []
-    seg_sql, seg_args = _seg_filter(ctx, m)
-    order = "ASC" if direction == "below" else "DESC"
-    return [r[0] for r in ctx.reader.execute(
-        "SELECT trace_id FROM scores WHERE name = ? AND status = 'ok' AND value IS NOT NULL"
-        " AND created_at >= ?" + seg_sql + f" ORDER BY value {order}, score_id DESC LIMIT 3",
-        (m.score, start, *seg_args)).fetchall()]
+    return RM.worst_trace_ids(ctx.reader, m.score, start, lowest=direction == "below",
+                              filt=_seg_filter(ctx, m))
 
 
 def _measure(ctx: _Context, m: Monitor, prior: S.StateRow | None) -> _Result:
@@ -364,7 +342,7 @@ def _measure(ctx: _Context, m: Monitor, prior: S.StateRow | None) -> _Result:
                     "cur_where": None, "need_base": True, "ws": start}
                 if test is None and saved is not None:
                     keep = {"def": m.definition_hash(), "t0": t0, "w": w_index}
-                return _Result("NO_DATA", None, None, None, 0, f"no baseline: {exc}", "-",
+                return _Result("NO_DATA", Estimate(0, None, None, None, "-"), f"no baseline: {exc}",
                                keep, detail={"condition": f"regressed against {m.baseline}"})
             if test is None:
                 test = confseq.BaselineMonitor(mom, direction, m.alpha,
@@ -412,7 +390,7 @@ def _measure(ctx: _Context, m: Monitor, prior: S.StateRow | None) -> _Result:
     method = (f"anytime-valid empirical-Bernstein confidence sequence, window "
               f"{test.window_index} at alpha {test.window_alpha:.2g}{span}")
     return _Result(
-        state, st.estimate, st.lo, st.hi, st.n, summary, method,
+        state, Estimate(st.n, st.estimate, st.lo, st.hi, method), summary,
         {"def": m.definition_hash(), "t0": t0, "w": w_index, "test": test.to_json(),
          "pos": [pos[0], pos[1]], "base_text": base_text, "cur_where": cur_where, "ws": ws,
          "base_release": (_base_release(base_text) if m.baseline == "previous_release"
@@ -464,22 +442,20 @@ def _with_where(m: Monitor, where: Mapping[str, str]) -> Monitor:
 
 
 def _metric_of(ctx: _Context, name: str) -> str:
-    row = ctx.reader.execute(
-        "SELECT metric FROM hourly_scores WHERE name = ? LIMIT 1", (name,)).fetchone()
-    return str(row[0]) if row and row[0] else name
+    return RM.metric_of(ctx.reader, name)
 
 
 def _fixed(ctx: _Context, m: Monitor, direction: str) -> _Result:
     """The peers' rule: the trailing window's mean against the threshold, no interval test."""
-    from ..reports import query as Q
+    from ..read import query as Q
 
     window = Q.Window(ctx.now - m.window_s, None)
     a = Q.merge(Q.score_aggs(ctx.reader, window, where=m.where, names=[m.score],
                              seg=ctx.seg).values()).get(m.score)
     n = a.n_ok if a else 0
     if a is None or n < m.min_n:
-        return _Result("NO_DATA", a.mean if a else None, None, None, n,
-                       f"not enough data (n={n} < {m.min_n})", "fixed window mean", None)
+        return _Result("NO_DATA", Estimate.missing("fixed window mean", n, a.mean if a else None),
+                       f"not enough data (n={n} < {m.min_n})", None)
     if m.statistic == "fail_rate":
         value = a.n_fail / a.n_labelled if a.n_labelled else None
     elif m.statistic in ("p10", "p50", "p90"):
@@ -490,17 +466,17 @@ def _fixed(ctx: _Context, m: Monitor, direction: str) -> _Result:
     thr = float(m.threshold if m.threshold is not None else 0.0)
     bad = value is not None and (value < thr if direction == "below" else value > thr)
     state = "ALERT" if bad else "OK"
-    return _Result(state, value, est.lo, est.hi, n,
+    method = "fixed window mean (fires on noise; see docs/monitoring.md)"
+    return _Result(state, Estimate(n, value, est.lo, est.hi, method),
                    f"{m.statistic} {_fmt(value)} (n={n}) {'is' if bad else 'is not'} "
-                   f"{direction} {thr} (fixed rule: the window's mean alone, no interval)",
-                   "fixed window mean (fires on noise; see docs/monitoring.md)", None,
+                   f"{direction} {thr} (fixed rule: the window's mean alone, no interval)", None,
                    _worst(ctx, m, ctx.now - m.window_s, direction) if bad else [],
                    {"condition": f"{m.statistic} {direction} {thr}"})
 
 
 def _figure(ctx: _Context, m: Monitor, prior: S.StateRow | None = None) -> _Result:
     """Pipeline figures: counts and ages, compared with the threshold as they are."""
-    from ..reports import query as Q
+    from ..read import query as Q
 
     r = ctx.reader
     test_state: Any = None
@@ -520,8 +496,7 @@ def _figure(ctx: _Context, m: Monitor, prior: S.StateRow | None = None) -> _Resu
         # the counter is a running total: the figure is its growth over the window, from
         # the total seen at the window's start (kept in the monitor's state)
         counter = "records_dropped" if m.score == "dropped_records" else "capture_degraded"
-        total = float(r.execute("SELECT coalesce(max(value), 0) FROM counters"
-                                " WHERE name = ?", (counter,)).fetchone()[0])
+        total = RM.counter_total(r, counter)
         saved = prior.test_state if prior is not None and isinstance(prior.test_state, dict) \
             else {}
         base_t, base = float(saved.get("t", ctx.now)), float(saved.get("total", total))
@@ -533,28 +508,23 @@ def _figure(ctx: _Context, m: Monitor, prior: S.StateRow | None = None) -> _Resu
                 f" since {format_duration(ctx.now - base_t) if ctx.now > base_t else 'now'}")
         n = 1
     elif m.score == "backlog_age":
-        oldest = r.execute("SELECT min(created_at) FROM jobs WHERE status IN"
-                           " ('pending', 'leased')").fetchone()[0]
-        value = 0.0 if oldest is None else max(0.0, ctx.now - float(oldest))
+        oldest = RM.oldest_open_job(r)
+        value = 0.0 if oldest is None else max(0.0, ctx.now - oldest)
         what = "age of the oldest pending scoring job (s)"
         n = 1
     else:
-        from ..store.compat import has_table
-
-        value = 0.0
-        if has_table(r, "judge_calls"):
-            value = float(r.execute("SELECT coalesce(sum(cost_usd), 0) FROM judge_calls"
-                                    " WHERE created_at >= ?", (ctx.now - 86400,)).fetchone()[0])
+        value = RM.judge_cost_since(r, ctx.now - 86400)
         what = "judge cost over the last 24 h (USD)"
         n = 1
     thr = float(m.threshold if m.threshold is not None else 0.0)
     if value is None:
-        return _Result("NO_DATA", None, None, None, 0, f"{what}: no data", "count", test_state)
+        return _Result("NO_DATA", Estimate.missing("count"), f"{what}: no data", test_state)
     bad = value < thr if direction == "below" else value > thr
     warn = m.warning is not None and (value < m.warning if direction == "below"
                                       else value > m.warning)
     state = "ALERT" if bad else "WARNING" if warn else "OK"
-    return _Result(state, value, None, None, n,
+    est = Estimate.missing("count (no interval: a pipeline figure, not an estimate)", n, value)
+    return _Result(state, est,
                    f"{what}: {value:.4g} {'is' if bad else 'is not'} {direction} {thr:g}",
-                   "count (no interval: a pipeline figure, not an estimate)", test_state,
+                   test_state,
                    detail={"condition": f"{m.score} {direction} {thr:g}"})

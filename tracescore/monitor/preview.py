@@ -14,15 +14,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from . import confseq
+from ..stats import confseq
+from ..stats.sight import DEFAULT_DETECT, Sight, sight
 from .config import Monitor, MonitorSet
-from .sight import DEFAULT_DETECT, Sight, sight
 
 
 def preview(reader: Any, monitors: MonitorSet, now: float,
             states: dict[str, Any] | None = None) -> list[tuple[Monitor, Sight]]:
     """(monitor, sight) for each anytime monitor of a score, from the last window's rows."""
-    from ..reports import query as Q
+    from ..read import query as Q
     from .measure import SCHEDULE
 
     seg = Q.SegmentIndex(reader)
@@ -70,11 +70,10 @@ def _budgeted(reader: Any, m: Monitor, now: float) -> bool:
     its sight would be that of the judged records' sequence, which it does not run."""
     from types import SimpleNamespace
 
+    from ..read.monitoring import metric_of
     from .active_monitor import budgeted_metric
 
-    row = reader.execute("SELECT metric FROM hourly_scores WHERE name = ? LIMIT 1",
-                         (m.score,)).fetchone()
-    metric = str(row[0]) if row and row[0] else m.score
+    metric = metric_of(reader, m.score)
     return budgeted_metric(SimpleNamespace(reader=reader, now=now), m, metric)
 
 

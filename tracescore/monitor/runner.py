@@ -8,11 +8,11 @@ retries, so a slow or dead webhook never holds up evaluation or scoring. Both th
 daemons with their own database connections; nothing here touches the app's request path.
 
 Built in: after the declared monitors, the judge-drift monitor ``judge_drift``
-(:mod:`tracescore.trust.drift`: the judge canary's agreement against its baseline, and changes
-of the model the judge server reports) is evaluated on the same store, under the same lease,
-to every channel of the set — whenever the database has a canary history; and so is
-``judge_drift_labels`` (:mod:`tracescore.trust.drift_labels`: the judge's agreement with human
-labels under a new judge identity against the earliest one) whenever judge scores have labels.
+(:mod:`.judge_drift`: the judge canary's agreement against its baseline, and changes of the
+model the judge server reports) is evaluated on the same store, under the same lease, to every
+channel of the set — whenever the database has a canary history; and so is
+``judge_drift_labels`` (:mod:`.judge_drift_labels`: the judge's agreement with human labels
+under a new judge identity against the earliest one) whenever judge scores have labels.
 
 OTel: one log record per state change (:func:`.notify.emit_state_change`) and, with a meter,
 an observable gauge ``tracescore.monitor.state`` per monitor (0 OK, 1 NO_DATA, 2 WARNING,
@@ -125,7 +125,8 @@ class MonitorRunner:
     def _builtin(self) -> list[Evaluation]:
         """The built-in monitors' evaluations (judge drift on the canary and on human
         labels); a failure there is logged and never stops the declared monitors."""
-        from ..trust import drift, drift_labels
+        from . import judge_drift as drift
+        from . import judge_drift_labels as drift_labels
 
         out: list[Evaluation] = []
         for mod in (drift, drift_labels):  # each on its own: one failing spares the other

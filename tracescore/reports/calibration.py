@@ -40,14 +40,11 @@ __all__ = [
     "pr_curve", "roc_auc",
 ]
 
+from ..read.feedback import NEGATIVE_LABELS as NEGATIVE_LABELS  # noqa: E402
+from ..read.feedback import POSITIVE_LABELS as POSITIVE_LABELS  # noqa: E402
+
 #: Thresholds of the precision-recall curve: 0.05, 0.10, ..., 0.95 (rounded: exact decimals).
 THRESHOLDS: tuple[float, ...] = tuple(round(0.05 * k, 2) for k in range(1, 20))
-#: Feedback labels read as positive / negative when the feedback has no value.
-POSITIVE_LABELS = frozenset({"good", "correct", "right", "helpful", "up", "thumbs_up",
-                             "positive", "pass", "yes", "true", "1", "accept", "accepted"})
-NEGATIVE_LABELS = frozenset({"bad", "incorrect", "wrong", "unhelpful", "down", "thumbs_down",
-                             "negative", "fail", "no", "false", "0", "reject", "rejected",
-                             "hallucination", "hallucinated"})
 MIN_PAIRS = 5
 
 
@@ -267,12 +264,9 @@ def _has_table(conn: sqlite3.Connection, name: str) -> bool:
 def _declared(conn: sqlite3.Connection) -> dict[str, tuple[str | None, bool | None,
                                                             float | None]]:
     """metric → (kind, higher_is_better, threshold), as the writing process declared them."""
-    out: dict[str, tuple[str | None, bool | None, float | None]] = {}
-    if _has_table(conn, "metrics"):
-        for metric, kind, hib, thr in conn.execute(
-                "SELECT metric, kind, higher_is_better, threshold FROM metrics"):
-            out[metric] = (kind, None if hib is None else bool(hib), thr)
-    return out
+    from ..read.calibrate import declared_metrics
+
+    return declared_metrics(conn)
 
 
 def _registry_info(metric: str) -> tuple[str | None, bool | None, float | None] | None:
@@ -296,27 +290,24 @@ def calibrate(conn: sqlite3.Connection, *, metrics: Sequence[str] = (),
     has a pass/fail threshold. The latest feedback of that name per trace wins; every scored
     record of a trace is one pair.
     """
+    from ..read import calibrate as RC
+
     has_feedback = _has_table(conn, "feedback")
     verdicts: dict[str, bool] = {}
     unusable: Counter[str] = Counter()
     other: dict[str, int] = {}
     if has_feedback:
-        for trace_id, value, label in conn.execute(
-                "SELECT trace_id, value, label FROM feedback WHERE name = ? "
-                "ORDER BY created_at, feedback_id", (feedback,)):
+        for trace_id, value, label in RC.feedback_entries(conn, feedback):
             v = feedback_verdict(value, label)
             if v is None:  # counted and shown, never guessed
                 unusable[str(label)] += 1
             else:
                 verdicts[trace_id] = v
-        other = {n: c for n, c in conn.execute(
-            "SELECT name, count(DISTINCT trace_id) FROM feedback WHERE name != ? "
-            "GROUP BY name ORDER BY name", (feedback,))}
+        other = RC.other_feedback(conn, feedback)
 
     declared = _declared(conn)
     names: dict[str, str] = {}  # score name → metric
-    for name, metric in conn.execute(
-            "SELECT DISTINCT name, coalesce(metric, name) FROM scores WHERE status = 'ok'"):
+    for name, metric in RC.scored_names(conn):
         names.setdefault(name, metric)
 
     def info(metric: str) -> tuple[str | None, bool | None, float | None]:
@@ -337,10 +328,7 @@ def calibrate(conn: sqlite3.Connection, *, metrics: Sequence[str] = (),
         _, hib, threshold = info(metric)
         rows = []
         if verdicts and name in names:
-            rows = conn.execute(
-                "SELECT trace_id, value, label FROM scores WHERE name = ? AND status = 'ok' "
-                "AND value IS NOT NULL AND trace_id IN (SELECT trace_id FROM feedback "
-                "WHERE name = ?) ORDER BY record_id", (name, feedback)).fetchall()
+            rows = RC.scores_with_feedback(conn, name, feedback)
         pairs = [(verdicts[t], float(v), lab) for t, v, lab in rows if t in verdicts]
         out.append(_one(name, metric, pairs, hib, threshold, min_pairs,
                         known=name in names))

@@ -9,7 +9,7 @@ adjusted across every row compared
 (Holm by default: a deployment gate must bound the chance of *any* false "regressed" among all
 the scores, which is Holm's family-wise guarantee; Benjamini–Hochberg, which bounds the share
 of false discoveries instead, on request); and a verdict from
-:func:`tracescore.monitor.stats.verdict`. Error and skip rates are compared too: a release that
+:func:`tracescore.stats.verdict`. Error and skip rates are compared too: a release that
 errors more has regressed, whatever its mean.
 
 Everything comes from the query layer (:mod:`.query`): rollups, so the answer is the same
@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..monitor.config import format_duration
-from . import query as Q
-from .metric_info import MetricInfo
+from .._internal.durations import format_duration
+from ..read import query as Q
+from ..read.metric_info import MetricInfo
 
 __all__ = ["Comparison", "CompareError", "ScoreComparison", "TrustComparison",
            "build_comparison"]
@@ -159,8 +159,8 @@ def build_comparison(
     ``current_window`` seconds up to now against the ``baseline_window`` seconds before it.
     Raises :class:`CompareError` with a clear message when that cannot be done.
     """
-    from ..monitor import stats
-    from .active import active_summaries
+    from .. import stats
+    from ..monitor.active_summary import active_summaries
     from .inclusion import population_summaries
 
     now = time.time() if now is None else now
@@ -219,7 +219,7 @@ def build_comparison(
     # judged records' biased mean
     blind: set[str] = set()
     if by in Q.SCORE_DIMS or any(k in Q.SCORE_DIMS for k in where):
-        from .active import adaptive_metrics
+        from ..monitor.active_summary import adaptive_metrics
 
         budgeted = set(adaptive_metrics(conn, cw)) | set(adaptive_metrics(conn, bw))
         blind = {n for n, metric in names.items() if metric in budgeted}
@@ -307,13 +307,13 @@ def _active_row(name: str, cur: Mapping[str, Any], base: Mapping[str, Any], ea: 
     normal p-value."""
     from scipy.special import ndtr
 
-    from ..monitor.stats import Difference, _z_quantile
+    from ..stats import Difference, z_quantile
 
     if name in cur:
         ea, n_a = cur[name].active.estimate, cur[name].judged
     if name in base:
         eb, n_b = base[name].active.estimate, base[name].judged
-    z = _z_quantile(0.975)
+    z = z_quantile(0.975)
     if ea.value is None or eb.value is None or None in (ea.lo, ea.hi, eb.lo, eb.hi):
         return ea, eb, Difference(None, None, None, None, ACTIVE_DIFF), n_a, n_b
     se = math.sqrt(((ea.hi - ea.lo) / (2 * z)) ** 2 + ((eb.hi - eb.lo) / (2 * z)) ** 2)

@@ -1,16 +1,16 @@
 """``tracescore show --session KEY``: a session as a conversation — each turn's question and
 answer with its scores, the marks the session metrics put on turns (a repeated question, an
 unanswered turn, a turn failing a score, the worst turn), then the session's own scores.
-Query, then render: :func:`session_view` reads (any reader connection that takes ``?`` SQL),
-:func:`format_session` renders plain data. Blocking I/O in the first only."""
+Query, then render: :func:`session_view` reads through :mod:`tracescore.read.records` (any
+reader connection that takes ``?`` SQL), :func:`format_session` renders plain data. Blocking I/O in the first only."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
-from .show import _wrap, record_details
+from ..read import records as R
+from .show import _wrap
 from .textfmt import WIDTH, printable
 from .textfmt import num as _num
 from .textfmt import when as _when
@@ -24,29 +24,15 @@ def session_view(conn: Any, key: str) -> dict[str, Any] | None:
     """The session ``key`` as plain data: its state, its turns (record details, oldest
     first), its own record with the session scores, and the marks per turn. None when no
     record has this session key."""
-    cur = conn.execute("SELECT * FROM records WHERE session_id = ? ORDER BY created_at,"
-                       " record_id", (key,))
-    rows = [dict(r) for r in cur.fetchall()]
+    rows = R.session_records(conn, key)
     if not rows:
         return None
-    turns = [record_details(conn, r) for r in rows if r.get("source") != SESSION_SOURCE]
-    own = [record_details(conn, r) for r in rows if r.get("source") == SESSION_SOURCE]
-    state = None
-    try:
-        got = conn.execute("SELECT status, version, closed_version, closes, touched_at,"
-                           " closed_at FROM sessions WHERE session_id = ?", (key,)).fetchone()
-        state = None if got is None else dict(got)
-    except Exception:  # a database from before sessions (schema < 11 / 10): no state
-        state = None
+    turns = [R.record_details(conn, r) for r in rows if r.get("source") != SESSION_SOURCE]
+    own = [R.record_details(conn, r) for r in rows if r.get("source") == SESSION_SOURCE]
+    state = R.session_state(conn, key)
     session_scores = own[0]["scores"] if own else []
     if own:
-        details = {}
-        for name, raw in conn.execute("SELECT name, details FROM scores WHERE record_id = ?",
-                                      (own[0]["record_id"],)).fetchall():
-            try:
-                details[name] = json.loads(raw or "{}")
-            except ValueError:
-                details[name] = {}
+        details = R.score_details(conn, own[0]["record_id"])
         for sc in session_scores:
             sc["details"] = details.get(sc["name"], {})
     return {"session_id": key, "state": state, "turns": turns,

@@ -18,7 +18,7 @@ reported is the shortest decimal inside it (0.1, not 0.10004). Where the bracket
 rate changed inside the window (a restart with another ``sample_rate``); π is then the
 window's sampled share of the unforced records, and the output says so.
 
-The weighted mean (:func:`tracescore.monitor.weighted.hajek_from_moments`) needs each scored
+The weighted mean (:func:`tracescore.stats.weighted.hajek_from_moments`) needs each scored
 record's π, so it is read from the raw ``scores`` rows joined to their records (an index range
 on (name, created_at), summed in the database by why each record was chosen: a handful of rows
 back whatever n; the rate is one aggregate over the window's records per metric): hours whose rows were pruned (``tracescore prune``) are in the
@@ -32,15 +32,17 @@ Blocking reads on the caller's connection (SQLite or PostgreSQL, through the sam
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..monitor.stats import Estimate, Moments
-from ..monitor.weighted import (
+from ..read import query as Q
+from ..read.population import sampling_bracket, scored_groups, selection_possible
+from ..stats import Estimate, Moments
+from ..stats.weighted import (
     ALL_WEIGHTED,
     NEGATIVE_FEEDBACK,
     SCORED,
@@ -49,7 +51,6 @@ from ..monitor.weighted import (
     inclusion_probability,
     priority_rate,
 )
-from . import query as Q
 
 __all__ = ["ALL_WEIGHTED", "SCORED", "PopulationSummary", "SampleRate", "population_summaries",
            "sample_rate", "scored_groups", "selection_possible"]
@@ -77,11 +78,6 @@ class SampleRate:
         return self.sampled / self.unforced if self.unforced else None
 
 
-def _like(metric: str) -> str:
-    token = json.dumps(metric, ensure_ascii=False)
-    return "%" + token.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-
-
 def _shortest(lo: float, hi: float) -> float:
     """The decimal with the fewest digits in (lo, hi] (hi itself failing that)."""
     for d in range(1, 13):
@@ -94,21 +90,7 @@ def _shortest(lo: float, hi: float) -> float:
 
 def sample_rate(conn: Any, metric: str, window: Q.Window, ids: set[int] | None) -> SampleRate:
     """The rate of ``metric`` over the window's unforced records (``ids``: their segments)."""
-    seg_sql, seg_args = Q._seg_clause(ids)
-    pat = _like(metric)
-    lo = Q._num(-math.inf if window.since is None else window.since)
-    hi = Q._num(math.inf if window.until is None else window.until)
-    row = conn.execute(
-        "SELECT count(*),"
-        " sum(CASE WHEN sampled_metrics LIKE ? ESCAPE '\\' THEN 1 ELSE 0 END),"
-        " max(CASE WHEN sampled_metrics LIKE ? ESCAPE '\\' THEN sample_u END),"
-        " min(CASE WHEN sampled_metrics LIKE ? ESCAPE '\\' THEN NULL ELSE sample_u END)"
-        " FROM records WHERE forced IS NULL AND sample_u IS NOT NULL"
-        " AND created_at >= ? AND created_at < ?" + seg_sql,
-        (pat, pat, pat, lo, hi, *seg_args)).fetchone()
-    unforced, sampled = int(row[0] or 0), int(row[1] or 0)
-    top = None if row[2] is None else float(row[2])
-    bottom = None if row[3] is None else float(row[3])
+    unforced, sampled, top, bottom = sampling_bracket(conn, metric, window, ids)
     if not unforced:
         return SampleRate(None, None, None, True, 0, 0)
     if sampled == 0:  # nothing sampled by rate: the rate is at most the smallest u
@@ -120,31 +102,6 @@ def sample_rate(conn: Any, metric: str, window: Q.Window, ids: set[int] | None) 
     if top < bottom:
         return SampleRate(_shortest(top, bottom), top, bottom, True, unforced, sampled)
     return SampleRate(sampled / unforced, top, bottom, False, unforced, sampled)
-
-
-def scored_groups(conn: Any, name: str, window: Q.Window, where: Mapping[str, str] | None,
-                  seg: Q.SegmentIndex) -> list[tuple[str | None, bool, bool, Moments]]:
-    """The ok scores of ``name`` created in the window, matching ``where``, summed by why
-    their record was chosen: (forced reason, negative feedback on the trace, has a record
-    row, moments of the values). The database sums them (an index range on the scores'
-    (name, created_at), one feedback probe per score): a handful of rows whatever n."""
-    seg_sql, seg_args = Q._seg_clause(seg.matching(where), "s.seg_id")
-    dim_sql, dim_args = Q._score_dim_clause(where, "s.")
-    lo = Q._num(-math.inf if window.since is None else window.since)
-    hi = Q._num(math.inf if window.until is None else window.until)
-    rows = conn.execute(
-        "SELECT forced, neg, has_record, count(*), sum(v), sum(v * v) FROM ("
-        "SELECT s.value AS v, r.forced AS forced,"
-        " CASE WHEN r.record_id IS NULL THEN 0 ELSE 1 END AS has_record,"
-        " CASE WHEN EXISTS (SELECT 1 FROM feedback f WHERE f.trace_id = s.trace_id"
-        " AND f.value < 0.5) THEN 1 ELSE 0 END AS neg"
-        " FROM scores s LEFT JOIN records r ON r.record_id = s.record_id"
-        " WHERE s.name = ? AND s.status = 'ok' AND s.value IS NOT NULL"
-        " AND s.created_at >= ? AND s.created_at < ?" + seg_sql + dim_sql
-        + ") t GROUP BY forced, neg, has_record",
-        (name, lo, hi, *seg_args, *dim_args)).fetchall()
-    return [(forced, bool(neg), bool(has), Moments(int(n), float(sx or 0.0), float(sxx or 0.0)))
-            for forced, neg, has, n, sx, sxx in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +157,7 @@ class PopulationSummary:
         return {
             "metric": self.metric, "binary": self.binary, "statement": self.statement,
             "unequal_selection": self.unequal,
-            "scored": {**self.scored.to_json(), "population": SCORED},
+            "scored": self.scored.to_json(),
             "weighted": None if self.weighted is None else self.weighted.to_json(),
             "rate": self.rate.rate, "rate_bracket": [self.rate.lo, self.rate.hi],
             "rate_consistent": self.rate.consistent, "rate_source": self.rate.source,
@@ -244,10 +201,11 @@ def summarise_population(conn: Any, name: str, metric: str, binary: bool, window
         weighted_groups.append((pi, m))
     plain = Estimate(0, None, None, None, "")
     if total.n:
-        from ..monitor.stats import mean_ci, rate_ci
+        from ..stats import mean_ci, rate_ci
 
         plain = (rate_ci(min(total.n, max(0, round(total.s))), total.n) if binary
                  else mean_ci(total))
+    plain = dataclasses.replace(plain, population=SCORED)
     notes = []
     if not rate.consistent:
         notes.append(f"the sample rate changed inside the window (hash fractions overlap): "
@@ -270,27 +228,6 @@ def summarise_population(conn: Any, name: str, metric: str, binary: bool, window
     return PopulationSummary(name, metric, binary, plain, weighted, rate,
                              tuple(sorted(certain.items(), key=lambda kv: (-kv[1], kv[0]))),
                              priority, by_rate, unknown, pruned, tuple(notes))
-
-
-#: How far before the window the forced records are looked for (a record scored in the window
-#: may have been created a little before it).
-LOOKBACK_S = 86400.0
-
-
-def selection_possible(conn: Any, window: Q.Window, ids: set[int] | None) -> bool:
-    """Whether any score of the window may have been chosen with another probability than the
-    rest: a forced record near the window (the partial index ``idx_records_forced``: no read
-    of the other records) or any negative feedback (a small table). False: every score of
-    the window was chosen at its metric's rate, and no raw row need be read."""
-    seg_sql, seg_args = Q._seg_clause(ids)
-    lo = Q._num(-math.inf if window.since is None else window.since - LOOKBACK_S)
-    hi = Q._num(math.inf if window.until is None else window.until)
-    if conn.execute("SELECT 1 FROM records WHERE forced IS NOT NULL AND created_at >= ?"
-                    " AND created_at < ?" + seg_sql + " LIMIT 1",
-                    (lo, hi, *seg_args)).fetchone() is not None:
-        return True
-    return conn.execute("SELECT 1 FROM feedback WHERE value < 0.5 LIMIT 1").fetchone() \
-        is not None
 
 
 #: ``SampleRate.source`` of a session score: every closed session is scored, its population

@@ -3,7 +3,7 @@
 :func:`build_report` reads the query layer (:mod:`.query`: hourly rollups plus the raw rows of
 cut hours), so it costs in proportion to hours × segments whatever the number of records, and
 gives the same numbers before and after ``prune``. Each mean carries its 95 % Student-t
-interval, each rate its Wilson interval (:mod:`tracescore.monitor.stats`); percentiles come
+interval, each rate its Wilson interval (:mod:`tracescore.stats`); percentiles come
 from the rollups' 100 bins (±0.005 for scores in [0, 1]). The worst records are the only raw
 read (an index range per score). :func:`build_page` gathers what the HTML page draws.
 Blocking I/O; no formatting here (:mod:`.report_text`, :mod:`.html`).
@@ -11,33 +11,28 @@ Blocking I/O; no formatting here (:mod:`.report_text`, :mod:`.html`).
 
 from __future__ import annotations
 
-import json
 import math
 import sqlite3
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from ..store.rollup import bin_mid
-from . import query as Q
-from .metric_info import MetricInfo
-from .model import (
+from ..read import pipeline as P
+from ..read import query as Q
+from ..read.metric_info import MetricInfo
+from ..read.model import (
     GroupSummary,
     Histogram,
-    JudgeUsage,
     MetricSummary,
-    MonitorStatus,
-    PendingReason,
     Report,
     ReportPage,
     TimeBucket,
-    Usage,
-    WorstRecord,
 )
+from ..read.pipeline import usage_summary
+from ..store.rollup import bin_mid
 
 __all__ = ["BUCKETS", "DEFAULT_WORST", "build_page", "build_report", "histogram",
-           "judge_health", "monitor_statuses", "pending_reasons", "percentile", "pick_bucket",
-           "summarise", "timeline", "usage_summary"]
+           "percentile", "pick_bucket", "summarise", "timeline"]
 
 #: Worst records listed per score, by ``report`` and by the report ``demo`` prints.
 DEFAULT_WORST = 3
@@ -112,15 +107,14 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
     (with :func:`pending_reasons`) and ``lost`` are the database's current totals.
     ``where``/``by`` name a dimension (:func:`.query.dims_of`).
     """
-    from .active import active_summaries, apply_active, without_figure
-    from .feedback import feedback_summary
+    from ..monitor.active_summary import active_summaries, apply_active, without_figure
+    from ..read.feedback import feedback_summary
     from .inclusion import population_summaries
     from .trust import trust_summaries
 
     window = Q.Window(since, until)
     seg = Q.SegmentIndex(conn)
     where = dict(where or {})
-    one = conn.execute
     recs = Q.merge_records(Q.record_aggs(conn, window, where=where, seg=seg).values())
     scores = Q.merge(Q.score_aggs(conn, window, where=where, seg=seg).values())
     skips = Q.merge_skips(Q.skip_aggs(conn, window, where=where, seg=seg).values())
@@ -130,14 +124,12 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
                               seg=seg)
     metrics = [apply_active(m, active[m.name]) if m.name in active else m for m in metrics]
 
-    counters = {str(k): int(v) for k, v in one("SELECT name, value FROM counters").fetchall()}
+    counters = P.counters(conn)
     lost = {k[5:]: v for k, v in sorted(counters.items()) if k.startswith("lost.") and v > 0}
     overflow = {k[len("segments.overflow."):]: v for k, v in sorted(counters.items())
                 if k.startswith("segments.overflow.") and v > 0}
-    pending = one("SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased')").fetchone()[0]
-    cutoff = since if since is not None else -math.inf
-    undelivered = one("SELECT count(*) FROM scores WHERE delivery IS NULL AND created_at >= ?",
-                      (Q._num(cutoff),)).fetchone()[0]
+    pending = P.open_jobs(conn)
+    undelivered = P.undelivered(conn, since)
 
     groups: list[GroupSummary] = []
     if by is not None:
@@ -165,10 +157,10 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
         sampled=recs.sampled, dropped=counters.get("records_dropped", 0),
         pending_jobs=int(pending), undelivered=int(undelivered),
         scores=sum(a.n_jobs for a in scores.values()), metrics=metrics,
-        worst=worst_records(conn, metrics, worst, since, until, seg.matching(where)),
-        judges=judge_health(conn), lost=lost, monitors=monitor_statuses(conn),
+        worst=P.worst_records(conn, metrics, worst, since, until, seg.matching(where)),
+        judges=P.judge_health(conn), lost=lost, monitors=P.monitor_statuses(conn),
         overflow=overflow, by=by, groups=groups, where=where,
-        pending_reasons=pending_reasons(conn) if pending else [],
+        pending_reasons=P.pending_reasons(conn) if pending else [],
         feedback=feedback_summary(conn, since, until, seg.matching(where)),
         trust=trust_summaries(conn, window, scores, where=where, seg=seg, info=info),
         population=[p for p in population_summaries(
@@ -176,114 +168,6 @@ def build_report(conn: sqlite3.Connection, *, since: float | None = None,
             {m.name: m.binary for m in metrics}, where=where, seg=seg)],
         active=active,
     )
-
-
-#: Distinct reasons listed for open jobs; the rest are summed into one line.
-MAX_PENDING_REASONS = 5
-
-
-def pending_reasons(conn: Any, now: float | None = None) -> list[PendingReason]:
-    """Why the open jobs are not scored yet, most jobs first: the reason a job was deferred
-    or given back with (``jobs.reason``: "waiting for the judge at URL (unreachable since T:
-    connection refused)", a budget, "worker stopped"), "not started" for a job no pipeline
-    has taken yet, "being scored now" for a leased one. Read from the database, so any
-    process shows what the scoring process knew."""
-    now = time.time() if now is None else now
-    groups: dict[tuple[str, str], int] = {}
-    for status, reason, expired, n in conn.execute(
-        "SELECT status, reason, CASE WHEN lease_until < ? THEN 1 ELSE 0 END, count(*)"
-        " FROM jobs WHERE status IN ('pending', 'leased') GROUP BY 1, 2, 3",
-        (now,)).fetchall():
-        if status == "leased":
-            why = ("lease expired (the process scoring it stopped): taken again by the next "
-                   "running pipeline" if expired else "being scored now")
-        else:
-            why = reason or ("not started: waiting for a running pipeline (the app with "
-                             "tracescore, or `tracescore worker`)")
-        groups[(str(status), why)] = groups.get((str(status), why), 0) + int(n)
-    ranked = sorted(groups.items(), key=lambda kv: (-kv[1], kv[0]))
-    out = [PendingReason(state, why, n) for (state, why), n in ranked[:MAX_PENDING_REASONS]]
-    rest = sum(n for _, n in ranked[MAX_PENDING_REASONS:])
-    if rest:
-        out.append(PendingReason("pending", f"{len(ranked) - MAX_PENDING_REASONS} other "
-                                 "reasons (`tracescore show TRACE_ID` names each job's)", rest))
-    return out
-
-
-def worst_records(conn: Any, metrics: list[MetricSummary], n: int, since: float | None,
-                  until: float | None, seg_ids: set[int] | None = None
-                  ) -> dict[str, list[WorstRecord]]:
-    """The ``n`` worst stored records per score in the window, at a cost that does not grow
-    with the score's row count: a window with few scores (``RANGE_MAX``, known from the
-    rollups) sorts its rows; a larger one walks the (name, value) index from the worst end and
-    stops after ``n`` rows in the window — about n × (all rows / rows in the window) index
-    entries when values do not depend on time."""
-    out: dict[str, list[WorstRecord]] = {}
-    if n <= 0:
-        return out
-    lo = Q._num(-math.inf if since is None else since)
-    hi = Q._num(math.inf if until is None else until)
-    seg_sql, seg_args = Q._seg_clause(seg_ids, "s.seg_id")
-    for m in metrics:
-        if not m.count or m.higher_is_better is None:
-            continue
-        order = "ASC" if m.higher_is_better else "DESC"
-        sql = ("SELECT s.value, s.label, s.trace_id, s.record_id, r.query FROM scores s{hint}"
-               " LEFT JOIN records r ON r.record_id = s.record_id"
-               " WHERE s.name = ? AND s.status = 'ok' AND s.value IS NOT NULL"
-               " AND s.created_at >= ? AND s.created_at < ?" + seg_sql
-               # (value, score_id) in one direction: the order of the (name, value[, rowid])
-               # index, so the walk needs no sort
-               + f" ORDER BY s.value {order}, s.score_id {order} LIMIT ?")
-        args = (m.name, lo, hi, *seg_args, n)
-        rows = None
-        if m.count > RANGE_MAX:
-            try:  # SQLite's planner would pick the time range and sort it all: say which
-                rows = conn.execute(sql.format(hint=" INDEXED BY idx_scores_name_value"),
-                                    args).fetchall()
-            except sqlite3.OperationalError:  # a database without the index
-                rows = None
-        if rows is None:
-            rows = conn.execute(sql.format(hint=""), args).fetchall()
-        out[m.name] = [WorstRecord(m.name, r[0], r[1], r[2], r[3], r[4]) for r in rows]
-    return out
-
-
-#: Windows with at most this many scores of a name find their worst rows by sorting them.
-RANGE_MAX = 5000
-
-
-def judge_health(conn: Any) -> list[dict[str, Any]]:
-    """The judge canary's verdict per judge model (empty when no judge was checked)."""
-    try:
-        rows = conn.execute(
-            "SELECT model, agreement, cases, degenerate, detail, checked_at FROM judge_health "
-            "ORDER BY checked_at DESC").fetchall()
-    except sqlite3.Error:  # a database from before the judge tables existed
-        return []
-    return [{"model": m, "agreement": a, "cases": c, "degenerate": bool(d),
-             "reason": (json.loads(detail or "{}") or {}).get("reason", ""), "checked_at": t}
-            for m, a, c, d, detail, t in rows]
-
-
-def monitor_statuses(conn: Any) -> list[MonitorStatus]:
-    """The monitors' stored states, alerts first (empty before any ``check``)."""
-    from ..store.compat import has_table
-
-    if not has_table(conn, "monitor_state"):
-        return []
-    order = {"ALERT": 0, "WARNING": 1, "NO_DATA": 2, "OK": 3}
-    out = []
-    for name, state, since, checked, value, lo, hi, n, detail in conn.execute(
-        "SELECT monitor, state, since, checked_at, value, lo, hi, n, detail FROM monitor_state"
-    ).fetchall():
-        try:
-            summary = (json.loads(detail or "{}") or {}).get("summary", "")
-        except (TypeError, ValueError):
-            summary = ""
-        out.append(MonitorStatus(name, state, since, checked, value, lo, hi,
-                                 None if n is None else int(n), summary))
-    return sorted(out, key=lambda m: (order.get(m.state, 9), m.name))
 
 
 # -- distributions, time series and usage (the HTML page) --------------------------------------
@@ -342,45 +226,9 @@ def _bucket(t: float, a: Q.Agg, binary: bool = False) -> TimeBucket:
     return TimeBucket(float(t), a.n_ok, a.s / a.n_ok, a.n_fail, a.n_labelled, est.lo, est.hi)
 
 
-def usage_summary(conn: Any, *, since: float | None = None,
-                  where: Mapping[str, str] | None = None) -> Usage:
-    """Token usage of the app (record rollups) and of the LLM judge (``judge_calls``)."""
-    from ..store.compat import has_table
-
-    window = Q.Window(since, None)
-    seg = Q.SegmentIndex(conn)
-    recs = Q.merge_records(Q.record_aggs(conn, window, where=where, seg=seg).values())
-    cutoff = Q._num(since if since is not None else -math.inf)
-    judge_scores = 0
-    judge: list[JudgeUsage] = []
-    if has_table(conn, "metrics"):
-        kinds = {m for (m,) in conn.execute("SELECT metric FROM metrics WHERE kind = 'judge'")}
-        judge_scores = sum(a.n_jobs for a in Q.merge(
-            Q.score_aggs(conn, window, where=where, seg=seg).values()).values()
-            if a.metric in kinds)
-    if has_table(conn, "judge_calls"):
-        judge = [
-            JudgeUsage(model or "unknown", step or "-", calls, int(errors),
-                       int(tin_j), int(tout_j), cost)
-            for model, step, calls, errors, tin_j, tout_j, cost in conn.execute(
-                "SELECT model, step, count(*),"
-                " coalesce(sum(CASE WHEN error IS NOT NULL THEN 1 ELSE 0 END), 0),"
-                " coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0),"
-                " sum(cost_usd) FROM judge_calls WHERE created_at >= ?"
-                " GROUP BY model, step ORDER BY coalesce(sum(cost_usd), 0) DESC,"
-                " sum(input_tokens) + sum(output_tokens) DESC, model, step",
-                (cutoff,),
-            )
-        ]
-    models = dict(sorted(recs.models.items(), key=lambda kv: (-kv[1], kv[0])))
-    return Usage(records=recs.records, with_usage=recs.with_usage,
-                 input_tokens=recs.input_tokens, output_tokens=recs.output_tokens,
-                 models=models, judge_scores=judge_scores, judge=judge)
-
-
 def build_page(conn: Any, report: Report, *, bins: int = 10) -> ReportPage:
     """Everything the HTML report draws for ``report`` (built on the same connection)."""
-    from .show import find_records, record_details
+    from ..read.records import find_records, record_details
 
     where = report.where or None
     seg = Q.SegmentIndex(conn)
@@ -400,7 +248,7 @@ def build_page(conn: Any, report: Report, *, bins: int = 10) -> ReportPage:
         hists[m.name] = h
         if bucket and m.name in report.active:
             # a budgeted judge metric: the active estimate per bucket, not the judged mean
-            from .active import active_timeline
+            from ..monitor.active_summary import active_timeline
 
             lines[m.name] = active_timeline(conn, m.name, m.metric, bucket_s=bucket[0],
                                             since=report.since, where=where, seg=seg)

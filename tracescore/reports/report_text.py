@@ -8,8 +8,8 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from ..read.model import FeedbackSummary, MetricSummary, PendingReason, Report
 from .active_text import ACTIVE_MARK, active_lines
-from .model import FeedbackSummary, MetricSummary, PendingReason, Report
 from .population_text import population_lines
 from .textfmt import WIDTH, monitor_estimate, printable
 from .textfmt import clip as _clip

@@ -13,7 +13,6 @@ does not grow with the database. Blocks on SQLite I/O.
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import textwrap
 import time
@@ -270,21 +269,9 @@ def _loads(text: str | None, default: Any) -> Any:
 def iter_facts(conn: sqlite3.Connection, *, since: float | None = None
                ) -> Iterable[RecordFacts]:
     """Facts of every record created in the window (``records.created_at >= since``)."""
-    cutoff = since if since is not None else -math.inf
-    marks = ",".join("?" * len(_NAMES))
-    pivot = ", ".join(
-        f"max(CASE WHEN s.name = '{n}' THEN s.value END) AS v_{n}" for n in _NAMES)
-    cur = conn.execute(
-        "SELECT r.record_id, r.n_contexts, r.content_captured, r.answer, r.ground_truths, "
-        f"{pivot}, max(CASE WHEN s.name = '{PROFILE}' THEN s.details END) AS profile "
-        "FROM records r LEFT JOIN scores s ON s.record_id = r.record_id AND s.status = 'ok' "
-        f"AND s.value IS NOT NULL AND s.name IN ({marks}) "
-        "WHERE r.created_at >= ? GROUP BY r.record_id",
-        (*_NAMES, cutoff),
-    )
-    cols = [c[0] for c in cur.description]
-    for row in cur:
-        r = dict(zip(cols, row))
+    from ..read.rgb_rows import record_rows
+
+    for r in record_rows(conn, _NAMES, PROFILE, since=since):
         values = {n: r[f"v_{n}"] for n in _NAMES if r[f"v_{n}"] is not None}
         profile = _loads(r["profile"], None) if r["profile"] else None
         gts = _loads(r["ground_truths"], [])

@@ -9,83 +9,20 @@ is left to JSON."""
 from __future__ import annotations
 
 import json
-import re
-import sqlite3
 import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from ..store.compat import trace_prefix, trace_records
 from .agent_view import agent_steps
 from .textfmt import WIDTH, printable
 from .textfmt import num as _num
 from .textfmt import table as _table
 from .textfmt import when as _when
 
-__all__ = ["find_records", "format_records", "record_details"]
+__all__ = ["format_records"]
 
 
 # -- show ------------------------------------------------------------------------------------
-def find_records(conn: sqlite3.Connection, ident: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """Records for a trace id, a record id (``trace-span``) or a unique trace-id prefix.
-
-    Returns ``(records, candidates)``: records found (oldest first), or no records and the
-    trace ids a too-short prefix matches (empty when nothing matches).
-    """
-    ident = ident.strip().lower()
-    if "-" in ident:
-        rows = conn.execute("SELECT * FROM records WHERE record_id = ?", (ident,)).fetchall()
-        return [dict(r) for r in rows], []
-    if not ident or not re.fullmatch(r"[0-9a-f]+", ident):
-        return [], []
-    prefix, args = trace_prefix(conn, ident)  # a range, so an index serves the prefix search
-    ids = [r[0] for r in conn.execute(
-        f"SELECT DISTINCT trace_id FROM records WHERE {prefix} LIMIT 11", args)]
-    if len(ids) != 1:
-        return [], ids
-    of_trace, args = trace_records(conn, ids[0])
-    rows = conn.execute(
-        f"SELECT * FROM records WHERE {of_trace} ORDER BY created_at, record_id", args
-    ).fetchall()
-    return [dict(r) for r in rows], []
-
-
-def record_details(conn: sqlite3.Connection, row: dict[str, Any]) -> dict[str, Any]:
-    """A record as plain data: decoded JSON columns, its scores, its unscored jobs and the
-    feedback on its trace."""
-    from .feedback import feedback_for_trace
-
-    rec = dict(row)
-    for key, default in (("contexts", "[]"), ("ground_truths", "[]"), ("metadata", "{}"),
-                         ("tags", "[]"), ("sampled_metrics", "[]"), ("candidates", "[]")):
-        try:
-            rec[key] = json.loads(rec.get(key) or default)
-        except (TypeError, ValueError):
-            pass  # keep the raw text: show what is there rather than fail
-    try:
-        rec["agent"] = json.loads(rec.get("agent") or "null")
-    except (TypeError, ValueError):
-        rec["agent"] = None
-    rec["sampled"] = bool(rec.get("sampled"))
-    rec["content_captured"] = bool(rec.get("content_captured"))
-    rec["scores"] = [
-        {k: s[k] for k in ("name", "metric", "metric_version", "value", "label", "explanation",
-                           "status", "error", "duration_ms", "created_at", "delivery")}
-        for s in conn.execute(
-            "SELECT * FROM scores WHERE record_id = ? ORDER BY metric, score_id",
-            (rec["record_id"],),
-        )
-    ]
-    rec["jobs"] = [
-        dict(j) for j in conn.execute(
-            "SELECT metric, metric_version, status, attempts, reason FROM jobs"
-            " WHERE record_id = ? AND status != 'done' ORDER BY metric", (rec["record_id"],),
-        )
-    ]
-    rec["feedback"] = feedback_for_trace(conn, rec.get("trace_id") or "")
-    return rec
-
-
 def _wrap(text: str, indent: str, width: int) -> list[str]:
     # Escaped before wrapping: a lone \r, \v or \f is shown, not folded into a line break.
     text = printable((text or "").replace("\r\n", "\n"), keep="\n\t")

@@ -10,22 +10,20 @@ draw without touching the database. Blocking I/O on the caller's thread.
 
 Buckets are UTC days, or UTC hours when the data span less than :data:`HOURLY_BELOW`. A mean
 carries its Student t interval, a yes/no metric's rate its Wilson interval
-(:mod:`tracescore.monitor.stats`); an interval needs two values in the bucket (a rate: one).
+(:mod:`tracescore.stats`); an interval needs two values in the bucket (a rate: one).
 The first bucket counts the whole rollup hour that ``since`` cuts (the rollups' granularity).
 """
 
 from __future__ import annotations
 
-import json
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import query as Q
-from .metric_info import MetricInfo
-from .model import MonitorStatus
+from ..read import query as Q
+from ..read.metric_info import MetricInfo
+from ..read.model import MonitorStatus
 
 __all__ = ["HOURLY_BELOW", "MonitorChange", "ReleaseMark", "TrendPage", "TrendPoint",
            "TrendSeries", "build_trend"]
@@ -129,7 +127,7 @@ def build_trend(conn: Any, *, since: float | None = None,
     under :data:`HOURLY_BELOW`). Blocking I/O; reads rollups, ``segments`` and the monitor
     tables only.
     """
-    from .report import monitor_statuses
+    from ..read.pipeline import monitor_statuses
 
     now = time.time() if now is None else now
     where = dict(where or {})
@@ -195,23 +193,9 @@ def _releases(conn: Any, seg: Q.SegmentIndex, where: Mapping[str, str]) -> list[
 
 
 def _history(conn: Any, since: float | None) -> list[MonitorChange]:
-    from ..store.compat import has_table
+    from ..read.pipeline import monitor_history
 
-    if not has_table(conn, "monitor_history"):
-        return []
-    cutoff = Q._num(-math.inf if since is None else since)
-    out = []
-    for monitor, state, previous, at, value, lo, hi, n, detail in conn.execute(
-        "SELECT monitor, state, previous, at, value, lo, hi, n, detail FROM monitor_history"
-        " WHERE at >= ? ORDER BY at DESC, id DESC LIMIT ?", (cutoff, HISTORY_LIMIT),
-    ).fetchall():
-        try:
-            summary = str((json.loads(detail or "{}") or {}).get("summary", ""))
-        except (TypeError, ValueError, AttributeError):
-            summary = ""
-        out.append(MonitorChange(str(monitor), str(state), previous, float(at),
-                                 value, lo, hi, None if n is None else int(n), summary))
-    return out
+    return [MonitorChange(*row) for row in monitor_history(conn, since, HISTORY_LIMIT)]
 
 
 #: ``ci_method`` of a budgeted judge metric's series: its points are active estimates
@@ -227,7 +211,7 @@ def _active_series(conn: Any, series: list[TrendSeries], window: Q.Window,
     series has no points."""
     from dataclasses import replace
 
-    from .active import active_timeline, adaptive_metrics
+    from ..monitor.active_summary import active_timeline, adaptive_metrics
 
     budgeted = set(adaptive_metrics(conn, window))
     if not budgeted:

@@ -26,7 +26,7 @@ HTML page, the monitors) plain data — no formatting (:mod:`.trust_text`, :mod:
 - **agreement** (:mod:`tracescore.trust.agreement`): accuracy, Cohen's κ and the confusion
   matrix for a yes/no score; Spearman and MAE for a numeric one; the bias (judge mean − human
   mean) with its paired interval for both.
-- **the corrected estimate** (:mod:`tracescore.trust.ppi`): the judge's mean over every scored
+- **the corrected estimate** (:mod:`tracescore.stats.ppi`): the judge's mean over every scored
   record in the window — the rollups' n, Σf, Σf² (:func:`.query.score_aggs`), which include
   the labelled records, so ``unlabelled_includes_labelled=True`` takes them out — corrected by
   the judge-minus-human difference on the labelled ones (PPI++). Labels drawn by a label plan
@@ -52,9 +52,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..monitor.stats import Difference, Moments, _z_quantile
-from . import query as Q
-from .trust_pairs import (  # noqa: F401 (re-exported)
+from ..read import query as Q
+from ..read.trust_pairs import (  # noqa: F401 (re-exported)
     PLAN_PREFIX,
     LabelledPairs,
     Pair,
@@ -62,6 +61,7 @@ from .trust_pairs import (  # noqa: F401 (re-exported)
     read_pairs,
     unmatched_labels,
 )
+from ..stats import Difference, Moments, z_quantile
 
 __all__ = [
     "PLAN_PREFIX", "Correction", "LabelledPairs", "Pair", "TrustSummary", "corrected",
@@ -136,7 +136,7 @@ class Correction:
     """The corrected estimate of one score's mean in one window, and how it was made.
 
     design: "random sample" (PPI++) or "plan" (stratified PPI++ over ``plan_id``'s strata);
-    assumption: the words to print beside it; result: the :class:`~tracescore.trust.ppi.
+    assumption: the words to print beside it; result: the :class:`~tracescore.stats.ppi.
     PPIResult` (corrected, plain judge mean, labels only), None when it could not be made
     (``reason``)."""
 
@@ -177,23 +177,18 @@ class Correction:
 
 
 def _plan_strata(conn: Any, plan_id: str, name: str) -> list[str]:
-    return sorted({str(s) for (s,) in conn.execute(
-        "SELECT DISTINCT stratum FROM label_plan WHERE plan_id = ? AND name = ?",
-        (plan_id, name)).fetchall() if s is not None})
+    from ..read.trust_pairs import plan_strata
+
+    return plan_strata(conn, plan_id, name)
 
 
 def _population(conn: Any, name: str, window: Q.Window, where: Mapping[str, str] | None,
                 seg: Q.SegmentIndex) -> list[tuple[float, int | None, int]]:
     """(value, seg_id, count) of the ok scores of ``name`` in the window: one row per distinct
     value and segment (a yes/no judge's window is a handful of rows)."""
-    seg_sql, seg_args = Q._seg_clause(seg.matching(where), "s.seg_id")
-    dim_sql, dim_args = Q._score_dim_clause(where, "s.")
-    lo = Q._num(-math.inf if window.since is None else window.since)
-    hi = Q._num(math.inf if window.until is None else window.until)
-    return [(float(v), None if sid is None else int(sid), int(n)) for v, sid, n in conn.execute(
-        "SELECT s.value, s.seg_id, count(*) FROM scores s WHERE s.name = ? AND s.status = 'ok'"
-        " AND s.value IS NOT NULL AND s.created_at >= ? AND s.created_at < ?" + seg_sql
-        + dim_sql + " GROUP BY s.value, s.seg_id", (name, lo, hi, *seg_args, *dim_args))]
+    from ..read.trust_pairs import value_counts
+
+    return value_counts(conn, name, window, where, seg)
 
 
 def _release(seg: Q.SegmentIndex, seg_id: int | None) -> str | None:
@@ -205,8 +200,8 @@ def _stratified(conn: Any, lp: LabelledPairs, plan_id: str, window: Q.Window,
                 where: Mapping[str, str] | None, seg: Q.SegmentIndex, alpha: float,
                 min_n: int | None) -> Correction | str:
     """Stratified PPI++ over the plan's strata, or the reason it cannot be made."""
+    from ..stats.ppi import MIN_LABELS, Stratum, stratified_ppi_mean
     from ..trust.plan import parse_stratum
-    from ..trust.ppi import MIN_LABELS, Stratum, stratified_ppi_mean
     from ..trust.selection import stratified_draw_check
 
     names = _plan_strata(conn, plan_id, lp.name)
@@ -269,7 +264,7 @@ def corrected(conn: Any, lp: LabelledPairs, unlabelled: Moments, window: Q.Windo
     inside: plain PPI++ over all labels, with the reason said. Either way ``draw`` checks
     that the labels look like a random draw (:mod:`tracescore.trust.selection`).
     """
-    from ..trust.ppi import MIN_LABELS, ppi_mean
+    from ..stats.ppi import MIN_LABELS, ppi_mean
     from ..trust.selection import draw_check
 
     seg = seg or Q.SegmentIndex(conn)
@@ -307,7 +302,7 @@ def corrected_difference(a: Correction | None, b: Correction | None,
     se = math.sqrt(ca.se ** 2 + cb.se ** 2)
     if se == 0:
         return Difference(est, est, est, None, method)
-    half = _z_quantile(1 - alpha / 2) * se
+    half = z_quantile(1 - alpha / 2) * se
     p = math.erfc(abs(est) / se / math.sqrt(2))
     return Difference(est, est - half, est + half, p, method)
 

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import query as Q
-from .metric_info import MetricInfo
+from ..read import query as Q
+from ..read.metric_info import MetricInfo
 from .trust import (
     TrustSummary,
     label_names,

@@ -3,7 +3,7 @@ humans" lines and ``calibrate``'s human-labels section. Takes data; no I/O. Ever
 through :func:`.textfmt.printable` (the callers' tables and :func:`.textfmt.wrap` do it).
 
 Each number says what it is: "judge mean" (the judge's own scores, uncorrected), "corrected
-with N human labels" (PPI++ / stratified PPI++, :mod:`tracescore.trust.ppi`), "labels only".
+with N human labels" (PPI++ / stratified PPI++, :mod:`tracescore.stats.ppi`), "labels only".
 """
 
 from __future__ import annotations

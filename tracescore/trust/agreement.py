@@ -9,7 +9,7 @@ Yes/no (:func:`binary_agreement`):
 - **confusion matrix** (rows: human no/yes, columns: judge no/yes — the layout of
   ``sklearn.metrics.confusion_matrix(human, judge, labels=[0, 1])``);
 - **accuracy** (the share of records where judge and human agree) with its Wilson score
-  interval (``tracescore.monitor.stats.rate_ci``);
+  interval (``tracescore.stats.rate_ci``);
 - **Cohen's kappa** κ = (p_o − p_e) / (1 − p_e), agreement beyond what the two raters' yes-rates
   give by chance, with the large-sample interval κ ± z·SE. SE is the asymptotic standard error
   of Fleiss, Cohen & Everitt (1969, "Large sample standard errors of kappa and weighted kappa",
@@ -55,16 +55,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tracescore.monitor.stats import (
+from tracescore.stats import (
     NOT_ENOUGH_DATA,
     Difference,
     Estimate,
     Moments,
-    _check_conf,
-    _special,
-    _z_quantile,
+    check_conf,
     mean_ci,
     rate_ci,
+    special,
+    z_quantile,
 )
 
 #: Fewest labelled pairs for which agreement statistics are reported (see the module docstring).
@@ -215,14 +215,14 @@ def paired_bias(judge: Sequence[float], human: Sequence[float],
     is the same (s_d = 0: the t statistic is undefined; the estimate is still given).
     method "paired t".
     """
-    _check_conf(conf)
+    check_conf(conf)
     js, hs = _pairs(judge, human)
     d = Moments.from_values(j - h for j, h in zip(js, hs))
     est = mean_ci(d, conf)
     var = d.var
     if est.value is None or var is None or var == 0.0:
         return Difference(est.value, None, None, None, "paired t")
-    stdtr = _special().stdtr
+    stdtr = special().stdtr
 
     se = math.sqrt(var / d.n)
     p_value = float(2 * stdtr(d.n - 1, -abs(est.value) / se))
@@ -236,7 +236,7 @@ def cohens_kappa(confusion: Confusion, conf: float = 0.95) -> Kappa:
     ``std_kappa`` and, at conf 0.95, ``kappa_low`` / ``kappa_upp``. ``lo``/``hi`` are not clipped
     to [-1, 1] (as statsmodels); displays use :attr:`Kappa.shown_lo`/``shown_hi``, clipped. None (with the reason) when n == 0 or the humans used one class only.
     """
-    _check_conf(conf)
+    check_conf(conf)
     n = confusion.n
     if n == 0:
         return Kappa(None, None, None, None, "no labelled pairs")
@@ -257,7 +257,7 @@ def cohens_kappa(confusion: Confusion, conf: float = 0.95) -> Kappa:
     term_c = (kappa - p_e * (1 - kappa)) ** 2
     var = max(0.0, (term_a + term_b - term_c) / (1 - p_e) ** 2 / n)
     se = math.sqrt(var)
-    half = _z_quantile(0.5 + conf / 2) * se
+    half = z_quantile(0.5 + conf / 2) * se
     return Kappa(kappa, kappa - half, kappa + half, se)
 
 
@@ -267,7 +267,7 @@ def binary_agreement(judge: Sequence[float], human: Sequence[float], *, conf: fl
 
     Raises ValueError for unequal lengths or values other than 0/1.
     """
-    _check_conf(conf)
+    check_conf(conf)
     js, hs = _pairs(judge, human)
     jb, hb = _as_yes_no(js, "judge"), _as_yes_no(hs, "human")
     counts = {(1, 1): 0, (1, 0): 0, (0, 1): 0, (0, 0): 0}
@@ -295,7 +295,7 @@ def spearman(judge: Sequence[float], human: Sequence[float],
 
     The interval needs n > 3; rho is None when either side is constant (no ranks to correlate).
     """
-    _check_conf(conf)
+    check_conf(conf)
     js, hs = _pairs(judge, human)
     n = len(js)
     method = "spearman, fisher-z (bonett-wright)"
@@ -315,14 +315,14 @@ def spearman(judge: Sequence[float], human: Sequence[float],
     se = math.sqrt((1 + rho * rho / 2) / (n - 3))
     # atanh(+-1) is infinite: a perfect rank agreement gets the degenerate interval [rho, rho].
     z = math.atanh(max(-1 + 1e-15, min(1 - 1e-15, rho)))
-    half = _z_quantile(0.5 + conf / 2) * se
+    half = z_quantile(0.5 + conf / 2) * se
     return Correlation(rho, math.tanh(z - half), math.tanh(z + half), p_value, method)
 
 
 def numeric_agreement(judge: Sequence[float], human: Sequence[float], *, conf: float = 0.95,
                       min_n: int = MIN_PAIRS) -> NumericAgreement:
     """Agreement of a numeric judge score with human labels on the same scale."""
-    _check_conf(conf)
+    check_conf(conf)
     js, hs = _pairs(judge, human)
     n = len(js)
     if n < min_n:

@@ -1,6 +1,6 @@
 """Which records to label (``tracescore label --plan N``): a stratified random design.
 
-Goal: for the labels spent, a judge-corrected estimate (``tracescore.trust.ppi``) that is both
+Goal: for the labels spent, a judge-corrected estimate (``tracescore.stats.ppi``) that is both
 *valid* (its interval covers the human mean at the stated rate) and *tight*. Labelling the newest
 or the most suspicious records is neither: a convenience sample makes the correction biased. So
 the plan is a stratified random sample (Cochran 1977, Sampling Techniques, ch. 5), the design
@@ -53,7 +53,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from tracescore.monitor.stats import Moments
+from tracescore.stats import Moments
 
 #: Labels every non-empty stratum gets at least (a stratum's variance needs two).
 MIN_PER_STRATUM = 2

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..monitor.stats import Moments
+from ..stats import Moments
 
 #: The level of the draw check's warning.
 ALPHA = 0.01

@@ -2,7 +2,7 @@
 from data only.
 
 Query, then render: the pages take what the query side built — a
-:class:`~tracescore.reports.model.ReportPage` (:func:`~tracescore.reports.report.build_page`),
+:class:`~tracescore.read.model.ReportPage` (:func:`~tracescore.reports.report.build_page`),
 a :class:`~tracescore.reports.trend.TrendPage` (:func:`~tracescore.reports.trend.build_trend`),
 a :class:`~tracescore.reports.compare.Comparison`
 (:func:`~tracescore.reports.compare.build_comparison`) — and never a connection: nothing

@@ -1,8 +1,8 @@
 """The report's score charts: each score card's histogram of values (pass / fail / no
 threshold) and its timeline of the mean per bucket with the 95 % band.
 
-Drawn from :class:`~tracescore.reports.model.Histogram` and
-:class:`~tracescore.reports.model.TimeBucket` data only (no connection, no queries); score
+Drawn from :class:`~tracescore.read.model.Histogram` and
+:class:`~tracescore.read.model.TimeBucket` data only (no connection, no queries); score
 names in labels and tooltips go through :func:`html.escape`.
 """
 
@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from ..model import Histogram, MetricSummary, TimeBucket
+from ...read.model import Histogram, MetricSummary, TimeBucket
 from ._page import _attr
 from ._svg import _band_paths, _fmt_axis, _nice_step, _runs, _time_label, _y_range
 

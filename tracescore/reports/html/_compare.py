@@ -23,7 +23,7 @@ from ._svg import _nice_up
 if TYPE_CHECKING:
     from ..compare import Comparison, ScoreComparison
 
-#: The interval methods' names as a reader knows them (:mod:`tracescore.monitor.stats`).
+#: The interval methods' names as a reader knows them (:mod:`tracescore.stats`).
 METHODS = {
     "t": "Student t interval of the mean",
     "wilson": "Wilson score interval of the rate",

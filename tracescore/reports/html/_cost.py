@@ -1,7 +1,7 @@
 """The report's cost section: judge calls per model and step (tokens, errors, USD) and the
 app's own token usage.
 
-Renders :class:`~tracescore.reports.model.Usage` data: no connection, no queries; model and
+Renders :class:`~tracescore.read.model.Usage` data: no connection, no queries; model and
 step names go through :func:`html.escape`.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..model import Usage
+from ...read.model import Usage
 from ._page import _stat
 
 

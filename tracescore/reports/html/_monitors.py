@@ -2,7 +2,7 @@
 report page and the trend page.
 
 Monitor names and summaries are user text and go through :func:`html.escape`. Pure
-functions over :class:`~tracescore.reports.model.MonitorStatus` data: no connection, no
+functions over :class:`~tracescore.read.model.MonitorStatus` data: no connection, no
 queries.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from ..model import MonitorStatus
+from ...read.model import MonitorStatus
 from ..textfmt import monitor_estimate
 from ..textfmt import when as _when
 from ._page import _attr

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
+from ...read.model import MetricSummary
 from ...score import label_for
-from ..model import MetricSummary
 from ..textfmt import num as _num
 from ..textfmt import when as _when
 from ._css import _CSS

@@ -3,7 +3,7 @@ with every score, the explanations, the answer, the ground truth and the context
 
 Everything in a card is user text captured from the app and goes through
 :func:`html.escape`. Renders the records the query side put in the
-:class:`~tracescore.reports.model.ReportPage`: no connection, no queries.
+:class:`~tracescore.read.model.ReportPage`: no connection, no queries.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from ..model import MetricSummary, ReportPage
+from ...read.model import MetricSummary, ReportPage
 from ..textfmt import when as _when
 from ._agent import agent_html
 from ._page import _tone, _val

@@ -2,7 +2,7 @@
 score with its interval and charts, the ``--by`` groups, then the trend, the worst records
 and the cost (each from its own module).
 
-Renders a :class:`~tracescore.reports.model.ReportPage` built by the query side; never a
+Renders a :class:`~tracescore.read.model.ReportPage` built by the query side; never a
 connection, no queries. Every piece of user text goes through :func:`html.escape`.
 """
 
@@ -13,7 +13,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from ... import __version__
-from ..model import (
+from ...read.model import (
     FeedbackSummary,
     GroupSummary,
     Histogram,

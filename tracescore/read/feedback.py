@@ -10,13 +10,22 @@ record in that segment. Positive / negative follow ``tracescore calibrate``: a v
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..store.compat import has_table
-from .calibration import NEGATIVE_LABELS, POSITIVE_LABELS
-from .model import FeedbackSummary
 
-__all__ = ["feedback_for_trace", "feedback_summary", "polarity"]
+if TYPE_CHECKING:  # the data classes load with the report, not with calibrate
+    from .model import FeedbackSummary
+
+__all__ = ["NEGATIVE_LABELS", "POSITIVE_LABELS", "feedback_for_trace", "feedback_summary",
+           "polarity"]
+
+#: Feedback labels read as positive / negative when the feedback has no value.
+POSITIVE_LABELS = frozenset({"good", "correct", "right", "helpful", "up", "thumbs_up",
+                             "positive", "pass", "yes", "true", "1", "accept", "accepted"})
+NEGATIVE_LABELS = frozenset({"bad", "incorrect", "wrong", "unhelpful", "down", "thumbs_down",
+                             "negative", "fail", "no", "false", "0", "reject", "rejected",
+                             "hallucination", "hallucinated"})
 
 #: Labels listed per feedback name (the most frequent).
 TOP_LABELS = 5
@@ -43,7 +52,8 @@ def feedback_summary(conn: Any, since: float | None = None, until: float | None 
                      seg_ids: set[int] | None = None) -> list[FeedbackSummary]:
     """Per feedback name: entries, traces, mean value, positives / negatives with the
     positive share's Wilson interval, labels; empty without a ``feedback`` table."""
-    from ..monitor.stats import rate_ci
+    from ..stats import rate_ci
+    from .model import FeedbackSummary
 
     if not has_table(conn, "feedback"):
         return []

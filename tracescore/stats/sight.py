@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
-from .confseq import DEFAULT_TRUNCATION, _check_alpha
+from .confseq import DEFAULT_TRUNCATION, check_alpha
 
 #: The probability of detection the MDE is stated for.
 POWER = 0.8
@@ -57,7 +57,7 @@ def margin(n: int, alpha: float, var: float,
            truncation: float = DEFAULT_TRUNCATION) -> float:
     """The expected half-width of a PrPl-EB sequence at level ``alpha`` after ``n``
     observations of variance ``var`` (inf for n = 0)."""
-    _check_alpha(alpha)
+    check_alpha(alpha)
     if n <= 0:
         return math.inf
     sl, sp, _ = _sums(n, alpha, max(var, 1e-12), truncation)
@@ -69,7 +69,7 @@ def detectable(n: int, alpha: float, var: float, *, power: float = POWER,
     """The minimum detectable effect: the distance beyond the level at which a window of
     ``n`` observations (variance ``var``), tested at ``alpha``, alerts by its end with
     probability about ``power``. inf for n = 0."""
-    _check_alpha(alpha)
+    check_alpha(alpha)
     if n <= 0:
         return math.inf
     v = max(var, 1e-12)

@@ -28,7 +28,7 @@ the weights change with time only, as PrPl-EB's do. The sequence is centred on t
 the w-weighted mean of the window's true scores — with equal weights, the window's mean —
 which is what the Hájek figures of :mod:`.weighted` and the report's estimate speak for too.
 
-The point estimate a monitor prints is the report's: :func:`tracescore.monitor.active.
+The point estimate a monitor prints is the report's: :func:`tracescore.stats.active.
 active_mean` over the window's records (the line fitted on all of them), which
 :class:`ActiveSums` computes from running sums, so a monitor never re-reads its window.
 
@@ -42,9 +42,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from . import Estimate, z_quantile
 from .active import ACTIVE
-from .confseq import DEFAULT_TRUNCATION, _check_alpha
-from .stats import Estimate, _z_quantile
+from .confseq import DEFAULT_TRUNCATION, check_alpha
 
 __all__ = ["ActiveSequence", "ActiveSums", "active_terms"]
 
@@ -128,7 +128,7 @@ class ActiveSums:
         mean = a + b * self.sf / self.N + (self.swy - a * self.sw - b * self.swf) / self.N
         var = (self.svyy + a * a * self.sv + b * b * self.svff - 2 * a * self.svy
                - 2 * b * self.svfy + 2 * a * b * self.svf) / (self.N * self.N)
-        half = _z_quantile(0.5 + conf / 2) * math.sqrt(max(0.0, var))
+        half = z_quantile(0.5 + conf / 2) * math.sqrt(max(0.0, var))
         return Estimate(self.n, mean, mean - half, mean + half, ACTIVE)
 
     def to_json(self) -> dict[str, Any]:
@@ -164,7 +164,7 @@ class ActiveSequence:
     line in use (``to_json``)."""
 
     def __init__(self, alpha: float = 0.05, truncation: float = DEFAULT_TRUNCATION) -> None:
-        _check_alpha(alpha)
+        check_alpha(alpha)
         self.alpha = alpha
         self.truncation = truncation
         self.t = 0
@@ -244,7 +244,7 @@ class ActiveSequence:
     def interval(self, alpha: float | None = None) -> tuple[float, float]:
         """(lower, upper) now, clipped to [0, 1]; (0, 1) before any record."""
         a = self.alpha if alpha is None else alpha
-        _check_alpha(a)
+        check_alpha(a)
         if self.t == 0 or self._w <= 0:
             return 0.0, 1.0
         centre = self._wx / self._w

@@ -1,5 +1,5 @@
 """The judge metrics judged within a budget (adaptive selection, issue 33): their population
-mean by active inference (:func:`tracescore.monitor.active.active_mean`), read from the
+mean by active inference (:func:`tracescore.stats.active.active_mean`), read from the
 decisions the scoring worker stored (``judge_decisions``: proxy, π, judged) joined to the
 judge's scores.
 
@@ -19,14 +19,18 @@ caller's connection (SQLite or PostgreSQL, through the same SQL).
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..monitor.active import ActiveMean, active_mean
-from ..monitor.stats import Estimate, Moments, mean_ci
-from . import query as Q
+from ..read import decisions as D
+from ..read import query as Q
+from ..stats import Estimate, Moments, mean_ci
+from ..stats.active import ActiveMean, active_mean
+
+#: what the judged records' plain mean speaks for (biased under adaptive selection)
+JUDGED = "judged records (biased)"
 
 __all__ = ["ActiveSummary", "active_summaries", "adaptive_metrics", "apply_active",
            "without_figure"]
@@ -50,39 +54,23 @@ class ActiveSummary:
 
     def to_json(self) -> dict[str, Any]:
         return {"metric": self.metric, "estimate": self.active.to_json(),
-                "judged_records_plain_mean": {**self.judged_plain.to_json(),
-                                              "population": "judged records (biased)"},
+                "judged_records_plain_mean": self.judged_plain.to_json(),
                 "decided": self.decided, "judged": self.judged,
                 "not_represented_budget_spent": self.not_represented,
                 "judged_without_score": self.missing, "notes": list(self.notes)}
 
 
 def adaptive_metrics(conn: Any, window: Q.Window) -> list[str]:
-    """The metrics with judge decisions in the window (empty on a database without the
-    table: an older schema read by ``report --db``)."""
-    lo = Q._num(-math.inf if window.since is None else window.since)
-    hi = Q._num(math.inf if window.until is None else window.until)
-    try:
-        return [str(r[0]) for r in conn.execute(
-            "SELECT DISTINCT metric FROM judge_decisions WHERE created_at >= ?"
-            " AND created_at < ?", (lo, hi)).fetchall()]
-    except Exception:
-        return []
+    """The metrics with judge decisions in the window (:func:`tracescore.read.decisions.
+    adaptive_metrics`)."""
+    return D.adaptive_metrics(conn, window)
 
 
 def _summary(conn: Any, metric: str, name: str, window: Q.Window, ids: set[int] | None
              ) -> ActiveSummary | None:
     import numpy as np
 
-    lo = Q._num(-math.inf if window.since is None else window.since)
-    hi = Q._num(math.inf if window.until is None else window.until)
-    seg_sql, seg_args = Q._seg_clause(ids, "r.seg_id")
-    join = " JOIN records r ON r.record_id = d.record_id" if ids is not None else ""
-    rows = conn.execute(
-        "SELECT d.proxy, d.pi, d.selected, s.value, s.status FROM judge_decisions d"
-        " LEFT JOIN scores s ON s.record_id = d.record_id AND s.name = ?" + join +
-        " WHERE d.metric = ? AND d.created_at >= ? AND d.created_at < ?" + seg_sql,
-        (name, metric, lo, hi, *seg_args)).fetchall()
+    rows = D.decisions(conn, name, metric, window, ids)
     if not rows:
         return None
     f = np.array([float(r[0]) for r in rows])
@@ -95,7 +83,9 @@ def _summary(conn: Any, metric: str, name: str, window: Q.Window, ids: set[int] 
     keep = ~unrepresented & ~missing
     est = active_mean(f[keep], pi[keep], sel[keep], y[keep])
     judged_y = y[sel & ok]
-    plain = mean_ci(Moments.from_values(judged_y.tolist())) if judged_y.size else Estimate(0, None, None, None, "")
+    plain = dataclasses.replace(
+        mean_ci(Moments.from_values(judged_y.tolist())) if judged_y.size
+        else Estimate(0, None, None, None, ""), population=JUDGED)
     notes = []
     n_unrep, n_missing = int(unrepresented.sum()), int(missing.sum())
     if n_unrep:
@@ -163,18 +153,10 @@ def active_timeline(conn: Any, name: str, metric: str, *, bucket_s: float,
     no estimate and no point. One read of the window's decisions."""
     import numpy as np
 
-    from .model import TimeBucket
+    from ..read.model import TimeBucket
 
     seg = seg or Q.SegmentIndex(conn)
-    ids = seg.matching(where)
-    seg_sql, seg_args = Q._seg_clause(ids, "r.seg_id")
-    join = " JOIN records r ON r.record_id = d.record_id" if ids is not None else ""
-    lo = Q._num(-math.inf if since is None else since)
-    rows = conn.execute(
-        "SELECT d.created_at, d.proxy, d.pi, d.selected, s.value, s.status FROM"
-        " judge_decisions d LEFT JOIN scores s ON s.record_id = d.record_id AND s.name = ?"
-        + join + " WHERE d.metric = ? AND d.created_at >= ?" + seg_sql,
-        (name, metric, lo, *seg_args)).fetchall()
+    rows = D.decisions_since(conn, name, metric, since, seg.matching(where))
     buckets: dict[float, list[Any]] = {}
     for r in rows:
         buckets.setdefault(float(int(float(r[0]) // bucket_s) * bucket_s), []).append(r)

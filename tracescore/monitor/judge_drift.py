@@ -11,7 +11,7 @@ The test (documented in docs/monitoring.md, "Judge drift")
   configuration or prompt (a user's decision) starts a new epoch; a provider swapping the model
   behind the same name does not — that is what the monitor exists to catch.
 - **Baseline.** The first ``BASELINE_RUNS`` runs of the epoch, their cases fed in order to a
-  PrPl-EB confidence sequence (:class:`tracescore.monitor.confseq.EBSequence`, Waudby-Smith &
+  PrPl-EB confidence sequence (:class:`tracescore.stats.confseq.EBSequence`, Waudby-Smith &
   Ramdas 2024); its lower bound at ``alpha / 2`` is the baseline's bound. Until the epoch has
   that many runs the state is NO_DATA ("baseline forming").
 - **Current.** The later runs, cut into windows of ``WINDOW_RUNS`` runs; window k = 1, 2, ...
@@ -44,7 +44,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..monitor.confseq import EBSequence, window_alpha
+from ..stats import CarriesEstimate, Estimate
+from ..stats.confseq import EBSequence, window_alpha
 
 log = logging.getLogger("tracescore")
 
@@ -65,16 +66,12 @@ _RANK = {"OK": 0, "NO_DATA": 1, "WARNING": 2, "ALERT": 3}
 
 
 @dataclass(frozen=True)
-class DriftResult:
+class DriftResult(CarriesEstimate):
     """One evaluation of the drift test (before hysteresis)."""
 
     state: str
-    value: float | None
-    lo: float | None
-    hi: float | None
-    n: int
+    estimate: Estimate
     summary: str
-    method: str
     detail: dict[str, Any] = field(default_factory=dict)
 
 
@@ -170,8 +167,8 @@ def measure(runs: Sequence[Mapping[str, Any]], now: float, *, alpha: float = ALP
                 f"since this model and prompt version)")
         # a model change is news at once, baseline or not (the ALERT waits for evidence)
         noticed = change is not None and now - change[2] < CHANGE_NOTICE_S
-        return DriftResult("WARNING" if noticed else "NO_DATA", None, None, None, 0,
-                           f"{said}; {text}" if said else text, method, detail)
+        return DriftResult("WARNING" if noticed else "NO_DATA", Estimate.missing(method),
+                           f"{said}; {text}" if said else text, detail)
     base = _sequence(epoch[:baseline_runs], alpha / 2)
     base_lo = base.interval()[0]
     base_mean = base.mean if base.mean is not None else 0.0
@@ -213,23 +210,22 @@ def measure(runs: Sequence[Mapping[str, Any]], now: float, *, alpha: float = ALP
         text = f"{said}; {text}"
         if state in ("OK", "NO_DATA") and change is not None and now - change[2] < CHANGE_NOTICE_S:
             state = "WARNING"
-    return DriftResult(state, mean, None if mean is None else lo, None if mean is None else hi,
-                       cur.n, text, method, detail)
+    est = (Estimate.missing(method, cur.n) if mean is None
+           else Estimate(cur.n, mean, lo, hi, method))
+    return DriftResult(state, est, text, detail)
 
 
 def _scored_models(store: Any) -> list[tuple[str, float]]:
     """The models the scores report (``judge_model`` segment), each with the rollup hour it
     was first seen, oldest first (from the hourly rollups: cheap)."""
-    from ..monitor import state as S
+    from ..read.monitoring import judge_models_seen
+    from . import state as S
 
     try:
-        rows = S._reader(store).execute(
-            "SELECT judge_model, min(hour) FROM hourly_scores WHERE judge_model IS NOT NULL"
-            " AND judge_model != '' GROUP BY judge_model").fetchall()
+        return judge_models_seen(S._reader(store))
     except Exception as exc:  # a database without rollups: the canary alone
         log.debug("tracescore: no judge models in the rollups: %r", exc)
         return []
-    return sorted(((str(m), float(h)) for m, h in rows), key=lambda r: (r[1], r[0]))
 
 
 def _hysteresis(prior: Any, raw: str) -> tuple[str, str | None, int]:
@@ -250,9 +246,9 @@ def evaluate(store: Any, *, owner: str, channels: Sequence[Any] = (), save: bool
     with ``.name`` and ``.kind``) — only while ``owner`` holds the monitors' lease. Returns an
     :class:`tracescore.monitor.evaluate.Evaluation`, or None when there is no canary history
     (no judge, or a database before schema 4). Blocking."""
-    from ..monitor import notify as N
-    from ..monitor import state as S
-    from ..monitor.evaluate import Evaluation
+    from . import notify as N
+    from . import state as S
+    from .evaluate import Evaluation
 
     try:
         runs = store.canary_runs()
@@ -273,9 +269,8 @@ def evaluate(store: Any, *, owner: str, channels: Sequence[Any] = (), save: bool
     if save:
         event = N.AlertEvent(
             monitor=MONITOR, state=state, previous=previous, score="judge_canary",
-            statistic="agreement", window_s=0.0, value=result.value, lo=result.lo,
-            hi=result.hi, n=result.n, condition="judge canary agreement below its baseline",
-            verdict=result.summary, method=result.method,
+            statistic="agreement", window_s=0.0, estimate=result.estimate,
+            condition="judge canary agreement below its baseline", verdict=result.summary,
             command="tracescore check", db=db_label, at=t)
         # news: a bad state, or a recovery from one (a formed baseline, NO_DATA → OK, is not)
         news = changed and (state in ("ALERT", "WARNING") or previous in ("ALERT", "WARNING"))
@@ -286,9 +281,8 @@ def evaluate(store: Any, *, owner: str, channels: Sequence[Any] = (), save: bool
             pending=pending, notify=items, at=t)
         if saved and changed:
             N.emit_state_change(otel_logger, event)
-    return Evaluation(MONITOR, state, previous, result.state, result.value, result.lo,
-                      result.hi, result.n, result.summary, result.method, changed, saved,
-                      (), None, detail)
+    return Evaluation(MONITOR, state, previous, result.state, result.estimate, result.summary,
+                      changed, saved, (), None, detail)
 
 
 def evaluate_with(evaluator: Any, *, save: bool = True) -> list[Any]:

@@ -10,7 +10,7 @@ import json
 import sqlite3
 from typing import Any
 
-__all__ = ["MetricInfo"]
+__all__ = ["MetricInfo", "declared_segment_keys", "known_scores"]
 
 
 class MetricInfo:
@@ -87,3 +87,31 @@ class MetricInfo:
         except Exception:
             return (metric,)
 
+
+
+def known_scores(conn: Any, info: MetricInfo | None = None) -> dict[str, bool | None]:
+    """Every score name the database knows (declared by a metric, or seen in the rollups),
+    with whether higher is better (None: the metric declares no direction)."""
+    info = MetricInfo(conn) if info is None else info
+    known: dict[str, bool | None] = {}
+    try:
+        for metric, names in conn.execute("SELECT metric, score_names FROM metrics"):
+            for name in json.loads(names or "[]") or [metric]:
+                known[name] = info.higher_is_better(metric)
+    except Exception:  # a database from before the metrics table
+        pass
+    for (name, metric) in conn.execute("SELECT DISTINCT name, metric FROM hourly_scores"):
+        known.setdefault(name, info.higher_is_better(metric or name))
+    return known
+
+
+def declared_segment_keys(conn: Any) -> list[str]:
+    """The ``metadata`` keys the app declared as segments (``meta.segment_keys``); [] when
+    none or before that key existed."""
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'segment_keys'").fetchone()
+        if row and row[0]:
+            return [str(k) for k in json.loads(row[0])]
+    except Exception:
+        pass
+    return []

@@ -1,6 +1,6 @@
 """Judge drift on human labels: the built-in monitor ``judge_drift_labels`` (issue 17, sec. 4).
 
-:mod:`tracescore.trust.drift` watches the judge on the canary's known-answer cases. This
+:mod:`tracescore.monitor.judge_drift` watches the judge on the canary's known-answer cases. This
 monitor watches it on **your** records: where labelled records are judged by a different
 **judge identity** — the model the judge server reported (``scores.judge_model``), the prompt
 version (the score details' ``judge.prompt_version``) and the metric version — it compares the
@@ -10,7 +10,7 @@ Agreement, per labelled pair, on [0, 1]: ``1 − |judge − human| / (high − l
 scale (the metric's ``value_range`` when known, else [0, 1], clipped). For a yes/no score that
 is 1 when the judge agrees with the humans' majority and 0 when not (a tie is left out), so the
 mean is the **accuracy**; for a numeric score it is **1 − MAE** (the human value being the mean
-of the annotators). The pairs are :func:`tracescore.reports.trust.read_pairs`' — a label pairs
+of the annotators). The pairs are :func:`tracescore.read.trust_pairs.read_pairs`' — a label pairs
 only with a score of the metric version it was bound to; judge scores only (a local metric's
 scores have no judge).
 
@@ -35,14 +35,14 @@ The test (documented in docs/monitoring.md, "Judge drift")
 ----------------------------------------------------------
 - **Baseline**: the earliest identity (first seen) with at least ``MIN_PAIRS`` pairs. Its
   agreements, in the order first seen, go to a PrPl-EB confidence sequence
-  (:class:`tracescore.monitor.confseq.EBSequence`, as :mod:`.drift` does); lower bound at α/2.
+  (:class:`tracescore.stats.confseq.EBSequence`, as :mod:`.judge_drift` does); lower bound at α/2.
 - **Current**: the newest identity; the k-th identity after the baseline gets its own sequence
   at ``window_alpha(α/2, k)`` = α/(2k(k+1)). Fewer than ``MIN_PAIRS`` pairs on either side, or
   no baseline yet: NO_DATA ("not enough labels"). One identity only: OK (nothing changed).
 - **Verdict**: ALERT when the current upper bound is below the baseline's lower bound minus
   ``MIN_EFFECT``; WARNING when only the current mean is below the baseline's mean minus it.
   The summary names the change ("judge changed from A to B").
-- **Why confidence sequences, not the fixed-sample intervals of monitor/stats.py**: the pairs
+- **Why confidence sequences, not the fixed-sample intervals of tracescore.stats**: the pairs
   arrive over time (labels added, records re-scored) and the monitor is checked every minute;
   a fixed-sample interval re-tested at every look would fire on noise sooner or later, while a
   confidence sequence is valid at every n at once. So while the current identity's agreement
@@ -60,6 +60,7 @@ app's request path.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -67,8 +68,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..monitor.confseq import EBSequence, window_alpha
-from .drift import _RANK, _hysteresis
+from ..stats import CarriesEstimate, Estimate
+from ..stats.confseq import EBSequence, window_alpha
+from .judge_drift import _RANK, _hysteresis
 
 log = logging.getLogger("tracescore")
 
@@ -82,6 +84,8 @@ MIN_PAIRS = 30
 MIN_EFFECT = 0.05
 MAX_RECORDS = 2000
 MAX_IDENTITIES = 6
+#: the method of one name's agreement estimate (the monitor's words name the whole test)
+_EST_METHOD = "agreement with human labels: anytime-valid empirical-Bernstein CS"
 
 #: name -> identity key -> {"first": t, "pairs": {record_id: [judge, human]}}
 Snapshot = dict[str, dict[str, dict[str, Any]]]
@@ -127,29 +131,16 @@ def _human(judge: float, annotators: Sequence[tuple[str, float]]) -> float | Non
     return mean
 
 
-#: The ok scores of a name on the traces labelled under it, with their details: from the
-#: labelled traces (few) to their records — ``{join}``: :func:`..store.compat.trace_join`, a
-#: primary-key range on SQLite (``CROSS JOIN`` keeps that order there; a plain join on
-#: PostgreSQL) — to the records' scores.
-_LABELLED_SCORES = (
-    "SELECT s.record_id, s.created_at, s.details FROM (SELECT DISTINCT trace_id FROM labels"
-    " WHERE name = ? AND value IS NOT NULL) l CROSS JOIN records r ON {join}"
-    " CROSS JOIN scores s ON s.record_id = r.record_id AND s.name = ? AND s.status = 'ok'")
-
-
 def live_identities(conn: Any, name: str) -> dict[str, dict[str, Any]]:
     """The labelled pairs of score ``name`` now in the database, by judge identity (judge
     scores only), each identity's pairs in the order its scores were written."""
-    from ..reports.trust import read_pairs
-    from ..store.compat import trace_join
+    from ..read.trust_pairs import labelled_score_details, read_pairs
 
     lp = read_pairs(conn, name)
     if not lp.pairs:
         return {}
     extra: dict[str, tuple[float, str]] = {}
-    for rid, created, details in conn.execute(
-            _LABELLED_SCORES.format(join=trace_join(conn, "l.trace_id")),
-            (name, name)).fetchall():
+    for rid, created, details in labelled_score_details(conn, name):
         try:
             d = json.loads(details) if isinstance(details, str) else (details or {})
         except ValueError:
@@ -201,15 +192,12 @@ def merge(snapshot: Mapping[str, Any] | None, live: Mapping[str, Mapping[str, An
 
 
 @dataclass(frozen=True)
-class NameResult:
+class NameResult(CarriesEstimate):
     """One score name's verdict (before hysteresis)."""
 
     name: str
     state: str
-    value: float | None
-    lo: float | None
-    hi: float | None
-    n: int
+    estimate: Estimate
     summary: str
     detail: dict[str, Any] = field(default_factory=dict)
 
@@ -237,7 +225,7 @@ def measure(name: str, identities: Mapping[str, Mapping[str, Any]], *,
                         "first_seen": float(identities[k]["first"])} for k in ordered],
         "min_pairs": min_pairs, "min_effect": min_effect}
     if base is None:
-        return NameResult(name, "NO_DATA", None, None, None, sizes[newest],
+        return NameResult(name, "NO_DATA", Estimate(sizes[newest], None, None, None, _EST_METHOD),
                           f"{name}: not enough labels — judge {describe(newest)} has "
                           f"{sizes[newest]} of the {min_pairs} labelled pairs a baseline needs",
                           detail)
@@ -249,7 +237,8 @@ def measure(name: str, identities: Mapping[str, Mapping[str, Any]], *,
     detail.update({"baseline": describe(base), "baseline_mean": b_mean, "baseline_bound": b_lo,
                    "baseline_n": bseq.n})
     if newest == base:
-        return NameResult(name, "OK", b_mean, b_lo, bseq.interval()[1], bseq.n,
+        return NameResult(name, "OK",
+                          Estimate(bseq.n, b_mean, b_lo, bseq.interval()[1], _EST_METHOD),
                           f"{name}: one judge identity on labelled records ({describe(base)}, "
                           f"agreement with humans {b_mean:.3f}, n={bseq.n}); nothing to compare",
                           detail)
@@ -257,7 +246,7 @@ def measure(name: str, identities: Mapping[str, Mapping[str, Any]], *,
     detail["change"] = {"from": json.loads(base), "to": json.loads(newest),
                         "at": float(identities[newest]["first"])}
     if sizes[newest] < min_pairs:
-        return NameResult(name, "NO_DATA", None, None, None, sizes[newest],
+        return NameResult(name, "NO_DATA", Estimate(sizes[newest], None, None, None, _EST_METHOD),
                           f"{name}: {said}; not enough labels for the new judge "
                           f"({sizes[newest]} of {min_pairs} labelled pairs; baseline agreement "
                           f"{b_mean:.3f}, n={bseq.n})", detail)
@@ -277,7 +266,8 @@ def measure(name: str, identities: Mapping[str, Mapping[str, Any]], *,
                                      "does not confirm it yet")
     else:
         state, verdict = "OK", "not below the baseline"
-    return NameResult(name, state, mean, lo, hi, cseq.n, f"{name}: {said}; {where}: {verdict}",
+    return NameResult(name, state, Estimate(cseq.n, mean, lo, hi, _EST_METHOD),
+                      f"{name}: {said}; {where}: {verdict}",
                       detail)
 
 
@@ -290,10 +280,10 @@ def evaluate(store: Any, reader: Any, *, owner: str, channels: Sequence[Any] = (
     ``owner`` holds the monitors' lease. Returns an
     :class:`tracescore.monitor.evaluate.Evaluation`, or None when no judge score has a human
     label (or the database is before schema 4). Blocking."""
-    from ..monitor import notify as N
-    from ..monitor import state as S
-    from ..monitor.evaluate import Evaluation
-    from ..reports.trust import label_names
+    from ..read.trust_pairs import label_names
+    from . import notify as N
+    from . import state as S
+    from .evaluate import Evaluation
 
     names = label_names(reader)
     if not names:
@@ -322,6 +312,7 @@ def evaluate(store: Any, reader: Any, *, owner: str, channels: Sequence[Any] = (
               f"empirical-Bernstein confidence sequences — the k-th new judge at "
               f"alpha/(2k(k+1)) against the earliest judge's lower bound at alpha/2 "
               f"(alpha {ALPHA:g}, at least {MIN_PAIRS} pairs a side)")
+    estimate = dataclasses.replace(worst.estimate, method=method)
     state, pending, streak = _hysteresis(prior, worst.state)
     previous = prior.state if prior is not None else None
     changed = previous != state
@@ -332,10 +323,9 @@ def evaluate(store: Any, reader: Any, *, owner: str, channels: Sequence[Any] = (
     if save:
         event = N.AlertEvent(
             monitor=MONITOR, state=state, previous=previous, score=worst.name,
-            statistic="agreement with human labels", window_s=0.0, value=worst.value,
-            lo=worst.lo, hi=worst.hi, n=worst.n,
+            statistic="agreement with human labels", window_s=0.0, estimate=estimate,
             condition="the judge's agreement with human labels below its baseline judge's",
-            verdict=summary, method=method, command="tracescore check", db=db_label, at=t)
+            verdict=summary, command="tracescore check", db=db_label, at=t)
         news = changed and (state in ("ALERT", "WARNING") or previous in ("ALERT", "WARNING"))
         items = N.outbox_items(event, channels) if news else None
         saved = S.save_evaluation(
@@ -344,8 +334,8 @@ def evaluate(store: Any, reader: Any, *, owner: str, channels: Sequence[Any] = (
             streak=streak, pending=pending, notify=items, at=t)
         if saved and changed:
             N.emit_state_change(otel_logger, event)
-    return Evaluation(MONITOR, state, previous, worst.state, worst.value, worst.lo, worst.hi,
-                      worst.n, summary, method, changed, saved, (), None, detail)
+    return Evaluation(MONITOR, state, previous, worst.state, estimate, summary, changed,
+                      saved, (), None, detail)
 
 
 def evaluate_with(evaluator: Any, *, save: bool = True) -> list[Any]:

@@ -28,9 +28,11 @@ importing this module is cheap.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
+
+from .estimate import Difference, Estimate
+from .moments import Moments
 
 REGRESSED = "regressed"
 IMPROVED = "improved"
@@ -41,96 +43,13 @@ NOT_ENOUGH_DATA = "not enough data"
 VERDICTS = (REGRESSED, IMPROVED, CHANGED, NO_CHANGE, NO_EVIDENCE, NOT_ENOUGH_DATA)
 
 Bins = Sequence[tuple[float, float]]
-_EPS = 2.220446049250313e-16  # float64 machine epsilon
 
-
-@dataclass(frozen=True)
-class Moments:
-    """Sufficient statistics of a sample: its size, sum and sum of squares."""
-
-    n: int
-    s: float
-    ss: float
-
-    @property
-    def mean(self) -> float | None:
-        """The sample mean, or None for an empty sample."""
-        return self.s / self.n if self.n > 0 else None
-
-    @property
-    def var(self) -> float | None:
-        """The sample variance (ddof=1), or None when n < 2."""
-        if self.n < 2:
-            return None
-        # ss - s^2/n of equal values comes out a hair off zero (either side) by cancellation:
-        # within the rounding of n additions it is zero, so "no spread" is recognised as such
-        spread = self.ss - self.s * self.s / self.n
-        if spread <= 4 * self.n * _EPS * abs(self.ss):
-            return 0.0
-        return spread / (self.n - 1)
-
-    @classmethod
-    def from_values(cls, xs: Iterable[float]) -> Moments:
-        n, s, ss = 0, 0.0, 0.0
-        for x in xs:
-            x = float(x)
-            n += 1
-            s += x
-            ss += x * x
-        return cls(n, s, ss)
-
-    def __add__(self, other: Moments) -> Moments:
-        if not isinstance(other, Moments):
-            return NotImplemented
-        return Moments(self.n + other.n, self.s + other.s, self.ss + other.ss)
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A point estimate with its n and confidence interval (None where it cannot be computed)."""
-
-    n: int
-    value: float | None
-    lo: float | None
-    hi: float | None
-    method: str
-    #: what a reader must know to read the interval right (e.g. :data:`NO_SPREAD`), or ""
-    note: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"n": self.n, "value": self.value, "lo": self.lo, "hi": self.hi,
-                               "method": self.method}
-        if self.note:
-            out["note"] = self.note
-        return out
-
-
-@dataclass(frozen=True)
-class Difference:
-    """current - baseline, with its confidence interval and two-sided p-value."""
-
-    estimate: float | None
-    lo: float | None
-    hi: float | None
-    p_value: float | None
-    method: str
-    #: what a reader must know to read the interval right (e.g. :data:`NO_SPREAD`), or ""
-    note: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"estimate": self.estimate, "lo": self.lo, "hi": self.hi,
-                               "p_value": self.p_value, "method": self.method}
-        if self.note:
-            out["note"] = self.note
-        return out
-
-
-def _check_conf(conf: float) -> None:
+def check_conf(conf: float) -> None:
     if not 0.0 < conf < 1.0:
         raise ValueError(f"conf must be in (0, 1), got {conf!r}")
 
 
-def _special() -> Any:
+def special() -> Any:
     """scipy.special's ufuncs (stdtrit, ndtri, stdtr, ndtr) from ``scipy.special._ufuncs``,
     without ``scipy.special``'s ``__init__`` when scipy is not imported yet: its array-API
     dispatch layer costs ~0.3 s of CPU, more than the rest of a read command
@@ -140,15 +59,15 @@ def _special() -> Any:
     return light_import.module("scipy.special._ufuncs")
 
 
-def _t_quantile(p: float, df: float) -> float:
+def t_quantile(p: float, df: float) -> float:
     """Student t quantile (scipy.special.stdtrit: the same function scipy.stats.t.ppf
     evaluates, without scipy.stats' second of import time)."""
-    return float(_special().stdtrit(df, p))
+    return float(special().stdtrit(df, p))
 
 
-def _z_quantile(p: float) -> float:
+def z_quantile(p: float) -> float:
     """Standard normal quantile (scipy.special.ndtri, as scipy.stats.norm.ppf)."""
-    return float(_special().ndtri(p))
+    return float(special().ndtri(p))
 
 
 def range_bound(value: float, n: int, conf: float = 0.95) -> tuple[float, float]:
@@ -161,7 +80,7 @@ def range_bound(value: float, n: int, conf: float = 0.95) -> tuple[float, float]
     values less likely than (1 - conf)/2 on that side. For c = 1 (or 0) it is the
     Clopper-Pearson interval of n successes (failures) in n trials; it never has zero width.
     """
-    _check_conf(conf)
+    check_conf(conf)
     if n < 1 or not 0.0 <= value <= 1.0:
         raise ValueError(f"need n >= 1 and a value in [0, 1], got n={n!r}, value={value!r}")
     return _range_limits(value, n, 1 - conf)
@@ -185,7 +104,7 @@ def mean_ci(m: Moments, conf: float = 0.95, *, bounded: bool = False) -> Estimat
     to lie in [0, 1] (``bounded``) the interval is then :func:`range_bound` (method
     ``"range bound"``), else lo and hi are None; either way ``note`` is :data:`NO_SPREAD`.
     """
-    _check_conf(conf)
+    check_conf(conf)
     mean, var = m.mean, m.var
     if mean is None or var is None:
         return Estimate(m.n, mean, None, None, "t")
@@ -195,7 +114,7 @@ def mean_ci(m: Moments, conf: float = 0.95, *, bounded: bool = False) -> Estimat
             # min/max: a mean a rounding error outside [0, 1] stays inside its own interval
             return Estimate(m.n, mean, min(lo, mean), max(hi, mean), "range bound", NO_SPREAD)
         return Estimate(m.n, mean, None, None, "t", NO_SPREAD)
-    half = _t_quantile(0.5 + conf / 2, m.n - 1) * math.sqrt(var / m.n)
+    half = t_quantile(0.5 + conf / 2, m.n - 1) * math.sqrt(var / m.n)
     return Estimate(m.n, mean, mean - half, mean + half, "t")
 
 
@@ -218,11 +137,11 @@ def _check_counts(k: int, n: int) -> None:
 
 def rate_ci(k: int, n: int, conf: float = 0.95) -> Estimate:
     """Wilson score interval for a proportion k/n (Wilson 1927); value None when n == 0."""
-    _check_conf(conf)
+    check_conf(conf)
     _check_counts(k, n)
     if n == 0:
         return Estimate(0, None, None, None, "wilson")
-    z = _z_quantile(0.5 + conf / 2)
+    z = z_quantile(0.5 + conf / 2)
     lo, hi = _wilson(k, n, z)
     return Estimate(n, k / n, lo, hi, "wilson")
 
@@ -236,7 +155,7 @@ def _side_limits(m: Moments, alpha: float, bounded: bool) -> tuple[float, float]
         lo, hi = _range_limits(min(1.0, max(0.0, mean)), m.n, alpha)
         return mean - lo, hi - mean
     # t_{1-alpha/2} as -t_{alpha/2}: exact for the tiny alphas the p-value search visits
-    half = -_t_quantile(alpha / 2, m.n - 1) * math.sqrt(var / m.n)
+    half = -t_quantile(alpha / 2, m.n - 1) * math.sqrt(var / m.n)
     return half, half
 
 
@@ -308,7 +227,7 @@ def mean_difference(
     ``seed`` are accepted for compatibility and only imply ``bounded``.
     """
     del seed
-    _check_conf(conf)
+    check_conf(conf)
     if bounded is None:
         bounded = bins_current is not None and bins_baseline is not None
     mc, mb = current.mean, baseline.mean
@@ -327,11 +246,11 @@ def mean_difference(
     a, b = vc / current.n, vb / baseline.n
     se = math.sqrt(a + b)
     df = (a + b) ** 2 / (a * a / (current.n - 1) + b * b / (baseline.n - 1))
-    half = _t_quantile(0.5 + conf / 2, df) * se
+    half = t_quantile(0.5 + conf / 2, df) * se
     # Welch's t test (as scipy.stats.ttest_ind_from_stats(equal_var=False), checked against
     # it in the tests), from the t distribution's CDF in scipy.special: scipy.stats costs a
     # second to import, more than a whole report
-    stdtr = _special().stdtr
+    stdtr = special().stdtr
     p_value = float(2 * stdtr(df, -abs(estimate) / se))
     return Difference(estimate, estimate - half, estimate + half, p_value, "welch")
 
@@ -348,12 +267,12 @@ def rate_difference(
     (scipy.stats.fisher_exact, two-sided) is used instead. method "newcombe+score" or
     "newcombe+fisher". All None when a side has n == 0.
     """
-    _check_conf(conf)
+    check_conf(conf)
     _check_counts(k_cur, n_cur)
     _check_counts(k_base, n_base)
     if n_cur == 0 or n_base == 0:
         return Difference(None, None, None, None, "newcombe+score")
-    z = _z_quantile(0.5 + conf / 2)
+    z = z_quantile(0.5 + conf / 2)
     p1, p2 = k_cur / n_cur, k_base / n_base
     l1, u1 = _wilson(k_cur, n_cur, z)
     l2, u2 = _wilson(k_base, n_base, z)
@@ -370,7 +289,7 @@ def rate_difference(
         return Difference(d, lo, hi, p_value, "newcombe+fisher")
     pooled = k / n
     se = math.sqrt(pooled * (1 - pooled) * (1 / n_cur + 1 / n_base))
-    ndtr = _special().ndtr
+    ndtr = special().ndtr
     p_value = float(2 * ndtr(-abs(d) / se))
     return Difference(d, lo, hi, p_value, "newcombe+score")
 

@@ -43,12 +43,13 @@ against a direct transcription of the formulas.)
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .stats import Estimate, Moments, _t_quantile
+from . import Estimate, Moments, t_quantile
 
 #: The population an estimate speaks for (every estimate of the read side says one of these).
 SCORED = "scored records"
@@ -95,9 +96,14 @@ class WeightedMean:
     n_hat: float
     deff: float
 
+    def __post_init__(self) -> None:
+        if not self.estimate.population:  # what a Hájek mean speaks for: every record
+            object.__setattr__(self, "estimate",
+                               dataclasses.replace(self.estimate, population=ALL_WEIGHTED))
+
     def to_json(self) -> dict[str, Any]:
-        return {**self.estimate.to_json(), "population": ALL_WEIGHTED, "se": self.se,
-                "n_hat": self.n_hat, "design_effect": self.deff}
+        return {**self.estimate.to_json(), "se": self.se, "n_hat": self.n_hat,
+                "design_effect": self.deff}
 
 
 def hajek_mean(values: Sequence[float], pis: Sequence[float], conf: float = 0.95
@@ -131,7 +137,7 @@ def hajek_mean(values: Sequence[float], pis: Sequence[float], conf: float = 0.95
     if np.all(pi == 1.0):
         return WeightedMean(Estimate(n, mean, mean, mean, "census (every record scored)"),
                             0.0, n_hat, deff)
-    half = _t_quantile(0.5 + conf / 2, n - 1) * se
+    half = t_quantile(0.5 + conf / 2, n - 1) * se
     return WeightedMean(Estimate(n, mean, mean - half, mean + half, HAJEK), se, n_hat, deff)
 
 
@@ -162,7 +168,7 @@ def hajek_from_moments(groups: Sequence[tuple[float, Moments]], conf: float = 0.
     var = sum((1.0 - pi) / (pi * pi) * max(0.0, m.ss - 2 * mean * m.s + m.n * mean * mean)
               for pi, m in used) / (n_hat * n_hat)
     se = math.sqrt(var)
-    half = _t_quantile(0.5 + conf / 2, n - 1) * se
+    half = t_quantile(0.5 + conf / 2, n - 1) * se
     return WeightedMean(Estimate(n, mean, mean - half, mean + half, HAJEK), se, n_hat, deff)
 
 

@@ -10,7 +10,7 @@ Each row carries the record's ground truths and retrieved contexts (as stored: a
 
 Rows come from one SQLite cursor and are written as they are read: memory stays flat however
 large the database. The read is one SELECT (so one consistent snapshot) on a read-only
-connection from :func:`tracescore.reports.db.open_db`; writers carry on meanwhile (WAL mode).
+connection from :func:`tracescore.read.db.open_db`; writers carry on meanwhile (WAL mode).
 Everything here blocks on SQLite and on the output stream.
 """
 

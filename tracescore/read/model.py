@@ -48,7 +48,7 @@ class MetricSummary:
     error_rate: float | None = None
     #: "" (the plain figure over the scored records) or "active": a judge metric judged
     #: within a budget, whose mean/lo/hi are the active-inference estimate over ``proxied``
-    #: records (:mod:`.active`); ``judged_mean``: the judged records' plain (biased) mean
+    #: records (:mod:`tracescore.monitor.active_summary`); ``judged_mean``: the judged records' plain (biased) mean
     estimator: str = ""
     judged_mean: float | None = None
     proxied: int | None = None
@@ -62,7 +62,7 @@ class MetricSummary:
         out = {k: v for k, v in asdict(self).items() if k not in ("name", "skip_reasons")}
         out["skip_reasons"] = [{"reason": r, "records": n} for r, n in self.skip_reasons]
         out["mostly_skipped"] = self.mostly_skipped
-        # reports.inclusion: weighted to all records; reports.active: budgeted judge metrics
+        # reports.inclusion: weighted to all records; monitor.active_summary: budgeted judge metrics
         out["population"] = ("all decided records (active inference)"
                              if self.estimator == "active" else "scored records")
         return out

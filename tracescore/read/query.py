@@ -20,18 +20,34 @@ limit, is read into memory); ``judge_model`` and ``metric_version`` belong to a 
 scores in [0, 1]); counts, means, rates and Σx² are exact.
 
 All functions block on database I/O; ``conn`` is a read-only connection from
-:func:`tracescore.reports.db.open_db` (SQLite or PostgreSQL: the SQL is written once).
+:func:`tracescore.read.db.open_db` (SQLite or PostgreSQL: the SQL is written once).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..store.rollup import BINS, bin_mid, value_bin
+from .window import (
+    HOUR,
+    RECORD_DIMS,
+    SCORE_DIMS,
+    Group,
+    SegmentIndex,
+    Window,
+    _edges,
+    _hours,
+    _names_clause,
+    _names_in_hour,
+    _num,
+    dims_of,
+    score_dim_clause,
+    seg_clause,
+    values_of,
+)
 
 __all__ = [
     "BINS", "merge", "merge_records", "merge_skips", "label_bins",
@@ -39,151 +55,6 @@ __all__ = [
     "dims_of", "record_aggs", "score_aggs", "score_series", "skip_aggs", "time_span",
     "values_of",
 ]
-
-HOUR = 3600
-#: Dimensions of a record (the ``segments`` table), besides ``metadata.KEY``.
-RECORD_DIMS = ("release", "environment", "model")
-#: Dimensions of a score (columns of ``hourly_scores`` and ``scores``).
-SCORE_DIMS = ("judge_model", "metric_version")
-
-Group = str | None  # a dimension's value, or None when the query is not split
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """``[since, until)`` in unix seconds; None: unbounded (``until`` None is "now")."""
-
-    since: float | None = None
-    until: float | None = None
-
-    def contains(self, t: float) -> bool:
-        return (self.since is None or t >= self.since) and (self.until is None or t < self.until)
-
-
-# -- segments ---------------------------------------------------------------------------------
-class SegmentIndex:
-    """The ``segments`` table, read as far as a query needs it: seg_id → {dimension: value}.
-
-    ``matching(where)`` reads only the segments whose release/environment/model columns match
-    (a ``--where`` read touches those and no others); :meth:`value` of a segment not read yet,
-    :attr:`rows`, :attr:`first_seen`, :meth:`dims` and :meth:`values` read the whole table
-    once. The table itself is bounded (``max_segments`` combinations, see
-    :mod:`tracescore.store.segments`). One connection, one thread."""
-
-    _COLS = "seg_id, release, environment, model, meta, first_seen"
-
-    def __init__(self, conn: Any) -> None:
-        from ..store.compat import has_table
-
-        self._conn = conn
-        self._rows: dict[int, dict[str, str | None]] = {}
-        self._first: dict[int, float] = {}
-        self._all = not has_table(conn, "segments")  # (no table: nothing more to read)
-
-    def _read(self, where_sql: str = "", args: Sequence[Any] = ()) -> list[int]:
-        got = []
-        for seg_id, release, env, model, meta, first in self._conn.execute(
-                f"SELECT {self._COLS} FROM segments{where_sql}", tuple(args)).fetchall():
-            sid = int(seg_id)
-            got.append(sid)
-            if sid in self._rows:
-                continue
-            dims: dict[str, str | None] = {"release": release, "environment": env,
-                                           "model": model}
-            try:
-                for k, v in (json.loads(meta or "{}") or {}).items():
-                    dims[f"metadata.{k}"] = None if v is None else str(v)
-            except (TypeError, ValueError):
-                pass
-            self._rows[sid] = dims
-            self._first[sid] = float(first or 0.0)
-        return got
-
-    def _read_all(self) -> None:
-        if not self._all:
-            self._read()
-            self._all = True
-
-    @property
-    def rows(self) -> dict[int, dict[str, str | None]]:
-        self._read_all()
-        return self._rows
-
-    @property
-    def first_seen(self) -> dict[int, float]:
-        self._read_all()
-        return self._first
-
-    def dims(self) -> list[str]:
-        """Every record dimension present (metadata keys included), plus the score ones."""
-        out = list(RECORD_DIMS)
-        for dims in self.rows.values():
-            out += [d for d in dims if d not in out]
-        return out + list(SCORE_DIMS)
-
-    def value(self, seg_id: int | None, dim: str) -> str | None:
-        if seg_id is None:
-            return None
-        sid = int(seg_id)
-        if sid not in self._rows:
-            self._read_all()
-        return self._rows.get(sid, {}).get(dim)
-
-    def matching(self, where: Mapping[str, str] | None) -> set[int] | None:
-        """seg_ids whose record dimensions equal ``where`` (score dimensions ignored here);
-        None when ``where`` has no record dimension (no filter)."""
-        crit = {k: v for k, v in (where or {}).items() if k not in SCORE_DIMS}
-        if not crit:
-            return None
-        if self._all:
-            candidates: Iterable[int] = self._rows
-        else:  # the columns in SQL; the metadata keys (JSON) on the rows that pass them
-            cols = [k for k in ("release", "environment", "model") if k in crit]
-            candidates = self._read(
-                " WHERE " + " AND ".join(f"{k} = ?" for k in cols) if cols else "",
-                [crit[k] for k in cols])
-            if not cols:
-                self._all = True
-        return {sid for sid in candidates
-                if all(self._rows[sid].get(k) == v for k, v in crit.items())}
-
-    def values(self, dim: str) -> list[tuple[str, float]]:
-        """The values of a record dimension, each with when it was first seen, oldest first."""
-        first: dict[str, float] = {}
-        for sid, dims in self.rows.items():
-            v = dims.get(dim)
-            if v is not None:
-                t = self.first_seen.get(sid, 0.0)
-                first[v] = min(first.get(v, t), t)
-        return sorted(first.items(), key=lambda kv: (kv[1], kv[0]))
-
-
-def dims_of(conn: Any) -> list[str]:
-    """The dimensions a database can be split or filtered by."""
-    return SegmentIndex(conn).dims()
-
-
-def values_of(conn: Any, dim: str, window: Window = Window(),
-              seg: SegmentIndex | None = None) -> list[tuple[str, float]]:
-    """The values ``dim`` takes (with when each was first seen), oldest first."""
-    if dim in SCORE_DIMS:
-        lo, hi = _hours(window)
-        first: dict[str, float] = {}
-        rows = conn.execute(
-            f"SELECT {dim}, min(hour) FROM hourly_scores WHERE hour >= ? AND hour < ?"
-            f" AND {dim} IS NOT NULL AND {dim} != '' GROUP BY {dim}",
-            (_num(lo), _num(hi))).fetchall() if lo < hi else []
-        # an hour the window cuts: its raw rows inside the window, as score_aggs counts them
-        # (a judge model seen only there is a value of the window too)
-        for _hour, t0, t1 in _edges(window):
-            rows += conn.execute(
-                f"SELECT {dim}, min(created_at) FROM scores WHERE created_at >= ?"
-                f" AND created_at < ? AND {dim} IS NOT NULL AND {dim} != '' GROUP BY {dim}",
-                (t0, t1)).fetchall()
-        for v, t in rows:
-            first[str(v)] = min(first.get(str(v), float(t)), float(t))
-        return sorted(first.items(), key=lambda kv: (kv[1], kv[0]))
-    return (seg or SegmentIndex(conn)).values(dim)
 
 
 # -- aggregates -------------------------------------------------------------------------------
@@ -234,7 +105,7 @@ class Agg:
         return self.n_ok + self.n_error + self.n_skipped
 
     def moments(self) -> Any:
-        from ..monitor.stats import Moments
+        from ..stats import Moments
 
         return Moments(self.n_ok, self.s, self.ss)
 
@@ -250,7 +121,7 @@ class Agg:
         of those are equal it is their exact range bound (:func:`.stats.range_bound`)."""
         from dataclasses import replace
 
-        from ..monitor.stats import mean_ci, rate_ci
+        from ..stats import mean_ci, rate_ci
 
         if binary:
             return rate_ci(self.yes, self.n_ok)
@@ -305,71 +176,6 @@ class RecordAgg:
             self.models[m] = self.models.get(m, 0) + n
 
 
-# -- window arithmetic -------------------------------------------------------------------------
-def _floor_hour(t: float) -> int:
-    return int(math.floor(t / HOUR)) * HOUR
-
-
-def _hours(window: Window) -> tuple[float, float]:
-    """The [lo, hi) range of rollup hours that lie wholly inside the window (edges excluded
-    when they cut an hour; :func:`_edges` reads those)."""
-    lo = -math.inf if window.since is None else math.ceil(window.since / HOUR) * HOUR
-    hi = math.inf if window.until is None else _floor_hour(window.until)
-    return lo, hi
-
-
-def _edges(window: Window) -> list[tuple[int, float, float]]:
-    """The hours a window edge cuts: (hour, from, to) — the part of the hour in the window."""
-    out: list[tuple[int, float, float]] = []
-    if window.since is not None and window.since % HOUR:
-        h = _floor_hour(window.since)
-        out.append((h, window.since, min(h + HOUR, window.until if window.until is not None
-                                          else math.inf)))
-    if window.until is not None and window.until % HOUR:
-        h = _floor_hour(window.until)
-        start = h if window.since is None else max(h, window.since)
-        if not out or out[0][0] != h:
-            if start < window.until:
-                out.append((h, float(start), window.until))
-    return out
-
-
-def _seg_clause(ids: set[int] | None, col: str = "seg_id") -> tuple[str, list[Any]]:
-    if ids is None:
-        return "", []
-    if not ids:
-        return " AND 1 = 0", []
-    ordered = sorted(ids)
-    return f" AND {col} IN ({','.join('?' * len(ordered))})", list(ordered)
-
-
-def _names_in_hour(conn: Any, hour: int) -> list[str]:
-    """The score names with rows in ``hour`` (from the rollups): raw reads of that hour then
-    filter by name, which the (name, created_at) index serves — a bare time range would scan
-    the whole table (there is no index on scores.created_at alone)."""
-    return [str(r[0]) for r in conn.execute(
-        "SELECT DISTINCT name FROM hourly_scores WHERE hour = ?", (hour,)).fetchall()]
-
-
-def _names_clause(names: Sequence[str] | None, col: str = "name") -> tuple[str, list[Any]]:
-    """`` AND name IN (...)`` for a list of score names (None: no filter)."""
-    if names is None:
-        return "", []
-    if not names:
-        return " AND 1 = 0", []
-    return f" AND {col} IN ({','.join('?' * len(names))})", list(names)
-
-
-def _score_dim_clause(where: Mapping[str, str] | None, prefix: str = ""
-                      ) -> tuple[str, list[Any]]:
-    sql, args = "", []
-    for d in SCORE_DIMS:
-        if where and d in where:
-            sql += f" AND coalesce({prefix}{d}, '') = ?"
-            args.append(where[d])
-    return sql, args
-
-
 def _group_of(by: str | None, seg: SegmentIndex, seg_id: int | None,
               row_dims: Mapping[str, Any]) -> Group:
     if by is None:
@@ -398,8 +204,8 @@ def score_aggs(conn: Any, window: Window = Window(), *, where: Mapping[str, str]
         return a
 
     lo, hi = _hours(window)
-    seg_sql, seg_args = _seg_clause(ids)
-    dim_sql, dim_args = _score_dim_clause(where)
+    seg_sql, seg_args = seg_clause(ids)
+    dim_sql, dim_args = score_dim_clause(where)
     name_sql, name_args = _names_clause(names)
     if lo < hi:
         for (name, seg_id, jm, mv, metric, n_ok, s, ss, n_lab, n_fail, n_err,
@@ -441,12 +247,6 @@ def score_aggs(conn: Any, window: Window = Window(), *, where: Mapping[str, str]
     return out
 
 
-def _num(x: float) -> float:
-    # ±inf as bounds: both engines compare a BIGINT hour with a float fine, but psycopg
-    # cannot send inf for a bigint parameter: use a huge finite float instead
-    return x if math.isfinite(x) else math.copysign(1e300, x)
-
-
 def _score_edge(conn: Any, seg: SegmentIndex, out: dict[Group, dict[str, Agg]], slot: Any,
                 hour: int, t0: float, t1: float, window: Window, ids: set[int] | None,
                 where: Mapping[str, str] | None, by: str | None,
@@ -470,8 +270,8 @@ def _score_edge(conn: Any, seg: SegmentIndex, out: dict[Group, dict[str, Agg]], 
                 for name, a in per.items():
                     slot(g, name, a.metric).add(a)
         return
-    seg_sql, seg_args = _seg_clause(ids)
-    dim_sql, dim_args = _score_dim_clause(where)
+    seg_sql, seg_args = seg_clause(ids)
+    dim_sql, dim_args = score_dim_clause(where)
     name_sql, name_args = _names_clause(names)
     for name, metric, seg_id, jm, mv, value, label, status in conn.execute(
         "SELECT name, metric, seg_id, judge_model, metric_version, value, label, status"
@@ -508,7 +308,7 @@ def record_aggs(conn: Any, window: Window = Window(), *,
     rby = None if by in SCORE_DIMS else by
     out: dict[Group, RecordAgg] = {}
     lo, hi = _hours(window)
-    seg_sql, seg_args = _seg_clause(ids)
+    seg_sql, seg_args = seg_clause(ids)
     if lo < hi:
         for (seg_id, n, sampled, compact, errors, wu, tin, tout, ln,
              lsum) in conn.execute(
@@ -566,7 +366,7 @@ def skip_aggs(conn: Any, window: Window = Window(), *,
     seg = seg or SegmentIndex(conn)
     ids = seg.matching(where)
     rby = None if by in SCORE_DIMS else by
-    seg_sql, seg_args = _seg_clause(ids)
+    seg_sql, seg_args = seg_clause(ids)
     lo = -math.inf if window.since is None else window.since
     hi = math.inf if window.until is None else window.until
     out: dict[Group, dict[str, dict[str, int]]] = {}
@@ -605,8 +405,8 @@ def score_series(conn: Any, names: Sequence[str] | None, window: Window, bucket_
             a = per[t] = Agg(name, metric or name)
         return a
 
-    seg_sql, seg_args = _seg_clause(ids)
-    dim_sql, dim_args = _score_dim_clause(where)
+    seg_sql, seg_args = seg_clause(ids)
+    dim_sql, dim_args = score_dim_clause(where)
     name_sql, name_args = _names_clause(names)
     lo = -math.inf if window.since is None else window.since
     hi = math.inf if window.until is None else window.until
@@ -726,7 +526,7 @@ def label_bins(conn: Any, name: str, window: Window, *,
     from ``hourly_bins``, cut hours from raw rows)."""
     seg = seg or SegmentIndex(conn)
     ids = seg.matching(where)
-    seg_sql, seg_args = _seg_clause(ids)
+    seg_sql, seg_args = seg_clause(ids)
     out: dict[tuple[int, str], int] = {}
     lo, hi = _hours(window)
     if lo < hi:

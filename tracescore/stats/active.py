@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .stats import Estimate, _z_quantile
+from . import Estimate, z_quantile
 
 __all__ = ["ACTIVE", "NO_RESIDUAL", "ActiveMean", "active_mean", "fit_line"]
 
@@ -113,7 +113,7 @@ def active_mean(proxy: Any, pi: Any, selected: Any, y: Any, conf: float = 0.95) 
     mean = float(z.mean())
     var = float(np.sum(np.where(sel, (1.0 - p) / (p * p) * resid * resid, 0.0))) / n_all ** 2
     se = math.sqrt(max(0.0, var))
-    half = _z_quantile(0.5 + conf / 2) * se
+    half = z_quantile(0.5 + conf / 2) * se
     note = ""
     if se == 0.0 and np.any(sel & (p < 1)):
         note = NO_RESIDUAL

@@ -138,8 +138,8 @@ def read_pairs(conn: Any, name: str, window: Q.Window = Q.Window(), *,
     ``where`` (record and score dimensions, as the report's filter): one per labelled record
     (module docstring: how a label finds its record and its metric version)."""
     seg = seg or Q.SegmentIndex(conn)
-    seg_sql, seg_args = Q._seg_clause(seg.matching(where), "s.seg_id")
-    dim_sql, dim_args = Q._score_dim_clause(where, "s.")
+    seg_sql, seg_args = Q.seg_clause(seg.matching(where), "s.seg_id")
+    dim_sql, dim_args = Q.score_dim_clause(where, "s.")
     lo = Q._num(-math.inf if window.since is None else window.since)
     hi = Q._num(math.inf if window.until is None else window.until)
     join = trace_join(conn, "l.trace_id")
@@ -224,3 +224,41 @@ def unmatched_labels(conn: Any, name: str) -> int:
         + trace_join(conn, "l.trace_id") + " AND (l.record_id IS NULL"
         " OR r.record_id = l.record_id))",
         (name, name)).fetchone()[0])
+
+
+#: The ok scores of a name on the traces labelled under it, with their details: from the
+#: labelled traces (few) to their records — ``{join}``: :func:`..store.compat.trace_join`, a
+#: primary-key range on SQLite (``CROSS JOIN`` keeps that order there; a plain join on
+#: PostgreSQL) — to the records' scores.
+LABELLED_SCORES = (
+    "SELECT s.record_id, s.created_at, s.details FROM (SELECT DISTINCT trace_id FROM labels"
+    " WHERE name = ? AND value IS NOT NULL) l CROSS JOIN records r ON {join}"
+    " CROSS JOIN scores s ON s.record_id = r.record_id AND s.name = ? AND s.status = 'ok'")
+
+
+def labelled_score_details(conn: Any, name: str) -> list[tuple[Any, Any, Any]]:
+    """(record_id, created_at, details) of the ok scores of ``name`` on the traces labelled
+    under it (the details as stored: JSON text on SQLite, a dict on PostgreSQL)."""
+    return conn.execute(LABELLED_SCORES.format(join=trace_join(conn, "l.trace_id")),
+                        (name, name)).fetchall()
+
+
+def plan_strata(conn: Any, plan_id: str, name: str) -> list[str]:
+    """The strata of label plan ``plan_id`` for score ``name``, sorted."""
+    return sorted({str(s) for (s,) in conn.execute(
+        "SELECT DISTINCT stratum FROM label_plan WHERE plan_id = ? AND name = ?",
+        (plan_id, name)).fetchall() if s is not None})
+
+
+def value_counts(conn: Any, name: str, window: Q.Window, where: Mapping[str, str] | None,
+                 seg: Q.SegmentIndex) -> list[tuple[float, int | None, int]]:
+    """(value, seg_id, count) of the ok scores of ``name`` in the window: one row per distinct
+    value and segment (a yes/no judge's window is a handful of rows)."""
+    seg_sql, seg_args = Q.seg_clause(seg.matching(where), "s.seg_id")
+    dim_sql, dim_args = Q.score_dim_clause(where, "s.")
+    lo = Q._num(-math.inf if window.since is None else window.since)
+    hi = Q._num(math.inf if window.until is None else window.until)
+    return [(float(v), None if sid is None else int(sid), int(n)) for v, sid, n in conn.execute(
+        "SELECT s.value, s.seg_id, count(*) FROM scores s WHERE s.name = ? AND s.status = 'ok'"
+        " AND s.value IS NOT NULL AND s.created_at >= ? AND s.created_at < ?" + seg_sql
+        + dim_sql + " GROUP BY s.value, s.seg_id", (name, lo, hi, *seg_args, *dim_args))]

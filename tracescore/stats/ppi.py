@@ -59,7 +59,7 @@ all strata, the minimiser of the total variance Σ_k w_k² Var_k(λ) (see ``_poo
 a single stratum it is PPI++'s λ̂): 92.6–95.2 % in the same runs.
 
 For comparison each result carries, labelled for what they are, the plain judge mean over all
-records (t interval, ``tracescore.monitor.stats.mean_ci``: valid for the judge's mean, *not* for
+records (t interval, ``tracescore.stats.mean_ci``: valid for the judge's mean, *not* for
 the human mean — its coverage of the latter collapses as N grows) and the labels-only mean
 (t interval; stratified: Σ w_k ȳ_k, the classical stratified mean).
 
@@ -76,7 +76,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracescore.monitor.stats import NOT_ENOUGH_DATA, Moments, _t_quantile, _z_quantile, mean_ci
+from .estimate import CarriesEstimate, Estimate
+from .fixed import NOT_ENOUGH_DATA, mean_ci, t_quantile, z_quantile
+from .moments import Moments
 
 #: Fewest labels for which a corrected estimate is given. In bench/ppi_sim.py (1,000 seeded
 #: repetitions) 50 labels covered 92.9-95.0 % for a nominal 95 %, 30 labels 92.3-92.4 %,
@@ -102,32 +104,39 @@ _WORDS = {
 
 
 @dataclass(frozen=True)
-class MeanEstimate:
-    """One estimate of a mean, with what it is in words.
+class MeanEstimate(CarriesEstimate):
+    """One estimate of a mean (an :class:`~tracescore.stats.Estimate`), with what it is.
 
     kind: one of "ppi++", "ppi", "judge", "labels", "stratified ppi++", "stratified labels";
-    label: the words to show beside the number. n: labelled pairs used; N: unlabelled judge
-    scores used (for "judge": all records). lam: the λ of a PPI estimate, else None.
-    value/lo/hi/se are None when status is "not enough data" (reason says why).
+    ``label`` (the estimate's ``population``): the words to show beside the number. n (the
+    estimate's): labelled pairs used; N: unlabelled judge scores used (for "judge": all
+    records). lam: the λ of a PPI estimate, else None. value/lo/hi/se are None when status is
+    "not enough data" (reason says why).
     """
 
     kind: str
-    label: str
-    value: float | None
-    lo: float | None
-    hi: float | None
+    estimate: Estimate
     se: float | None
-    n: int
     N: int
     lam: float | None
-    method: str
     status: str = OK
     reason: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.estimate.population
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in (
             "kind", "label", "value", "lo", "hi", "se", "n", "N", "lam", "method", "status",
             "reason")}
+
+
+def _mean(kind: str, label: str, value: float | None, lo: float | None, hi: float | None,
+          se: float | None, n: int, big_n: int, lam: float | None, method: str,
+          status: str = OK, reason: str | None = None) -> MeanEstimate:
+    return MeanEstimate(kind, Estimate(n, value, lo, hi, method, population=label), se, big_n,
+                        lam, status, reason)
 
 
 @dataclass(frozen=True)
@@ -267,14 +276,14 @@ def _interval(parts: Sequence[tuple[float, _Part]], alpha: float, small_sample: 
     denom = sum(t * t / df for t, df in terms if t > 0 and df > 0)
     if small_sample and var > 0 and denom > 0:
         df = var * var / denom
-        q, name = _t_quantile(1 - alpha / 2, df), f"t (df {df:.0f})"
+        q, name = t_quantile(1 - alpha / 2, df), f"t (df {df:.0f})"
     else:
-        q, name = _z_quantile(1 - alpha / 2), "normal"
+        q, name = z_quantile(1 - alpha / 2), "normal"
     return est, se, est - q * se, est + q * se, name
 
 
 def _not_enough(kind: str, n: int, big_n: int, method: str, reason: str) -> MeanEstimate:
-    return MeanEstimate(kind, _WORDS[kind], None, None, None, None, n, big_n, None, method,
+    return _mean(kind, _WORDS[kind], None, None, None, None, n, big_n, None, method,
                         NOT_ENOUGH_DATA, reason)
 
 
@@ -289,7 +298,7 @@ def _judge_estimate(population: Moments, alpha: float) -> MeanEstimate:
     se = math.sqrt(population.var / population.n) if population.var is not None else None
     status, reason = (OK, None) if est.lo is not None else (
         NOT_ENOUGH_DATA, f"{population.n} judge score(s); at least 2 are needed")
-    return MeanEstimate(JUDGE, _WORDS[JUDGE], est.value, est.lo, est.hi, se, population.n,
+    return _mean(JUDGE, _WORDS[JUDGE], est.value, est.lo, est.hi, se, population.n,
                         population.n, None, "t", status, reason)
 
 
@@ -299,7 +308,7 @@ def _labels_estimate(ys: list[float], alpha: float, min_n: int) -> MeanEstimate:
         return _not_enough(LABELS, n, 0, "t", _too_few(n, min_n))
     m = Moments.from_values(ys)
     est = mean_ci(m, 1 - alpha, bounded=_unit(m))
-    return MeanEstimate(LABELS, _WORDS[LABELS], est.value, est.lo, est.hi,
+    return _mean(LABELS, _WORDS[LABELS], est.value, est.lo, est.hi,
                         math.sqrt((m.var or 0.0) / n), n, 0, None, "t")
 
 
@@ -354,7 +363,7 @@ def ppi_mean(
     part = _ppi_part(fs, ys, u, lam_used, 1 if small_sample else 0)
     est, se, lo, hi, q = _interval([(1.0, part)], alpha, small_sample)
     reason = None if u.n else "no unlabelled judge scores: lambda = 0, labels only"
-    corrected = MeanEstimate(kind, _WORDS[kind], est, lo, hi, se, n, u.n, part.lam,
+    corrected = _mean(kind, _WORDS[kind], est, lo, hi, se, n, u.n, part.lam,
                              f"{method}: {q}", OK, reason)
     return PPIResult(corrected, judge_est, labels_est, alpha)
 
@@ -426,7 +435,7 @@ def stratified_ppi_mean(
             l_parts = [(size / total, _ppi_part(fs, ys, Moments(0, 0.0, 0.0), 0.0, ddof))
                        for _, fs, ys, _, size in given]
             l_est, l_se, l_lo, l_hi, l_q = _interval(l_parts, alpha, small_sample)
-            labels_short = MeanEstimate(STRATIFIED_LABELS, _WORDS[STRATIFIED_LABELS], l_est,
+            labels_short = _mean(STRATIFIED_LABELS, _WORDS[STRATIFIED_LABELS], l_est,
                                         l_lo, l_hi, l_se, n_all, 0, None,
                                         f"{labels_method}: {l_q}")
         return PPIResult(_not_enough(STRATIFIED_PPI_PLUS, n_all, u_all.n, method, reason),
@@ -442,14 +451,14 @@ def stratified_ppi_mean(
         parts.append((w, part))
         label_parts.append((w, _ppi_part(fs, ys, Moments(0, 0.0, 0.0), 0.0, ddof)))
         e, se_k, lo_k, hi_k, q_k = _interval([(1.0, part)], alpha, small_sample)
-        per.append(MeanEstimate(STRATIFIED_PPI_PLUS, name, e, lo_k, hi_k, se_k, len(fs), u.n,
+        per.append(_mean(STRATIFIED_PPI_PLUS, name, e, lo_k, hi_k, se_k, len(fs), u.n,
                                 part.lam, f"{method}: {q_k}"))
     est, se, lo, hi, q = _interval(parts, alpha, small_sample)
-    corrected = MeanEstimate(STRATIFIED_PPI_PLUS, _WORDS[STRATIFIED_PPI_PLUS], est, lo, hi, se,
+    corrected = _mean(STRATIFIED_PPI_PLUS, _WORDS[STRATIFIED_PPI_PLUS], est, lo, hi, se,
                              n_all, u_all.n, pooled if pooled is not None else lam,
                              f"{method}: {q}")
     l_est, l_se, l_lo, l_hi, l_q = _interval(label_parts, alpha, small_sample)
-    labels = MeanEstimate(STRATIFIED_LABELS, _WORDS[STRATIFIED_LABELS], l_est, l_lo, l_hi, l_se,
+    labels = _mean(STRATIFIED_LABELS, _WORDS[STRATIFIED_LABELS], l_est, l_lo, l_hi, l_se,
                           n_all, 0, None, f"{labels_method}: {l_q}")
     return PPIResult(corrected, judge_est, labels, alpha, tuple(per))
 
