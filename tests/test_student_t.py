@@ -1,4 +1,4 @@
-"""The pure-Python Student t and normal functions (tracescore/_internal/student_t.py) against
+"""The pure-Python Student t and normal functions (tracescore/stats/student_t.py) against
 scipy.special itself, on a grid of degrees of freedom and probabilities."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 import scipy.special as sp
 
-from tracescore._internal.student_t import ndtr, ndtri, stdtr, stdtrit
+from tracescore.stats.student_t import ndtr, ndtri, stdtr, stdtrit
 
 DFS = [1, 1.5, 2, 2.5, 3, 4, 5, 7, 10, 19, 30, 49, 100, 999, 1e4, 99_999, 1e5, 1e6, 1e8,
        1e11, 1e13, 1e16]

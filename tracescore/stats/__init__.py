@@ -32,7 +32,6 @@ from .fixed import mean_difference as mean_difference
 from .fixed import range_bound as range_bound
 from .fixed import rate_ci as rate_ci
 from .fixed import rate_difference as rate_difference
-from .fixed import special as special
 from .fixed import t_quantile as t_quantile
 from .fixed import verdict as verdict
 from .fixed import z_quantile as z_quantile

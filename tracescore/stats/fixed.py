@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from .estimate import Difference, Estimate
 from .moments import Moments
+from .student_t import ndtr, ndtri, stdtr, stdtrit
 
 REGRESSED = "regressed"
 IMPROVED = "improved"
@@ -49,25 +49,15 @@ def check_conf(conf: float) -> None:
         raise ValueError(f"conf must be in (0, 1), got {conf!r}")
 
 
-def special() -> Any:
-    """scipy.special's ufuncs (stdtrit, ndtri, stdtr, ndtr) from ``scipy.special._ufuncs``,
-    without ``scipy.special``'s ``__init__`` when scipy is not imported yet: its array-API
-    dispatch layer costs ~0.3 s of CPU, more than the rest of a read command
-    (:mod:`tracescore._internal.light_import`; the same ufunc objects either way)."""
-    from .._internal import light_import
-
-    return light_import.module("scipy.special._ufuncs")
-
-
 def t_quantile(p: float, df: float) -> float:
-    """Student t quantile (scipy.special.stdtrit: the same function scipy.stats.t.ppf
-    evaluates, without scipy.stats' second of import time)."""
-    return float(special().stdtrit(df, p))
+    """Student t quantile, scipy.special.stdtrit's value (what scipy.stats.t.ppf evaluates),
+    computed in pure Python (:mod:`.student_t`: a read command needs no numpy)."""
+    return stdtrit(df, p)
 
 
 def z_quantile(p: float) -> float:
     """Standard normal quantile (scipy.special.ndtri, as scipy.stats.norm.ppf)."""
-    return float(special().ndtri(p))
+    return ndtri(p)
 
 
 def range_bound(value: float, n: int, conf: float = 0.95) -> tuple[float, float]:
@@ -248,10 +238,9 @@ def mean_difference(
     df = (a + b) ** 2 / (a * a / (current.n - 1) + b * b / (baseline.n - 1))
     half = t_quantile(0.5 + conf / 2, df) * se
     # Welch's t test (as scipy.stats.ttest_ind_from_stats(equal_var=False), checked against
-    # it in the tests), from the t distribution's CDF in scipy.special: scipy.stats costs a
-    # second to import, more than a whole report
-    stdtr = special().stdtr
-    p_value = float(2 * stdtr(df, -abs(estimate) / se))
+    # it in the tests), from the t distribution's CDF (.student_t, scipy.special.stdtr's
+    # value): scipy.stats costs a second to import, more than a whole report
+    p_value = 2 * stdtr(df, -abs(estimate) / se)
     return Difference(estimate, estimate - half, estimate + half, p_value, "welch")
 
 
@@ -289,8 +278,7 @@ def rate_difference(
         return Difference(d, lo, hi, p_value, "newcombe+fisher")
     pooled = k / n
     se = math.sqrt(pooled * (1 - pooled) * (1 / n_cur + 1 / n_base))
-    ndtr = special().ndtr
-    p_value = float(2 * ndtr(-abs(d) / se))
+    p_value = 2 * ndtr(-abs(d) / se)
     return Difference(d, lo, hi, p_value, "newcombe+score")
 
 

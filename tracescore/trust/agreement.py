@@ -63,9 +63,9 @@ from tracescore.stats import (
     check_conf,
     mean_ci,
     rate_ci,
-    special,
     z_quantile,
 )
+from tracescore.stats.student_t import stdtr
 
 #: Fewest labelled pairs for which agreement statistics are reported (see the module docstring).
 MIN_PAIRS = 10
@@ -222,10 +222,8 @@ def paired_bias(judge: Sequence[float], human: Sequence[float],
     var = d.var
     if est.value is None or var is None or var == 0.0:
         return Difference(est.value, None, None, None, "paired t")
-    stdtr = special().stdtr
-
     se = math.sqrt(var / d.n)
-    p_value = float(2 * stdtr(d.n - 1, -abs(est.value) / se))
+    p_value = 2 * stdtr(d.n - 1, -abs(est.value) / se)
     return Difference(est.value, est.lo, est.hi, p_value, "paired t")
 
 
