@@ -91,6 +91,8 @@ def _lower_tail(t: float, df: float) -> float:
     h, s = df / 2, t * t
     if s == 0.0:
         return 0.5
+    if math.isinf(s):
+        return 0.0
     # x^(df/2) (1-x)^(1/2) / B(df/2, 1/2), with ln x = -ln(1 + s/df), 1 - x = s/(df + s)
     log_front = (_lgamma_half_ratio(h) - 0.5 * math.log(math.pi) - h * math.log1p(s / df)
                  + 0.5 * (math.log(s) - math.log(df + s)))
@@ -183,7 +185,9 @@ def stdtrit(df: float, p: float) -> float:
 
 
 def _solve_lower(q: float, df: float) -> float:
-    """The t <= 0 with P(T <= t) = q < 0.5."""
+    """The t <= 0 with P(T <= t) = q < 0.5: Newton steps on log P(T <= t) (the far tail's
+    density underflows long before its probability does), kept inside a bracket; a step
+    that would leave it bisects, geometrically while the bracket spans orders of magnitude."""
     hi = 0.0
     lo = min(ndtri(q), -1.0)
     while _lower_tail(lo, df) > q:  # heavier tails than the normal: widen until bracketed
@@ -191,18 +195,20 @@ def _solve_lower(q: float, df: float) -> float:
         lo *= 2.0
         if lo < -1e300:
             return -math.inf
-    t = ndtri(q)
-    t = min(max(t, lo), hi)
-    for _ in range(200):
-        f = _lower_tail(t, df) - q
-        if f > 0:
+    t = min(max(ndtri(q), lo), hi)
+    log_q = math.log(q)
+    for _ in range(400):
+        f = _lower_tail(t, df)
+        if f > q:
             hi = t
         else:
             lo = t
-        step = f / math.exp(_log_pdf(t, df))
-        nxt = t - step
+        nxt = math.nan
+        if f > 0.0:
+            log_f = math.log(f)
+            nxt = t - (log_f - log_q) * math.exp(log_f - _log_pdf(t, df))
         if not lo < nxt < hi:
-            nxt = 0.5 * (lo + hi)
+            nxt = -math.sqrt(lo * hi) if hi < -1.0 and lo < 4.0 * hi else 0.5 * (lo + hi)
         if abs(nxt - t) <= 1e-15 * max(1.0, abs(t)):
             return nxt
         t = nxt
