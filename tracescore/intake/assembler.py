@@ -16,6 +16,7 @@ counted in ``intake_traces.late_spans``; they do not change its record.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -51,7 +52,9 @@ class Assembler:
                  poll_s: float = 0.2,
                  on_records: Callable[[list[R.Built]], None] | None = None,
                  forwarding: bool = False, keep_spans_s: float = 60.0,
-                 keep_traces_s: float = 86_400.0) -> None:
+                 keep_traces_s: float = 86_400.0,
+                 background: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+                 checkpoint_every_s: float = 1.0, tx_traces: int = 25) -> None:
         self.ts = ts
         self.db = str(ts.db_path)
         self.grace_s = grace_s
@@ -65,6 +68,17 @@ class Assembler:
         self.keep_spans_s = keep_spans_s
         self.keep_traces_s = keep_traces_s
         self._pruned_at = 0.0
+        #: around each write transaction: the spool's :meth:`~.spool.Spool.background`
+        #: (acknowledgements first)
+        self.background = background or contextlib.nullcontext
+        self._gated = background is not None
+        #: SQLite: seconds between the idle thread's passive WAL checkpoints (the spool's
+        #: connection leaves checkpoints to the background); 0: none
+        self.checkpoint_every_s = checkpoint_every_s
+        #: traces stored per write transaction
+        self.tx_traces = tx_traces
+        self._checkpointed_at = 0.0
+        self._no_checkpoint: Any = None
         #: seconds between pruning rounds
         self.prune_every_s = 10.0
         self.spans_pruned = 0
@@ -105,6 +119,10 @@ class Assembler:
                 log.warning("tracescore serve: assembling traces failed (%s); retrying", exc)
                 self._drop_store()
                 n = 0
+            if self.checkpoint_every_s and \
+                    time.monotonic() - self._checkpointed_at > self.checkpoint_every_s:
+                self._checkpointed_at = time.monotonic()
+                self.checkpoint()
             if n < self.batch:
                 if time.monotonic() - self._pruned_at > self.prune_every_s:
                     self._pruned_at = time.monotonic()
@@ -126,18 +144,38 @@ class Assembler:
                 pass
             self._store = None
 
-    # -- one round ------------------------------------------------------------------------------
-    def run_once(self, now: float | None = None) -> int:
-        """Claim, build and store one batch of complete traces; how many were claimed."""
+    def _open(self) -> Any:
         from ..store import open_store
 
         if self._store is None:
             self._store = open_store(self.db)
         store = self._store
+        if self._gated and store.dialect == "sqlite" and self._no_checkpoint is not store.conn:
+            # its commits do not checkpoint either (they are inside Spool.background, which
+            # the acknowledging commit waits for): :meth:`checkpoint` does, outside
+            store.conn.execute("PRAGMA wal_autocheckpoint=0")
+            self._no_checkpoint = store.conn
+        return store
+
+    def checkpoint(self) -> None:
+        """SQLite: a passive WAL checkpoint that never waits, outside any transaction (it
+        copies what no reader needs; writers go on appending to the WAL meanwhile)."""
+        store = self._store
+        if store is None or store.dialect != "sqlite":
+            return
+        try:
+            store.checkpoint("PASSIVE", wait_s=0)
+        except Exception as exc:  # the next round tries again
+            log.debug("tracescore serve: WAL checkpoint failed (%s)", exc)
+
+    # -- one round ------------------------------------------------------------------------------
+    def run_once(self, now: float | None = None) -> int:
+        """Claim, build and store one batch of complete traces; how many were claimed."""
+        store = self._open()
         now = time.time() if now is None else now
         pg = store.dialect == "postgres"
         q = (lambda s: s.replace("?", "%s")) if pg else (lambda s: s)
-        with store.transaction():
+        with self.background(), store.transaction():
             claimed = [r[0] for r in store.conn.execute(
                 q(_CLAIM.format(lock=" FOR UPDATE SKIP LOCKED" if pg else "")),
                 (self.owner, now + self.lease_s, now, now - self.orphan_s, now,
@@ -145,6 +183,7 @@ class Assembler:
         if not claimed:
             return 0
         built: list[R.Built] = []
+        by_trace: dict[str, list[R.Built]] = {}
         per_trace: dict[str, tuple[int, str | None]] = {}
         for tid in claimed:
             spans, cut = self._load(store, q, tid)
@@ -161,11 +200,18 @@ class Assembler:
                     note = f"over {self.max_trace_spans} spans: read the first ones only"
                 per_trace[tid] = (len(got), note)
             built.extend(got)
-        if built and self.on_records is not None:
-            # before the commit: a worker may score a job the moment it is stored, and its
-            # scores must find the hold (else they would leave at once on a carrier)
-            self.on_records(built)
-        self._store_records(store, q, built, per_trace, time.time())
+            by_trace[tid] = got
+        # a few traces per transaction: the write lock is never held long (the spool's
+        # acknowledging commits wait for a background transaction in progress)
+        for i in range(0, len(claimed), self.tx_traces):
+            part = claimed[i:i + self.tx_traces]
+            part_built = [b for tid in part for b in by_trace[tid]]
+            if part_built and self.on_records is not None:
+                # before the commit: a worker may score a job the moment it is stored, and
+                # its scores must find the hold (else they would leave at once on a carrier)
+                self.on_records(part_built)
+            self._store_records(store, q, part_built, {t: per_trace[t] for t in part},
+                                time.time())
         self.traces_done += len(claimed)
         self.records_stored += len(built)
         self.traces_without_record += sum(1 for n, _ in per_trace.values() if n == 0)
@@ -177,15 +223,11 @@ class Assembler:
         """Delete the received spans of traces assembled more than ``keep_spans_s`` ago (and
         forwarded, with ``--forward``), and trace rows older than ``keep_traces_s`` whose
         spans are gone; small batches. The spans deleted."""
-        from ..store import open_store
-
-        if self._store is None:
-            self._store = open_store(self.db)
-        store = self._store
+        store = self._open()
         q = (lambda s: s.replace("?", "%s")) if store.dialect == "postgres" else (lambda s: s)
         now = time.time() if now is None else now
         sent = " AND forwarded <> 0" if self.forwarding else ""
-        with store.transaction():
+        with self.background(), store.transaction():
             cur = store.conn.execute(q(
                 "DELETE FROM intake_spans WHERE trace_id IN (SELECT trace_id FROM intake_traces"
                 " WHERE state = 'done' AND done_at < ? ORDER BY done_at LIMIT ?)" + sent),
@@ -241,7 +283,7 @@ class Assembler:
             recs.append((record, decision))
             js.extend(jobs)
         base = ts.segment_spec
-        with store.transaction():
+        with self.background(), store.transaction():
             for (release, env), (recs, js) in groups.items():
                 spec = dataclasses.replace(base, release=release or base.release,
                                            environment=env or base.environment)

@@ -59,7 +59,8 @@ class Serve:
                                    lease_s=c.lease_s, max_trace_spans=c.max_trace_spans,
                                    on_records=self._hold if forward else None,
                                    forwarding=forward is not None,
-                                   keep_spans_s=c.keep_spans_s)
+                                   keep_spans_s=c.keep_spans_s,
+                                   background=self.spool.background)
         self.forwarder: Forwarder | None = None
         if forward is not None and ts.attacher is not None:
             # Scores a process of the fleet made for a record another one holds wait for
@@ -69,7 +70,8 @@ class Serve:
             ts.worker.redeliver_after_s = c.hold_s + 30.0
         if forward is not None:
             self.forwarder = Forwarder(ts, forward, owner=self.assembler.owner,
-                                       hold_s=c.hold_s, orphan_s=c.orphan_s)
+                                       hold_s=c.hold_s, orphan_s=c.orphan_s,
+                                       background=self.spool.background)
         self.intake = Intake(self.spool, max_body=c.max_body, ack_timeout_s=c.ack_timeout_s,
                              max_concurrent=c.max_concurrent)
         self.http_port: int | None = None
