@@ -1,0 +1,154 @@
+"""Issue 32: the acknowledging commit goes first. Background writers of a ``serve`` process
+(assembler, pruning, forwarder) do not start a transaction while requests wait to be stored;
+the writer waits for a background transaction in progress on a condition (not SQLite's busy
+handler) and never longer than ``yield_s``; the spool's connection never checkpoints the WAL
+(the assembler does, outside its transactions)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from helpers import wait_for
+from intake_support import http_exporter, provider, serving
+
+from tracescore.intake.otlp import SpanRow
+from tracescore.intake.spool import Spool
+from tracescore.store import open_store
+
+
+def _rows(n: int, seed: int, body: int = 64) -> tuple[list[SpanRow], dict[str, bytes]]:
+    rid = "r" * 32
+    rows = [SpanRow(f"{seed:08x}{i:024x}", f"{i + 1:016x}", "" if i % 10 == 0 else
+                    f"{i - i % 10 + 1:016x}", rid, os.urandom(body)) for i in range(n)]
+    return rows, {rid: b"resource"}
+
+
+def _db(tmp_path: Path) -> str:
+    db = str(tmp_path / "ack.db")
+    open_store(db).close()  # the schema
+    return db
+
+
+def test_a_background_transaction_waits_for_the_requests_waiting_to_be_stored(tmp_path):
+    db = _db(tmp_path)
+    spool = Spool(db, yield_s=60.0)
+    blocker = sqlite3.connect(db, isolation_level=None, timeout=60)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")  # another process's writer holds the lock
+        rows, res = _rows(20, 1)
+        ticket = spool.submit(rows, res)
+        wait_for(lambda: spool._writing, what="the writer took the request")
+        seen: dict[str, Any] = {}
+        entered = threading.Event()
+
+        def background() -> None:
+            with spool.background():
+                seen["acknowledged first"] = ticket.done.is_set()
+                entered.set()
+
+        th = threading.Thread(target=background)
+        th.start()
+        wait_for(lambda: spool.background_waits == 1, what="the background waits")
+        assert not entered.is_set()
+        blocker.execute("COMMIT")
+        assert ticket.wait(60)
+        assert entered.wait(60)
+        th.join(60)
+        assert seen == {"acknowledged first": True}
+        assert spool.spans_stored == 20
+    finally:
+        blocker.close()
+        spool.close()
+
+
+def test_the_writer_waits_for_a_background_transaction_on_a_condition(tmp_path):
+    db = _db(tmp_path)
+    spool = Spool(db, yield_s=60.0)
+    inside, release = threading.Event(), threading.Event()
+
+    def background() -> None:
+        with spool.background():
+            store = open_store(db)
+            try:
+                with store.transaction():
+                    store.conn.execute("INSERT INTO intake_resources(resource_id, body, "
+                                       "created_at) VALUES ('bg', x'00', 0)")
+                    inside.set()
+                    release.wait(60)
+            finally:
+                store.close()
+
+    th = threading.Thread(target=background)
+    th.start()
+    try:
+        assert inside.wait(60)
+        rows, res = _rows(30, 2)
+        ticket = spool.submit(rows, res)
+        # it waits for the background to end, outside SQLite (no busy-handler sleeps)
+        wait_for(lambda: spool.writer_waits == 1, what="the writer waits for the background")
+        assert not ticket.done.is_set()
+        release.set()
+        assert ticket.wait(60)
+        assert spool.spans_stored == 30
+    finally:
+        release.set()
+        th.join(60)
+        spool.close()
+
+
+def test_an_export_is_acknowledged_while_the_background_is_held(tmp_path):
+    """A background writer that holds its turn (not the database) delays an acknowledgement by
+    ``yield_s`` at most; the export succeeds through the real OTel exporter."""
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    db = tmp_path / "held.db"
+    with serving(db) as serve:
+        serve.spool.yield_s = 0.3
+        exported: list[Any] = []
+
+        class Keep:
+            def export(self, spans: Any) -> Any:
+                exported.append(exporter.export(spans))
+                return SpanExportResult.SUCCESS
+
+            def shutdown(self) -> None:
+                pass
+
+            def force_flush(self, timeout_millis: int = 0) -> bool:
+                return True
+
+        exporter = http_exporter(serve)
+        with serve.spool.background():
+            tp = provider(Keep())
+            with tp.get_tracer("t").start_as_current_span("root"):
+                pass
+            tp.force_flush()
+            assert exported == [SpanExportResult.SUCCESS]
+            assert serve.spool.writer_waits >= 1
+            assert serve.stats()["spans_stored"] == 1
+
+
+def test_the_spools_commits_never_checkpoint_the_assembler_does(tmp_path):
+    """Each acknowledging commit appends to the WAL only: the database file does not grow
+    while 6 MB of spans (over SQLite's 1,000-page autocheckpoint) are stored; the serve's
+    assembler then checkpoints them into it, outside any transaction."""
+    db = _db(tmp_path)
+    base = os.path.getsize(db)
+    spool = Spool(db)
+    try:
+        for k in range(6):
+            rows, res = _rows(500, 10 + k, body=2048)
+            assert spool.submit(rows, res).wait(60)
+        assert spool.spans_stored == 3000
+        assert os.path.getsize(db + "-wal") > 6_000_000
+        assert os.path.getsize(db) == base
+    finally:
+        spool.close()
+    with serving(db) as serve:
+        serve.assembler.checkpoint_every_s = 0.05
+        wait_for(lambda: os.path.getsize(db) > base + 5_000_000,
+                 what="the assembler checkpointed the WAL into the database file")
