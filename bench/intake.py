@@ -30,9 +30,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
-def _requests(n_requests: int, spans: int, seed: int) -> list[tuple[bytes, list[bytes]]]:
+def _requests(n_requests: int, spans: int, seed: int,
+              routes: int = 1) -> list[tuple[bytes, list[bytes]]]:
     """Encoded requests with their trace ids (a sender makes each replay unique by writing
-    the replay number into the ids' first 4 bytes, zero here)."""
+    the replay number into the ids' first 4 bytes, zero here). With ``routes`` N (1, 2 or 4)
+    every trace of request i has ``trace id mod N == i mod N``: the sender sends request i to
+    ``serve`` process i mod N, as a load-balancing exporter routes whole traces by trace id."""
     from test_intake_protocol import genai_request
 
     out = []
@@ -40,7 +43,7 @@ def _requests(n_requests: int, spans: int, seed: int) -> list[tuple[bytes, list[
     for i in range(n_requests):
         req = None
         for t in range(max(1, spans // per_trace)):
-            tid = (seed * 10_000_000 + i * 1000 + t).to_bytes(16, "big")
+            tid = (seed * 10_000_000 + i * 1000 + t * routes + i % routes).to_bytes(16, "big")
             one = genai_request(tid, spans="root,retrieval,chat")
             ss = one.resource_spans[0].scope_spans[0]
             # 7 more children (a tool call, embedding, ...): 10 spans per trace
@@ -59,10 +62,11 @@ def _requests(n_requests: int, spans: int, seed: int) -> list[tuple[bytes, list[
     return out
 
 
-def _sender(port: int, bodies: list[tuple[bytes, list[bytes]]], seconds: float,
+def _sender(port: int | list[int], bodies: list[tuple[bytes, list[bytes]]], seconds: float,
             rate_rps: float | None,
             q: Any) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    ports = port if isinstance(port, list) else [port]
+    conns = [http.client.HTTPConnection("127.0.0.1", p, timeout=60) for p in ports]
     lat: list[float] = []
     ok = refused = 0
     t0 = time.perf_counter()
@@ -82,6 +86,7 @@ def _sender(port: int, bodies: list[tuple[bytes, list[bytes]]], seconds: float,
             for tid in tids:
                 body = body.replace(tid, head + tid[4:])
         s = time.perf_counter()
+        conn = conns[i % len(conns)]  # (request i's traces route to process i mod N)
         conn.request("POST", "/v1/traces", body, {"Content-Type": "application/x-protobuf"})
         r = conn.getresponse()
         r.read()
@@ -94,13 +99,14 @@ def _sender(port: int, bodies: list[tuple[bytes, list[bytes]]], seconds: float,
     q.put({"ok": ok, "refused": refused, "lat": lat, "elapsed": time.perf_counter() - t0})
 
 
-def _run(port: int, senders: int, seconds: float, spans: int, rate: float | None,
+def _run(port: int | list[int], senders: int, seconds: float, spans: int, rate: float | None,
          seed: int) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     procs = []
+    routes = len(port) if isinstance(port, list) else 1
     for k in range(senders):
-        bodies = _requests(200, spans, seed * 100 + k)
+        bodies = _requests(200, spans, seed * 100 + k, routes)
         procs.append(ctx.Process(target=_sender, args=(
             port, bodies, seconds, None if rate is None else rate / spans, q)))
     for p in procs:
@@ -161,6 +167,72 @@ def _side_by_side(a: Any) -> None:
     print(f"load average at end (1/5/15 min): {list(os.getloadavg())}")
 
 
+def _serve_proc(url: str, q: Any, stop: Any) -> None:
+    """One ``tracescore serve`` process (front end, spool, assembler, scoring) on ``url``."""
+    import tracescore
+    from tracescore.intake import Serve, ServeConfig
+
+    ts = tracescore.init(db=url, metrics=["exact_match"])
+    serve = Serve(ts, otlp_http=("127.0.0.1", 0), config=ServeConfig(grace_s=1.0)).start()
+    q.put(serve.http_port)
+    stop.wait()
+    stats = serve.stats()
+    serve.stop()
+    ts.shutdown(timeout=30)
+    q.put(stats)
+
+
+def _procs(a: Any) -> None:
+    """``--procs N``: N ``serve`` processes on one PostgreSQL database (each its own port),
+    the senders routing whole traces by trace id; 1 vs N processes alternating for
+    ``--rounds`` rounds, each on a fresh database of one throwaway cluster."""
+    from pg import create_database, start_cluster
+
+    import tracescore
+
+    ctx = mp.get_context("spawn")
+    admin, stop_pg = start_cluster()
+    rows: list[dict[str, Any]] = []
+    try:
+        for k in range(a.rounds):
+            for n in (1, a.procs):
+                url, drop = create_database(admin)
+                tracescore.init(db=url, metrics=["exact_match"]).shutdown()  # the schema
+                q, stop = ctx.Queue(), ctx.Event()
+                servers = [ctx.Process(target=_serve_proc, args=(url, q, stop))
+                           for _ in range(n)]
+                for p in servers:
+                    p.start()
+                ports = [q.get(timeout=120) for _ in servers]
+                r = _run(ports, a.senders * n, a.seconds, a.spans, None, seed=10 * k + n)
+                stop.set()
+                stats = [q.get(timeout=120) for _ in servers]
+                for p in servers:
+                    p.join(60)
+                drop()
+                r.update(procs=n, round=k + 1, senders=a.senders * n,
+                         records=sum(s["records"] for s in stats),
+                         spans_stored=sum(s["spans_stored"] for s in stats),
+                         load=os.getloadavg()[0])
+                rows.append(r)
+                print(f"round {k + 1}, {n} process(es): {r['spans_per_s']:,.0f} spans/s",
+                      flush=True)
+    finally:
+        stop_pg()
+    print("| serve processes | round | senders | acked spans/s | p50 ms | p99 ms | refused | "
+          "records built | load avg (1 min) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['procs']} | {r['round']} | {r['senders']} | {r['spans_per_s']:,.0f} | "
+              f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['refused']} | {r['records']:,} | "
+              f"{r['load']:.2f} |")
+    one = [r["spans_per_s"] for r in rows if r["procs"] == 1]
+    many = [r["spans_per_s"] for r in rows if r["procs"] == a.procs]
+    print(f"\nratio {a.procs} / 1 per round: {[round(m / o, 2) for o, m in zip(one, many)]}")
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=2))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=20.0)
@@ -174,8 +246,14 @@ def main() -> None:
                     help="a python with arize-phoenix (.ci/phoenix-venv.sh): also the same "
                          "max run against Phoenix's OTLP/HTTP endpoint, alternating with ours")
     ap.add_argument("--rounds", type=int, default=1,
-                    help="with --phoenix: alternating rounds (ours, Phoenix) of the max run")
+                    help="with --phoenix or --procs: alternating rounds of the max run")
+    ap.add_argument("--procs", type=int, default=0, choices=(0, 2, 4),
+                    help="N serve processes on one PostgreSQL database vs one (max run, "
+                         "--senders per process, --rounds alternating rounds)")
     a = ap.parse_args()
+    if a.procs:
+        _procs(a)
+        return
     if a.phoenix:
         _side_by_side(a)
         return

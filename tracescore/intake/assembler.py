@@ -37,7 +37,7 @@ _CLAIM = ("UPDATE intake_traces SET state = 'claimed', owner = ?, lease_until = 
           "WHERE trace_id IN (SELECT trace_id FROM intake_traces WHERE state <> 'done' AND "
           "(ready_at <= ? OR (ready_at IS NULL AND last_at <= ?)) AND "
           "(state = 'open' OR lease_until < ?) ORDER BY ready_at LIMIT ?{lock}) "
-          "RETURNING trace_id")
+          "RETURNING trace_id, spans")
 
 
 class Assembler:
@@ -176,17 +176,23 @@ class Assembler:
         pg = store.dialect == "postgres"
         q = (lambda s: s.replace("?", "%s")) if pg else (lambda s: s)
         with self.background(), store.transaction():
-            claimed = [r[0] for r in store.conn.execute(
+            got = store.conn.execute(
                 q(_CLAIM.format(lock=" FOR UPDATE SKIP LOCKED" if pg else "")),
                 (self.owner, now + self.lease_s, now, now - self.orphan_s, now,
-                 self.batch)).fetchall()]
-        if not claimed:
+                 self.batch)).fetchall()
+        if not got:
             return 0
+        claimed = [r[0] for r in got]
+        # the spans of the traces that are not too big in a few queries, not one per trace
+        # (on PostgreSQL each is a round trip)
+        small = {r[0] for r in got if (r[1] or 0) <= self.max_trace_spans}
+        loaded = self._fetch(store, pg, sorted(small))
         built: list[R.Built] = []
         by_trace: dict[str, list[R.Built]] = {}
         per_trace: dict[str, tuple[int, str | None]] = {}
         for tid in claimed:
-            spans, cut = self._load(store, q, tid)
+            spans, cut = self._load(store, q, tid, loaded.get(tid, []) if tid in small
+                                    else None)
             try:
                 got = R.build(spans)
             except Exception as exc:  # a reader bug loses this trace's record, not the batch
@@ -241,10 +247,30 @@ class Assembler:
         self.spans_pruned += n
         return n
 
-    def _load(self, store: Any, q: Callable[[str], str], tid: str) -> tuple[list[Any], bool]:
-        rows = store.conn.execute(q(
-            "SELECT span_id, parent_id, resource_id, body FROM intake_spans WHERE trace_id = ?"
-            " ORDER BY received_at LIMIT ?"), (tid, self.max_trace_spans + 1)).fetchall()
+    def _fetch(self, store: Any, pg: bool, tids: list[str],
+               chunk: int = 100) -> dict[str, list[Any]]:
+        """trace id → its spans' (span id, parent id, resource id, body), in arrival order."""
+        out: dict[str, list[Any]] = {}
+        cols = "SELECT trace_id, span_id, parent_id, resource_id, body FROM intake_spans "
+        for i in range(0, len(tids), chunk):
+            part = tids[i:i + chunk]
+            if pg:
+                cur = store.conn.execute(cols + "WHERE trace_id = ANY(%s::text[]) ORDER BY "
+                                         "received_at", (part,), prepare=True)
+            else:
+                cur = store.conn.execute(cols + "WHERE trace_id IN (" + ",".join(
+                    "?" * len(part)) + ") ORDER BY received_at", part)
+            for tid, *rest in cur.fetchall():
+                out.setdefault(tid, []).append(rest)
+        return out
+
+    def _load(self, store: Any, q: Callable[[str], str], tid: str,
+              rows: list[Any] | None = None) -> tuple[list[Any], bool]:
+        if rows is None:
+            rows = store.conn.execute(q(
+                "SELECT span_id, parent_id, resource_id, body FROM intake_spans WHERE "
+                "trace_id = ? ORDER BY received_at LIMIT ?"),
+                (tid, self.max_trace_spans + 1)).fetchall()
         cut = len(rows) > self.max_trace_spans
         if cut:
             self.traces_cut += 1
