@@ -9,7 +9,11 @@ connections:
 
 1. ``max``: ``--senders`` senders as fast as the server answers, for ``--seconds``;
 2. ``rate``: one sender offering ``--rate`` spans/s (requests paced on a schedule), for
-   ``--seconds``: p50/p99/max of the time from sending a request to its 200.
+   ``--seconds``: p50/p99/max of the time from sending a request to its 200 — once on the
+   idle server (before the max run) and once while the max run's backlog is assembled and
+   scored.
+
+``--procs N``: N ``serve`` processes on one PostgreSQL database vs one (see :func:`_procs`).
 
 Every 200 means the spans were committed. Run nothing else meanwhile.
 """
@@ -277,12 +281,23 @@ def main() -> None:
                 serve = Serve(ts, otlp_http=("127.0.0.1", 0),
                               config=ServeConfig(grace_s=1.0)).start()
                 assert serve.http_port is not None
-                for run, senders, rate in (("max", a.senders, None), ("rate", 1, a.rate)):
+                for run, senders, rate in (("rate, idle", 1, a.rate), ("max", a.senders, None),
+                                           ("rate, backlog", 1, a.rate)):
+                    st = serve.stats()
+                    # traces received but not yet assembled (10 spans each) when the run starts
+                    backlog = st["spans_stored"] // 10 - st["traces_done"]
+                    cpu0 = time.process_time()
                     r = _run(serve.http_port, senders, a.seconds, a.spans, rate,
                              seed=len(results) + 1)
+                    cpu = time.process_time() - cpu0
+                    st2 = serve.stats()
+                    # the serve process's CPU (front end, spool, assembler, scoring; not the
+                    # senders, not PostgreSQL) per span stored during the run
+                    r["cpu_us_per_span"] = cpu / max(1, st2["spans_stored"]
+                                                     - st["spans_stored"]) * 1e6
                     r.update(backend=name, run=run, offered=rate, senders=senders,
                              spans_stored=serve.stats()["spans_stored"],
-                             records=serve.stats()["records"])
+                             records=serve.stats()["records"], backlog=backlog)
                     results.append(r)
                 serve.stop()
                 ts.shutdown(timeout=30)
@@ -293,13 +308,15 @@ def main() -> None:
         return "as fast as acked" if r["offered"] is None else f"{r['offered']:,.0f}"
 
     print("| backend | run | senders | offered spans/s | acked spans/s | p50 ms | p99 ms | "
-          "max ms | refused | records built (cumulative) |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "max ms | refused | traces waiting at start | records built (cumulative) | "
+          "serve CPU µs/span |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results:
         print(f"| {r['backend']} | {r['run']} | {r['senders']} | "
               f"{offered(r)} | "
               f"{r['spans_per_s']:,.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
-              f"{r['max_ms']:.1f} | {r['refused']} | {r['records']:,} |")
+              f"{r['max_ms']:.1f} | {r['refused']} | {r['backlog']:,} | {r['records']:,} | "
+              f"{r['cpu_us_per_span']:.0f} |")
     print(f"\nload average at end (1/5/15 min): {list(os.getloadavg())}")
     if a.json:
         a.json.write_text(json.dumps(results, indent=2))

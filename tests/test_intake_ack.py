@@ -152,3 +152,44 @@ def test_the_spools_commits_never_checkpoint_the_assembler_does(tmp_path):
         serve.assembler.checkpoint_every_s = 0.05
         wait_for(lambda: os.path.getsize(db) > base + 5_000_000,
                  what="the assembler checkpointed the WAL into the database file")
+
+
+def test_spool_stores_once_counts_retries_and_late_spans_on_both_backends(db):
+    """The spool's two write paths (SQLite: multi-row VALUES; PostgreSQL: binary arrays
+    through ``unnest``) store the same rows: a retried request adds nothing, the trace rows
+    count spans and know their root, and spans of an assembled trace count as late."""
+    from helpers import rows as q
+
+    open_store(db).close()
+    spool = Spool(db, grace_s=5.0)
+    try:
+        first, res = _rows(30, 7)  # (each span its own trace id)
+        t = spool.submit(first, res)
+        assert t.wait(60) and t.stored == 30
+        again = spool.submit(first, res)
+        assert again.wait(60) and again.stored == 0
+        assert (spool.spans_stored, spool.spans_duplicate) == (30, 30)
+        got = q(db, "SELECT trace_id, spans, root_span_id, ready_at, first_at FROM "
+                   "intake_traces ORDER BY trace_id")
+        assert len(got) == 30 and all(r["spans"] == 1 for r in got)
+        roots = [r for r in got if r["root_span_id"]]
+        assert len(roots) == 3  # every 10th span has no parent
+        assert all(abs(r["ready_at"] - r["first_at"] - 5.0) < 1e-6 for r in roots)
+        assert all(r["ready_at"] is None for r in got if not r["root_span_id"])
+        assert q(db, "SELECT count(*) AS n FROM intake_resources")[0]["n"] == 1
+        tid = first[5].trace_id
+        store = open_store(db)
+        try:
+            with store.transaction():
+                store.conn.execute(("UPDATE intake_traces SET state = 'done' WHERE trace_id = ?"
+                                    ).replace("?", "%s" if store.dialect == "postgres"
+                                              else "?"), (tid,))
+        finally:
+            store.close()
+        late = SpanRow(tid, "f" * 16, first[5].span_id, first[5].resource_id, b"late")
+        assert spool.submit([late], {}).wait(60)
+        assert spool.late_spans == 1
+        row = q(db, "SELECT spans, late_spans FROM intake_traces WHERE trace_id = ?", tid)[0]
+        assert (row["spans"], row["late_spans"]) == (2, 1)
+    finally:
+        spool.close()
