@@ -193,3 +193,31 @@ def test_spool_stores_once_counts_retries_and_late_spans_on_both_backends(db):
         assert (row["spans"], row["late_spans"]) == (2, 1)
     finally:
         spool.close()
+
+
+def test_background_threads_pause_while_a_request_is_answered(tmp_path):
+    """Between two traces the assembler calls :meth:`Spool.pause`: while a request is under
+    way it waits for that request's answer (the GIL and the CPU go to the request), not for
+    requests that start later."""
+    spool = Spool(_db(tmp_path), yield_s=60.0)
+    try:
+        spool.pause()  # nothing under way: returns at once
+        assert spool.pauses == 0
+        spool.request_started()
+        done = threading.Event()
+
+        def background() -> None:
+            spool.pause()
+            done.set()
+
+        th = threading.Thread(target=background)
+        th.start()
+        wait_for(lambda: spool.pauses == 1, what="the background pauses")
+        spool.request_started()  # a later request: not waited for
+        assert not done.is_set()
+        spool.request_ended()
+        assert done.wait(60)
+        th.join(60)
+        spool.request_ended()
+    finally:
+        spool.close()

@@ -54,7 +54,8 @@ class Assembler:
                  forwarding: bool = False, keep_spans_s: float = 60.0,
                  keep_traces_s: float = 86_400.0,
                  background: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
-                 checkpoint_every_s: float = 1.0, tx_traces: int = 25) -> None:
+                 checkpoint_every_s: float = 1.0, tx_traces: int = 25,
+                 pause: Callable[[], None] | None = None) -> None:
         self.ts = ts
         self.db = str(ts.db_path)
         self.grace_s = grace_s
@@ -72,6 +73,8 @@ class Assembler:
         #: (acknowledgements first)
         self.background = background or contextlib.nullcontext
         self._gated = background is not None
+        #: between two traces built: the spool's :meth:`~.spool.Spool.pause`
+        self.pause: Callable[[], None] = pause or (lambda: None)
         #: SQLite: seconds between the idle thread's passive WAL checkpoints (the spool's
         #: connection leaves checkpoints to the background); 0: none
         self.checkpoint_every_s = checkpoint_every_s
@@ -191,6 +194,7 @@ class Assembler:
         by_trace: dict[str, list[R.Built]] = {}
         per_trace: dict[str, tuple[int, str | None]] = {}
         for tid in claimed:
+            self.pause()  # (requests under way first: the GIL and the CPU)
             spans, cut = self._load(store, q, tid, loaded.get(tid, []) if tid in small
                                     else None)
             try:

@@ -60,7 +60,8 @@ class Serve:
                                    on_records=self._hold if forward else None,
                                    forwarding=forward is not None,
                                    keep_spans_s=c.keep_spans_s,
-                                   background=self.spool.background)
+                                   background=self.spool.background,
+                                   pause=self.spool.pause)
         self.forwarder: Forwarder | None = None
         if forward is not None and ts.attacher is not None:
             # Scores a process of the fleet made for a record another one holds wait for

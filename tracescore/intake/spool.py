@@ -105,6 +105,11 @@ class Spool:
         self._writing = False
         #: batches written (a background transaction waits for the next one)
         self._seq = 0
+        #: requests started and answered (:meth:`pause`)
+        self._requests_started = 0
+        self._requests_ended = 0
+        #: whether background threads :meth:`pause` for requests under way
+        self.pause_for_requests = True
         self._background = 0
         self._closed = False
         self._known_resources: set[str] = set()
@@ -120,6 +125,8 @@ class Spool:
         #: background transaction (each at most ``yield_s``)
         self.background_waits = 0
         self.writer_waits = 0
+        #: times a background thread paused for requests under way
+        self.pauses = 0
         self._thread = threading.Thread(target=self._run, name="tracescore-intake-writer",
                                         daemon=True)
         self._thread.start()
@@ -143,6 +150,32 @@ class Spool:
             self._queue.append(ticket)
             self._wake.notify()
         return ticket
+
+    def request_started(self) -> None:
+        """A request is being decoded/stored (:meth:`~.server.Intake.store`): the background
+        threads :meth:`pause` for it."""
+        with self._lock:
+            self._requests_started += 1
+
+    def request_ended(self) -> None:
+        with self._lock:
+            self._requests_ended += 1
+            self._turn.notify_all()
+
+    def pause(self) -> None:
+        """Called by background threads between units of CPU work (a trace built, a record
+        prepared): while requests are being answered, wait until those under way now were
+        answered (at most ``yield_s``), so that they get the GIL and the CPU. Later requests do
+        not hold it up again until its next unit: under a sender that never stops, the
+        background still makes progress."""
+        if self._requests_started == self._requests_ended or not self.pause_for_requests:
+            return
+        with self._lock:
+            target = self._requests_started
+            if self._requests_ended < target:
+                self.pauses += 1
+                self._turn.wait_for(lambda: self._requests_ended >= target,
+                                    timeout=self.yield_s)
 
     @contextmanager
     def background(self) -> Iterator[None]:
