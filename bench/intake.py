@@ -186,6 +186,38 @@ def _serve_proc(url: str, q: Any, stop: Any) -> None:
     q.put(stats)
 
 
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes so far (Linux /proc; gone ones: 0)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def _postgres_pids(port: int) -> list[int]:
+    """The cluster's postmaster (``-p PORT`` on its command line) and its children."""
+    master = None
+    procs: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        procs[int(d.name)] = ppid
+        if cmd and cmd[0].endswith(b"postgres") and b"-p" in cmd and \
+                str(port).encode() in cmd:
+            master = int(d.name)
+    return [] if master is None else [master] + [p for p, pp in procs.items() if pp == master]
+
+
 def _procs(a: Any) -> None:
     """``--procs N``: N ``serve`` processes on one PostgreSQL database (each its own port),
     the senders routing whole traces by trace id; 1 vs N processes alternating for
@@ -208,7 +240,15 @@ def _procs(a: Any) -> None:
                 for p in servers:
                     p.start()
                 ports = [q.get(timeout=120) for _ in servers]
+                pg_port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+                pg0 = {p: _cpu_s([p]) for p in _postgres_pids(pg_port)}
+                serve0 = _cpu_s([p.pid for p in servers if p.pid])
                 r = _run(ports, a.senders * n, a.seconds, a.spans, None, seed=10 * k + n)
+                # CPU seconds during the run: the serve processes, PostgreSQL (its backends
+                # for this run's connections started during it: from 0)
+                r["serve_cpu_s"] = _cpu_s([p.pid for p in servers if p.pid]) - serve0
+                r["pg_cpu_s"] = sum(_cpu_s([p]) - pg0.get(p, 0.0)
+                                    for p in _postgres_pids(pg_port))
                 stop.set()
                 stats = [q.get(timeout=120) for _ in servers]
                 for p in servers:
@@ -224,11 +264,13 @@ def _procs(a: Any) -> None:
     finally:
         stop_pg()
     print("| serve processes | round | senders | acked spans/s | p50 ms | p99 ms | refused | "
-          "records built | load avg (1 min) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "records built | serve CPU µs/span | PostgreSQL CPU µs/span | load avg (1 min) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
+        per = 1e6 / max(1, r["spans_stored"])
         print(f"| {r['procs']} | {r['round']} | {r['senders']} | {r['spans_per_s']:,.0f} | "
               f"{r['p50_ms']:.1f} | {r['p99_ms']:.1f} | {r['refused']} | {r['records']:,} | "
+              f"{r['serve_cpu_s'] * per:.0f} | {r['pg_cpu_s'] * per:.0f} | "
               f"{r['load']:.2f} |")
     one = [r["spans_per_s"] for r in rows if r["procs"] == 1]
     many = [r["spans_per_s"] for r in rows if r["procs"] == a.procs]
