@@ -221,3 +221,40 @@ def test_background_threads_pause_while_a_request_is_answered(tmp_path):
         spool.request_ended()
     finally:
         spool.close()
+
+
+def test_pruning_goes_past_traces_whose_spans_are_gone(db):
+    """Trace rows stay a day after their spans were pruned; pruning chose the oldest assembled
+    traces, so once ``limit`` of them were spanless it deleted nothing more (4, 0, 0 spans
+    here before the fix). Now it chooses among traces that still have spans."""
+    import tracescore
+    from helpers import rows as q
+    from tracescore.intake.assembler import Assembler
+
+    ts = tracescore.init(db=db, metrics=["exact_match"])
+    try:
+        spool = Spool(db)
+        rows = [SpanRow(f"{t:032x}", f"{i + 1:016x}", "", "r" * 32, b"x")
+                for t in range(1, 4) for i in range(2)]
+        assert spool.submit(rows, {"r" * 32: b"res"}).wait(60)
+        spool.close()
+        store = open_store(db)
+        try:
+            with store.transaction():
+                for t in range(1, 4):  # assembled long ago, oldest first
+                    store.conn.execute(
+                        ("UPDATE intake_traces SET state = 'done', done_at = ? WHERE "
+                         "trace_id = ?").replace("?", "%s" if store.dialect == "postgres"
+                                                 else "?"), (float(t), f"{t:032x}"))
+        finally:
+            store.close()
+        a = Assembler(ts, keep_spans_s=0, keep_traces_s=1e12)
+        assert [a.prune(limit=2), a.prune(limit=2), a.prune(limit=2)] == [4, 2, 0]
+        assert q(db, "SELECT count(*) AS n FROM intake_spans")[0]["n"] == 0
+        assert q(db, "SELECT count(*) AS n FROM intake_traces")[0]["n"] == 3  # kept a day
+        a.keep_traces_s = 0
+        a.prune()
+        assert q(db, "SELECT count(*) AS n FROM intake_traces")[0]["n"] == 0
+        a._drop_store()
+    finally:
+        ts.shutdown()

@@ -229,25 +229,44 @@ class Assembler:
             self.ts.worker.wake()
         return len(claimed)
 
-    def prune(self, now: float | None = None, limit: int = 5000) -> int:
+    def prune(self, now: float | None = None, limit: int = 5000, chunk: int = 200) -> int:
         """Delete the received spans of traces assembled more than ``keep_spans_s`` ago (and
         forwarded, with ``--forward``), and trace rows older than ``keep_traces_s`` whose
-        spans are gone; small batches. The spans deleted."""
+        spans are gone; at most ``limit`` traces each, ``chunk`` per transaction. The traces
+        are chosen by a read outside any transaction (it may scan many trace rows: the write
+        lock is held only to delete), and only among those that still have such spans: the
+        trace rows stay a day after their spans are gone, and choosing the oldest assembled
+        traces alone chose the same spanless ones for ever once ``limit`` of them were pruned
+        (nothing more was deleted until they aged out). The spans deleted."""
         store = self._open()
         q = (lambda s: s.replace("?", "%s")) if store.dialect == "postgres" else (lambda s: s)
         now = time.time() if now is None else now
         sent = " AND forwarded <> 0" if self.forwarding else ""
-        with self.background(), store.transaction():
-            cur = store.conn.execute(q(
-                "DELETE FROM intake_spans WHERE trace_id IN (SELECT trace_id FROM intake_traces"
-                " WHERE state = 'done' AND done_at < ? ORDER BY done_at LIMIT ?)" + sent),
-                (now - self.keep_spans_s, limit))
-            n = max(0, cur.rowcount or 0)
-            store.conn.execute(q(
-                "DELETE FROM intake_traces WHERE trace_id IN (SELECT t.trace_id FROM "
-                "intake_traces t WHERE t.state = 'done' AND t.done_at < ? AND NOT EXISTS "
-                "(SELECT 1 FROM intake_spans s WHERE s.trace_id = t.trace_id) LIMIT ?)"),
-                (now - self.keep_traces_s, limit))
+        tids = [r[0] for r in store.conn.execute(q(
+            "SELECT t.trace_id FROM intake_traces t WHERE t.state = 'done' AND t.done_at < ? "
+            "AND EXISTS (SELECT 1 FROM intake_spans s WHERE s.trace_id = t.trace_id"
+            + sent.replace("forwarded", "s.forwarded") + ") ORDER BY t.done_at LIMIT ?"),
+            (now - self.keep_spans_s, limit)).fetchall()]
+        n = 0
+        for i in range(0, len(tids), chunk):
+            part = tids[i:i + chunk]
+            with self.background(), store.transaction():
+                cur = store.conn.execute(q(
+                    "DELETE FROM intake_spans WHERE trace_id IN (" + ",".join("?" * len(part))
+                    + ")" + sent), part)
+                n += max(0, cur.rowcount or 0)
+        old = [r[0] for r in store.conn.execute(q(
+            "SELECT t.trace_id FROM intake_traces t WHERE t.state = 'done' AND t.done_at < ? "
+            "AND NOT EXISTS (SELECT 1 FROM intake_spans s WHERE s.trace_id = t.trace_id) "
+            "LIMIT ?"), (now - self.keep_traces_s, limit)).fetchall()]
+        for i in range(0, len(old), chunk):
+            part = old[i:i + chunk]
+            with self.background(), store.transaction():
+                # (a span that came meanwhile keeps its trace row)
+                store.conn.execute(q(
+                    "DELETE FROM intake_traces WHERE trace_id IN (" + ",".join("?" * len(part))
+                    + ") AND NOT EXISTS (SELECT 1 FROM intake_spans s WHERE s.trace_id = "
+                    "intake_traces.trace_id)"), part)
         self.spans_pruned += n
         return n
 
