@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -75,6 +76,10 @@ class Assembler:
         self._gated = background is not None
         #: between two traces built: the spool's :meth:`~.spool.Spool.pause`
         self.pause: Callable[[], None] = pause or (lambda: None)
+        #: seconds of work between two pauses (the interpreter's switch interval, 5 ms: a
+        #: thread that wants the GIL waits that long for it anyway)
+        self.pause_every_s = sys.getswitchinterval()
+        self._paused_at = 0.0
         #: SQLite: seconds between the idle thread's passive WAL checkpoints (the spool's
         #: connection leaves checkpoints to the background); 0: none
         self.checkpoint_every_s = checkpoint_every_s
@@ -194,7 +199,11 @@ class Assembler:
         by_trace: dict[str, list[R.Built]] = {}
         per_trace: dict[str, tuple[int, str | None]] = {}
         for tid in claimed:
-            self.pause()  # (requests under way first: the GIL and the CPU)
+            if time.monotonic() - self._paused_at >= self.pause_every_s:
+                # (requests under way first: the GIL and the CPU; at most once per switch
+                # interval of work, so a sender that never stops does not stall assembly)
+                self.pause()
+                self._paused_at = time.monotonic()
             spans, cut = self._load(store, q, tid, loaded.get(tid, []) if tid in small
                                     else None)
             try:
