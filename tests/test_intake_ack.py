@@ -227,8 +227,9 @@ def test_pruning_goes_past_traces_whose_spans_are_gone(db):
     """Trace rows stay a day after their spans were pruned; pruning chose the oldest assembled
     traces, so once ``limit`` of them were spanless it deleted nothing more (4, 0, 0 spans
     here before the fix). Now it chooses among traces that still have spans."""
-    import tracescore
     from helpers import rows as q
+
+    import tracescore
     from tracescore.intake.assembler import Assembler
 
     ts = tracescore.init(db=db, metrics=["exact_match"])
@@ -258,3 +259,14 @@ def test_pruning_goes_past_traces_whose_spans_are_gone(db):
         a._drop_store()
     finally:
         ts.shutdown()
+
+
+def test_serve_shortens_the_gil_switch_interval_while_it_runs(tmp_path):
+    import sys
+
+    from tracescore.intake import ServeConfig
+
+    before = sys.getswitchinterval()
+    with serving(tmp_path / "swi.db", config=ServeConfig(grace_s=0.2, switch_interval_s=0.002)):
+        assert sys.getswitchinterval() == 0.002
+    assert sys.getswitchinterval() == before
