@@ -288,7 +288,7 @@ class Assembler:
             part = tids[i:i + chunk]
             if pg:
                 cur = store.conn.execute(cols + "WHERE trace_id = ANY(%s::text[]) ORDER BY "
-                                         "received_at", (part,), prepare=True)
+                                         "received_at", (part,))
             else:
                 cur = store.conn.execute(cols + "WHERE trace_id IN (" + ",".join(
                     "?" * len(part)) + ") ORDER BY received_at", part)

@@ -332,15 +332,15 @@ class Spool:
                    rows: dict[tuple[str, str], SpanRow],
                    now: float) -> tuple[set[tuple[str, str]], dict[str, list[Any]], int]:
         """PostgreSQL: each statement takes its rows as arrays (``unnest``): one fixed query
-        text, prepared once, instead of a multi-row VALUES whose text (and placeholders, parsed
-        by psycopg on every batch) changes with the batch size, and one round trip for the
-        traces instead of one per trace; the arrays go in binary (``%b``: no text escaping of
+        text (prepared by psycopg after a few runs) instead of a multi-row VALUES whose text
+        (and placeholders, parsed by psycopg on every batch) changes with the batch size, and
+        one round trip for the traces instead of one per trace; the arrays go in binary (``%b``: no text escaping of
         each element) (issue 32: CPU per span, two processes)."""
         if resources:
             conn.execute(
                 "INSERT INTO intake_resources(resource_id, body, created_at) SELECT r, b, %s "
                 "FROM unnest(%b::text[], %b::bytea[]) AS u(r, b) ON CONFLICT DO NOTHING",
-                (now, list(resources), list(resources.values())), prepare=True)
+                (now, list(resources), list(resources.values())))
         inserted: set[tuple[str, str]] = set()
         items = list(rows.values())
         for i in range(0, len(items), _CHUNK * 10):
@@ -352,7 +352,7 @@ class Spool:
                 "ON CONFLICT DO NOTHING RETURNING trace_id, span_id",
                 (now, [r.trace_id for r in chunk], [r.span_id for r in chunk],
                  [r.parent_id for r in chunk], [r.resource_id for r in chunk],
-                 [r.body for r in chunk]), prepare=True).fetchall()
+                 [r.body for r in chunk])).fetchall()
             inserted.update((a, b) for a, b in got)
         traces = self._traces(rows, inserted)
         late = 0
@@ -360,12 +360,12 @@ class Spool:
             tids = sorted(traces)  # (one lock order for the fleet's processes)
             late = sum(traces[t][0] for (t,) in conn.execute(
                 "SELECT trace_id FROM intake_traces WHERE state = 'done' AND "
-                "trace_id = ANY(%b::text[])", (tids,), prepare=True).fetchall())
+                "trace_id = ANY(%b::text[])", (tids,)).fetchall())
             conn.execute(
                 "INSERT INTO intake_traces(trace_id, first_at, last_at, root_span_id, "
                 "ready_at, spans) SELECT t, %s, %s, r, CASE WHEN r IS NULL THEN NULL ELSE "
                 "%s::float8 END, n FROM unnest(%b::text[], %b::text[], %b::bigint[]) AS "
                 "u(t, r, n)" + _UPSERT_TRACE,
                 (now, now, now + self.grace_s, tids, [traces[t][1] for t in tids],
-                 [traces[t][0] for t in tids]), prepare=True)
+                 [traces[t][0] for t in tids]))
         return inserted, traces, late
