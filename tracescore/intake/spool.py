@@ -19,10 +19,13 @@ forwarder) start their transactions through :meth:`Spool.background`, which wait
 requests waiting to be stored were committed, and the writer waits for a background
 transaction in progress on a condition (woken when it commits) instead of SQLite's busy
 handler, whose sleeps grow to 100 ms between tries. Under a sender that never stops, writer
-batches and background transactions alternate; neither waits longer than ``yield_s``. On SQLite the writer's connection never
-checkpoints the WAL (``wal_autocheckpoint=0``): the background connections' commits do, and
-the assembler when idle (:meth:`~.assembler.Assembler.run_once`), so a checkpoint's copying
-and fsync is never inside an acknowledgement.
+batches and background transactions alternate; neither waits longer than ``yield_s``. The
+assembler also calls :meth:`Spool.pause` between traces while requests are being answered (the
+GIL and the CPU). On SQLite neither the writer's connection nor the assembler's checkpoints
+the WAL on commit (``wal_autocheckpoint=0``): the assembler runs a passive checkpoint every
+second outside any transaction (:meth:`~.assembler.Assembler.checkpoint`), so a
+checkpoint's copying and fsync is never inside an acknowledgement nor inside a transaction
+the writer waits for.
 """
 
 from __future__ import annotations
@@ -163,8 +166,8 @@ class Spool:
             self._turn.notify_all()
 
     def pause(self) -> None:
-        """Called by background threads between units of CPU work (a trace built, a record
-        prepared): while requests are being answered, wait until those under way now were
+        """Called by background threads between units of CPU work (the assembler: between
+        traces, at most once per switch interval of work): while requests are being answered, wait until those under way now were
         answered (at most ``yield_s``), so that they get the GIL and the CPU. Later requests do
         not hold it up again until its next unit: under a sender that never stops, the
         background still makes progress."""
