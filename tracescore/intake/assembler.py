@@ -16,10 +16,12 @@ counted in ``intake_traces.late_spans``; they do not change its record.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -36,7 +38,7 @@ _CLAIM = ("UPDATE intake_traces SET state = 'claimed', owner = ?, lease_until = 
           "WHERE trace_id IN (SELECT trace_id FROM intake_traces WHERE state <> 'done' AND "
           "(ready_at <= ? OR (ready_at IS NULL AND last_at <= ?)) AND "
           "(state = 'open' OR lease_until < ?) ORDER BY ready_at LIMIT ?{lock}) "
-          "RETURNING trace_id")
+          "RETURNING trace_id, spans")
 
 
 class Assembler:
@@ -51,7 +53,10 @@ class Assembler:
                  poll_s: float = 0.2,
                  on_records: Callable[[list[R.Built]], None] | None = None,
                  forwarding: bool = False, keep_spans_s: float = 60.0,
-                 keep_traces_s: float = 86_400.0) -> None:
+                 keep_traces_s: float = 86_400.0,
+                 background: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+                 checkpoint_every_s: float = 1.0, tx_traces: int = 25,
+                 pause: Callable[[], None] | None = None) -> None:
         self.ts = ts
         self.db = str(ts.db_path)
         self.grace_s = grace_s
@@ -65,6 +70,23 @@ class Assembler:
         self.keep_spans_s = keep_spans_s
         self.keep_traces_s = keep_traces_s
         self._pruned_at = 0.0
+        #: around each write transaction: the spool's :meth:`~.spool.Spool.background`
+        #: (acknowledgements first)
+        self.background = background or contextlib.nullcontext
+        self._gated = background is not None
+        #: between two traces built: the spool's :meth:`~.spool.Spool.pause`
+        self.pause: Callable[[], None] = pause or (lambda: None)
+        #: seconds of work between two pauses (the interpreter's switch interval, 5 ms: a
+        #: thread that wants the GIL waits that long for it anyway)
+        self.pause_every_s = sys.getswitchinterval()
+        self._paused_at = 0.0
+        #: SQLite: seconds between the idle thread's passive WAL checkpoints (the spool's
+        #: connection leaves checkpoints to the background); 0: none
+        self.checkpoint_every_s = checkpoint_every_s
+        #: traces stored per write transaction
+        self.tx_traces = tx_traces
+        self._checkpointed_at = 0.0
+        self._no_checkpoint: Any = None
         #: seconds between pruning rounds
         self.prune_every_s = 10.0
         self.spans_pruned = 0
@@ -105,6 +127,10 @@ class Assembler:
                 log.warning("tracescore serve: assembling traces failed (%s); retrying", exc)
                 self._drop_store()
                 n = 0
+            if self.checkpoint_every_s and \
+                    time.monotonic() - self._checkpointed_at > self.checkpoint_every_s:
+                self._checkpointed_at = time.monotonic()
+                self.checkpoint()
             if n < self.batch:
                 if time.monotonic() - self._pruned_at > self.prune_every_s:
                     self._pruned_at = time.monotonic()
@@ -126,28 +152,60 @@ class Assembler:
                 pass
             self._store = None
 
-    # -- one round ------------------------------------------------------------------------------
-    def run_once(self, now: float | None = None) -> int:
-        """Claim, build and store one batch of complete traces; how many were claimed."""
+    def _open(self) -> Any:
         from ..store import open_store
 
         if self._store is None:
             self._store = open_store(self.db)
         store = self._store
+        if self._gated and store.dialect == "sqlite" and self._no_checkpoint is not store.conn:
+            # its commits do not checkpoint either (they are inside Spool.background, which
+            # the acknowledging commit waits for): :meth:`checkpoint` does, outside
+            store.conn.execute("PRAGMA wal_autocheckpoint=0")
+            self._no_checkpoint = store.conn
+        return store
+
+    def checkpoint(self) -> None:
+        """SQLite: a passive WAL checkpoint that never waits, outside any transaction (it
+        copies what no reader needs; writers go on appending to the WAL meanwhile)."""
+        store = self._store
+        if store is None or store.dialect != "sqlite":
+            return
+        try:
+            store.checkpoint("PASSIVE", wait_s=0)
+        except Exception as exc:  # the next round tries again
+            log.debug("tracescore serve: WAL checkpoint failed (%s)", exc)
+
+    # -- one round ------------------------------------------------------------------------------
+    def run_once(self, now: float | None = None) -> int:
+        """Claim, build and store one batch of complete traces; how many were claimed."""
+        store = self._open()
         now = time.time() if now is None else now
         pg = store.dialect == "postgres"
         q = (lambda s: s.replace("?", "%s")) if pg else (lambda s: s)
-        with store.transaction():
-            claimed = [r[0] for r in store.conn.execute(
+        with self.background(), store.transaction():
+            got = store.conn.execute(
                 q(_CLAIM.format(lock=" FOR UPDATE SKIP LOCKED" if pg else "")),
                 (self.owner, now + self.lease_s, now, now - self.orphan_s, now,
-                 self.batch)).fetchall()]
-        if not claimed:
+                 self.batch)).fetchall()
+        if not got:
             return 0
+        claimed = [r[0] for r in got]
+        # the spans of the traces that are not too big in a few queries, not one per trace
+        # (on PostgreSQL each is a round trip)
+        small = {r[0] for r in got if (r[1] or 0) <= self.max_trace_spans}
+        loaded = self._fetch(store, pg, sorted(small))
         built: list[R.Built] = []
+        by_trace: dict[str, list[R.Built]] = {}
         per_trace: dict[str, tuple[int, str | None]] = {}
         for tid in claimed:
-            spans, cut = self._load(store, q, tid)
+            if time.monotonic() - self._paused_at >= self.pause_every_s:
+                # (requests under way first: the GIL and the CPU; at most once per switch
+                # interval of work, so a sender that never stops does not stall assembly)
+                self.pause()
+                self._paused_at = time.monotonic()
+            spans, cut = self._load(store, q, tid, loaded.get(tid, []) if tid in small
+                                    else None)
             try:
                 got = R.build(spans)
             except Exception as exc:  # a reader bug loses this trace's record, not the batch
@@ -161,11 +219,18 @@ class Assembler:
                     note = f"over {self.max_trace_spans} spans: read the first ones only"
                 per_trace[tid] = (len(got), note)
             built.extend(got)
-        if built and self.on_records is not None:
-            # before the commit: a worker may score a job the moment it is stored, and its
-            # scores must find the hold (else they would leave at once on a carrier)
-            self.on_records(built)
-        self._store_records(store, q, built, per_trace, time.time())
+            by_trace[tid] = got
+        # a few traces per transaction: the write lock is never held long (the spool's
+        # acknowledging commits wait for a background transaction in progress)
+        for i in range(0, len(claimed), self.tx_traces):
+            part = claimed[i:i + self.tx_traces]
+            part_built = [b for tid in part for b in by_trace[tid]]
+            if part_built and self.on_records is not None:
+                # before the commit: a worker may score a job the moment it is stored, and
+                # its scores must find the hold (else they would leave at once on a carrier)
+                self.on_records(part_built)
+            self._store_records(store, q, part_built, {t: per_trace[t] for t in part},
+                                time.time())
         self.traces_done += len(claimed)
         self.records_stored += len(built)
         self.traces_without_record += sum(1 for n, _ in per_trace.values() if n == 0)
@@ -173,36 +238,71 @@ class Assembler:
             self.ts.worker.wake()
         return len(claimed)
 
-    def prune(self, now: float | None = None, limit: int = 5000) -> int:
+    def prune(self, now: float | None = None, limit: int = 5000, chunk: int = 200) -> int:
         """Delete the received spans of traces assembled more than ``keep_spans_s`` ago (and
         forwarded, with ``--forward``), and trace rows older than ``keep_traces_s`` whose
-        spans are gone; small batches. The spans deleted."""
-        from ..store import open_store
-
-        if self._store is None:
-            self._store = open_store(self.db)
-        store = self._store
+        spans are gone; at most ``limit`` traces each, ``chunk`` per transaction. The traces
+        are chosen by a read outside any transaction (it may scan many trace rows: the write
+        lock is held only to delete), and only among those that still have such spans: the
+        trace rows stay a day after their spans are gone, and choosing the oldest assembled
+        traces alone chose the same spanless ones for ever once ``limit`` of them were pruned
+        (nothing more was deleted until they aged out). The spans deleted."""
+        store = self._open()
         q = (lambda s: s.replace("?", "%s")) if store.dialect == "postgres" else (lambda s: s)
         now = time.time() if now is None else now
         sent = " AND forwarded <> 0" if self.forwarding else ""
-        with store.transaction():
-            cur = store.conn.execute(q(
-                "DELETE FROM intake_spans WHERE trace_id IN (SELECT trace_id FROM intake_traces"
-                " WHERE state = 'done' AND done_at < ? ORDER BY done_at LIMIT ?)" + sent),
-                (now - self.keep_spans_s, limit))
-            n = max(0, cur.rowcount or 0)
-            store.conn.execute(q(
-                "DELETE FROM intake_traces WHERE trace_id IN (SELECT t.trace_id FROM "
-                "intake_traces t WHERE t.state = 'done' AND t.done_at < ? AND NOT EXISTS "
-                "(SELECT 1 FROM intake_spans s WHERE s.trace_id = t.trace_id) LIMIT ?)"),
-                (now - self.keep_traces_s, limit))
+        tids = [r[0] for r in store.conn.execute(q(
+            "SELECT t.trace_id FROM intake_traces t WHERE t.state = 'done' AND t.done_at < ? "
+            "AND EXISTS (SELECT 1 FROM intake_spans s WHERE s.trace_id = t.trace_id"
+            + sent.replace("forwarded", "s.forwarded") + ") ORDER BY t.done_at LIMIT ?"),
+            (now - self.keep_spans_s, limit)).fetchall()]
+        n = 0
+        for i in range(0, len(tids), chunk):
+            part = tids[i:i + chunk]
+            with self.background(), store.transaction():
+                cur = store.conn.execute(q(
+                    "DELETE FROM intake_spans WHERE trace_id IN (" + ",".join("?" * len(part))
+                    + ")" + sent), part)
+                n += max(0, cur.rowcount or 0)
+        old = [r[0] for r in store.conn.execute(q(
+            "SELECT t.trace_id FROM intake_traces t WHERE t.state = 'done' AND t.done_at < ? "
+            "AND NOT EXISTS (SELECT 1 FROM intake_spans s WHERE s.trace_id = t.trace_id) "
+            "LIMIT ?"), (now - self.keep_traces_s, limit)).fetchall()]
+        for i in range(0, len(old), chunk):
+            part = old[i:i + chunk]
+            with self.background(), store.transaction():
+                # (a span that came meanwhile keeps its trace row)
+                store.conn.execute(q(
+                    "DELETE FROM intake_traces WHERE trace_id IN (" + ",".join("?" * len(part))
+                    + ") AND NOT EXISTS (SELECT 1 FROM intake_spans s WHERE s.trace_id = "
+                    "intake_traces.trace_id)"), part)
         self.spans_pruned += n
         return n
 
-    def _load(self, store: Any, q: Callable[[str], str], tid: str) -> tuple[list[Any], bool]:
-        rows = store.conn.execute(q(
-            "SELECT span_id, parent_id, resource_id, body FROM intake_spans WHERE trace_id = ?"
-            " ORDER BY received_at LIMIT ?"), (tid, self.max_trace_spans + 1)).fetchall()
+    def _fetch(self, store: Any, pg: bool, tids: list[str],
+               chunk: int = 100) -> dict[str, list[Any]]:
+        """trace id → its spans' (span id, parent id, resource id, body), in arrival order."""
+        out: dict[str, list[Any]] = {}
+        cols = "SELECT trace_id, span_id, parent_id, resource_id, body FROM intake_spans "
+        for i in range(0, len(tids), chunk):
+            part = tids[i:i + chunk]
+            if pg:
+                cur = store.conn.execute(cols + "WHERE trace_id = ANY(%s::text[]) ORDER BY "
+                                         "received_at", (part,))
+            else:
+                cur = store.conn.execute(cols + "WHERE trace_id IN (" + ",".join(
+                    "?" * len(part)) + ") ORDER BY received_at", part)
+            for tid, *rest in cur.fetchall():
+                out.setdefault(tid, []).append(rest)
+        return out
+
+    def _load(self, store: Any, q: Callable[[str], str], tid: str,
+              rows: list[Any] | None = None) -> tuple[list[Any], bool]:
+        if rows is None:
+            rows = store.conn.execute(q(
+                "SELECT span_id, parent_id, resource_id, body FROM intake_spans WHERE "
+                "trace_id = ? ORDER BY received_at LIMIT ?"),
+                (tid, self.max_trace_spans + 1)).fetchall()
         cut = len(rows) > self.max_trace_spans
         if cut:
             self.traces_cut += 1
@@ -241,7 +341,7 @@ class Assembler:
             recs.append((record, decision))
             js.extend(jobs)
         base = ts.segment_spec
-        with store.transaction():
+        with self.background(), store.transaction():
             for (release, env), (recs, js) in groups.items():
                 spec = dataclasses.replace(base, release=release or base.release,
                                            environment=env or base.environment)

@@ -20,6 +20,7 @@ taken over ``orphan_s`` after they were assembled).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -72,8 +73,10 @@ class Forwarder:
 
     def __init__(self, ts: Any, url: str, *, owner: str, hold_s: float = 10.0,
                  batch: int = 2000, timeout_s: float = 10.0, orphan_s: float = 600.0,
-                 poll_s: float = 0.2) -> None:
+                 poll_s: float = 0.2, background: Any = None) -> None:
         self.ts = ts
+        #: around each write transaction (the spool's: acknowledgements first)
+        self.background = background or contextlib.nullcontext
         self.db = str(ts.db_path)
         #: ``grpc://host:port`` (plain) or ``grpcs://host:port`` (TLS): the OTLP/gRPC
         #: TraceService; anything else is an OTLP/HTTP base URL or ``.../v1/traces``
@@ -193,7 +196,7 @@ class Forwarder:
         if status is None:
             return 0  # retryable: the spans stay, backed off
         mark = 1 if 200 <= status < 300 else -1
-        with store.transaction():
+        with self.background(), store.transaction():
             store.conn.cursor().executemany(q(
                 "UPDATE intake_spans SET forwarded = ? WHERE trace_id = ? AND span_id = ?"),
                 [(mark, t, s) for t, s, _, _, _ in send])

@@ -63,16 +63,21 @@ class Intake:
     def store(self, request: Any) -> tuple[int, str | None]:
         """Store a decoded request's valid spans; (rejected spans, why). Raises
         :class:`Overloaded` / :class:`Unavailable` (nothing acknowledged)."""
-        split = otlp.split(request)
-        self.requests += 1
-        if split.rows:
-            ticket = self.spool.submit(split.rows, split.resources)
-            if not ticket.wait(self.ack_timeout_s):
-                raise Unavailable(f"the spans were not stored within {self.ack_timeout_s:g} s")
-            if self.on_stored is not None:
-                self.on_stored()
-        self.rejected_spans += split.rejected
-        return split.rejected, split.reason
+        self.spool.request_started()  # (the background threads pause meanwhile)
+        try:
+            split = otlp.split(request)
+            self.requests += 1
+            if split.rows:
+                ticket = self.spool.submit(split.rows, split.resources)
+                if not ticket.wait(self.ack_timeout_s):
+                    raise Unavailable(f"the spans were not stored within "
+                                      f"{self.ack_timeout_s:g} s")
+                if self.on_stored is not None:
+                    self.on_stored()
+            self.rejected_spans += split.rejected
+            return split.rejected, split.reason
+        finally:
+            self.spool.request_ended()
 
     # -- HTTP -------------------------------------------------------------------------------------
     def start_http(self, host: str = "127.0.0.1", port: int = 4318) -> int:

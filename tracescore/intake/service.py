@@ -14,6 +14,7 @@ CLI use it the same way::
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,11 @@ class ServeConfig:
     hold_s: float = 10.0
     #: received spans are deleted this long after their trace was assembled (and forwarded)
     keep_spans_s: float = 60.0
+    #: the interpreter's GIL switch interval while serving (``sys.setswitchinterval``; None:
+    #: leave it). A request thread that wants the GIL while the assembler builds records waits
+    #: up to this long each time, several times per request: 1 ms instead of Python's 5 ms
+    #: (issue 32: p99 acknowledgement with a backlog being assembled). Restored by stop().
+    switch_interval_s: float | None = 0.001
 
 
 class Serve:
@@ -59,7 +65,9 @@ class Serve:
                                    lease_s=c.lease_s, max_trace_spans=c.max_trace_spans,
                                    on_records=self._hold if forward else None,
                                    forwarding=forward is not None,
-                                   keep_spans_s=c.keep_spans_s)
+                                   keep_spans_s=c.keep_spans_s,
+                                   background=self.spool.background,
+                                   pause=self.spool.pause)
         self.forwarder: Forwarder | None = None
         if forward is not None and ts.attacher is not None:
             # Scores a process of the fleet made for a record another one holds wait for
@@ -69,11 +77,13 @@ class Serve:
             ts.worker.redeliver_after_s = c.hold_s + 30.0
         if forward is not None:
             self.forwarder = Forwarder(ts, forward, owner=self.assembler.owner,
-                                       hold_s=c.hold_s, orphan_s=c.orphan_s)
+                                       hold_s=c.hold_s, orphan_s=c.orphan_s,
+                                       background=self.spool.background)
         self.intake = Intake(self.spool, max_body=c.max_body, ack_timeout_s=c.ack_timeout_s,
                              max_concurrent=c.max_concurrent)
         self.http_port: int | None = None
         self.grpc_port: int | None = None
+        self._switch_interval: float | None = None
 
     def _hold(self, built: list[Any]) -> None:
         """Records just stored: their scores wait for the forwarder, not a carrier (the
@@ -87,6 +97,9 @@ class Serve:
             self.forwarder.wake()
 
     def start(self) -> Serve:
+        if self.config.switch_interval_s is not None and self._switch_interval is None:
+            self._switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(self.config.switch_interval_s)
         self.assembler.start()
         if self.forwarder is not None:
             self.forwarder.start()
@@ -102,6 +115,9 @@ class Serve:
         self.assembler.stop(timeout)
         if self.forwarder is not None:
             self.forwarder.stop(timeout)
+        if self._switch_interval is not None:
+            sys.setswitchinterval(self._switch_interval)
+            self._switch_interval = None
 
     def stats(self) -> dict[str, int]:
         s, a, i = self.spool, self.assembler, self.intake
