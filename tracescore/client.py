@@ -43,7 +43,7 @@ from ._internal.validate import (
 from .export import CountingSpanExporter, ExportLoss
 from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor, adopt_processors
-from .queue import FeedbackUpdate, GroundTruthUpdate, RecordQueue
+from .queue import FeedbackUpdate, GroundTruthUpdate, LazyRecord, RecordQueue
 from .record import AGENT, ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
 from .runs import RunIds, RunScope, current_scope, enter_scope, exit_scope
 from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
@@ -517,6 +517,29 @@ class Tracescore(Feedback, Lifecycle):
                 self.attacher.cancel(held)  # dropped: no scores will come, do not hold the span
             return decision
         return None
+
+    def offer_unbuilt(self, u: float, failed: bool, flagged: bool,
+                      build: Callable[[bool], RagRecord]) -> Decision | None:
+        """Enqueue a request no metric samples and no rule forces *without building its
+        record*: ``build(full)`` makes it on the writer thread (``full``: keep the parts only
+        text rows keep, see :meth:`text_needed`), where it is prepared (redaction), checked and
+        stored like a record :meth:`submit` took. Hot path: a few compares and one append.
+
+        Decidable before the record exists only with the built-in :class:`Sampler` and its
+        default rules (an error, the ``tracescore.force_sample`` metadata flag: ``failed``
+        and ``flagged``): the unsampled decision is then a function of the trace fraction
+        ``u``. Returns None — the caller builds the record now and calls :meth:`submit` — when
+        it is not (a custom sampler or rule, a sampled or forced request, a closed client).
+        ``build`` must read only what the request no longer changes (see the LangChain
+        adapter: the root's lists are detached at its end)."""
+        sampler = self.sampler
+        if (failed or flagged or u < self._top_rate or self._closed
+                or type(sampler) is not Sampler or (sampler.rules is not DEFAULT_RULES
+                                                    and sampler.rules != DEFAULT_RULES)):
+            return None
+        self.records_seen += 1
+        self.queue.put(LazyRecord(self, build, self.queue.keep_full_text))
+        return Decision(u, ())
 
     def decide(self, record: RagRecord, u: float | None = None) -> Decision:
         """The sampling decision :meth:`submit` would make for ``record`` (hot path; ``u``:

@@ -36,6 +36,7 @@ from ._internal.errors import record_internal_error
 from ._internal.losses import Losses
 from ._internal.validate import (
     InvalidRecord,
+    hot_reason,
     is_sanitized,
     sanitize_record,
 )
@@ -56,6 +57,35 @@ class _Marker:
 
     def __init__(self) -> None:
         self.done = threading.Event()
+
+
+class LazyRecord:
+    """A record offered without being built (:meth:`Tracescore.offer_unbuilt`: a request no
+    metric sampled and no rule forced): the writer builds it where it takes it from the
+    buffer, and stores it like a record alone (its decision is made again from its trace id,
+    :class:`~tracescore.store.batch.Pairs`)."""
+
+    __slots__ = ("ts", "build", "full")
+
+    def __init__(self, ts: Any, build: Callable[[bool], RagRecord], full: bool) -> None:
+        self.ts = ts
+        self.build = build
+        self.full = full
+
+    def resolve(self, losses: Losses) -> RagRecord | None:
+        """The record, prepared (redaction) and checked; None when it cannot be built or is
+        not a record to store (counted by reason, as :meth:`Tracescore.submit` counts)."""
+        try:
+            record = self.ts.prepare(self.build(self.full))
+        except Exception as exc:
+            losses.add("record_build_failed", 1, f"{type(exc).__name__}: {exc}")
+            record_internal_error("queue.build_record", exc)
+            return None
+        bad = hot_reason(record)
+        if bad is not None:
+            losses.add(bad, 1, f"{record!r:.200}")
+            return None
+        return record
 
 
 Planner = Callable[[RagRecord, Decision], Sequence[NewJob]]
@@ -270,7 +300,8 @@ class RecordQueue:
                 time.sleep(min(1.0, self.interval_s * 5))
             if self._stop and not self._buf:
                 break
-        if any(type(item) is RagRecord or isinstance(item, tuple) for item in self._buf):
+        if any(type(item) is RagRecord or type(item) is LazyRecord or isinstance(item, tuple)
+               for item in self._buf):
             self.lose_buffered()  # stopped with the database unavailable: counted, not silent
         if store is not None:
             store.close()
@@ -396,6 +427,14 @@ class RecordQueue:
                     n += 1
                     taken.append(item)
                     records.append(item)
+                    continue
+                if type(item) is LazyRecord:  # an unsampled request's record, built here
+                    buf.popleft()
+                    n += 1
+                    rec = item.resolve(self.losses)
+                    if rec is not None:
+                        taken.append(rec)
+                        records.append(rec)
                     continue
                 if isinstance(item, (GroundTruthUpdate, FeedbackUpdate)) and records:
                     break  # write the records before it first, so it finds them
@@ -545,7 +584,8 @@ class RecordQueue:
 
     def lose_buffered(self) -> int:
         """Count what is still buffered as lost (shutdown while the database is unavailable)."""
-        n = sum(1 for item in self._buf if type(item) is RagRecord or isinstance(item, tuple))
+        n = sum(1 for item in self._buf
+                if type(item) is RagRecord or type(item) is LazyRecord or isinstance(item, tuple))
         self.losses.add("unwritten_at_shutdown", n, self.db_unavailable)
         return n
 

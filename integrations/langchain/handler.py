@@ -171,7 +171,7 @@ class TracescoreCallbackHandler(LiveRuns):
             scope = current_scope()
             root = _Root(metadata=dict(metadata or {}), tags=tuple(tags or ()), start_ns=now,
                          scope=scope, spans=self.ts.spans_wanted)
-            session, user = M._session_user(root.metadata, scope)
+            root.session, root.user = session, user = M._session_user(root.metadata, scope)
             if session is not None:
                 attrs[A.SESSION_ID] = session
             if user is not None:

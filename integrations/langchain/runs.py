@@ -48,6 +48,9 @@ class _Root:
     #: ``configurable.session_id``), read once, when the root's first child starts.
     config_session: str | None = None
     config_read: bool = False
+    #: The session and user ids of the run's metadata (or its ``ts.run`` scope), at its start.
+    session: str | None = None
+    user: str | None = None
     #: Child runs started and not ended yet: a streamed root that ends with some open was
     #: cut off by its client (langchain-core then reports a normal end).
     open: int = 0
