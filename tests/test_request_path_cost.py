@@ -59,15 +59,25 @@ def test_the_first_score_still_loads_the_metrics(make_ts: Any) -> None:
 
 
 def _capture(ts: Any) -> list[Any]:
-    """The records the handler submits (still submitted)."""
+    """The records the handler submits (still submitted), or offers unbuilt (an unsampled
+    request: built on the writer thread, seen once the queue is flushed)."""
     seen: list[Any] = []
     submit = ts.submit
+    offer = ts.offer_unbuilt
 
     def spy(record: Any, **kwargs: Any) -> Any:
         seen.append(record)
         return submit(record, **kwargs)
 
+    def spy_offer(u: float, failed: bool, flagged: bool, build: Any) -> Any:
+        def built(full: bool) -> Any:
+            seen.append(build(full))
+            return seen[-1]
+
+        return offer(u, failed, flagged, built)
+
     ts.submit = spy
+    ts.offer_unbuilt = spy_offer
     return seen
 
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 
 def emit_record(ts: Tracescore, run: _Run, outputs: Any,
-                error: BaseException | None, inputs: Any, end: int, cut: bool) -> None:
+                error: BaseException | None, inputs: Any, end: int, cut: bool) -> bool:
     """Build the root's record and submit it (or hand it to another framework's owner).
 
     ``cut``: the client stopped reading the stream; the answer is then the text the answering
@@ -76,7 +76,7 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
                    for c in candidates if not c.kept]
         owner.add_contexts(dropped, step=run.name, final=False)
         owner.offer_answer(answer)
-        return
+        return False
     ctx = span.get_span_context()
     trace_id = root.trace_hex or format(ctx.trace_id, "032x")
     span_hex = format(ctx.span_id, "016x")
@@ -92,6 +92,7 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
     build = partial(_build, root, answer, structured, err, cut, end, trace_id, span_hex,
                     answer_seq, session, user)
     decision = None
+    record = None
     if root.open == 0 and (FORCE_SAMPLE_KEY not in root.metadata and (
             scope is None or FORCE_SAMPLE_KEY not in scope.metadata)):
         decision = ts.offer_unbuilt(u, err is not None, False, build)
@@ -123,6 +124,7 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
         sampled = decision.sampled
     if sampled is not None:
         span.set_attribute(A.SAMPLED, sampled)
+    return record is None
 
 
 def _found(root: _Root, answer_seq: int | None, candidates: bool

@@ -48,7 +48,14 @@ from tracescore.runs import current_scope
 
 from .._owner import current_owner
 from .._record import NODE, RETRIEVER, TOOL, enclose
-from .._spans import NO_SPAN, _materialize_all, _PendingSpan, usage_attributes
+from .._spans import (
+    NO_SPAN,
+    _materialize_all,
+    _PendingRoot,
+    _PendingSpan,
+    start_root,
+    usage_attributes,
+)
 from . import agent as G
 from . import messages as M
 from .emit import emit_record
@@ -182,6 +189,8 @@ class TracescoreCallbackHandler(LiveRuns):
                 span: Any = self.tracer.start_span(
                     name, context=trace_api.set_span_in_context(owner.span),
                     attributes=attrs, start_time=now)
+            elif root.spans:
+                span = start_root(self.tracer, name, attrs, now)
             else:
                 span = self.tracer.start_span(name, attributes=attrs, start_time=now)
             root.span = span
@@ -211,6 +220,8 @@ class TracescoreCallbackHandler(LiveRuns):
                 self.evicted += 1
                 stale.span.set_status(Status(StatusCode.ERROR, "abandoned: run never ended"))
                 stale.span.end()
+                if type(stale.span) is _PendingRoot:
+                    stale.span.materialize(self.tracer)
         runs[getattr(run_id, "int", run_id)] = run
         return run
 
@@ -237,13 +248,20 @@ class TracescoreCallbackHandler(LiveRuns):
         if run.node_run is run:
             run.node_run = None
         if run.is_root:
+            unbuilt = False
             with handle_internal_errors("langchain.record"):
-                self._emit_record(run, outputs, None if cut else error, inputs, end, cut)
+                unbuilt = self._emit_record(run, outputs, None if cut else error, inputs, end,
+                                            cut)
             root.last_llm = None
             span.end(end_time=end)
             root.done = True
-            if root.pending:
-                pending, root.pending = root.pending, []
+            pending, root.pending = root.pending, []
+            if type(span) is _PendingRoot:
+                if unbuilt and root.open == 0:  # unsampled: nothing waits for the root span
+                    pending.insert(0, span)
+                else:  # (its scores may hold it: the processor sees it now)
+                    span.materialize(self.tracer)
+            if pending:
                 self.ts.defer(partial(_materialize_all, self.tracer, pending))
             return
         root.open -= 1
@@ -252,10 +270,10 @@ class TracescoreCallbackHandler(LiveRuns):
             span.materialize(self.tracer)
 
     def _emit_record(self, run: _Run, outputs: Any, error: BaseException | None, inputs: Any,
-                     end: int, cut: bool = False) -> None:
+                     end: int, cut: bool = False) -> bool:
         """The root's record (:func:`.emit.emit_record`); one method, so a fault injected
-        here is the "record" stage's."""
-        emit_record(self.ts, run, outputs, error, inputs, end, cut)
+        here is the "record" stage's. True: the record is built on the writer (unsampled)."""
+        return emit_record(self.ts, run, outputs, error, inputs, end, cut)
 
     # -- chains -----------------------------------------------------------------------------
     def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID,
