@@ -474,14 +474,18 @@ class Tracescore(Feedback, Lifecycle):
 
     # -- the hot path -------------------------------------------------------------------------
     def submit(self, record: RagRecord, *, hold_span: bool = True,
-               decision: Decision | None = None) -> Decision | None:
+               decision: Decision | None = None,
+               finish: Callable[[bool], RagRecord] | None = None) -> Decision | None:
         """Sample, register the span hold, enqueue. Never blocks or raises (app thread).
 
         Call it *before* the record's root span ends, so the span can be held for its scores.
         ``hold_span=False``: no span with the record's span id will end (its scores go out on
         a carrier span as soon as they are in). ``decision``: :meth:`decide`'s for this very
         record, when the caller made it already (an adapter that builds a lighter record for
-        an unsampled request).
+        an unsampled request). ``finish``: with ``decision``, ``record`` holds only what the
+        decision and the span's hold need (its contexts, answer, ids; no candidates, prompt or
+        tool-call details): ``finish(True)`` builds the whole record on the writer thread
+        (what is prepared and stored; ``record`` if it fails).
         """
         with handle_internal_errors("submit"):
             if self._closed:
@@ -500,6 +504,8 @@ class Tracescore(Feedback, Lifecycle):
                 # the writer makes the decision again: queue._Pairs)
                 item = record if not decision.metrics and decision.forced is None and type(
                     record) is RagRecord and type(self.sampler) is Sampler else (record, decision)
+            elif finish is not None:
+                item = LazyRecord(self, finish, True, decision, record)
             else:
                 item = (record, decision)
             # Plain int counters (read by the metric callbacks): no lock, no SDK call here.
@@ -541,6 +547,15 @@ class Tracescore(Feedback, Lifecycle):
         self.queue.put(LazyRecord(self, build, self.queue.keep_full_text))
         return Decision(u, ())
 
+    def sampled_by_rate(self, u: float) -> bool:
+        """Whether a request of trace fraction ``u`` is sampled whatever its record holds: some
+        metric's rate takes it, and the sampler is the built-in one with its default rules
+        (which force records, never leave them out). Then :meth:`submit` may take a record
+        made for the decision and the job plan only, with ``finish`` (hot path)."""
+        sampler = self.sampler
+        return (u < self._top_rate and type(sampler) is Sampler
+                and (sampler.rules is DEFAULT_RULES or sampler.rules == DEFAULT_RULES))
+
     def decide(self, record: RagRecord, u: float | None = None) -> Decision:
         """The sampling decision :meth:`submit` would make for ``record`` (hot path; ``u``:
         its trace's ``sampling.trace_fraction`` if known)."""
@@ -554,6 +569,17 @@ class Tracescore(Feedback, Lifecycle):
         prompt, the retrieval candidates, the retrieval queries — and add them when
         :meth:`decide` says a rule forced it (hot path: a float compare)."""
         return u < self._top_rate or self.queue.keep_full_text
+
+    def recount_hold(self, partial: RagRecord, record: RagRecord, decision: Decision) -> None:
+        """Writer thread: ``record``, built from a request whose span hold was counted from
+        ``partial`` (:meth:`submit` with ``finish``), has another number of jobs to run (it
+        should not: the plan reads the same inputs): the hold waits for that many."""
+        if self.attacher is None or not self.scoring or not decision.metrics:
+            return
+        diff = (self._jobs_to_run(record, decision.metrics)
+                - self._jobs_to_run(partial, decision.metrics))
+        if diff:
+            self.attacher.expect_more(int(record.span_id, 16), diff)
 
     def _jobs_to_run(self, record: RagRecord, metrics: tuple[str, ...]) -> int:
         """How many of ``metrics`` will score ``record`` (hot path: a cached plan)."""

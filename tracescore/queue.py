@@ -60,32 +60,44 @@ class _Marker:
 
 
 class LazyRecord:
-    """A record offered without being built (:meth:`Tracescore.offer_unbuilt`: a request no
-    metric sampled and no rule forced): the writer builds it where it takes it from the
-    buffer, and stores it like a record alone (its decision is made again from its trace id,
-    :class:`~tracescore.store.batch.Pairs`)."""
+    """A record offered without being built: an unsampled request's
+    (:meth:`Tracescore.offer_unbuilt`; stored like a record alone, its decision made again
+    from its trace id, :class:`~tracescore.store.batch.Pairs`), or a sampled one's whole
+    record (:meth:`Tracescore.submit` with ``finish``: ``partial`` is what its decision and
+    span hold were made from, stored if the build fails). The writer builds it where it takes
+    it from the buffer."""
 
-    __slots__ = ("ts", "build", "full")
+    __slots__ = ("ts", "build", "full", "decision", "partial")
 
-    def __init__(self, ts: Any, build: Callable[[bool], RagRecord], full: bool) -> None:
+    def __init__(self, ts: Any, build: Callable[[bool], RagRecord], full: bool,
+                 decision: Decision | None = None, partial: RagRecord | None = None) -> None:
         self.ts = ts
         self.build = build
         self.full = full
+        self.decision = decision
+        self.partial = partial
 
-    def resolve(self, losses: Losses) -> RagRecord | None:
-        """The record, prepared (redaction) and checked; None when it cannot be built or is
-        not a record to store (counted by reason, as :meth:`Tracescore.submit` counts)."""
+    def resolve(self, losses: Losses) -> Any:
+        """The record (a pair with its decision, for a sampled one), prepared (redaction) and
+        checked; None when it cannot be built or is not a record to store (counted by
+        reason, as :meth:`Tracescore.submit` counts)."""
         try:
             record = self.ts.prepare(self.build(self.full))
         except Exception as exc:
-            losses.add("record_build_failed", 1, f"{type(exc).__name__}: {exc}")
             record_internal_error("queue.build_record", exc)
-            return None
+            if self.partial is None:
+                losses.add("record_build_failed", 1, f"{type(exc).__name__}: {exc}")
+                return None
+            record = self.partial.replace(agent=None)  # (the decision's record, as it is)
         bad = hot_reason(record)
         if bad is not None:
             losses.add(bad, 1, f"{record!r:.200}")
             return None
-        return record
+        if self.decision is None:
+            return record
+        if self.partial is not None:
+            self.ts.recount_hold(self.partial, record, self.decision)
+        return (record, self.decision)
 
 
 Planner = Callable[[RagRecord, Decision], Sequence[NewJob]]
@@ -221,7 +233,8 @@ class RecordQueue:
         if len(self._buf) >= self.batch_size:
             self._now.set()
             self._event.set()
-        elif record and type(item) is tuple and item[1].metrics \
+        elif record and (item[1].metrics if type(item) is tuple else
+                         type(item) is LazyRecord and item.decision is not None) \
                 and not self._event.is_set():  # (already woken: no lock, no syscall)
             self._event.set()
         return True

@@ -18,7 +18,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from tracescore import attributes as A
 from tracescore._internal.text import format_prompt
-from tracescore.record import Candidate, Context, RagRecord
+from tracescore.record import AgentRun, Candidate, Context, RagRecord, ToolCall
 from tracescore.runs import ground_truths_from
 from tracescore.sampling import FORCE_SAMPLE_KEY, trace_fraction
 
@@ -93,12 +93,21 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
                     answer_seq, session, user)
     decision = None
     record = None
-    if root.open == 0 and (FORCE_SAMPLE_KEY not in root.metadata and (
-            scope is None or FORCE_SAMPLE_KEY not in scope.metadata)):
+    finish = None
+    # nothing can change the root any more (no step of it still open), and no flag forces it
+    settled = root.open == 0 and (FORCE_SAMPLE_KEY not in root.metadata and (
+        scope is None or FORCE_SAMPLE_KEY not in scope.metadata))
+    if settled:
         decision = ts.offer_unbuilt(u, err is not None, False, build)
     if decision is not None:  # stored unsampled: the writer builds the record
         root.inputs = root.stream_queue = None  # (what the record does not need)
         sampled: bool | None = False
+    elif settled and err is None and ts.sampled_by_rate(u):
+        # sampled: what its decision and span hold need now, the rest on the writer
+        record = ts.prepare(build(False, True))
+        decision = ts.decide(record, u)
+        finish = build
+        sampled = None
     else:
         full = ts.text_needed(u)
         record = ts.prepare(build(full))
@@ -120,7 +129,7 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
         set_text(ts, span, A.INPUT_VALUE, root.query)
     elif root.inputs is not None:
         set_text(ts, span, A.INPUT_VALUE, root.inputs)
-    if sampled is None and ts.submit(record, decision=decision) is not None:
+    if sampled is None and ts.submit(record, decision=decision, finish=finish) is not None:
         sampled = decision.sampled
     if sampled is not None:
         span.set_attribute(A.SAMPLED, sampled)
@@ -137,12 +146,19 @@ def _found(root: _Root, answer_seq: int | None, candidates: bool
                     step_models=root.step_models)
 
 
+#: The tool calls of a record made for the plan only (:func:`_build`'s ``plan``).
+_AGENT_STANDIN = AgentRun(calls=(ToolCall("tracescore.plan"),))
+
+
 def _build(root: _Root, answer: str | None, structured: Any, error: str | None, cut: bool,
            end: int, trace_id: str, span_id: str, answer_seq: int | None,
-           session: str | None, user: str | None, full: bool) -> RagRecord:
-    """The root's record (on the request's thread, or on the writer's for an unsampled
-    one). ``full=False``: stored compact (lengths and hashes), so the parts only text rows
-    keep — the prompt, the candidates, the retrieval queries, the tool calls — are left out."""
+           session: str | None, user: str | None, full: bool, plan: bool = False
+           ) -> RagRecord:
+    """The root's record (on the request's thread, or on the writer's). ``full=False``:
+    stored compact (lengths and hashes), so the parts only text rows keep — the prompt, the
+    candidates, the retrieval queries, the tool calls — are left out. ``plan``: a record for
+    the sampling decision and the job plan only (what the span hold counts), never stored:
+    an agent run's tool calls are a stand-in (the plan reads only whether there are any)."""
     contexts, candidates = _found(root, answer_seq, full)
     md = root.metadata
     metadata = {k: v for k, v in md.items()
@@ -154,7 +170,12 @@ def _build(root: _Root, answer: str | None, structured: Any, error: str | None, 
     if scope is not None:
         metadata.update(scope.metadata)
         ground_truths = scope.ground_truths + ground_truths
-    agent = root.agent.build(root.model_calls) if root.agent is not None and full else None
+    agent = None
+    if root.agent is not None:
+        if full:
+            agent = root.agent.build(root.model_calls)
+        elif plan and (root.agent.calls or root.agent.tools):
+            agent = _AGENT_STANDIN
     return RagRecord(
         trace_id=trace_id, span_id=span_id,
         query=root.query, contexts=contexts, answer=answer,

@@ -248,18 +248,16 @@ class TracescoreCallbackHandler(LiveRuns):
         if run.node_run is run:
             run.node_run = None
         if run.is_root:
-            unbuilt = False
             with handle_internal_errors("langchain.record"):
-                unbuilt = self._emit_record(run, outputs, None if cut else error, inputs, end,
-                                            cut)
+                self._emit_record(run, outputs, None if cut else error, inputs, end, cut)
             root.last_llm = None
             span.end(end_time=end)
             root.done = True
             pending, root.pending = root.pending, []
             if type(span) is _PendingRoot:
-                if unbuilt and root.open == 0:  # unsampled: nothing waits for the root span
-                    pending.insert(0, span)
-                else:  # (its scores may hold it: the processor sees it now)
+                if root.open == 0:  # built by the writer, with its steps (held there if its
+                    pending.insert(0, span)  # scores are awaited: the hold came first)
+                else:  # (steps that outlive it may end any time: they need it now)
                     span.materialize(self.tracer)
             if pending:
                 self.ts.defer(partial(_materialize_all, self.tracer, pending))
