@@ -100,7 +100,6 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
     if settled:
         decision = ts.offer_unbuilt(u, err is not None, False, build)
     if decision is not None:  # stored unsampled: the writer builds the record
-        root.inputs = root.stream_queue = None  # (what the record does not need)
         sampled: bool | None = False
     elif settled and err is None and ts.sampled_by_rate(u):
         # sampled: what its decision and span hold need now, the rest on the writer
@@ -129,6 +128,7 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
         set_text(ts, span, A.INPUT_VALUE, root.query)
     elif root.inputs is not None:
         set_text(ts, span, A.INPUT_VALUE, root.inputs)
+    root.inputs = root.stream_queue = None  # (the app's objects the record does not need)
     if sampled is None and ts.submit(record, decision=decision, finish=finish) is not None:
         sampled = decision.sampled
     if sampled is not None:
