@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 import pytest
+import tracescore.integrations.langchain.emit as E
 from helpers import records, rows
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import TracerProvider
@@ -24,7 +25,6 @@ from test_capture_agents import ANSWER, artifact_agent
 from tracescore.examples.langchain_rag import build_chain
 
 import tracescore
-import tracescore.integrations.langchain.emit as E
 from tracescore import attributes as A
 from tracescore.sampling import DEFAULT_RULES, force_on_error
 from tracescore.testing import in_memory, rag_roots
