@@ -22,6 +22,7 @@ from tracescore.runs import RunScope
 from .._owner import Owner
 from .._record import Retrieval
 from .._spans import _PendingSpan
+from .messages import is_map
 
 #: Sequence numbers: start order of runs, and the order of document steps.
 _seq = itertools.count()
@@ -213,7 +214,7 @@ def _scheduled_puts(stream: Any) -> list[Any]:
 def find_stream_queue(config: Any) -> Any:
     """LangGraph's stream queue from a run config's callbacks (its ``StreamMessagesHandler``
     puts chunks with the queue's ``put``, or ``call_soon_threadsafe(queue.put_nowait)``)."""
-    callbacks = config.get("callbacks") if isinstance(config, Mapping) else None
+    callbacks = config.get("callbacks") if is_map(config) else None
     for h in getattr(callbacks, "handlers", ()) or ():
         if type(h).__name__.startswith("StreamMessagesHandler"):
             put = getattr(h, "stream", None)
