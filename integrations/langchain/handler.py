@@ -210,8 +210,8 @@ class TracescoreCallbackHandler(LiveRuns):
             else:
                 pending = NO_SPAN  # spans go nowhere: a child step keeps none
             root.open += 1
-            run = _Run(pending, root, False, name, next(_seq), parent, tool_call=parent.tool_call,
-                       retriever=parent.retriever, node_run=parent.node_run)
+            run = _Run(pending, root, False, name, next(_seq), parent, parent.tool_call,
+                       parent.retriever, parent.node_run)
         runs = self._runs
         if len(runs) >= MAX_OPEN_RUNS:  # runs that never ended (abandoned streams): bound them
             oldest = next(iter(runs))
