@@ -15,14 +15,16 @@ from typing import Any
 
 import pytest
 import tracescore.integrations.langchain.emit as E
-from helpers import records, rows
+from helpers import capture_metrics, records, wait_for
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import RunnableLambda, RunnablePassthrough
 from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from test_capture_agents import ANSWER, artifact_agent
-from tracescore.examples.langchain_rag import build_chain
+from tracescore.examples.langchain_rag import KeywordRetriever, build_chain, format_docs
 
 import tracescore
 from tracescore import attributes as A
@@ -161,10 +163,10 @@ def test_a_record_the_writer_cannot_build_is_counted_lost(make_ts: Any,
 
 
 @pytest.mark.allow_internal_errors
-def test_a_sampled_record_the_writer_cannot_finish_is_stored_as_decided(
+def test_a_sampled_record_the_writer_cannot_build_is_counted_and_its_span_not_held(
         make_ts: Any, monkeypatch: Any) -> None:
-    """Sampled: the record its decision was made from is stored (no candidates), its jobs run
-    and its scores still reach the root span (the hold counted them from that record)."""
+    """Sampled: the loss is counted, by reason, and the root span (held for the scores that
+    will not come) goes out at once, not at the hold's deadline."""
     build = E._build
 
     def broken(*args: Any) -> Any:
@@ -173,16 +175,44 @@ def test_a_sampled_record_the_writer_cannot_finish_is_stored_as_decided(
         return build(*args)
 
     monkeypatch.setattr(E, "_build", broken)
-    ts, exporter = make_ts(sample_rate=1.0, metrics=["token_f1", "exact_match"])
+    ts, exporter = make_ts(sample_rate=1.0, metrics=["token_f1", "exact_match"],
+                           hold_seconds=3600)
     build_chain().invoke(Q, config={"callbacks": [ts.langchain_handler()],
                                     "metadata": {"ground_truth": "45 minutes"}})
     assert ts.flush(60)
+    assert records(ts.db_path) == []
+    assert ts.stats()["lost"].get("record_build_failed") == 1
+    wait_for(lambda: len(rag_roots(exporter)) == 1, 30, "the root span, not held")
+    assert ts.attacher.held == 0
+
+
+class _DropAll(BaseRetriever):
+    """A retriever that runs another and passes none of its documents on (a filter that
+    dropped them all)."""
+
+    def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Any]:
+        KeywordRetriever().invoke(query, config={"callbacks": run_manager.get_child()})
+        return []
+
+
+def test_a_sampled_request_whose_documents_were_all_dropped_is_not_held_for_them(
+        make_ts: Any) -> None:
+    """The hold is counted from "some step returned documents"; when the record keeps none
+    (a filter dropped them all), the writer takes the context metric's job off the hold: the
+    span goes out with the scores that do come, not at the hold's deadline."""
+    chain = {"context": _DropAll() | RunnableLambda(format_docs),
+             "question": RunnablePassthrough()} | RunnableLambda(
+        lambda x: f"The answer to {x['question']}")
+    ts, exporter = make_ts(sample_rate=1.0, metrics=capture_metrics(), hold_seconds=3600)
+    chain.invoke(Q, config={"callbacks": [ts.langchain_handler()]})
+    assert ts.flush(60)
     (rec,) = records(ts.db_path)
-    assert rec["answer"] and rec["contexts"] and not rec["candidates"]
-    assert {r["name"] for r in rows(ts.db_path, "SELECT name FROM scores")} >= {
-        "token_f1", "exact_match"}
+    assert rec["contexts"] == [] and rec["candidates"]  # found, then dropped
+    wait_for(lambda: len(rag_roots(exporter)) == 1, 30, "the root span with its scores")
     (root,) = rag_roots(exporter)
-    assert f"{A.SCORE_PREFIX}token_f1" in root.attributes
+    assert f"{A.SCORE_PREFIX}answer_length" in root.attributes
+    assert f"{A.SCORE_PREFIX}context_count" not in root.attributes
+    assert ts.attacher.held == 0
 
 
 def test_sampled_scores_go_on_the_root_span_built_by_the_writer(make_ts: Any) -> None:

@@ -483,9 +483,10 @@ class Tracescore(Feedback, Lifecycle):
         a carrier span as soon as they are in). ``decision``: :meth:`decide`'s for this very
         record, when the caller made it already (an adapter that builds a lighter record for
         an unsampled request). ``finish``: with ``decision``, ``record`` holds only what the
-        decision and the span's hold need (its contexts, answer, ids; no candidates, prompt or
-        tool-call details): ``finish(True)`` builds the whole record on the writer thread
-        (what is prepared and stored; ``record`` if it fails).
+        decision and the span's hold need (its inputs, answer, ids; never stored):
+        ``finish(True)`` builds the record on the writer thread (what is prepared and stored;
+        the hold is recounted if its inputs differ, cancelled if it cannot be built: counted
+        lost).
         """
         with handle_internal_errors("submit"):
             if self._closed:
@@ -570,16 +571,22 @@ class Tracescore(Feedback, Lifecycle):
         :meth:`decide` says a rule forced it (hot path: a float compare)."""
         return u < self._top_rate or self.queue.keep_full_text
 
-    def recount_hold(self, partial: RagRecord, record: RagRecord, decision: Decision) -> None:
+    def recount_hold(self, partial: RagRecord, record: RagRecord | None,
+                     decision: Decision) -> None:
         """Writer thread: ``record``, built from a request whose span hold was counted from
-        ``partial`` (:meth:`submit` with ``finish``), has another number of jobs to run (it
-        should not: the plan reads the same inputs): the hold waits for that many."""
+        ``partial`` (:meth:`submit` with ``finish``), may have another number of jobs to run
+        (no document step kept any document; a fault left it unbuilt: None): the hold waits
+        for that many."""
         if self.attacher is None or not self.scoring or not decision.metrics:
+            return
+        span_id = int(partial.span_id, 16)
+        if record is None:
+            self.attacher.cancel(span_id)
             return
         diff = (self._jobs_to_run(record, decision.metrics)
                 - self._jobs_to_run(partial, decision.metrics))
         if diff:
-            self.attacher.expect_more(int(record.span_id, 16), diff)
+            self.attacher.expect_more(span_id, diff)
 
     def _jobs_to_run(self, record: RagRecord, metrics: tuple[str, ...]) -> int:
         """How many of ``metrics`` will score ``record`` (hot path: a cached plan)."""

@@ -64,8 +64,8 @@ class LazyRecord:
     (:meth:`Tracescore.offer_unbuilt`; stored like a record alone, its decision made again
     from its trace id, :class:`~tracescore.store.batch.Pairs`), or a sampled one's whole
     record (:meth:`Tracescore.submit` with ``finish``: ``partial`` is what its decision and
-    span hold were made from, stored if the build fails). The writer builds it where it takes
-    it from the buffer."""
+    span hold were made from, never stored). The writer builds it where it takes it from the
+    buffer."""
 
     __slots__ = ("ts", "build", "full", "decision", "partial")
 
@@ -85,10 +85,10 @@ class LazyRecord:
             record = self.ts.prepare(self.build(self.full))
         except Exception as exc:
             record_internal_error("queue.build_record", exc)
-            if self.partial is None:
-                losses.add("record_build_failed", 1, f"{type(exc).__name__}: {exc}")
-                return None
-            record = self.partial.replace(agent=None)  # (the decision's record, as it is)
+            losses.add("record_build_failed", 1, f"{type(exc).__name__}: {exc}")
+            if self.partial is not None:  # no scores will come: the span is not held
+                self.ts.recount_hold(self.partial, None, self.decision)
+            return None
         bad = hot_reason(record)
         if bad is not None:
             losses.add(bad, 1, f"{record!r:.200}")

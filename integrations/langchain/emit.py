@@ -102,8 +102,8 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
     if decision is not None:  # stored unsampled: the writer builds the record
         sampled: bool | None = False
     elif settled and err is None and ts.sampled_by_rate(u):
-        # sampled: what its decision and span hold need now, the rest on the writer
-        record = ts.prepare(build(False, True))
+        # sampled: what its decision and span hold need now, the record on the writer
+        record = ts.prepare(_plan_record(root, answer, cut, trace_id, span_hex))
         decision = ts.decide(record, u)
         finish = build
         sampled = None
@@ -146,19 +146,38 @@ def _found(root: _Root, answer_seq: int | None, candidates: bool
                     step_models=root.step_models)
 
 
-#: The tool calls of a record made for the plan only (:func:`_build`'s ``plan``).
+#: Stand-ins in a record made for the decision and the job plan only (:func:`_plan_record`).
 _AGENT_STANDIN = AgentRun(calls=(ToolCall("tracescore.plan"),))
+_CONTEXTS_STANDIN = (Context("tracescore.plan"),)
+
+
+def _plan_record(root: _Root, answer: str | None, cut: bool, trace_id: str, span_id: str
+                 ) -> RagRecord:
+    """What a sampled request's decision (the built-in sampler, no rule firing: a function
+    of the trace id) and its span hold (the jobs its metrics will run: which inputs the record
+    has) are made from, on the request's thread; never stored — the writer builds the record
+    (:meth:`~tracescore.client.Tracescore.submit` with ``finish``) and recounts the hold if
+    its inputs differ (contexts here are "some step returned documents": the writer's
+    assembly may keep none)."""
+    md = root.metadata
+    ground_truths = ground_truths_from(md) if md else ()
+    scope = root.scope
+    if scope is not None:
+        ground_truths = scope.ground_truths + ground_truths
+    agent = root.agent
+    return RagRecord(
+        trace_id=trace_id, span_id=span_id, query=root.query, answer=answer,
+        contexts=_CONTEXTS_STANDIN if any(r.contexts for r in root.retrievals) else (),
+        ground_truths=ground_truths, complete=not cut, source="langchain",
+        agent=_AGENT_STANDIN if agent is not None and (agent.calls or agent.tools) else None)
 
 
 def _build(root: _Root, answer: str | None, structured: Any, error: str | None, cut: bool,
            end: int, trace_id: str, span_id: str, answer_seq: int | None,
-           session: str | None, user: str | None, full: bool, plan: bool = False
-           ) -> RagRecord:
+           session: str | None, user: str | None, full: bool) -> RagRecord:
     """The root's record (on the request's thread, or on the writer's). ``full=False``:
     stored compact (lengths and hashes), so the parts only text rows keep — the prompt, the
-    candidates, the retrieval queries, the tool calls — are left out. ``plan``: a record for
-    the sampling decision and the job plan only (what the span hold counts), never stored:
-    an agent run's tool calls are a stand-in (the plan reads only whether there are any)."""
+    candidates, the retrieval queries, the tool calls — are left out."""
     contexts, candidates = _found(root, answer_seq, full)
     md = root.metadata
     metadata = {k: v for k, v in md.items()
@@ -170,12 +189,7 @@ def _build(root: _Root, answer: str | None, structured: Any, error: str | None, 
     if scope is not None:
         metadata.update(scope.metadata)
         ground_truths = scope.ground_truths + ground_truths
-    agent = None
-    if root.agent is not None:
-        if full:
-            agent = root.agent.build(root.model_calls)
-        elif plan and (root.agent.calls or root.agent.tools):
-            agent = _AGENT_STANDIN
+    agent = root.agent.build(root.model_calls) if root.agent is not None and full else None
     return RagRecord(
         trace_id=trace_id, span_id=span_id,
         query=root.query, contexts=contexts, answer=answer,
