@@ -41,9 +41,10 @@ from ._internal.validate import (
     hot_reason,
 )
 from .export import CountingSpanExporter, ExportLoss
+from .lazy_record import LazyRecord
 from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor, adopt_processors
-from .queue import FeedbackUpdate, GroundTruthUpdate, LazyRecord, RecordQueue
+from .queue import FeedbackUpdate, GroundTruthUpdate, RecordQueue
 from .record import AGENT, ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
 from .runs import RunIds, RunScope, current_scope, enter_scope, exit_scope
 from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
