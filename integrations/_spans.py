@@ -40,8 +40,8 @@ try:  # (SDK internals the direct path relies on; without them every span takes 
 except ImportError:  # pragma: no cover - an older or newer SDK
     _DIRECT_POSSIBLE = False
 
-__all__ = ["NO_SPAN", "_NoSpan", "_PendingSpan", "_materialize_all", "_only",
-           "usage_attributes"]
+__all__ = ["NO_SPAN", "_NoSpan", "_PendingRoot", "_PendingSpan", "_materialize_all", "_only",
+           "start_root", "usage_attributes"]
 
 
 def usage_attributes(usage: TokenUsage) -> dict[str, Any]:
@@ -87,6 +87,7 @@ class _PendingSpan:
     def materialize(self, tracer: trace_api.Tracer, direct: bool = False) -> None:
         """Make the real span (writer thread). ``direct``: :func:`_direct_ok` said this
         tracer's child spans may be built finished (:func:`_finish_direct`)."""
+        # (a pending root's ids are known from its start: its children need not wait for it)
         parent = self.parent if not isinstance(self.parent, _PendingSpan) else self.parent.real
         if parent is None:
             return  # the parent was never materialised (abandoned run)
@@ -275,3 +276,111 @@ def _bounded(attrs: Mapping[str, Any], maxlen: int | None,
     out._immutable = True
     out._lock = _SHARED_LOCK
     return out
+
+
+# -- the root span, pending ------------------------------------------------------------------
+# ``start_span`` and ``end`` of the root span cost the request ~20 µs (sampler, ids, a mutable
+# Span with two locks, attributes cleaned one by one, the processor's UTF-8 scan at its end).
+# With the default sampler and quiet processors (:func:`_direct_ok`) and no span of the app's
+# around it, everything the SDK would do is known: the root gets its ids at its start, as the
+# SDK makes them, and is built finished when its run ends (:meth:`_PendingRoot.materialize`):
+# on the app's thread when the span may be held for its scores, else by the writer with the
+# run's child steps (an unsampled request: nothing waits for it).
+
+
+class _PendingRoot(trace_api.Span):
+    """A root step's span as plain data with real ids (:func:`start_root`)."""
+
+    def __init__(self, tracer: Any, name: str, attrs: dict[str, Any], start_ns: int) -> None:
+        gen = tracer.id_generator
+        trace_id = gen.generate_trace_id()
+        flags = TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID if gen.is_trace_id_random() \
+            else TraceFlags.SAMPLED
+        f = _FLAGS.get(flags)
+        if f is None:
+            f = _FLAGS[flags] = TraceFlags(flags)
+        self.context = SpanContext(trace_id, gen.generate_span_id(), is_remote=False,
+                                   trace_flags=f)
+        self.name = name
+        self.attrs = attrs
+        self.start_ns = start_ns
+        self.end_ns: int | None = None
+        self.status: Status | None = None
+        self.real: ReadableSpan | None = None
+
+    # (the Span interface: other frameworks' spans may nest under it, see .._owner)
+    def get_span_context(self) -> SpanContext:
+        return self.context
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.attrs[key] = value
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        self.attrs.update(attributes)
+
+    def set_status(self, status: Any, description: str | None = None) -> None:
+        if not isinstance(status, Status):
+            status = Status(status, description)
+        if self.status is None or self.status.status_code is not StatusCode.OK:
+            self.status = status
+
+    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None
+                  ) -> None:
+        pass  # (nothing of ours adds events to a root span)
+
+    def update_name(self, name: str) -> None:
+        self.name = name
+
+    def is_recording(self) -> bool:
+        return self.real is None
+
+    def record_exception(self, exception: BaseException, attributes: Any = None,
+                         timestamp: int | None = None, escaped: bool = False) -> None:
+        pass
+
+    def end(self, end_time: int | None = None) -> None:
+        if self.end_ns is None:
+            self.end_ns = end_time if end_time is not None else time.time_ns()
+
+    def materialize(self, tracer: Any, direct: bool = True) -> None:
+        """Build the ended span and hand it to ``tracer``'s processors (once)."""
+        if self.real is not None:
+            return
+        attrs = self.attrs
+        if None in attrs.values():  # (the SDK keeps no attribute set to None)
+            attrs = {k: v for k, v in attrs.items() if v is not None}
+        for k, v in attrs.items():  # (valid UTF-8, so the processor need not scan it again)
+            if type(v) is str:
+                if not v.isascii():
+                    attrs[k] = clean_text(v)
+            elif isinstance(v, (list, tuple)):
+                attrs[k] = type(v)(clean_text(x) if isinstance(x, str) else x for x in v)
+        status = self.status
+        kw: dict[str, Any] = {}
+        if status is not None and status.status_code is not _UNSET:
+            if status.description is not None:
+                status = Status(status.status_code, clean_text(status.description))
+            kw["status"] = status
+        limits = tracer._span_limits
+        end = self.end_ns if self.end_ns is not None else time.time_ns()
+        span = ReadableSpan(
+            name=clean_text(self.name), context=self.context, parent=None,
+            resource=tracer.resource,
+            attributes=_bounded(attrs, limits.max_span_attributes,
+                                limits.max_span_attribute_length),
+            events=_NONE, links=_NONE, kind=SpanKind.INTERNAL,
+            instrumentation_info=tracer.instrumentation_info,
+            start_time=self.start_ns, end_time=end,
+            instrumentation_scope=tracer._instrumentation_scope, **kw)
+        self.real = span
+        on_end_clean(tracer.span_processor, span)
+
+
+def start_root(tracer: Any, name: str, attrs: dict[str, Any], start_ns: int) -> Any:
+    """A root step's span: a :class:`_PendingRoot` when the direct path holds for ``tracer``
+    (:func:`_direct_ok`), its root sampler is the default (``ALWAYS_ON``) and no span of the
+    app's is current (the span would be its child: the SDK's path then); else the SDK's."""
+    if _direct_ok(tracer) and getattr(tracer.sampler, "_root", None) is ALWAYS_ON \
+            and not trace_api.get_current_span().get_span_context().is_valid:
+        return _PendingRoot(tracer, name, attrs, start_ns)
+    return tracer.start_span(name, attributes=attrs, start_time=start_ns)

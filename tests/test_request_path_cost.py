@@ -59,15 +59,33 @@ def test_the_first_score_still_loads_the_metrics(make_ts: Any) -> None:
 
 
 def _capture(ts: Any) -> list[Any]:
-    """The records the handler submits (still submitted)."""
+    """The records the handler submits (still submitted), or offers unbuilt (built on the
+    writer thread, seen once the queue is flushed)."""
     seen: list[Any] = []
     submit = ts.submit
+    offer = ts.offer_unbuilt
 
     def spy(record: Any, **kwargs: Any) -> Any:
-        seen.append(record)
+        finish = kwargs.get("finish")
+        if finish is None:
+            seen.append(record)
+        else:  # a sampled request's whole record, built on the writer from ``record``'s run
+            def built(full: bool) -> Any:
+                seen.append(finish(full))
+                return seen[-1]
+
+            kwargs["finish"] = built
         return submit(record, **kwargs)
 
+    def spy_offer(u: float, failed: bool, flagged: bool, build: Any) -> Any:
+        def built(full: bool) -> Any:
+            seen.append(build(full))
+            return seen[-1]
+
+        return offer(u, failed, flagged, built)
+
     ts.submit = spy
+    ts.offer_unbuilt = spy_offer
     return seen
 
 
@@ -122,6 +140,7 @@ def test_no_exporter_no_child_spans_until_a_processor_is_added(tmp_path: Path) -
         seen = _capture(ts)
         handler = ts.langchain_handler()
         build_chain().invoke(Q, config={"callbacks": [handler]})
+        assert ts.flush(60)  # (a sampled record is finished on the writer)
         assert deferred == [] and seen[0].contexts and seen[0].answer  # no span work
         exporter = InMemorySpanExporter()
         ts.tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))

@@ -41,6 +41,7 @@ from ._internal.validate import (
     hot_reason,
 )
 from .export import CountingSpanExporter, ExportLoss
+from .lazy_record import LazyRecord
 from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor, adopt_processors
 from .queue import FeedbackUpdate, GroundTruthUpdate, RecordQueue
@@ -474,14 +475,19 @@ class Tracescore(Feedback, Lifecycle):
 
     # -- the hot path -------------------------------------------------------------------------
     def submit(self, record: RagRecord, *, hold_span: bool = True,
-               decision: Decision | None = None) -> Decision | None:
+               decision: Decision | None = None,
+               finish: Callable[[bool], RagRecord] | None = None) -> Decision | None:
         """Sample, register the span hold, enqueue. Never blocks or raises (app thread).
 
         Call it *before* the record's root span ends, so the span can be held for its scores.
         ``hold_span=False``: no span with the record's span id will end (its scores go out on
         a carrier span as soon as they are in). ``decision``: :meth:`decide`'s for this very
         record, when the caller made it already (an adapter that builds a lighter record for
-        an unsampled request).
+        an unsampled request). ``finish``: with ``decision``, ``record`` holds only what the
+        decision and the span's hold need (its inputs, answer, ids; never stored):
+        ``finish(True)`` builds the record on the writer thread (what is prepared and stored;
+        the hold is recounted if its inputs differ, cancelled if it cannot be built: counted
+        lost).
         """
         with handle_internal_errors("submit"):
             if self._closed:
@@ -500,6 +506,8 @@ class Tracescore(Feedback, Lifecycle):
                 # the writer makes the decision again: queue._Pairs)
                 item = record if not decision.metrics and decision.forced is None and type(
                     record) is RagRecord and type(self.sampler) is Sampler else (record, decision)
+            elif finish is not None:
+                item = LazyRecord(self, finish, True, decision, record)
             else:
                 item = (record, decision)
             # Plain int counters (read by the metric callbacks): no lock, no SDK call here.
@@ -518,6 +526,38 @@ class Tracescore(Feedback, Lifecycle):
             return decision
         return None
 
+    def offer_unbuilt(self, u: float, failed: bool, flagged: bool,
+                      build: Callable[[bool], RagRecord]) -> Decision | None:
+        """Enqueue a request no metric samples and no rule forces *without building its
+        record*: ``build(full)`` makes it on the writer thread (``full``: keep the parts only
+        text rows keep, see :meth:`text_needed`), where it is prepared (redaction), checked and
+        stored like a record :meth:`submit` took. Hot path: a few compares and one append.
+
+        Decidable before the record exists only with the built-in :class:`Sampler` and its
+        default rules (an error, the ``tracescore.force_sample`` metadata flag: ``failed``
+        and ``flagged``): the unsampled decision is then a function of the trace fraction
+        ``u``. Returns None — the caller builds the record now and calls :meth:`submit` — when
+        it is not (a custom sampler or rule, a sampled or forced request, a closed client).
+        ``build`` must read only what the request no longer changes (see the LangChain
+        adapter: the root's lists are detached at its end)."""
+        sampler = self.sampler
+        if (failed or flagged or u < self._top_rate or self._closed
+                or type(sampler) is not Sampler or (sampler.rules is not DEFAULT_RULES
+                                                    and sampler.rules != DEFAULT_RULES)):
+            return None
+        self.records_seen += 1
+        self.queue.put(LazyRecord(self, build, self.queue.keep_full_text))
+        return Decision(u, ())
+
+    def sampled_by_rate(self, u: float) -> bool:
+        """Whether a request of trace fraction ``u`` is sampled whatever its record holds: some
+        metric's rate takes it, and the sampler is the built-in one with its default rules
+        (which force records, never leave them out). Then :meth:`submit` may take a record
+        made for the decision and the job plan only, with ``finish`` (hot path)."""
+        sampler = self.sampler
+        return (u < self._top_rate and type(sampler) is Sampler
+                and (sampler.rules is DEFAULT_RULES or sampler.rules == DEFAULT_RULES))
+
     def decide(self, record: RagRecord, u: float | None = None) -> Decision:
         """The sampling decision :meth:`submit` would make for ``record`` (hot path; ``u``:
         its trace's ``sampling.trace_fraction`` if known)."""
@@ -531,6 +571,23 @@ class Tracescore(Feedback, Lifecycle):
         prompt, the retrieval candidates, the retrieval queries — and add them when
         :meth:`decide` says a rule forced it (hot path: a float compare)."""
         return u < self._top_rate or self.queue.keep_full_text
+
+    def recount_hold(self, partial: RagRecord, record: RagRecord | None,
+                     decision: Decision) -> None:
+        """Writer thread: ``record``, built from a request whose span hold was counted from
+        ``partial`` (:meth:`submit` with ``finish``), may have another number of jobs to run
+        (no document step kept any document; a fault left it unbuilt: None): the hold waits
+        for that many."""
+        if self.attacher is None or not self.scoring or not decision.metrics:
+            return
+        span_id = int(partial.span_id, 16)
+        if record is None:
+            self.attacher.cancel(span_id)
+            return
+        diff = (self._jobs_to_run(record, decision.metrics)
+                - self._jobs_to_run(partial, decision.metrics))
+        if diff:
+            self.attacher.expect_more(span_id, diff)
 
     def _jobs_to_run(self, record: RagRecord, metrics: tuple[str, ...]) -> int:
         """How many of ``metrics`` will score ``record`` (hot path: a cached plan)."""

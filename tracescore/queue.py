@@ -39,6 +39,7 @@ from ._internal.validate import (
     is_sanitized,
     sanitize_record,
 )
+from .lazy_record import LazyRecord
 from .record import RagRecord
 from .sampling import Decision
 from .store import PENDING, NewJob, SegmentSpec, StoreAPI, open_store
@@ -191,7 +192,8 @@ class RecordQueue:
         if len(self._buf) >= self.batch_size:
             self._now.set()
             self._event.set()
-        elif record and type(item) is tuple and item[1].metrics \
+        elif record and (item[1].metrics if type(item) is tuple else
+                         type(item) is LazyRecord and item.decision is not None) \
                 and not self._event.is_set():  # (already woken: no lock, no syscall)
             self._event.set()
         return True
@@ -270,7 +272,8 @@ class RecordQueue:
                 time.sleep(min(1.0, self.interval_s * 5))
             if self._stop and not self._buf:
                 break
-        if any(type(item) is RagRecord or isinstance(item, tuple) for item in self._buf):
+        if any(type(item) is RagRecord or type(item) is LazyRecord or isinstance(item, tuple)
+               for item in self._buf):
             self.lose_buffered()  # stopped with the database unavailable: counted, not silent
         if store is not None:
             store.close()
@@ -396,6 +399,14 @@ class RecordQueue:
                     n += 1
                     taken.append(item)
                     records.append(item)
+                    continue
+                if type(item) is LazyRecord:  # an unsampled request's record, built here
+                    buf.popleft()
+                    n += 1
+                    rec = item.resolve(self.losses)
+                    if rec is not None:
+                        taken.append(rec)
+                        records.append(rec)
                     continue
                 if isinstance(item, (GroundTruthUpdate, FeedbackUpdate)) and records:
                     break  # write the records before it first, so it finds them
@@ -545,7 +556,8 @@ class RecordQueue:
 
     def lose_buffered(self) -> int:
         """Count what is still buffered as lost (shutdown while the database is unavailable)."""
-        n = sum(1 for item in self._buf if type(item) is RagRecord or isinstance(item, tuple))
+        n = sum(1 for item in self._buf
+                if type(item) is RagRecord or type(item) is LazyRecord or isinstance(item, tuple))
         self.losses.add("unwritten_at_shutdown", n, self.db_unavailable)
         return n
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from tracescore._internal.tool_calls import AgentTrace
 
+from .messages import is_map
 from .runs import _Root, _Run
 
 #: Messages scanned backwards for tool replies in one prompt.
@@ -41,7 +42,7 @@ def model_start(root: _Root, run: _Run, params: Mapping[str, Any], prompt: Any) 
         return
     root.steps += 1
     run.agent_step = root.steps
-    tools = params.get("tools") if isinstance(params, Mapping) else None
+    tools = params.get("tools") if is_map(params) else None
     if tools:
         agent = _trace(root)
         agent.offer(tools)
@@ -65,10 +66,10 @@ def model_end(run: _Run, response: Any) -> None:
     agent = _trace(run.root)
     agent.steps = run.root.steps
     for c in calls or ():
-        if isinstance(c, Mapping):
+        if is_map(c):
             agent.ask(c.get("name"), c.get("args"), c.get("id"), run.agent_step)
     for c in invalid or ():  # arguments that did not parse: a call that cannot have run
-        if isinstance(c, Mapping):
+        if is_map(c):
             agent.ask(c.get("name"), c.get("args"), c.get("id"), run.agent_step)
             agent.resolve(c.get("id"), False, error=c.get("error") or "invalid tool call")
 
@@ -107,7 +108,7 @@ def _own_call(run: _Run) -> str | None:
 def tool_replies(agent: AgentTrace, messages: Any) -> None:
     """Outcomes of pending calls from the ``ToolMessage`` replies in ``messages`` (a prompt, or
     a graph's final ``messages``), scanned from the end; a known outcome is kept."""
-    if isinstance(messages, Mapping):
+    if is_map(messages):
         messages = messages.get("messages")
     if not isinstance(messages, (list, tuple)):
         return

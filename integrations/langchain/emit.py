@@ -18,9 +18,9 @@ from opentelemetry.trace import Status, StatusCode
 
 from tracescore import attributes as A
 from tracescore._internal.text import format_prompt
-from tracescore.record import Context, RagRecord
+from tracescore.record import AgentRun, Candidate, Context, RagRecord, ToolCall
 from tracescore.runs import ground_truths_from
-from tracescore.sampling import trace_fraction
+from tracescore.sampling import FORCE_SAMPLE_KEY, trace_fraction
 
 from .._owner import Owner, register_resolver
 from .._record import EXTERNAL, Retrieval, assemble
@@ -35,11 +35,16 @@ if TYPE_CHECKING:
 
 
 def emit_record(ts: Tracescore, run: _Run, outputs: Any,
-                error: BaseException | None, inputs: Any, end: int, cut: bool) -> None:
+                error: BaseException | None, inputs: Any, end: int, cut: bool) -> bool:
     """Build the root's record and submit it (or hand it to another framework's owner).
 
     ``cut``: the client stopped reading the stream; the answer is then the text the answering
     model streamed to it, the record and span are marked incomplete.
+
+    The request's thread does only what the root span needs (its answer, ids, sampling
+    decision); a request no metric samples and no rule forces has its record built on the
+    writer thread (:meth:`~tracescore.client.Tracescore.offer_unbuilt`) when no step of it is
+    still open (nothing can change the root any more).
     """
     root = run.root
     if root.owner is not None:
@@ -60,69 +65,57 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
         answer = str(answer)  # (langchain-core's TextAccessor: a plain str is what is stored)
     if root.query is not None and type(root.query) is not str:
         root.query = str(root.query)
-    # (only a retrieval made by a tool call is checked against the prompt's tool messages)
-    calls = (M.prompt_tool_calls(root.prompt)
-             if any(r.tool_call is not None for r in root.retrievals) else frozenset[str]())
     llm = root.last_llm
-    found = partial(assemble, root.retrievals, calls, answer_seq=None if llm is None else llm.seq,
-                    step_models=root.step_models)
+    answer_seq = None if llm is None else llm.seq
     span = run.span
     if root.guest_of is not None:
-        contexts, candidates = found()
+        contexts, candidates = _found(root, answer_seq, True)
         owner = root.guest_of
         owner.add_contexts(contexts, step=run.name, final=True)
         dropped = [Context(c.text, c.id, c.score, source=c.source)
                    for c in candidates if not c.kept]
         owner.add_contexts(dropped, step=run.name, final=False)
         owner.offer_answer(answer)
-        return
-    trace_id = root.trace_hex or format(span.get_span_context().trace_id, "032x")
+        return False
+    ctx = span.get_span_context()
+    trace_id = root.trace_hex or format(ctx.trace_id, "032x")
+    span_hex = format(ctx.span_id, "016x")
     u = trace_fraction(trace_id)
-    # An unsampled record is stored compact (lengths and hashes): the prompt, the candidates
-    # and the retrieval queries are built only for a record that keeps its text.
-    full = ts.text_needed(u)
-    contexts, candidates = found(candidates=full)
-    md = root.metadata
-    scope = root.scope
-    session, user = M._session_user(md, scope)
+    session, user = root.session, root.user
     if session is None and root.config_session is not None:
         session = root.config_session
         span.set_attribute(A.SESSION_ID, session)
-    metadata = {k: v for k, v in md.items()
-                if not k.startswith(("ls_", "langgraph_")) and k not in M.GROUND_TRUTH_KEYS}
-    ground_truths = ground_truths_from(md)
-    if structured is not None:  # a structured answer's JSON (docs/capture.md)
-        metadata["structured_answer"] = structured
-    if scope is not None:
-        metadata.update(scope.metadata)
-        ground_truths = scope.ground_truths + ground_truths
-
-    agent = None
-    if root.agent is not None:
-        if root.agent.unresolved():  # replies the last model call (or nobody) saw
-            G.tool_replies(root.agent, outputs)
-        agent = root.agent.build(root.model_calls)
-
-    def build(full: bool) -> RagRecord:
-        return RagRecord(
-            trace_id=trace_id, span_id=format(span.get_span_context().span_id, "016x"),
-            query=root.query, contexts=contexts, answer=answer,
-            ground_truths=ground_truths, metadata=metadata, tags=root.tags,
-            session_id=session, user_id=user,
-            start_time_ns=root.start_ns, end_time_ns=end, usage=root.usage, model=root.model,
-            error=f"{type(error).__name__}: {error}" if error is not None else None,
-            source="langchain", prompt=format_prompt(root.prompt) if full else None,
-            retrieval_queries=tuple(dict.fromkeys(root.retrieval_queries)) if full else (),
-            candidates=candidates, complete=not cut, agent=agent,
-        )
-
-    record = ts.prepare(build(full))
-    decision = ts.decide(record, u)
-    if decision.sampled and not full:  # forced by a rule (an error, a flag): the full record
-        contexts, candidates = found()
-        record = ts.prepare(build(True))
+    if root.agent is not None and root.agent.unresolved():  # replies the last model call
+        G.tool_replies(root.agent, outputs)                 # (or nobody) saw
+    err = f"{type(error).__name__}: {error}" if error is not None else None
+    scope = root.scope
+    build = partial(_build, root, answer, structured, err, cut, end, trace_id, span_hex,
+                    answer_seq, session, user)
+    decision = None
+    record = None
+    finish = None
+    # nothing can change the root any more (no step of it still open), and no flag forces it
+    settled = root.open == 0 and (FORCE_SAMPLE_KEY not in root.metadata and (
+        scope is None or FORCE_SAMPLE_KEY not in scope.metadata))
+    if settled:
+        decision = ts.offer_unbuilt(u, err is not None, False, build)
+    if decision is not None:  # stored unsampled: the writer builds the record
+        sampled: bool | None = False
+    elif settled and err is None and ts.sampled_by_rate(u):
+        # sampled: what its decision and span hold need now, the record on the writer
+        record = ts.prepare(_plan_record(root, answer, cut, trace_id, span_hex))
+        decision = ts.decide(record, u)
+        finish = build
+        sampled = None
+    else:
+        full = ts.text_needed(u)
+        record = ts.prepare(build(full))
+        decision = ts.decide(record, u)
+        if decision.sampled and not full:  # forced by a rule (an error, a flag): the full one
+            record = ts.prepare(build(True))
+        sampled = None
     span.set_attribute(A.RAG_ROOT, True)
-    span.set_attribute(A.RECORD_ID, record.record_id)
+    span.set_attribute(A.RECORD_ID, f"{trace_id}-{span_hex}")
     if cut:
         span.set_attribute(A.ANSWER_COMPLETE, False)
         span.set_status(Status(StatusCode.ERROR, "incomplete: the client stopped reading the "
@@ -135,8 +128,78 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
         set_text(ts, span, A.INPUT_VALUE, root.query)
     elif root.inputs is not None:
         set_text(ts, span, A.INPUT_VALUE, root.inputs)
-    if ts.submit(record, decision=decision) is not None:
-        span.set_attribute(A.SAMPLED, decision.sampled)
+    root.inputs = root.stream_queue = None  # (the app's objects the record does not need)
+    if sampled is None and ts.submit(record, decision=decision, finish=finish) is not None:
+        sampled = decision.sampled
+    if sampled is not None:
+        span.set_attribute(A.SAMPLED, sampled)
+    return record is None
+
+
+def _found(root: _Root, answer_seq: int | None, candidates: bool
+           ) -> tuple[tuple[Context, ...], tuple[Candidate, ...]]:
+    """The record's contexts and candidates from the root's document steps."""
+    # (only a retrieval made by a tool call is checked against the prompt's tool messages)
+    calls = (M.prompt_tool_calls(root.prompt)
+             if any(r.tool_call is not None for r in root.retrievals) else frozenset[str]())
+    return assemble(root.retrievals, calls, candidates=candidates, answer_seq=answer_seq,
+                    step_models=root.step_models)
+
+
+#: Stand-ins in a record made for the decision and the job plan only (:func:`_plan_record`).
+_AGENT_STANDIN = AgentRun(calls=(ToolCall("tracescore.plan"),))
+_CONTEXTS_STANDIN = (Context("tracescore.plan"),)
+
+
+def _plan_record(root: _Root, answer: str | None, cut: bool, trace_id: str, span_id: str
+                 ) -> RagRecord:
+    """What a sampled request's decision (the built-in sampler, no rule firing: a function
+    of the trace id) and its span hold (the jobs its metrics will run: which inputs the record
+    has) are made from, on the request's thread; never stored — the writer builds the record
+    (:meth:`~tracescore.client.Tracescore.submit` with ``finish``) and recounts the hold if
+    its inputs differ (contexts here are "some step returned documents": the writer's
+    assembly may keep none)."""
+    md = root.metadata
+    ground_truths = ground_truths_from(md) if md else ()
+    scope = root.scope
+    if scope is not None:
+        ground_truths = scope.ground_truths + ground_truths
+    agent = root.agent
+    return RagRecord(
+        trace_id=trace_id, span_id=span_id, query=root.query, answer=answer,
+        contexts=_CONTEXTS_STANDIN if any(r.contexts for r in root.retrievals) else (),
+        ground_truths=ground_truths, complete=not cut, source="langchain",
+        agent=_AGENT_STANDIN if agent is not None and (agent.calls or agent.tools) else None)
+
+
+def _build(root: _Root, answer: str | None, structured: Any, error: str | None, cut: bool,
+           end: int, trace_id: str, span_id: str, answer_seq: int | None,
+           session: str | None, user: str | None, full: bool) -> RagRecord:
+    """The root's record (on the request's thread, or on the writer's). ``full=False``:
+    stored compact (lengths and hashes), so the parts only text rows keep — the prompt, the
+    candidates, the retrieval queries, the tool calls — are left out."""
+    contexts, candidates = _found(root, answer_seq, full)
+    md = root.metadata
+    metadata = {k: v for k, v in md.items()
+                if not k.startswith(("ls_", "langgraph_")) and k not in M.GROUND_TRUTH_KEYS}
+    ground_truths = ground_truths_from(md)
+    if structured is not None:  # a structured answer's JSON (docs/capture.md)
+        metadata["structured_answer"] = structured
+    scope = root.scope
+    if scope is not None:
+        metadata.update(scope.metadata)
+        ground_truths = scope.ground_truths + ground_truths
+    agent = root.agent.build(root.model_calls) if root.agent is not None and full else None
+    return RagRecord(
+        trace_id=trace_id, span_id=span_id,
+        query=root.query, contexts=contexts, answer=answer,
+        ground_truths=ground_truths, metadata=metadata, tags=root.tags,
+        session_id=session, user_id=user,
+        start_time_ns=root.start_ns, end_time_ns=end, usage=root.usage, model=root.model,
+        error=error, source="langchain", prompt=format_prompt(root.prompt) if full else None,
+        retrieval_queries=tuple(dict.fromkeys(root.retrieval_queries)) if full else (),
+        candidates=candidates, complete=not cut, agent=agent,
+    )
 
 
 # -- ownership ---------------------------------------------------------------------------------

@@ -48,7 +48,14 @@ from tracescore.runs import current_scope
 
 from .._owner import current_owner
 from .._record import NODE, RETRIEVER, TOOL, enclose
-from .._spans import NO_SPAN, _materialize_all, _PendingSpan, usage_attributes
+from .._spans import (
+    NO_SPAN,
+    _materialize_all,
+    _PendingRoot,
+    _PendingSpan,
+    start_root,
+    usage_attributes,
+)
 from . import agent as G
 from . import messages as M
 from .emit import emit_record
@@ -171,7 +178,7 @@ class TracescoreCallbackHandler(LiveRuns):
             scope = current_scope()
             root = _Root(metadata=dict(metadata or {}), tags=tuple(tags or ()), start_ns=now,
                          scope=scope, spans=self.ts.spans_wanted)
-            session, user = M._session_user(root.metadata, scope)
+            root.session, root.user = session, user = M._session_user(root.metadata, scope)
             if session is not None:
                 attrs[A.SESSION_ID] = session
             if user is not None:
@@ -182,6 +189,8 @@ class TracescoreCallbackHandler(LiveRuns):
                 span: Any = self.tracer.start_span(
                     name, context=trace_api.set_span_in_context(owner.span),
                     attributes=attrs, start_time=now)
+            elif root.spans:
+                span = start_root(self.tracer, name, attrs, now)
             else:
                 span = self.tracer.start_span(name, attributes=attrs, start_time=now)
             root.span = span
@@ -201,8 +210,8 @@ class TracescoreCallbackHandler(LiveRuns):
             else:
                 pending = NO_SPAN  # spans go nowhere: a child step keeps none
             root.open += 1
-            run = _Run(pending, root, False, name, next(_seq), parent, tool_call=parent.tool_call,
-                       retriever=parent.retriever, node_run=parent.node_run)
+            run = _Run(pending, root, False, name, next(_seq), parent, parent.tool_call,
+                       parent.retriever, parent.node_run)
         runs = self._runs
         if len(runs) >= MAX_OPEN_RUNS:  # runs that never ended (abandoned streams): bound them
             oldest = next(iter(runs))
@@ -211,6 +220,8 @@ class TracescoreCallbackHandler(LiveRuns):
                 self.evicted += 1
                 stale.span.set_status(Status(StatusCode.ERROR, "abandoned: run never ended"))
                 stale.span.end()
+                if type(stale.span) is _PendingRoot:
+                    stale.span.materialize(self.tracer)
         runs[getattr(run_id, "int", run_id)] = run
         return run
 
@@ -242,8 +253,13 @@ class TracescoreCallbackHandler(LiveRuns):
             root.last_llm = None
             span.end(end_time=end)
             root.done = True
-            if root.pending:
-                pending, root.pending = root.pending, []
+            pending, root.pending = root.pending, []
+            if type(span) is _PendingRoot:
+                if root.open == 0:  # built by the writer, with its steps (held there if its
+                    pending.insert(0, span)  # scores are awaited: the hold came first)
+                else:  # (steps that outlive it may end any time: they need it now)
+                    span.materialize(self.tracer)
+            if pending:
                 self.ts.defer(partial(_materialize_all, self.tracer, pending))
             return
         root.open -= 1
@@ -252,10 +268,10 @@ class TracescoreCallbackHandler(LiveRuns):
             span.materialize(self.tracer)
 
     def _emit_record(self, run: _Run, outputs: Any, error: BaseException | None, inputs: Any,
-                     end: int, cut: bool = False) -> None:
+                     end: int, cut: bool = False) -> bool:
         """The root's record (:func:`.emit.emit_record`); one method, so a fault injected
-        here is the "record" stage's."""
-        emit_record(self.ts, run, outputs, error, inputs, end, cut)
+        here is the "record" stage's. True: the record is built on the writer (unsampled)."""
+        return emit_record(self.ts, run, outputs, error, inputs, end, cut)
 
     # -- chains -----------------------------------------------------------------------------
     def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, run_id: UUID,

@@ -22,6 +22,7 @@ from tracescore.runs import RunScope
 from .._owner import Owner
 from .._record import Retrieval
 from .._spans import _PendingSpan
+from .messages import is_map
 
 #: Sequence numbers: start order of runs, and the order of document steps.
 _seq = itertools.count()
@@ -48,6 +49,9 @@ class _Root:
     #: ``configurable.session_id``), read once, when the root's first child starts.
     config_session: str | None = None
     config_read: bool = False
+    #: The session and user ids of the run's metadata (or its ``ts.run`` scope), at its start.
+    session: str | None = None
+    user: str | None = None
     #: Child runs started and not ended yet: a streamed root that ends with some open was
     #: cut off by its client (langchain-core then reports a normal end).
     open: int = 0
@@ -79,19 +83,26 @@ class _Root:
     agent: AgentTrace | None = None
 
 
-@dataclass(slots=True)
 class _Run:
+    """One live LangChain run. The fields every run sets are slots; the ones only some kinds
+    of run set (a model's streamed tokens, a tool's input, a graph node's step) are class
+    defaults, overridden in the instance's dict when set (a run per callback: a 17-field
+    dataclass cost the request ~0.5 µs more per run)."""
+
+    __slots__ = ("span", "root", "is_root", "name", "seq", "parent", "tool_call", "retriever",
+                 "node_run", "node", "__dict__")
+
     span: Any  # the root's real Span, or a _PendingSpan for every other step
     root: _Root
     is_root: bool
     name: str
     seq: int
-    parent: _Run | None = None
-    node: bool = False  # a LangGraph node: the documents it returns into the state count
+    parent: _Run | None
+    tool_call: str | None  # the nearest enclosing tool run's tool-call id
+    retriever: _Run | None  # the nearest enclosing retriever run (itself if one)
+    node_run: _Run | None  # the nearest enclosing LangGraph node run (itself if one)
+    node: bool  # a LangGraph node: the documents it returns into the state count
     tool_input: Any = None
-    tool_call: str | None = None  # the nearest enclosing tool run's tool-call id
-    retriever: _Run | None = None  # the nearest enclosing retriever run (itself if one)
-    node_run: _Run | None = None  # the nearest enclosing LangGraph node run (itself if one)
     tokens: list[str] | None = None  # an LLM run's streamed tokens
     #: An LLM run's streamed message id (LangGraph's "messages" stream queues chunks by it).
     msg_id: Any = None
@@ -107,6 +118,20 @@ class _Run:
     task: int = -1
     #: A model run that is an agent step: its index (1-based); 0 for other runs.
     agent_step: int = 0
+
+    def __init__(self, span: Any, root: _Root, is_root: bool, name: str, seq: int,
+                 parent: _Run | None = None, tool_call: str | None = None,
+                 retriever: _Run | None = None, node_run: _Run | None = None) -> None:
+        self.span = span
+        self.root = root
+        self.is_root = is_root
+        self.name = name
+        self.seq = seq
+        self.parent = parent
+        self.tool_call = tool_call
+        self.retriever = retriever
+        self.node_run = node_run
+        self.node = False
 
 
 def new_retrieval(run: _Run, source: str, ctxs: list[Context], kind: str, seq: int,
@@ -210,7 +235,7 @@ def _scheduled_puts(stream: Any) -> list[Any]:
 def find_stream_queue(config: Any) -> Any:
     """LangGraph's stream queue from a run config's callbacks (its ``StreamMessagesHandler``
     puts chunks with the queue's ``put``, or ``call_soon_threadsafe(queue.put_nowait)``)."""
-    callbacks = config.get("callbacks") if isinstance(config, Mapping) else None
+    callbacks = config.get("callbacks") if is_map(config) else None
     for h in getattr(callbacks, "handlers", ()) or ():
         if type(h).__name__.startswith("StreamMessagesHandler"):
             put = getattr(h, "stream", None)
