@@ -152,5 +152,5 @@ class OtelCapture(SpanProcessor):
                 log.warning("tracescore capture='otel': cannot read trace %032x (%s)", tid, exc)
                 continue
             for b in built:
-                self.records += 1
                 self.ts.submit(self.ts.prepare(b.record), hold_span=False)
+                self.records += 1  # after the submit: a reader that sees it can flush it
