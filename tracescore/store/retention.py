@@ -67,6 +67,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .._internal.errors import record_internal_error
+from .._internal.service import Service
 from .._internal.validate import is_number
 from .compact import compact_stored_contexts, text_facts
 from .compat import trace_join
@@ -644,9 +645,9 @@ _ORPHAN_CALLS = (
 class RetentionThread:
     """Runs :func:`prune` every ``policy.interval_s`` on a daemon thread with its own store.
 
-    :meth:`start` and :meth:`stop` may be called from any thread; nothing here touches the
-    app's request path. A failing run is logged (and re-raised under pytest) and retried at
-    the next interval.
+    The thread is a :class:`~tracescore._internal.service.Service` it holds. :meth:`start` and
+    :meth:`stop` may be called from any thread; nothing here touches the app's request path.
+    A failing run is logged (and re-raised under pytest) and retried at the next interval.
     """
 
     def __init__(self, db_path: str, policy: Retention | None,
@@ -656,58 +657,49 @@ class RetentionThread:
         self.compact_after_s = compact_after_s
         self.runs = 0
         self.last: PruneResult | None = None
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        rules = policy or Retention()
+        first = rules.first_run_s
+        if compact_after_s is not None:  # compact well within the window's length
+            first = min(first, compact_after_s / 4)
+        self._service = Service("tracescore-retention", self._prune_once,
+                                interval_s=self._interval(), first_wait_s=first,
+                                on_error=self._failed)
+
+    def _interval(self) -> float:
+        delay = (self.policy or Retention()).interval_s
+        if self.compact_after_s is not None:
+            delay = min(delay, max(1.0, self.compact_after_s / 4))
+        return delay
 
     def start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="tracescore-retention",
-                                        daemon=True)
-        self._thread.start()
+        self._service.start()
 
     def run_now(self) -> None:
         """Wake the thread for a run now (tests, and after a large import)."""
-        self._wake.set()
+        self._service.run_now()
 
     def stop(self, timeout: float | None = 10.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._service.stop(timeout)
 
-    def _run(self) -> None:
+    def _prune_once(self) -> None:
         from .base import open_store
 
-        policy = self.policy or Retention()
-        delay = policy.first_run_s
-        if self.compact_after_s is not None:  # compact well within the window's length
-            delay = min(delay, self.compact_after_s / 4)
-        while not self._stop.is_set():
-            self._wake.wait(delay)
-            self._wake.clear()
-            if self._stop.is_set():
-                break
-            delay = policy.interval_s
-            if self.compact_after_s is not None:
-                delay = min(delay, max(1.0, self.compact_after_s / 4))
-            try:
-                store = open_store(self.db_path)
-                try:
-                    self.last = prune(store, self.policy, stop=self._stop,
-                                      compact_after_s=self.compact_after_s)
-                finally:
-                    store.close()
-                self.runs += 1
-                if self.last.records and self.policy is not None:
-                    log.info("tracescore pruned %d records (%d scores) older than %s",
-                             self.last.records, self.last.scores, self.policy.describe())
-            except Exception as exc:
-                from .._internal.db_faults import storage_fault
+        store = open_store(self.db_path)
+        try:
+            self.last = prune(store, self.policy, stop=self._service.stopping,
+                              compact_after_s=self.compact_after_s)
+        finally:
+            store.close()
+        self.runs += 1
+        if self.last.records and self.policy is not None:
+            log.info("tracescore pruned %d records (%d scores) older than %s",
+                     self.last.records, self.last.scores, self.policy.describe())
 
-                if storage_fault(exc) is not None:  # locked, disk full, I/O: the next run
-                    log.debug("tracescore prune deferred: %s", exc)  # (the writer says it)
-                else:
-                    record_internal_error("retention.prune", exc)
+    @staticmethod
+    def _failed(exc: Exception) -> None:
+        from .._internal.db_faults import storage_fault
+
+        if storage_fault(exc) is not None:  # locked, disk full, I/O: the next run
+            log.debug("tracescore prune deferred: %s", exc)  # (the writer says it)
+        else:
+            record_internal_error("retention.prune", exc)
