@@ -66,7 +66,7 @@ from .store import Job, StoreAPI, open_store
 log = logging.getLogger("tracescore")
 
 
-class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
+class ScoringWorker(LocalBatches, Deliveries, Completions):
     def __init__(
         self,
         db_path: str,
@@ -99,7 +99,6 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         self._errors = 0
         #: metrics that have failed on every record so far (said once, in stats())
         self.failing = FailingMetrics()
-        self._init_on_write()
         self.deferred = 0
         #: The judge session of judge metrics (its SQLite connection lives on this loop).
         self.judge_session: JudgeSession | None = None
@@ -146,6 +145,11 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         self._batchable: dict[str, bool] = {}
         #: metrics that have run once here (see ``first_call_straggle_s``)
         self._warm: set[str] = set()
+        #: the writer thread's scorer of cheap local jobs (the queue's port hands it over)
+        self.on_write = ScoresOnWrite(
+            self.metrics, warm=self._warm, live=self._open_on_write,
+            convert=lambda m, result: [self._clean(s) for s in self._local_scores(m, result)],
+            done=self._stored_on_write, attached=attacher is not None)
         self._delivered: list[tuple[list[int], str]] = []
         self._delivered_lock = threading.Lock()
         self._delivered_noted = 0
@@ -223,7 +227,7 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         self._idle = threading.Event()
         self._started = threading.Event()
         self._delivered_lock = threading.Lock()
-        self._on_write_lock = threading.Lock()
+        self.on_write.after_fork()
         self._delivered = []
         self._completions = []
         self._running_jobs = 0
@@ -275,6 +279,53 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         self.wake()
         if self._thread is not None:
             self._thread.join(timeout)
+
+    # -- scores on write (the part the writer thread calls; see scoring/on_write.py) ---------
+    def _open_on_write(self) -> bool:
+        return self.alive and not self._stopping
+
+    def _stored_on_write(self, record_id: str, scores: Sequence[Score],
+                         refs: Sequence[ScoreRef]) -> None:
+        self.failing.note(scores)
+        self._stored(record_id, refs)
+        if self.attacher is not None:
+            try:
+                self.attacher.job_done(record_id, refs)
+            except Exception as exc:
+                record_internal_error("worker.job_done", exc)
+
+    @property
+    def score_on_write(self) -> bool:
+        """False: every job goes to the worker (the writer scores nothing)."""
+        return self.on_write.enabled
+
+    @score_on_write.setter
+    def score_on_write(self, on: bool) -> None:
+        self.on_write.enabled = on
+
+    @property
+    def on_write_budget_s(self) -> float:
+        return self.on_write.budget_s
+
+    @on_write_budget_s.setter
+    def on_write_budget_s(self, s: float) -> None:
+        self.on_write.budget_s = s
+
+    @property
+    def on_write_slow_s(self) -> float:
+        return self.on_write.slow_s
+
+    @on_write_slow_s.setter
+    def on_write_slow_s(self, s: float) -> None:
+        self.on_write.slow_s = s
+
+    @property
+    def scored_on_write(self) -> int:
+        return self.on_write.scored
+
+    @property
+    def errors_on_write(self) -> int:
+        return self.on_write.errors
 
     @property
     def scored(self) -> int:
