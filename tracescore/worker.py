@@ -39,7 +39,6 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from ._internal.errors import record_internal_error
-from ._internal.secrets import scrub
 from .judge.base import RetryLater
 from .judge.session import JudgeSession
 from .metrics.base import Metric
@@ -58,15 +57,22 @@ from .scoring.calls import (
     skipped_scores,
 )
 from .scoring.completions import Completions
-from .scoring.deliveries import Deliveries
+from .scoring.deliveries import DeliveryLedger
 from .scoring.failing import FailingMetrics
 from .scoring.on_write import ScoresOnWrite
+from .scoring.supervisor import Supervisor
 from .store import Job, StoreAPI, open_store
 
 log = logging.getLogger("tracescore")
 
 
-class ScoringWorker(LocalBatches, Deliveries, Completions):
+def _part(part: str, name: str) -> Any:
+    """A worker attribute that is one of its parts' (read and set there)."""
+    return property(lambda self: getattr(getattr(self, part), name),
+                    lambda self, value: setattr(getattr(self, part), name, value))
+
+
+class ScoringWorker(LocalBatches, Completions):
     def __init__(
         self,
         db_path: str,
@@ -150,25 +156,13 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
             self.metrics, warm=self._warm, live=self._open_on_write,
             convert=lambda m, result: [self._clean(s) for s in self._local_scores(m, result)],
             done=self._stored_on_write, attached=attacher is not None)
-        self._delivered: list[tuple[list[int], str]] = []
-        self._delivered_lock = threading.Lock()
-        self._delivered_noted = 0
-        self._delivered_written = 0
         self._completions: list[tuple[Job, list[Score], asyncio.Future[Any]]] = []
         self._running_jobs = 0
-        #: scores still undelivered this long after they were stored go out again on a carrier
-        self.redeliver_after_s = 120.0
-        #: after a failed span export: first and longest wait before scores are sent again
-        self.redeliver_backoff_s = (1.0, 60.0)
-        self._backoff = 1.0
-        self._retry_at: float | None = None
-        self._last_retry = -1e9
-        self._failed_seen = 0
-        #: an exported span with no result after this long was dropped by the batch processor
-        self.export_confirm_timeout_s = 600.0
-        self.redelivered = 0
-        #: stored records whose id cannot be a span's (their scores are not exported)
-        self.bad_ids = 0
+        #: delivery marks from the span attacher, and the redelivery sweep
+        self.deliveries = DeliveryLedger(
+            db_path, attacher, owner=lambda: self.owner, wake=partial(self.wake, False),
+            running=lambda: self._thread is not None and self._thread.is_alive(),
+            db_fault=self._db_fault, db_ok=self._db_ok)
         #: what stats() shows of the database, read by this thread (never the caller's)
         self.db_snapshot: dict[str, Any] = {}
         self.db_snapshot_every_s = 1.0
@@ -200,18 +194,11 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
         #: (liveness and readiness of a `tracescore worker`)
         self.heartbeat = 0.0
         self.db_ok_at = 0.0
-        #: Supervision of the scoring loop: anything escaping it (a BaseException from code we
-        #: call) ends that run of the loop; the thread starts it again after a backoff
-        #: (``restart_backoff_s``: first and longest wait), at most ``max_restarts`` times in a
-        #: row (a run that lasted ``healthy_after_s`` resets the count), then stays dead.
-        self.restarts = 0
-        self.last_error: str | None = None
-        self.last_error_at: float | None = None
-        self.max_restarts = 10
-        self.restart_backoff_s = (0.5, 30.0)
-        self.healthy_after_s = 60.0
+        #: Supervision of the scoring loop (scoring/supervisor.py): anything escaping it ends
+        #: that run of the loop; the thread starts it again after a backoff, a bounded number
+        #: of times in a row, then stays dead.
+        self.supervisor = Supervisor()
         self._loop_running = False
-        self._gave_up = False
         self._halt = threading.Event()
         os.register_at_fork(after_in_child=self._after_fork)
 
@@ -226,9 +213,8 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
         self._executor = None
         self._idle = threading.Event()
         self._started = threading.Event()
-        self._delivered_lock = threading.Lock()
         self.on_write.after_fork()
-        self._delivered = []
+        self.deliveries.after_fork()
         self._completions = []
         self._running_jobs = 0
         self._unreleased = []
@@ -253,7 +239,7 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
         if self._thread is not None and self._thread.is_alive():
             return
         self._stopping = False
-        self._gave_up = False
+        self.supervisor.gave_up = False
         self._halt.clear()
         self._started.clear()
         self._thread = threading.Thread(target=self._run, name="tracescore-scorer", daemon=True)
@@ -295,39 +281,6 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
                 record_internal_error("worker.job_done", exc)
 
     @property
-    def score_on_write(self) -> bool:
-        """False: every job goes to the worker (the writer scores nothing)."""
-        return self.on_write.enabled
-
-    @score_on_write.setter
-    def score_on_write(self, on: bool) -> None:
-        self.on_write.enabled = on
-
-    @property
-    def on_write_budget_s(self) -> float:
-        return self.on_write.budget_s
-
-    @on_write_budget_s.setter
-    def on_write_budget_s(self, s: float) -> None:
-        self.on_write.budget_s = s
-
-    @property
-    def on_write_slow_s(self) -> float:
-        return self.on_write.slow_s
-
-    @on_write_slow_s.setter
-    def on_write_slow_s(self, s: float) -> None:
-        self.on_write.slow_s = s
-
-    @property
-    def scored_on_write(self) -> int:
-        return self.on_write.scored
-
-    @property
-    def errors_on_write(self) -> int:
-        return self.on_write.errors
-
-    @property
     def scored(self) -> int:
         """Jobs scored in this process (by the loop, and on write)."""
         return self._scored + self.scored_on_write
@@ -347,69 +300,77 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
         restarted, and once it gave up)."""
         return self._loop_running and self._thread is not None and self._thread.is_alive()
 
-    @property
-    def gave_up(self) -> bool:
-        """The loop died ``max_restarts`` times in a row and is not restarted any more."""
-        return self._gave_up
-
     def health(self) -> dict[str, Any]:
         """The scorer's health for ``stats()`` and ``/readyz`` (any thread; plain reads)."""
-        return {"alive": self.alive, "restarts": self.restarts, "gave_up": self._gave_up,
-                "last_error": self.last_error, "last_error_at": self.last_error_at}
+        sup = self.supervisor
+        return {"alive": self.alive, "restarts": sup.restarts, "gave_up": sup.gave_up,
+                "last_error": sup.last_error, "last_error_at": sup.last_error_at}
+
+    # -- the parts' settings and figures, where callers have always read them ---------------
+    #: the supervisor's (``gave_up``: the loop died ``max_restarts`` times in a row and is
+    #: not restarted any more)
+    restarts = _part("supervisor", "restarts")
+    last_error = _part("supervisor", "last_error")
+    last_error_at = _part("supervisor", "last_error_at")
+    max_restarts = _part("supervisor", "max_restarts")
+    restart_backoff_s = _part("supervisor", "restart_backoff_s")
+    healthy_after_s = _part("supervisor", "healthy_after_s")
+    gave_up = _part("supervisor", "gave_up")
+    #: the delivery ledger's
+    redeliver_after_s = _part("deliveries", "redeliver_after_s")
+    redeliver_backoff_s = _part("deliveries", "redeliver_backoff_s")
+    export_confirm_timeout_s = _part("deliveries", "export_confirm_timeout_s")
+    redelivered = _part("deliveries", "redelivered")
+    bad_ids = _part("deliveries", "bad_ids")
+    #: the on-write scorer's (``score_on_write`` False: the writer scores nothing)
+    score_on_write = _part("on_write", "enabled")
+    on_write_budget_s = _part("on_write", "budget_s")
+    on_write_slow_s = _part("on_write", "slow_s")
+    scored_on_write = _part("on_write", "scored")
+    errors_on_write = _part("on_write", "errors")
+
+    def note_delivered(self, score_ids: list[int], how: str) -> None:
+        """The attacher's ``on_delivered`` (any thread)."""
+        self.deliveries.note(score_ids, how)
+
+    def sync_delivered(self, timeout: float) -> bool:
+        """Wait until every delivery noted so far is written to the database."""
+        return self.deliveries.sync(timeout)
+
+    def write_delivered(self) -> None:
+        """After :meth:`stop`: write the deliveries noted since (spans flushed at the end)."""
+        self.deliveries.write_after_stop()
 
     # -- the loop ---------------------------------------------------------------------------
     def _run(self) -> None:
-        """The thread's body: runs the loop, and supervises it. Metrics are isolated in
-        :meth:`score`; this catches what still escapes (a ``SystemExit`` from a ``redact``
-        function or an ``on_scores`` callback, a bug of ours), so one fault cannot end scoring
-        for the life of the process. Signals never arrive here (Python delivers them to the
-        main thread), so catching ``BaseException`` does not swallow the process's shutdown."""
+        """The thread's body: runs the loop under the supervisor (scoring/supervisor.py),
+        with OpenTelemetry instrumentation suppressed."""
         token = otel_context.attach(
             otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True)
         )
-        backoff: float | None = None  # None: the first wait, restart_backoff_s[0]
-        in_a_row = 0
         try:
-            while True:
-                began = time.monotonic()
-                try:
-                    asyncio.run(self._main(restarted=in_a_row > 0 or self.restarts > 0))
-                    return  # stopped
-                except BaseException as exc:  # noqa: BLE001 - supervised: see the docstring
-                    self._loop_running = False
-                    self.last_error = scrub(f"{type(exc).__name__}: {exc}")[:500]
-                    self.last_error_at = time.time()
-                    lo, hi = self.restart_backoff_s
-                    if backoff is None or time.monotonic() - began >= self.healthy_after_s:
-                        backoff, in_a_row = lo, 0
-                    self._release_held()
-                    if self._stopping:
-                        return
-                    if in_a_row >= self.max_restarts:
-                        self._gave_up = True
-                        log.error("tracescore scorer died %d times in a row and is not restarted"
-                                  " again; scoring has stopped in this process (pid %d). Last "
-                                  "error: %s", in_a_row + 1, os.getpid(), self.last_error)
-                        return
-                    log.error("tracescore scorer died (%s); restarting it in %.1fs (restart "
-                              "%d)", self.last_error, backoff, self.restarts + 1,
-                              exc_info=exc)
-                    if self._halt.wait(backoff):
-                        return  # stop() during the backoff
-                    self.restarts += 1
-                    in_a_row += 1
-                    backoff = min(backoff * 2, hi)
-                    self._completions = []
-                    self._running_jobs = 0
-                    if self.judge_session is not None:
-                        try:  # its locks, slots and client belong to the dead loop
-                            self.judge_session.after_fork()
-                        except Exception as reset_exc:
-                            record_internal_error("worker.judge_reset", reset_exc)
+            self.supervisor.run(lambda restarted: asyncio.run(self._main(restarted=restarted)),
+                                died=self._died, restarted=self._restarted,
+                                stopping=lambda: self._stopping, halt=self._halt)
         finally:
             self._loop_running = False
             self._started.set()  # a start() waiting for a loop that died at once
             otel_context.detach(token)
+
+    def _died(self) -> None:
+        """A run of the loop died: what it held goes back now."""
+        self._loop_running = False
+        self._release_held()
+
+    def _restarted(self) -> None:
+        """Before the next run: the dead run's state goes."""
+        self._completions = []
+        self._running_jobs = 0
+        if self.judge_session is not None:
+            try:  # its locks, slots and client belong to the dead loop
+                self.judge_session.after_fork()
+            except Exception as reset_exc:
+                record_internal_error("worker.judge_reset", reset_exc)
 
     async def _main(self, *, restarted: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
@@ -441,7 +402,8 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
         lease_more, last_lease = True, 0.0
         try:
             # (after a restart, scores in flight in this process's attacher are not left behind)
-            self._redeliver(store, at_start=not restarted)
+            ledger = self.deliveries
+            ledger.redeliver(store, at_start=not restarted)
             if self.judge_session is not None and self.judge_canary \
                     and not self.canary_done.is_set():
                 canary = asyncio.create_task(self._canary())
@@ -449,7 +411,7 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
             last_snapshot = 0.0
             while True:
                 self.heartbeat = time.time()
-                self._flush_delivered(store)
+                ledger.flush(store)
                 if self._unreleased:
                     self._retry_releases(store)
                 if time.monotonic() - last_snapshot >= self.db_snapshot_every_s:
@@ -457,11 +419,11 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
                     self._read_snapshot(store)
                 if self._stopping:
                     break
-                if time.monotonic() - last_redelivery > self.redeliver_after_s:
+                if time.monotonic() - last_redelivery > ledger.redeliver_after_s:
                     last_redelivery = time.monotonic()
-                    self._redeliver(store)
-                elif self._failed_export_due():
-                    self._redeliver(store, older_than_s=1.0)
+                    ledger.redeliver(store)
+                elif ledger.failed_export_due():
+                    ledger.redeliver(store, older_than_s=1.0)
                 leased: list[tuple[Job, set[asyncio.Task[None]], bool]] = []
                 more = False  # a lease came back full: more may be waiting
                 local_full = False
@@ -572,7 +534,7 @@ class ScoringWorker(LocalBatches, Deliveries, Completions):
                 wake_task.cancel()
             if canary is not None and not canary.done():
                 canary.cancel()
-            self._flush_delivered(store)
+            ledger.flush(store)
         finally:
             self._loop_state = None
             self._loop_running = False
