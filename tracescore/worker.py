@@ -24,8 +24,6 @@ never traced, captured and scored in a loop.
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import inspect
 import logging
 import os
 import threading
@@ -47,19 +45,14 @@ from .record import RagRecord
 from .score import Score
 from .scoring.batches import LocalBatches, _free_slots
 from .scoring.calls import (
-    MetricAborted,
-    _aborted,
-    _awaited_guarded,
-    _guarded,
-    _normalise,
     _refused,
-    _with,
-    skipped_scores,
+    score_metric,
 )
 from .scoring.completions import Completions
 from .scoring.deliveries import DeliveryLedger
 from .scoring.failing import FailingMetrics
 from .scoring.on_write import ScoresOnWrite
+from .scoring.returns import JobReturns
 from .scoring.supervisor import Supervisor
 from .store import Job, StoreAPI, open_store
 
@@ -175,13 +168,10 @@ class ScoringWorker(LocalBatches, Completions):
         #: followed by one that passed: scores wait in memory meanwhile (see _store_scores)
         self._write_fault: str | None = None
         self._recovered_at = 0.0
-        #: job releases/deferrals the database refused: retried until it takes them
-        self._unreleased: list[tuple[Job, float | None, str]] = []
-        #: jobs leased by the loop and not finished by it (given back if the loop dies)
-        self._held: set[int] = set()
-        #: jobs a task of ours gave back while the task is still finishing: leased again, they
-        #: are new work, not the in-flight task's own job whose lease ran out
-        self._given_back: set[int] = set()
+        #: jobs held, given back, and give-backs the database refused (scoring/returns.py)
+        self.returns = JobReturns(db_path, owner=lambda: self.owner, db_fault=self._db_fault,
+                                  refused=partial(setattr, self, "db_unavailable"),
+                                  busy_timeout_s=lambda: self.busy_timeout_s)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -217,10 +207,9 @@ class ScoringWorker(LocalBatches, Completions):
         self.deliveries.after_fork()
         self._completions = []
         self._running_jobs = 0
-        self._unreleased = []
         self._loop_running = False
         self._halt = threading.Event()
-        self._held = set()
+        self.returns.reset()
         self._lease_hint = True
         self._local_open = set()
         self._alone = set()
@@ -360,7 +349,7 @@ class ScoringWorker(LocalBatches, Completions):
     def _died(self) -> None:
         """A run of the loop died: what it held goes back now."""
         self._loop_running = False
-        self._release_held()
+        self.returns.release_held(self.last_error)
 
     def _restarted(self) -> None:
         """Before the next run: the dead run's state goes."""
@@ -412,8 +401,8 @@ class ScoringWorker(LocalBatches, Completions):
             while True:
                 self.heartbeat = time.time()
                 ledger.flush(store)
-                if self._unreleased:
-                    self._retry_releases(store)
+                if self.returns.unreleased:
+                    self.returns.retry(store)
                 if time.monotonic() - last_snapshot >= self.db_snapshot_every_s:
                     last_snapshot = time.monotonic()
                     self._read_snapshot(store)
@@ -457,9 +446,10 @@ class ScoringWorker(LocalBatches, Completions):
                         # (a job its task already gave back, leased again before that task
                         # ended, is new work: skipping it would leave it leased to nobody)
                         for j in got:
-                            if j.job_id in inflight_jobs and j.job_id not in self._given_back:
+                            given_back = self.returns.given_back
+                            if j.job_id in inflight_jobs and j.job_id not in given_back:
                                 continue
-                            self._given_back.discard(j.job_id)
+                            given_back.discard(j.job_id)
                             leased.append((j, tasks, batched))
                 if lease_now or self._draining:
                     lease_more = more or self._draining  # (drained: lease at the next turn)
@@ -478,7 +468,7 @@ class ScoringWorker(LocalBatches, Completions):
                     records = store.load_records(j.record_id for j, _, _ in leased)
                     batch: list[Job] = []
                     for job, tasks, batched in leased:
-                        self._held.add(job.job_id)
+                        self.returns.held.add(job.job_id)
                         if batched and self._in_batch(job.metric):
                             batch.append(job)
                             continue
@@ -529,7 +519,7 @@ class ScoringWorker(LocalBatches, Completions):
                     # takes it then; no record is lost)
                     if not _refused(store, exc):
                         record_internal_error("worker.release", exc)
-            self._held.clear()
+            self.returns.held.clear()
             if wake_task is not None:
                 wake_task.cancel()
             if canary is not None and not canary.done():
@@ -554,7 +544,7 @@ class ScoringWorker(LocalBatches, Completions):
             inflight_jobs[job.job_id] = task
         task.add_done_callback(inflight.discard)
         task.add_done_callback(tasks.discard)
-        task.add_done_callback(partial(_forget, inflight_jobs, self._given_back,
+        task.add_done_callback(partial(_forget, inflight_jobs, self.returns.given_back,
                                        [j.job_id for j in jobs]))
         return task
 
@@ -578,7 +568,7 @@ class ScoringWorker(LocalBatches, Completions):
                 return False
         if not self._draining:
             return False
-        if inflight_jobs or self._held:
+        if inflight_jobs or self.returns.held:
             return True
         try:
             job = store.lease_lost_job(self.owner, self.lease_seconds, names)
@@ -609,25 +599,6 @@ class ScoringWorker(LocalBatches, Completions):
         except Exception as exc:  # locked or broken: stats() shows the last good read
             self.db_unavailable = f"{type(exc).__name__}: {exc}"
 
-    def _release(self, store: StoreAPI, job: Job, delay_s: float | None, reason: str) -> None:
-        """Give a job back (``delay_s`` None: release; else defer). A refusal (database
-        locked) is kept and retried each loop, so the job does not wait out its lease."""
-        try:
-            if delay_s is None:
-                store.release_job(job, self.owner, reason)
-            else:
-                store.defer_job(job, self.owner, delay_s, reason)
-            self._given_back.add(job.job_id)
-        except Exception as exc:
-            self._db_fault(store, exc)
-            self.db_unavailable = f"{type(exc).__name__}: {exc}"
-            self._unreleased.append((job, delay_s, reason))
-
-    def _retry_releases(self, store: StoreAPI) -> None:
-        pending, self._unreleased = self._unreleased, []
-        for job, delay_s, reason in pending:
-            self._release(store, job, delay_s, reason)
-
     async def _canary(self) -> None:
         from .judge.canary import run_canary
 
@@ -645,32 +616,10 @@ class ScoringWorker(LocalBatches, Completions):
         self._running_jobs += 1
         try:
             await self._job_body(store, job, record)
-            self._held.discard(job.job_id)  # stored, given back or taken over: not ours now
+            # stored, given back or taken over: not ours now
+            self.returns.held.discard(job.job_id)
         finally:
             self._running_jobs -= 1
-
-    def _release_held(self) -> None:
-        """The loop died under its jobs: give them back now, not at the end of their lease,
-        each run counted as a failed attempt (so a job that kills the loop each time ends in
-        a "gave up" error score instead of killing it forever). Releasing a finished job is a
-        no-op (the lease owner guards it)."""
-        held, self._held = self._held, set()
-        if not held:
-            return
-        try:
-            store = open_store(self.db_path, timeout_s=self.busy_timeout_s)
-        except Exception as exc:
-            record_internal_error("worker.release", exc)
-            return
-        try:
-            for job_id in sorted(held):
-                try:
-                    store.release_job(Job(job_id, "", "", "", 0), self.owner,
-                                      f"the scorer died: {self.last_error}"[:500])
-                except Exception as exc:
-                    record_internal_error("worker.release", exc)
-        finally:
-            store.close()
 
     async def _job_body(self, store: StoreAPI, job: Job, record: RagRecord | None) -> None:
         try:
@@ -701,7 +650,7 @@ class ScoringWorker(LocalBatches, Completions):
             if isinstance(exc, Exception) and _refused(store, exc):
                 # stopping while the database refuses the write (full disk): the job waits
                 # for the next process, and this attempt is not counted against it
-                self._release(store, job, 0.0, f"database unavailable: {exc}"[:500])
+                self.returns.release(store, job, 0.0, f"database unavailable: {exc}"[:500])
                 return
             # Our own failure, not the metric's (or the app's ``redact``/``on_scores`` calling
             # sys.exit()): give the job back so it is tried again (this run counts as an
@@ -710,7 +659,7 @@ class ScoringWorker(LocalBatches, Completions):
             if not self._stopping:  # a fault that persists must not spin: back off, holding
                 # the job (its lease is renewed), 0.2 s doubling to 5 s by its failed runs
                 await asyncio.sleep(min(0.1 * 2 ** min(job.attempts + 1, 6), 5.0))
-            self._release(store, job, None, f"{type(exc).__name__}: {exc}"[:500])
+            self.returns.release(store, job, None, f"{type(exc).__name__}: {exc}"[:500])
 
     def _retry_later(self, store: StoreAPI, job: Job, metric: Metric,
                      later: RetryLater) -> list[Score] | None:
@@ -719,7 +668,7 @@ class ScoringWorker(LocalBatches, Completions):
         an outage longer than that) then ends in an error score with the reason."""
         waited = time.time() - job.created_at if job.created_at else 0.0
         if waited <= self.judge_max_wait_s:
-            self._release(store, job, later.delay_s, later.reason)
+            self.returns.release(store, job, later.delay_s, later.reason)
             self.deferred += 1
             return None
         return [Score.failed(
@@ -729,42 +678,12 @@ class ScoringWorker(LocalBatches, Completions):
 
     async def score(self, metric: Metric, record: RagRecord) -> list[Score]:
         """Run one metric on one record; never raises: failures become error scores."""
-        t0 = time.perf_counter()
         # Judge metrics bound their own calls (per-call timeout, bounded retries); the overall
         # cap only stops a runaway.
         timeout = self.metric_timeout_s if metric.kind != "judge" else self.judge_timeout_s
-        skipped = skipped_scores(metric, record)
-        if skipped is not None:
-            return skipped
-        try:
-            if inspect.iscoroutinefunction(metric.__call__) or metric.kind == "judge":
-                out: Any = metric(record)
-            else:
-                ctx = contextvars.copy_context()
-                assert self._loop is not None
-                out = self._loop.run_in_executor(self._executor, ctx.run, _guarded, metric,
-                                                 record)
-            if inspect.isawaitable(out):
-                out = await asyncio.wait_for(_awaited_guarded(out), timeout)
-            scores = _normalise(metric, out)
-        except RetryLater:
-            raise  # the judge is unavailable or over budget: the job waits, it does not fail
-        except asyncio.TimeoutError:
-            scores = [Score.failed(n, f"timed out after {timeout:g}s",
-                                   metric=metric.name, metric_version=metric.version)
-                      for n in metric.names()]
-        except (SystemExit, KeyboardInterrupt) as exc:  # raised by the sync part of a judge
-            scores = [Score.failed(n, _aborted(exc), metric=metric.name,
-                                   metric_version=metric.version) for n in metric.names()]
-        except MetricAborted as exc:
-            scores = [Score.failed(n, str(exc), metric=metric.name,
-                                   metric_version=metric.version) for n in metric.names()]
-        except Exception as exc:
-            reason = f"{type(exc).__name__}: {exc}"[:2000]
-            scores = [Score.failed(n, reason, metric=metric.name, metric_version=metric.version)
-                      for n in metric.names()]
-        ms = (time.perf_counter() - t0) * 1000
-        return [_with(s, duration_ms=ms) for s in scores]
+        assert self._loop is not None
+        return await score_metric(metric, record, timeout_s=timeout, loop=self._loop,
+                                  executor=self._executor)
 
 
 def _forget(jobs: dict[int, Any], given_back: set[int], job_ids: list[int], task: Any) -> None:

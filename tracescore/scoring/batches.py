@@ -35,7 +35,7 @@ class LocalBatches:
 
     def _done_local(self, job_id: int) -> None:
         """A batched job is finished (stored, given back or taken over): its slot is free."""
-        self._held.discard(job_id)
+        self.returns.held.discard(job_id)
         self._local_open.discard(job_id)
 
     def _in_batch(self, metric: str) -> bool:
@@ -96,11 +96,11 @@ class LocalBatches:
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
             if isinstance(exc, Exception) and _refused(store, exc):
                 for job in jobs:  # stopping while the database refuses: as in _job_body
-                    if job.job_id in self._held:
-                        self._release(store, job, 0.0, f"database unavailable: {exc}"[:500])
+                    if job.job_id in self.returns.held:
+                        self.returns.release(store, job, 0.0, f"database unavailable: {exc}"[:500])
                         self._done_local(job.job_id)
                 return
-            failed.extend((job, exc) for job in jobs if job.job_id in self._held
+            failed.extend((job, exc) for job in jobs if job.job_id in self.returns.held
                           and all(job is not j for j, _ in failed))
         if failed:
             # Our own failure (as in _job_body): back off once, holding the jobs, then give
@@ -112,7 +112,7 @@ class LocalBatches:
                 worst = max(job.attempts for job, _ in failed)
                 await asyncio.sleep(min(0.1 * 2 ** min(worst + 1, 6), 5.0))
             for job, err in failed:
-                self._release(store, job, None, f"{type(err).__name__}: {err}"[:500])
+                self.returns.release(store, job, None, f"{type(err).__name__}: {err}"[:500])
                 self._done_local(job.job_id)
 
     def _local_result(self, store: StoreAPI, job: Job, metric: Metric,
@@ -148,7 +148,7 @@ class LocalBatches:
             got = store.lease_jobs(self.owner, free, self.lease_seconds, names)
             self.db_ok_at = time.time()
             batch = [j for j in got if j.job_id not in inflight_jobs
-                     or j.job_id in self._given_back]
+                     or j.job_id in self.returns.given_back]
             if not batch:
                 return
             records = store.load_records(j.record_id for j in batch)
@@ -160,8 +160,8 @@ class LocalBatches:
         self._idle.clear()
         plain = [j for j in batch if self._in_batch(j.metric)]
         for job in batch:
-            self._given_back.discard(job.job_id)
-            self._held.add(job.job_id)
+            self.returns.given_back.discard(job.job_id)
+            self.returns.held.add(job.job_id)
             if job not in plain:
                 self._spawn(self._job(store, job, records.get(job.record_id)), [job], tasks,
                             inflight, inflight_jobs)
