@@ -51,6 +51,7 @@ from .scoring.calls import (
 from .scoring.completions import Completions
 from .scoring.deliveries import DeliveryLedger
 from .scoring.failing import FailingMetrics
+from .scoring.lost import LostJobs
 from .scoring.on_write import ScoresOnWrite
 from .scoring.returns import JobReturns
 from .scoring.supervisor import Supervisor
@@ -127,11 +128,10 @@ class ScoringWorker(LocalBatches, Completions):
         #: a sustained ``log_record`` load (issue 19, bench/pipeline_rate.py: 3 of 5 rounds
         #: stored 4,800–7,500 records/s instead of ~13,300, more dropped).
         self.local_window = 1
-        #: ids of the lost job(s) running alone (nothing else is leased meanwhile), and
-        #: whether lost jobs wait (the worker then finishes what it holds and leases no more)
-        self._alone: set[int] = set()
-        self._draining = False
-        self._lost_checked = -1e9
+        #: lost jobs (their lease ran out) run alone: scoring/lost.py
+        self.lost = LostJobs(db_fault=self._db_fault,
+                             leased_ok=lambda: setattr(self, "db_ok_at", time.time()),
+                             lease_again=partial(setattr, self, "_lease_hint", True))
         #: a batch's metric running this long: the scores ready so far are stored, and
         #: another pool thread takes the batch's next metrics (``first_call_straggle_s`` for
         #: a metric's first call here: it imports its libraries, and two threads importing
@@ -212,9 +212,7 @@ class ScoringWorker(LocalBatches, Completions):
         self.returns.reset()
         self._lease_hint = True
         self._local_open = set()
-        self._alone = set()
-        self._draining = False
-        self._lost_checked = -1e9
+        self.lost.reset()
         if self.judge_session is not None:
             self.judge_session.after_fork()
         if was_running:
@@ -364,7 +362,7 @@ class ScoringWorker(LocalBatches, Completions):
     async def _main(self, *, restarted: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
         self._local_open = set()  # (a restarted loop: the dead one's batches are gone)
-        self._alone = set()
+        self.lost.alone = set()
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tracescore-m")
         store = open_store(self.db_path, timeout_s=self.busy_timeout_s)
@@ -421,7 +419,7 @@ class ScoringWorker(LocalBatches, Completions):
                 if lease_now:
                     self._lease_hint = False
                     last_lease = time.monotonic()
-                    if self._alone or self._lost_turn(store, pools, inflight_jobs, leased):
+                    if self.lost.alone or self._lost_turn(store, pools, inflight_jobs, leased):
                         lease_now = False  # nothing beside a lost job
                 for names, limit, tasks, batched in pools:
                     free = (limit * self.local_window - len(self._local_open) if batched
@@ -451,8 +449,8 @@ class ScoringWorker(LocalBatches, Completions):
                                 continue
                             given_back.discard(j.job_id)
                             leased.append((j, tasks, batched))
-                if lease_now or self._draining:
-                    lease_more = more or self._draining  # (drained: lease at the next turn)
+                if lease_now or self.lost.draining:
+                    lease_more = more or self.lost.draining  # (drained: lease at next turn)
                 now = time.monotonic()
                 if inflight_jobs and now - last_renewal > self.lease_seconds / 3:
                     # Judge jobs can wait longer than a lease (slow judge, breaker open):
@@ -481,9 +479,9 @@ class ScoringWorker(LocalBatches, Completions):
                                     pools[0][2], inflight, inflight_jobs).add_done_callback(
                             partial(_free_slots, self._local_open, ids))
                     for job, _, _ in leased:
-                        if job.job_id in self._alone:
+                        if job.job_id in self.lost.alone:
                             inflight_jobs[job.job_id].add_done_callback(
-                                partial(self._alone_done, job.job_id))
+                                partial(self.lost.done, job.job_id))
                     if more and any(names and (len(self._local_open) < limit * self.local_window
                                                if batched else len(tasks) < limit)
                                     for names, limit, tasks, batched in pools):
@@ -552,44 +550,17 @@ class ScoringWorker(LocalBatches, Completions):
                    pools: list[tuple[list[str], int, set[asyncio.Task[None]], bool]],
                    inflight_jobs: dict[int, asyncio.Task[None]],
                    leased: list[tuple[Job, set[asyncio.Task[None]], bool]]) -> bool:
-        """Jobs whose lease ran out (their holder died or hung) run one at a time, each with
-        no other job held here: once one is seen (a read every ``poll_seconds``), the loop
-        leases nothing more, finishes what it holds, then takes them one by one. True: this
-        turn leases nothing else (a lost job was taken, or the loop is draining)."""
-        names = [n for pool in pools for n in pool[0]]
-        now = time.monotonic()
-        if not self._draining and now - self._lost_checked >= self.poll_seconds and names:
-            self._lost_checked = now
-            try:
-                self._draining = store.has_lost_jobs(names)
-            except Exception as exc:
-                if not self._db_fault(store, exc):
-                    record_internal_error("worker.lease", exc)
-                return False
-        if not self._draining:
-            return False
-        if inflight_jobs or self.returns.held:
-            return True
-        try:
-            job = store.lease_lost_job(self.owner, self.lease_seconds, names)
-            self.db_ok_at = time.time()
-        except Exception as exc:
-            if not self._db_fault(store, exc):
-                record_internal_error("worker.lease", exc)
-            return True
-        if job is None:
-            self._draining = False
-            return False
+        """Lost jobs run alone (scoring/lost.py). True: this turn leases nothing else (a lost
+        job was taken into ``leased``, or the loop is draining)."""
+        got = self.lost.turn(store, [n for pool in pools for n in pool[0]],
+                             busy=bool(inflight_jobs or self.returns.held), owner=self.owner,
+                             lease_s=self.lease_seconds, poll_s=self.poll_seconds)
+        if not isinstance(got, Job):
+            return got
         self._idle.clear()
-        self._alone.add(job.job_id)
-        pool = pools[0] if job.metric in pools[0][0] else pools[1]
-        leased.append((job, pool[2], pool[3]))
+        pool = pools[0] if got.metric in pools[0][0] else pools[1]
+        leased.append((got, pool[2], pool[3]))
         return True
-
-    def _alone_done(self, job_id: int, _task: Any) -> None:
-        """A lost job's run ended: the next lease may come at once (the next lost job)."""
-        self._alone.discard(job_id)
-        self._lease_hint = True
 
     def _read_snapshot(self, store: StoreAPI) -> None:
         try:

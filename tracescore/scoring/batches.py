@@ -138,8 +138,8 @@ class LocalBatches:
         """Lease local jobs into the free slots and start their batch (loop thread; what the
         loop does at its next turn, done now). A failure leaves it to the loop."""
         state = self._loop_state
-        if state is None or self._stopping or self._draining or self._alone:
-            return  # (lost jobs wait: they run alone, see ScoringWorker._lost_turn)
+        if state is None or self._stopping or self.lost.waiting:
+            return  # (lost jobs wait: they run alone, see scoring/lost.py)
         (names, limit, tasks, _), inflight, inflight_jobs = state
         free = limit * self.local_window - len(self._local_open)
         if free <= 0 or not names:
