@@ -151,3 +151,13 @@ class Space(Connection, Protocol):
         """Return freed space to the file system where the engine needs it (SQLite)."""
     def vacuum_full(self) -> None:
         """Rewrite the database once, offline (SQLite; a no-op on PostgreSQL)."""
+
+
+class MonitorStateRole(Connection, Protocol):
+    """What the monitor-state role (:mod:`.monitor_state`: states, history, the evaluator's
+    lease, the notification outbox) needs of a backend: its connection and its dialect. The
+    SQL and the backend checks are that module's, inside the store; the monitors call its
+    functions and never see a connection."""
+
+    @property
+    def conn(self) -> Any: ...
