@@ -46,6 +46,7 @@ from .score import Score
 from .scoring.batches import LocalBatches, _free_slots
 from .scoring.calls import (
     _refused,
+    canary_once,
     score_metric,
 )
 from .scoring.completions import Completions
@@ -99,7 +100,6 @@ class ScoringWorker(LocalBatches, Completions):
         self._errors = 0
         #: metrics that have failed on every record so far (said once, in stats())
         self.failing = FailingMetrics()
-        self.deferred = 0
         #: The judge session of judge metrics (its SQLite connection lives on this loop).
         self.judge_session: JudgeSession | None = None
         #: judge budgets: which records of a budgeted judge metric go to the judge
@@ -308,6 +308,8 @@ class ScoringWorker(LocalBatches, Completions):
     redeliver_backoff_s = _part("deliveries", "redeliver_backoff_s")
     export_confirm_timeout_s = _part("deliveries", "export_confirm_timeout_s")
     redelivered = _part("deliveries", "redelivered")
+    #: the give-backs' (jobs deferred to wait for the judge)
+    deferred = _part("returns", "deferred")
     bad_ids = _part("deliveries", "bad_ids")
     #: the on-write scorer's (``score_on_write`` False: the writer scores nothing)
     score_on_write = _part("on_write", "enabled")
@@ -393,7 +395,7 @@ class ScoringWorker(LocalBatches, Completions):
             ledger.redeliver(store, at_start=not restarted)
             if self.judge_session is not None and self.judge_canary \
                     and not self.canary_done.is_set():
-                canary = asyncio.create_task(self._canary())
+                canary = asyncio.create_task(canary_once(self.judge_session, self.canary_done))
             last_redelivery = time.monotonic()
             last_snapshot = 0.0
             while True:
@@ -470,12 +472,12 @@ class ScoringWorker(LocalBatches, Completions):
                         if batched and self._in_batch(job.metric):
                             batch.append(job)
                             continue
-                        self._spawn(self._job(store, job, records.get(job.record_id)), [job],
+                        self.returns.spawn(self._job(store, job, records.get(job.record_id)), [job],
                                     tasks, inflight, inflight_jobs)
                     if batch:
                         ids = [j.job_id for j in batch]
                         self._local_open.update(ids)
-                        self._spawn(self._batch(store, batch, records, local_full), batch,
+                        self.returns.spawn(self._batch(store, batch, records, local_full), batch,
                                     pools[0][2], inflight, inflight_jobs).add_done_callback(
                             partial(_free_slots, self._local_open, ids))
                     for job, _, _ in leased:
@@ -495,33 +497,10 @@ class ScoringWorker(LocalBatches, Completions):
                     [*inflight, wake_task], timeout=self.poll_seconds,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
-            # Stopping: let in-flight jobs finish for a moment, then give the rest back (at
-            # once, so another worker of the fleet takes them without waiting for the lease).
-            # The start-up canary gets the same moment: a short-lived process (a batch job
-            # that stops right after its records) finishes it, or it is cancelled whole
-            # (judge/canary.py stores a run only once all its steps are in) and the next
-            # process's start-up run asks the judge again.
-            waiting = set(inflight)
-            if canary is not None and not canary.done():
-                waiting.add(canary)
-            if waiting:
-                await asyncio.wait(waiting, timeout=self.stop_grace_s)
-            for job_id, task in list(inflight_jobs.items()):
-                task.cancel()
-                try:  # a done job's lease owner is already cleared: this cannot reopen it
-                    # (given back at no attempt: stopping is not the job's failure)
-                    store.defer_job(Job(job_id, "", "", "", 0), self.owner, 0.0,
-                                    "worker stopped")
-                except Exception as exc:
-                    # (a full disk or a lock: its lease runs out, and the next process
-                    # takes it then; no record is lost)
-                    if not _refused(store, exc):
-                        record_internal_error("worker.release", exc)
-            self.returns.held.clear()
+            await self.returns.wind_down(store, inflight, inflight_jobs, canary,
+                                         self.stop_grace_s)
             if wake_task is not None:
                 wake_task.cancel()
-            if canary is not None and not canary.done():
-                canary.cancel()
             ledger.flush(store)
         finally:
             self._loop_state = None
@@ -531,20 +510,6 @@ class ScoringWorker(LocalBatches, Completions):
             if self.judge_session is not None:
                 self.judge_session.close()
             store.close()
-
-    def _spawn(self, work: Any, jobs: list[Job], tasks: set[asyncio.Task[None]],
-               inflight: set[asyncio.Task[None]],
-               inflight_jobs: dict[int, asyncio.Task[None]]) -> asyncio.Task[None]:
-        task = asyncio.create_task(work)
-        inflight.add(task)
-        tasks.add(task)
-        for job in jobs:
-            inflight_jobs[job.job_id] = task
-        task.add_done_callback(inflight.discard)
-        task.add_done_callback(tasks.discard)
-        task.add_done_callback(partial(_forget, inflight_jobs, self.returns.given_back,
-                                       [j.job_id for j in jobs]))
-        return task
 
     def _lost_turn(self, store: StoreAPI,
                    pools: list[tuple[list[str], int, set[asyncio.Task[None]], bool]],
@@ -569,19 +534,6 @@ class ScoringWorker(LocalBatches, Completions):
             self.db_unavailable = self._write_fault  # (reads pass on a full disk)
         except Exception as exc:  # locked or broken: stats() shows the last good read
             self.db_unavailable = f"{type(exc).__name__}: {exc}"
-
-    async def _canary(self) -> None:
-        from .judge.canary import run_canary
-
-        assert self.judge_session is not None
-        try:
-            await run_canary(self.judge_session)
-        except RetryLater:
-            pass
-        except Exception as exc:  # a broken judge shows up in the scores; log it once here
-            log.warning("tracescore judge canary could not run: %s", exc)
-        finally:
-            self.canary_done.set()
 
     async def _job(self, store: StoreAPI, job: Job, record: RagRecord | None) -> None:
         self._running_jobs += 1
@@ -608,7 +560,8 @@ class ScoringWorker(LocalBatches, Completions):
                 try:
                     scores = await self.score(metric, record)
                 except RetryLater as later:
-                    waited = self._retry_later(store, job, metric, later)
+                    waited = self.returns.wait_for_judge(store, job, metric, later,
+                                                         self.judge_max_wait_s)
                     if waited is None:
                         return
                     scores = waited
@@ -632,21 +585,6 @@ class ScoringWorker(LocalBatches, Completions):
                 await asyncio.sleep(min(0.1 * 2 ** min(job.attempts + 1, 6), 5.0))
             self.returns.release(store, job, None, f"{type(exc).__name__}: {exc}"[:500])
 
-    def _retry_later(self, store: StoreAPI, job: Job, metric: Metric,
-                     later: RetryLater) -> list[Score] | None:
-        """The judge is unavailable or over budget: the job is given back to wait (None), up
-        to ``judge_max_wait_s`` since it was created; a record the judge always fails on (or
-        an outage longer than that) then ends in an error score with the reason."""
-        waited = time.time() - job.created_at if job.created_at else 0.0
-        if waited <= self.judge_max_wait_s:
-            self.returns.release(store, job, later.delay_s, later.reason)
-            self.deferred += 1
-            return None
-        return [Score.failed(
-            n, f"judge unavailable for this record for {waited:.0f}s "
-            f"(judge_max_wait_s): {later.reason}", metric=metric.name,
-            metric_version=metric.version) for n in metric.names()]
-
     async def score(self, metric: Metric, record: RagRecord) -> list[Score]:
         """Run one metric on one record; never raises: failures become error scores."""
         # Judge metrics bound their own calls (per-call timeout, bounded retries); the overall
@@ -655,13 +593,3 @@ class ScoringWorker(LocalBatches, Completions):
         assert self._loop is not None
         return await score_metric(metric, record, timeout_s=timeout, loop=self._loop,
                                   executor=self._executor)
-
-
-def _forget(jobs: dict[int, Any], given_back: set[int], job_ids: list[int], task: Any) -> None:
-    """A task's jobs ended: forget each, unless a newer task of the same job (leased again
-    after this one gave it back) has taken its place."""
-    for job_id in job_ids:
-        if jobs.get(job_id) is task:
-            del jobs[job_id]
-            given_back.discard(job_id)
-

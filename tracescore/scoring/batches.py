@@ -124,7 +124,8 @@ class LocalBatches:
             try:
                 scores = self._local_scores(metric, res)
             except RetryLater as later:
-                waited = self._retry_later(store, job, metric, later)
+                waited = self.returns.wait_for_judge(store, job, metric, later,
+                                                         self.judge_max_wait_s)
                 if waited is None:
                     self._done_local(job.job_id)
                     return None
@@ -163,12 +164,12 @@ class LocalBatches:
             self.returns.given_back.discard(job.job_id)
             self.returns.held.add(job.job_id)
             if job not in plain:
-                self._spawn(self._job(store, job, records.get(job.record_id)), [job], tasks,
+                self.returns.spawn(self._job(store, job, records.get(job.record_id)), [job], tasks,
                             inflight, inflight_jobs)
         if plain:
             ids = [j.job_id for j in plain]
             self._local_open.update(ids)
-            self._spawn(self._batch(store, plain, records, len(got) >= free), plain, tasks,
+            self.returns.spawn(self._batch(store, plain, records, len(got) >= free), plain, tasks,
                         inflight, inflight_jobs).add_done_callback(
                 partial(_free_slots, self._local_open, ids))
         if len(got) >= free:

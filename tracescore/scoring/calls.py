@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import logging
 import math
+import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Executor
@@ -20,6 +22,8 @@ from ..record import RagRecord
 from ..score import Score
 from ..store import StoreAPI
 from ..store.compact import skip_reason
+
+log = logging.getLogger("tracescore")
 
 
 def _refused(store: StoreAPI, exc: BaseException) -> bool:
@@ -152,3 +156,20 @@ async def score_metric(metric: Metric, record: RagRecord, *, timeout_s: float,
                   for n in metric.names()]
     ms = (time.perf_counter() - t0) * 1000
     return [_with(s, duration_ms=ms) for s in scores]
+
+
+async def canary_once(session: Any, done: threading.Event) -> None:
+    """The judge canary's start-up run on the scorer's loop (``done`` set when it ended,
+    whatever happened: for callers that want its verdict, such as the demo). A judge that is
+    unavailable is tried again at the next scheduled run; a broken one shows up in the
+    scores, and is logged once here."""
+    from ..judge.canary import run_canary
+
+    try:
+        await run_canary(session)
+    except RetryLater:
+        pass
+    except Exception as exc:
+        log.warning("tracescore judge canary could not run: %s", exc)
+    finally:
+        done.set()

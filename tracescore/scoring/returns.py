@@ -11,10 +11,18 @@ up" error score instead of killing it forever.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 from .._internal.errors import record_internal_error
+from ..judge.base import RetryLater
+from ..metrics.base import Metric
+from ..score import Score
 from ..store import Job, StoreAPI, open_store
+from .calls import _refused
 
 
 class JobReturns:
@@ -34,6 +42,8 @@ class JobReturns:
         self.db_fault = db_fault
         self.refused = refused
         self.busy_timeout_s = busy_timeout_s
+        #: jobs given back to wait for the judge (breaker open, budget)
+        self.deferred = 0
         self.reset()
 
     def reset(self) -> None:
@@ -87,3 +97,72 @@ class JobReturns:
                     record_internal_error("worker.release", exc)
         finally:
             store.close()
+
+    def spawn(self, work: Any, jobs: list[Job], tasks: set[asyncio.Task[None]],
+              inflight: set[asyncio.Task[None]],
+              inflight_jobs: dict[int, asyncio.Task[None]]) -> asyncio.Task[None]:
+        """One task of the loop for ``jobs``, in its pool's ``tasks`` and the loop's
+        ``inflight``; each job maps to it in ``inflight_jobs`` until it ends."""
+        task = asyncio.create_task(work)
+        inflight.add(task)
+        tasks.add(task)
+        for job in jobs:
+            inflight_jobs[job.job_id] = task
+        task.add_done_callback(inflight.discard)
+        task.add_done_callback(tasks.discard)
+        task.add_done_callback(partial(_forget, inflight_jobs, self.given_back,
+                                       [j.job_id for j in jobs]))
+        return task
+
+    async def wind_down(self, store: StoreAPI, inflight: set[asyncio.Task[None]],
+                        inflight_jobs: dict[int, asyncio.Task[None]],
+                        canary: asyncio.Task[Any] | None, grace_s: float) -> None:
+        """Stopping: let in-flight jobs finish for ``grace_s``, then give the rest back (at
+        once, so another worker of the fleet takes them without waiting for the lease). The
+        start-up canary gets the same moment: a short-lived process (a batch job that stops
+        right after its records) finishes it, or it is cancelled whole (judge/canary.py
+        stores a run only once all its steps are in) and the next process's start-up run
+        asks the judge again."""
+        waiting = set(inflight)
+        if canary is not None and not canary.done():
+            waiting.add(canary)
+        if waiting:
+            await asyncio.wait(waiting, timeout=grace_s)
+        for job_id, task in list(inflight_jobs.items()):
+            task.cancel()
+            try:  # a done job's lease owner is already cleared: this cannot reopen it
+                # (given back at no attempt: stopping is not the job's failure)
+                store.defer_job(Job(job_id, "", "", "", 0), self.owner(), 0.0,
+                                "worker stopped")
+            except Exception as exc:
+                # (a full disk or a lock: its lease runs out, and the next process takes it
+                # then; no record is lost)
+                if not _refused(store, exc):
+                    record_internal_error("worker.release", exc)
+        self.held.clear()
+        if canary is not None and not canary.done():
+            canary.cancel()
+
+    def wait_for_judge(self, store: StoreAPI, job: Job, metric: Metric, later: RetryLater,
+                       max_wait_s: float) -> list[Score] | None:
+        """The judge is unavailable or over budget: the job is given back to wait (None), up
+        to ``max_wait_s`` since it was created; a record the judge always fails on (or an
+        outage longer than that) then ends in an error score with the reason."""
+        waited = time.time() - job.created_at if job.created_at else 0.0
+        if waited <= max_wait_s:
+            self.release(store, job, later.delay_s, later.reason)
+            self.deferred += 1
+            return None
+        return [Score.failed(
+            n, f"judge unavailable for this record for {waited:.0f}s "
+            f"(judge_max_wait_s): {later.reason}", metric=metric.name,
+            metric_version=metric.version) for n in metric.names()]
+
+
+def _forget(jobs: dict[int, Any], given_back: set[int], job_ids: list[int], task: Any) -> None:
+    """A task's jobs ended: forget each, unless a newer task of the same job (leased again
+    after this one gave it back) has taken its place."""
+    for job_id in job_ids:
+        if jobs.get(job_id) is task:
+            del jobs[job_id]
+            given_back.discard(job_id)
