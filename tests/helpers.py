@@ -267,8 +267,9 @@ def store_clock(monkeypatch: Any, t: float) -> StoreClock:
     """Both stores' clock set to ``t`` (move it with ``.t``) for the test's duration."""
     import tracescore.store.postgres as pg_mod
     import tracescore.store.sqlite as sqlite_mod
+    import tracescore.store.sqlite_jobs as sqlite_jobs_mod
 
     c = StoreClock(t)
-    monkeypatch.setattr(sqlite_mod, "time", c)
-    monkeypatch.setattr(pg_mod, "time", c)
+    for mod in (sqlite_mod, sqlite_jobs_mod, pg_mod):  # (SQLite's jobs role: its own module)
+        monkeypatch.setattr(mod, "time", c)
     return c
