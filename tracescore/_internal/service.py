@@ -9,7 +9,7 @@ happens when a step raises; the loop that holds it owns only its step.
 
 The loop::
 
-    wait first_wait_s (or until woken) → step() → wait what it returned (None: interval_s) → …
+    wait first_wait_s (or a wake) → step() → wait what it returned (None: interval_s) → …
 
 - :meth:`~Service.wake` (alias :meth:`~Service.run_now`) makes the next step start at once; a
   wake during a step makes the next one start at once after it (never lost, never doubled).
