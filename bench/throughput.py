@@ -52,6 +52,7 @@ from tracescore.queue import RecordQueue  # noqa: E402
 from tracescore.record import Context, RagRecord  # noqa: E402
 from tracescore.sampling import Decision, trace_fraction  # noqa: E402
 from tracescore.store import NewJob, Store  # noqa: E402
+from tracescore.write_port import PortFunctions  # noqa: E402
 
 try:
     from tracescore.examples.langchain_rag import REFUSAL, load_corpus, load_questions
@@ -118,7 +119,8 @@ def bench_queue_direct(tmp: str, records: list[RagRecord], metrics: Sequence[str
     def plan(rec: RagRecord, d: Decision) -> list[NewJob]:
         return [NewJob(rec.record_id, m, versions[m]) for m in d.metrics]
 
-    q = RecordQueue(path, plan, lambda store, upd: None, max_size=len(records) + 10,
+    q = RecordQueue(path, PortFunctions(plan, lambda store, upd: None),
+                    max_size=len(records) + 10,
                     batch_size=batch_size)
     items = [(r, Decision(trace_fraction(r.trace_id), tuple(metrics))) for r in records]
     gc.collect()

@@ -266,9 +266,12 @@ class StoreClock:
 def store_clock(monkeypatch: Any, t: float) -> StoreClock:
     """Both stores' clock set to ``t`` (move it with ``.t``) for the test's duration."""
     import tracescore.store.postgres as pg_mod
+    import tracescore.store.postgres_jobs as pg_jobs_mod
     import tracescore.store.sqlite as sqlite_mod
+    import tracescore.store.sqlite_jobs as sqlite_jobs_mod
 
     c = StoreClock(t)
-    monkeypatch.setattr(sqlite_mod, "time", c)
-    monkeypatch.setattr(pg_mod, "time", c)
+    # (each backend's jobs role is a module of its own: its clock too)
+    for mod in (sqlite_mod, sqlite_jobs_mod, pg_mod, pg_jobs_mod):
+        monkeypatch.setattr(mod, "time", c)
     return c

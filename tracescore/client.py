@@ -56,6 +56,7 @@ from .store.retention import PG_NO_MAX_BYTES, Retention, RetentionThread
 from .store.segments import SegmentSpec, release_environment
 from .telemetry import Telemetry, plan_export
 from .worker import ScoringWorker
+from .write_port import PortFunctions
 
 log = logging.getLogger("tracescore")
 
@@ -296,13 +297,14 @@ class Tracescore(Feedback, Lifecycle):
                 self.attacher.confirm_exports = True
 
         # queue: the hot path's bounded buffer and the writer behind it
+        # (the writer's one port: jobs, updates, the scorer's wake, and — when this process
+        # scores — cheap local metrics scored by the writer as it stores a record)
+        port = PortFunctions(self._plan_jobs, self._apply_ground_truth, self.worker.wake,
+                             self.worker.on_write if s.score else None)
         self.queue = RecordQueue(
-            self.db_path, self._plan_jobs, self._apply_ground_truth,
-            max_size=s.max_queue, on_written=self.worker.wake, losses=self.losses,
+            self.db_path, port, max_size=s.max_queue, losses=self.losses,
             keep_full_text=s.keep_full_text is not False, segments=self.segment_spec,
         )
-        if s.score:  # cheap local metrics are scored by the writer as it stores a record
-            self.queue.on_write = self.worker
         # retention: prune old records in small background batches (own thread, own store).
         # On PostgreSQL (a fleet) only where scoring runs — the `tracescore worker` processes
         # (or a scoring app); capture-only replicas (score=False) leave it to them. Several

@@ -36,6 +36,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 from . import attributes as A
 from ._internal.errors import handle_internal_errors, record_internal_error
+from ._internal.service import Service
 from .export import clean_attributes, clean_span
 from .score import Score
 
@@ -116,10 +117,11 @@ class ScoreAttachingProcessor(SpanProcessor):
         self._holds: dict[int, _Hold] = {}
         self._deadlines: list[tuple[float, int]] = []
         self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
         self._tracer: trace_api.Tracer | None = None
         self._closed = False
-        self._reaper: threading.Thread | None = None
+        #: ends the holds whose deadline passed (started at the first hold)
+        self._reaper = Service("tracescore-holds", self._reap_due, interval_s=1.0,
+                               on_error=_reap_failed)
         os.register_at_fork(after_in_child=self._after_fork)
         #: Set by :func:`adopt_processors`: the app's multi-processor this one sits in.
         self.adopted_from: Any = None
@@ -193,7 +195,7 @@ class ScoreAttachingProcessor(SpanProcessor):
         self._release_all()
         with self._lock:
             self._closed = True
-            self._wake.notify_all()
+        self._reaper.stop(timeout=0)  # (it ends at its next turn; holds are released above)
         if shutdown_inner:
             self.inner.shutdown()
         else:
@@ -208,17 +210,14 @@ class ScoreAttachingProcessor(SpanProcessor):
                 return
             self._holds[span_id] = _Hold(trace_id, span_id, n_jobs, deadline)
             heapq.heappush(self._deadlines, (deadline, span_id))
-            if self._reaper is None or not self._reaper.is_alive():
-                self._reaper = threading.Thread(
-                    target=self._reap, name="tracescore-holds", daemon=True
-                )
+            if not self._reaper.alive:
                 self._reaper.start()
             elif len(self._deadlines) == 1 and self.hold_seconds < 1.0:
                 # Only a deadline sooner than the reaper's idle wake-up (1 s) needs waking it:
                 # deadlines come in order (now + hold_seconds), so with holds of a second or
                 # more it never does — a wake per request (when scores come faster than
                 # requests, the heap empties between them) cost a thread switch each.
-                self._wake.notify()
+                self._reaper.wake()
 
     def expect_more(self, span_id: int, n_jobs: int) -> None:
         """``n_jobs`` more jobs (or fewer, when negative) were planned for a held span.
@@ -242,9 +241,8 @@ class ScoreAttachingProcessor(SpanProcessor):
     def _after_fork(self) -> None:
         # The child has no reaper thread, and the lock may have been held by a parent thread
         # at fork time. The holds are the parent's spans: the parent exports them.
+        # (the reaper's own service gets fresh events and no thread: it starts at a hold)
         self._lock = threading.Lock()
-        self._wake = threading.Condition(self._lock)
-        self._reaper = None
         self._holds = {}
         self._deadlines = []
         self._taken = {}
@@ -396,36 +394,41 @@ class ScoreAttachingProcessor(SpanProcessor):
             else:
                 self.emit_carrier(h.trace_id, h.span_id, h.scores)
 
-    def _reap(self) -> None:
-        while True:
-            due: list[_Hold] = []
-            with self._lock:
-                if self._closed:
-                    return
-                now = time.monotonic()
-                while self._deadlines and self._deadlines[0][0] <= now:
-                    _, span_id = heapq.heappop(self._deadlines)
-                    hold = self._holds.get(span_id)
-                    if hold is None:
-                        continue
-                    # A hold whose span never ended (the span was lost) is dropped too: its
-                    # scores so far, and later ones, go out on carrier spans.
-                    due.append(self._holds.pop(span_id))
-                # Deadlines of holds released already (their scores came: the usual case) are
-                # dropped now, not woken for: the next wake is the first live hold's deadline,
-                # not one per request.
-                while self._deadlines and self._deadlines[0][1] not in self._holds:
-                    heapq.heappop(self._deadlines)
-                wait = self._deadlines[0][0] - now if self._deadlines else 1.0
-            for hold in due:
-                with handle_internal_errors("processor.reap", reraise=False):
-                    if hold.span is not None:
-                        self._release(hold, late=hold.expected - hold.done)
-                    elif hold.scores:
-                        self.emit_carrier(hold.trace_id, hold.span_id, hold.scores)
-            with self._lock:
-                if not self._closed:
-                    self._wake.wait(timeout=max(0.005, min(wait, 1.0)))
+    def _reap_due(self) -> float | None:
+        """One turn of the reaper: release the holds whose deadline passed; the wait until
+        the next deadline (at most 1 s)."""
+        due: list[_Hold] = []
+        with self._lock:
+            if self._closed:
+                self._reaper.stopping.set()
+                return None
+            now = time.monotonic()
+            while self._deadlines and self._deadlines[0][0] <= now:
+                _, span_id = heapq.heappop(self._deadlines)
+                hold = self._holds.get(span_id)
+                if hold is None:
+                    continue
+                # A hold whose span never ended (the span was lost) is dropped too: its
+                # scores so far, and later ones, go out on carrier spans.
+                due.append(self._holds.pop(span_id))
+            # Deadlines of holds released already (their scores came: the usual case) are
+            # dropped now, not woken for: the next wake is the first live hold's deadline,
+            # not one per request.
+            while self._deadlines and self._deadlines[0][1] not in self._holds:
+                heapq.heappop(self._deadlines)
+            wait = self._deadlines[0][0] - now if self._deadlines else 1.0
+        for hold in due:
+            with handle_internal_errors("processor.reap", reraise=False):
+                if hold.span is not None:
+                    self._release(hold, late=hold.expected - hold.done)
+                elif hold.scores:
+                    self.emit_carrier(hold.trace_id, hold.span_id, hold.scores)
+        return max(0.005, min(wait, 1.0))
+
+
+def _reap_failed(exc: Exception) -> float:
+    record_internal_error("processor.reap", exc)
+    return 0.05  # (soon: deadlines may be due)
 
 
 # -- exporter="app": score the app's own span pipeline ---------------------------------------

@@ -27,7 +27,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ._internal import capture_degraded as _degraded
@@ -45,6 +45,7 @@ from .sampling import Decision
 from .store import PENDING, NewJob, SegmentSpec, StoreAPI, open_store
 from .store.batch import Pairs
 from .updates import FeedbackUpdate, GroundTruthUpdate
+from .write_port import OnWriteScorer, WritePort
 
 #: records per transaction while the database's disk is tight (db_faults.TightDisks)
 TIGHT_BATCH = 16
@@ -59,22 +60,19 @@ class _Marker:
         self.done = threading.Event()
 
 
-Planner = Callable[[RagRecord, Decision], Sequence[NewJob]]
-GroundTruthHandler = Callable[[StoreAPI, "GroundTruthUpdate | FeedbackUpdate"], None]
-
-
 class RecordQueue:
+    """The hot path's bounded buffer and the writer thread behind it. ``port``: everything
+    the writer asks of the stages above it (:class:`~tracescore.write_port.WritePort`)."""
+
     def __init__(
         self,
         db_path: str,
-        plan_jobs: Planner,
-        on_ground_truth: GroundTruthHandler,
+        port: WritePort,
         *,
         max_size: int = 10_000,
         batch_size: int = 512,
         interval_s: float = 0.2,
         linger_s: float = 0.03,
-        on_written: Callable[[], None] | None = None,
         losses: Losses | None = None,
         keep_full_text: bool = True,
         segments: SegmentSpec | None = None,
@@ -84,8 +82,7 @@ class RecordQueue:
         self.segments = segments
         #: False: records no metric sampled are stored compact (no text), here on the writer.
         self.keep_full_text = keep_full_text
-        self.plan_jobs = plan_jobs
-        self.on_ground_truth = on_ground_truth
+        self.port = port
         self.max_size = max_size
         self.batch_size = batch_size
         self.interval_s = interval_s
@@ -105,11 +102,6 @@ class RecordQueue:
         self._gap = 1.0
         self._last_gap = 1.0
         self._last_put = 0.0
-        #: called after a batch that may have opened jobs for the worker (wakes it)
-        self.on_written = on_written
-        #: the scoring worker, when the writer may score cheap local metrics itself
-        #: (:mod:`tracescore.scoring.on_write`); None: every job goes to the worker
-        self.on_write: Any = None
         self._opened = False
         #: how long one write waits for a lock before the writer backs off and retries
         self.busy_timeout_s = 5.0
@@ -441,10 +433,10 @@ class RecordQueue:
                     raise
             for m in markers:
                 m.done.set()
-            if self.on_written is not None and self._opened:
+            if self._opened:
                 # (a batch whose jobs were all scored on write or skipped: nothing to lease)
                 self._opened = False
-                self.on_written()
+                self.port.jobs_opened()
             if records and self._buf and len(self._buf) < self.batch_size \
                     and self._may_linger():
                 # Records of a busy stream that came in while this batch was written: they
@@ -493,14 +485,15 @@ class RecordQueue:
         try:
             jobs: list[NewJob] = []
             scored: list[tuple[NewJob, list[Any]]] = []
-            ow = self.on_write
-            if ow is not None and (len(self._buf) > self.batch_size or not ow.on_write_open()):
+            port = self.port
+            ow = on_write = port.on_write()
+            if ow is not None and (len(self._buf) > self.batch_size or not ow.open()):
                 ow = None  # behind (a backlog), or no worker: the worker scores them all
-            until = time.perf_counter() + ow.on_write_budget_s if ow is not None else 0.0
+            until = time.perf_counter() + ow.budget_s if ow is not None else 0.0
             for item in getattr(records, "items", records):
                 if type(item) is not tuple:  # (a record alone: no metric sampled it, no jobs)
                     continue
-                for job in self.plan_jobs(item[0], item[1]):
+                for job in port.plan_jobs(item[0], item[1]):
                     if ow is not None and job.status == PENDING:
                         scores = ow.score_now(item[0], job)
                         if scores is not None:
@@ -512,12 +505,12 @@ class RecordQueue:
             refs = store.write_batch(
                 records, jobs, counters, keep_full_text=self.keep_full_text,
                 segments=self.segments, scored=scored,
-                delivery=self.on_write.delivery_on_write if scored else None)
+                delivery=on_write.delivery if scored and on_write is not None else None)
             self.written += len(records)
             if not self._opened:
                 self._opened = any(j.status == PENDING for j in jobs)
-            if scored:
-                self._scored_on_write(scored, refs)
+            if scored and on_write is not None:
+                _scored_on_write(on_write, scored, refs)
             return
         except Exception as exc:
             if store.unavailable(exc):
@@ -528,7 +521,7 @@ class RecordQueue:
         # bad record costs only itself, and count what could not be stored, by reason.
         for rec, decision in records:
             try:
-                store.write_batch([(rec, decision)], self.plan_jobs(rec, decision), None,
+                store.write_batch([(rec, decision)], self.port.plan_jobs(rec, decision), None,
                                   keep_full_text=self.keep_full_text, segments=self.segments)
                 self.written += 1
             except Exception as exc:
@@ -537,18 +530,6 @@ class RecordQueue:
                 self._lose(exc)
         store.bump_counters({**counters, **{f"lost.{k}": v for k, v in
                                             self.losses.take_unsaved().items()}})
-
-    def _scored_on_write(self, scored: Sequence[tuple[NewJob, list[Any]]],
-                         refs: Sequence[Any]) -> None:
-        """Committed: the scores stored on write go to the exporter and the span attacher
-        (isolated: the batch is written, a failure here must not write it again)."""
-        for (job, scores), ids in zip(scored, refs):
-            if ids is None:
-                continue  # a replay: its job existed already
-            try:
-                self.on_write.stored_on_write(job.record_id, scores, ids)
-            except Exception as exc:
-                record_internal_error("queue.scored_on_write", exc)
 
     def _lose(self, exc: BaseException) -> None:
         self.failed += 1
@@ -563,12 +544,25 @@ class RecordQueue:
 
     def _apply_ground_truth(self, store: StoreAPI, upd: GroundTruthUpdate | FeedbackUpdate) -> None:
         try:
-            self.on_ground_truth(store, upd)
+            self.port.apply_update(store, upd)
         except Exception as exc:
             if store.unavailable(exc):
                 raise _DbUnavailable.of(exc) from exc
             self.losses.add(f"update_failed:{type(exc).__name__}", 1, str(exc))
             record_internal_error("queue.ground_truth", exc)
+
+
+def _scored_on_write(on_write: OnWriteScorer, scored: Sequence[tuple[NewJob, list[Any]]],
+                     refs: Sequence[Any]) -> None:
+    """Committed: the scores stored on write go to the exporter and the span attacher
+    (isolated: the batch is written, a failure here must not write it again)."""
+    for (job, scores), ids in zip(scored, refs):
+        if ids is None:
+            continue  # a replay: its job existed already
+        try:
+            on_write.stored(job.record_id, scores, ids)
+        except Exception as exc:
+            record_internal_error("queue.scored_on_write", exc)
 
 
 class _DbUnavailable(Exception):

@@ -24,8 +24,6 @@ never traced, captured and scored in a loop.
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import inspect
 import logging
 import os
 import threading
@@ -39,7 +37,6 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from ._internal.errors import record_internal_error
-from ._internal.secrets import scrub
 from .judge.base import RetryLater
 from .judge.session import JudgeSession
 from .metrics.base import Metric
@@ -48,25 +45,29 @@ from .record import RagRecord
 from .score import Score
 from .scoring.batches import LocalBatches, _free_slots
 from .scoring.calls import (
-    MetricAborted,
-    _aborted,
-    _awaited_guarded,
-    _guarded,
-    _normalise,
     _refused,
-    _with,
-    skipped_scores,
+    canary_once,
+    score_metric,
 )
 from .scoring.completions import Completions
-from .scoring.deliveries import Deliveries
+from .scoring.deliveries import DeliveryLedger
 from .scoring.failing import FailingMetrics
+from .scoring.lost import LostJobs
 from .scoring.on_write import ScoresOnWrite
+from .scoring.returns import JobReturns
+from .scoring.supervisor import Supervisor
 from .store import Job, StoreAPI, open_store
 
 log = logging.getLogger("tracescore")
 
 
-class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
+def _part(part: str, name: str) -> Any:
+    """A worker attribute that is one of its parts' (read and set there)."""
+    return property(lambda self: getattr(getattr(self, part), name),
+                    lambda self, value: setattr(getattr(self, part), name, value))
+
+
+class ScoringWorker(LocalBatches, Completions):
     def __init__(
         self,
         db_path: str,
@@ -99,8 +100,6 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         self._errors = 0
         #: metrics that have failed on every record so far (said once, in stats())
         self.failing = FailingMetrics()
-        self._init_on_write()
-        self.deferred = 0
         #: The judge session of judge metrics (its SQLite connection lives on this loop).
         self.judge_session: JudgeSession | None = None
         #: judge budgets: which records of a budgeted judge metric go to the judge
@@ -129,11 +128,10 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         #: a sustained ``log_record`` load (issue 19, bench/pipeline_rate.py: 3 of 5 rounds
         #: stored 4,800–7,500 records/s instead of ~13,300, more dropped).
         self.local_window = 1
-        #: ids of the lost job(s) running alone (nothing else is leased meanwhile), and
-        #: whether lost jobs wait (the worker then finishes what it holds and leases no more)
-        self._alone: set[int] = set()
-        self._draining = False
-        self._lost_checked = -1e9
+        #: lost jobs (their lease ran out) run alone: scoring/lost.py
+        self.lost = LostJobs(db_fault=self._db_fault,
+                             leased_ok=lambda: setattr(self, "db_ok_at", time.time()),
+                             lease_again=partial(setattr, self, "_lease_hint", True))
         #: a batch's metric running this long: the scores ready so far are stored, and
         #: another pool thread takes the batch's next metrics (``first_call_straggle_s`` for
         #: a metric's first call here: it imports its libraries, and two threads importing
@@ -146,25 +144,18 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         self._batchable: dict[str, bool] = {}
         #: metrics that have run once here (see ``first_call_straggle_s``)
         self._warm: set[str] = set()
-        self._delivered: list[tuple[list[int], str]] = []
-        self._delivered_lock = threading.Lock()
-        self._delivered_noted = 0
-        self._delivered_written = 0
+        #: the writer thread's scorer of cheap local jobs (the queue's port hands it over)
+        self.on_write = ScoresOnWrite(
+            self.metrics, warm=self._warm, live=self._open_on_write,
+            convert=lambda m, result: [self._clean(s) for s in self._local_scores(m, result)],
+            done=self._stored_on_write, attached=attacher is not None)
         self._completions: list[tuple[Job, list[Score], asyncio.Future[Any]]] = []
         self._running_jobs = 0
-        #: scores still undelivered this long after they were stored go out again on a carrier
-        self.redeliver_after_s = 120.0
-        #: after a failed span export: first and longest wait before scores are sent again
-        self.redeliver_backoff_s = (1.0, 60.0)
-        self._backoff = 1.0
-        self._retry_at: float | None = None
-        self._last_retry = -1e9
-        self._failed_seen = 0
-        #: an exported span with no result after this long was dropped by the batch processor
-        self.export_confirm_timeout_s = 600.0
-        self.redelivered = 0
-        #: stored records whose id cannot be a span's (their scores are not exported)
-        self.bad_ids = 0
+        #: delivery marks from the span attacher, and the redelivery sweep
+        self.deliveries = DeliveryLedger(
+            db_path, attacher, owner=lambda: self.owner, wake=partial(self.wake, False),
+            running=lambda: self._thread is not None and self._thread.is_alive(),
+            db_fault=self._db_fault, db_ok=self._db_ok)
         #: what stats() shows of the database, read by this thread (never the caller's)
         self.db_snapshot: dict[str, Any] = {}
         self.db_snapshot_every_s = 1.0
@@ -177,13 +168,10 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         #: followed by one that passed: scores wait in memory meanwhile (see _store_scores)
         self._write_fault: str | None = None
         self._recovered_at = 0.0
-        #: job releases/deferrals the database refused: retried until it takes them
-        self._unreleased: list[tuple[Job, float | None, str]] = []
-        #: jobs leased by the loop and not finished by it (given back if the loop dies)
-        self._held: set[int] = set()
-        #: jobs a task of ours gave back while the task is still finishing: leased again, they
-        #: are new work, not the in-flight task's own job whose lease ran out
-        self._given_back: set[int] = set()
+        #: jobs held, given back, and give-backs the database refused (scoring/returns.py)
+        self.returns = JobReturns(db_path, owner=lambda: self.owner, db_fault=self._db_fault,
+                                  refused=partial(setattr, self, "db_unavailable"),
+                                  busy_timeout_s=lambda: self.busy_timeout_s)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
@@ -196,18 +184,11 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         #: (liveness and readiness of a `tracescore worker`)
         self.heartbeat = 0.0
         self.db_ok_at = 0.0
-        #: Supervision of the scoring loop: anything escaping it (a BaseException from code we
-        #: call) ends that run of the loop; the thread starts it again after a backoff
-        #: (``restart_backoff_s``: first and longest wait), at most ``max_restarts`` times in a
-        #: row (a run that lasted ``healthy_after_s`` resets the count), then stays dead.
-        self.restarts = 0
-        self.last_error: str | None = None
-        self.last_error_at: float | None = None
-        self.max_restarts = 10
-        self.restart_backoff_s = (0.5, 30.0)
-        self.healthy_after_s = 60.0
+        #: Supervision of the scoring loop (scoring/supervisor.py): anything escaping it ends
+        #: that run of the loop; the thread starts it again after a backoff, a bounded number
+        #: of times in a row, then stays dead.
+        self.supervisor = Supervisor()
         self._loop_running = False
-        self._gave_up = False
         self._halt = threading.Event()
         os.register_at_fork(after_in_child=self._after_fork)
 
@@ -222,20 +203,16 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         self._executor = None
         self._idle = threading.Event()
         self._started = threading.Event()
-        self._delivered_lock = threading.Lock()
-        self._on_write_lock = threading.Lock()
-        self._delivered = []
+        self.on_write.after_fork()
+        self.deliveries.after_fork()
         self._completions = []
         self._running_jobs = 0
-        self._unreleased = []
         self._loop_running = False
         self._halt = threading.Event()
-        self._held = set()
+        self.returns.reset()
         self._lease_hint = True
         self._local_open = set()
-        self._alone = set()
-        self._draining = False
-        self._lost_checked = -1e9
+        self.lost.reset()
         if self.judge_session is not None:
             self.judge_session.after_fork()
         if was_running:
@@ -249,7 +226,7 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         if self._thread is not None and self._thread.is_alive():
             return
         self._stopping = False
-        self._gave_up = False
+        self.supervisor.gave_up = False
         self._halt.clear()
         self._started.clear()
         self._thread = threading.Thread(target=self._run, name="tracescore-scorer", daemon=True)
@@ -276,6 +253,20 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         if self._thread is not None:
             self._thread.join(timeout)
 
+    # -- scores on write (the part the writer thread calls; see scoring/on_write.py) ---------
+    def _open_on_write(self) -> bool:
+        return self.alive and not self._stopping
+
+    def _stored_on_write(self, record_id: str, scores: Sequence[Score],
+                         refs: Sequence[ScoreRef]) -> None:
+        self.failing.note(scores)
+        self._stored(record_id, refs)
+        if self.attacher is not None:
+            try:
+                self.attacher.job_done(record_id, refs)
+            except Exception as exc:
+                record_internal_error("worker.job_done", exc)
+
     @property
     def scored(self) -> int:
         """Jobs scored in this process (by the loop, and on write)."""
@@ -296,74 +287,84 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         restarted, and once it gave up)."""
         return self._loop_running and self._thread is not None and self._thread.is_alive()
 
-    @property
-    def gave_up(self) -> bool:
-        """The loop died ``max_restarts`` times in a row and is not restarted any more."""
-        return self._gave_up
-
     def health(self) -> dict[str, Any]:
         """The scorer's health for ``stats()`` and ``/readyz`` (any thread; plain reads)."""
-        return {"alive": self.alive, "restarts": self.restarts, "gave_up": self._gave_up,
-                "last_error": self.last_error, "last_error_at": self.last_error_at}
+        sup = self.supervisor
+        return {"alive": self.alive, "restarts": sup.restarts, "gave_up": sup.gave_up,
+                "last_error": sup.last_error, "last_error_at": sup.last_error_at}
+
+    # -- the parts' settings and figures, where callers have always read them ---------------
+    #: the supervisor's (``gave_up``: the loop died ``max_restarts`` times in a row and is
+    #: not restarted any more)
+    restarts = _part("supervisor", "restarts")
+    last_error = _part("supervisor", "last_error")
+    last_error_at = _part("supervisor", "last_error_at")
+    max_restarts = _part("supervisor", "max_restarts")
+    restart_backoff_s = _part("supervisor", "restart_backoff_s")
+    healthy_after_s = _part("supervisor", "healthy_after_s")
+    gave_up = _part("supervisor", "gave_up")
+    #: the delivery ledger's
+    redeliver_after_s = _part("deliveries", "redeliver_after_s")
+    redeliver_backoff_s = _part("deliveries", "redeliver_backoff_s")
+    export_confirm_timeout_s = _part("deliveries", "export_confirm_timeout_s")
+    redelivered = _part("deliveries", "redelivered")
+    #: the give-backs' (jobs deferred to wait for the judge)
+    deferred = _part("returns", "deferred")
+    bad_ids = _part("deliveries", "bad_ids")
+    #: the on-write scorer's (``score_on_write`` False: the writer scores nothing)
+    score_on_write = _part("on_write", "enabled")
+    on_write_budget_s = _part("on_write", "budget_s")
+    on_write_slow_s = _part("on_write", "slow_s")
+    scored_on_write = _part("on_write", "scored")
+    errors_on_write = _part("on_write", "errors")
+
+    def note_delivered(self, score_ids: list[int], how: str) -> None:
+        """The attacher's ``on_delivered`` (any thread)."""
+        self.deliveries.note(score_ids, how)
+
+    def sync_delivered(self, timeout: float) -> bool:
+        """Wait until every delivery noted so far is written to the database."""
+        return self.deliveries.sync(timeout)
+
+    def write_delivered(self) -> None:
+        """After :meth:`stop`: write the deliveries noted since (spans flushed at the end)."""
+        self.deliveries.write_after_stop()
 
     # -- the loop ---------------------------------------------------------------------------
     def _run(self) -> None:
-        """The thread's body: runs the loop, and supervises it. Metrics are isolated in
-        :meth:`score`; this catches what still escapes (a ``SystemExit`` from a ``redact``
-        function or an ``on_scores`` callback, a bug of ours), so one fault cannot end scoring
-        for the life of the process. Signals never arrive here (Python delivers them to the
-        main thread), so catching ``BaseException`` does not swallow the process's shutdown."""
+        """The thread's body: runs the loop under the supervisor (scoring/supervisor.py),
+        with OpenTelemetry instrumentation suppressed."""
         token = otel_context.attach(
             otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True)
         )
-        backoff: float | None = None  # None: the first wait, restart_backoff_s[0]
-        in_a_row = 0
         try:
-            while True:
-                began = time.monotonic()
-                try:
-                    asyncio.run(self._main(restarted=in_a_row > 0 or self.restarts > 0))
-                    return  # stopped
-                except BaseException as exc:  # noqa: BLE001 - supervised: see the docstring
-                    self._loop_running = False
-                    self.last_error = scrub(f"{type(exc).__name__}: {exc}")[:500]
-                    self.last_error_at = time.time()
-                    lo, hi = self.restart_backoff_s
-                    if backoff is None or time.monotonic() - began >= self.healthy_after_s:
-                        backoff, in_a_row = lo, 0
-                    self._release_held()
-                    if self._stopping:
-                        return
-                    if in_a_row >= self.max_restarts:
-                        self._gave_up = True
-                        log.error("tracescore scorer died %d times in a row and is not restarted"
-                                  " again; scoring has stopped in this process (pid %d). Last "
-                                  "error: %s", in_a_row + 1, os.getpid(), self.last_error)
-                        return
-                    log.error("tracescore scorer died (%s); restarting it in %.1fs (restart "
-                              "%d)", self.last_error, backoff, self.restarts + 1,
-                              exc_info=exc)
-                    if self._halt.wait(backoff):
-                        return  # stop() during the backoff
-                    self.restarts += 1
-                    in_a_row += 1
-                    backoff = min(backoff * 2, hi)
-                    self._completions = []
-                    self._running_jobs = 0
-                    if self.judge_session is not None:
-                        try:  # its locks, slots and client belong to the dead loop
-                            self.judge_session.after_fork()
-                        except Exception as reset_exc:
-                            record_internal_error("worker.judge_reset", reset_exc)
+            self.supervisor.run(lambda restarted: asyncio.run(self._main(restarted=restarted)),
+                                died=self._died, restarted=self._restarted,
+                                stopping=lambda: self._stopping, halt=self._halt)
         finally:
             self._loop_running = False
             self._started.set()  # a start() waiting for a loop that died at once
             otel_context.detach(token)
 
+    def _died(self) -> None:
+        """A run of the loop died: what it held goes back now."""
+        self._loop_running = False
+        self.returns.release_held(self.last_error)
+
+    def _restarted(self) -> None:
+        """Before the next run: the dead run's state goes."""
+        self._completions = []
+        self._running_jobs = 0
+        if self.judge_session is not None:
+            try:  # its locks, slots and client belong to the dead loop
+                self.judge_session.after_fork()
+            except Exception as reset_exc:
+                record_internal_error("worker.judge_reset", reset_exc)
+
     async def _main(self, *, restarted: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
         self._local_open = set()  # (a restarted loop: the dead one's batches are gone)
-        self._alone = set()
+        self.lost.alone = set()
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tracescore-m")
         store = open_store(self.db_path, timeout_s=self.busy_timeout_s)
@@ -390,27 +391,28 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         lease_more, last_lease = True, 0.0
         try:
             # (after a restart, scores in flight in this process's attacher are not left behind)
-            self._redeliver(store, at_start=not restarted)
+            ledger = self.deliveries
+            ledger.redeliver(store, at_start=not restarted)
             if self.judge_session is not None and self.judge_canary \
                     and not self.canary_done.is_set():
-                canary = asyncio.create_task(self._canary())
+                canary = asyncio.create_task(canary_once(self.judge_session, self.canary_done))
             last_redelivery = time.monotonic()
             last_snapshot = 0.0
             while True:
                 self.heartbeat = time.time()
-                self._flush_delivered(store)
-                if self._unreleased:
-                    self._retry_releases(store)
+                ledger.flush(store)
+                if self.returns.unreleased:
+                    self.returns.retry(store)
                 if time.monotonic() - last_snapshot >= self.db_snapshot_every_s:
                     last_snapshot = time.monotonic()
                     self._read_snapshot(store)
                 if self._stopping:
                     break
-                if time.monotonic() - last_redelivery > self.redeliver_after_s:
+                if time.monotonic() - last_redelivery > ledger.redeliver_after_s:
                     last_redelivery = time.monotonic()
-                    self._redeliver(store)
-                elif self._failed_export_due():
-                    self._redeliver(store, older_than_s=1.0)
+                    ledger.redeliver(store)
+                elif ledger.failed_export_due():
+                    ledger.redeliver(store, older_than_s=1.0)
                 leased: list[tuple[Job, set[asyncio.Task[None]], bool]] = []
                 more = False  # a lease came back full: more may be waiting
                 local_full = False
@@ -419,7 +421,7 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
                 if lease_now:
                     self._lease_hint = False
                     last_lease = time.monotonic()
-                    if self._alone or self._lost_turn(store, pools, inflight_jobs, leased):
+                    if self.lost.alone or self._lost_turn(store, pools, inflight_jobs, leased):
                         lease_now = False  # nothing beside a lost job
                 for names, limit, tasks, batched in pools:
                     free = (limit * self.local_window - len(self._local_open) if batched
@@ -444,12 +446,13 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
                         # (a job its task already gave back, leased again before that task
                         # ended, is new work: skipping it would leave it leased to nobody)
                         for j in got:
-                            if j.job_id in inflight_jobs and j.job_id not in self._given_back:
+                            given_back = self.returns.given_back
+                            if j.job_id in inflight_jobs and j.job_id not in given_back:
                                 continue
-                            self._given_back.discard(j.job_id)
+                            given_back.discard(j.job_id)
                             leased.append((j, tasks, batched))
-                if lease_now or self._draining:
-                    lease_more = more or self._draining  # (drained: lease at the next turn)
+                if lease_now or self.lost.draining:
+                    lease_more = more or self.lost.draining  # (drained: lease at next turn)
                 now = time.monotonic()
                 if inflight_jobs and now - last_renewal > self.lease_seconds / 3:
                     # Judge jobs can wait longer than a lease (slow judge, breaker open):
@@ -465,22 +468,22 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
                     records = store.load_records(j.record_id for j, _, _ in leased)
                     batch: list[Job] = []
                     for job, tasks, batched in leased:
-                        self._held.add(job.job_id)
+                        self.returns.held.add(job.job_id)
                         if batched and self._in_batch(job.metric):
                             batch.append(job)
                             continue
-                        self._spawn(self._job(store, job, records.get(job.record_id)), [job],
+                        self.returns.spawn(self._job(store, job, records.get(job.record_id)), [job],
                                     tasks, inflight, inflight_jobs)
                     if batch:
                         ids = [j.job_id for j in batch]
                         self._local_open.update(ids)
-                        self._spawn(self._batch(store, batch, records, local_full), batch,
+                        self.returns.spawn(self._batch(store, batch, records, local_full), batch,
                                     pools[0][2], inflight, inflight_jobs).add_done_callback(
                             partial(_free_slots, self._local_open, ids))
                     for job, _, _ in leased:
-                        if job.job_id in self._alone:
+                        if job.job_id in self.lost.alone:
                             inflight_jobs[job.job_id].add_done_callback(
-                                partial(self._alone_done, job.job_id))
+                                partial(self.lost.done, job.job_id))
                     if more and any(names and (len(self._local_open) < limit * self.local_window
                                                if batched else len(tasks) < limit)
                                     for names, limit, tasks, batched in pools):
@@ -494,34 +497,11 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
                     [*inflight, wake_task], timeout=self.poll_seconds,
                     return_when=asyncio.FIRST_COMPLETED,
                 )
-            # Stopping: let in-flight jobs finish for a moment, then give the rest back (at
-            # once, so another worker of the fleet takes them without waiting for the lease).
-            # The start-up canary gets the same moment: a short-lived process (a batch job
-            # that stops right after its records) finishes it, or it is cancelled whole
-            # (judge/canary.py stores a run only once all its steps are in) and the next
-            # process's start-up run asks the judge again.
-            waiting = set(inflight)
-            if canary is not None and not canary.done():
-                waiting.add(canary)
-            if waiting:
-                await asyncio.wait(waiting, timeout=self.stop_grace_s)
-            for job_id, task in list(inflight_jobs.items()):
-                task.cancel()
-                try:  # a done job's lease owner is already cleared: this cannot reopen it
-                    # (given back at no attempt: stopping is not the job's failure)
-                    store.defer_job(Job(job_id, "", "", "", 0), self.owner, 0.0,
-                                    "worker stopped")
-                except Exception as exc:
-                    # (a full disk or a lock: its lease runs out, and the next process
-                    # takes it then; no record is lost)
-                    if not _refused(store, exc):
-                        record_internal_error("worker.release", exc)
-            self._held.clear()
+            await self.returns.wind_down(store, inflight, inflight_jobs, canary,
+                                         self.stop_grace_s)
             if wake_task is not None:
                 wake_task.cancel()
-            if canary is not None and not canary.done():
-                canary.cancel()
-            self._flush_delivered(store)
+            ledger.flush(store)
         finally:
             self._loop_state = None
             self._loop_running = False
@@ -531,62 +511,21 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
                 self.judge_session.close()
             store.close()
 
-    def _spawn(self, work: Any, jobs: list[Job], tasks: set[asyncio.Task[None]],
-               inflight: set[asyncio.Task[None]],
-               inflight_jobs: dict[int, asyncio.Task[None]]) -> asyncio.Task[None]:
-        task = asyncio.create_task(work)
-        inflight.add(task)
-        tasks.add(task)
-        for job in jobs:
-            inflight_jobs[job.job_id] = task
-        task.add_done_callback(inflight.discard)
-        task.add_done_callback(tasks.discard)
-        task.add_done_callback(partial(_forget, inflight_jobs, self._given_back,
-                                       [j.job_id for j in jobs]))
-        return task
-
     def _lost_turn(self, store: StoreAPI,
                    pools: list[tuple[list[str], int, set[asyncio.Task[None]], bool]],
                    inflight_jobs: dict[int, asyncio.Task[None]],
                    leased: list[tuple[Job, set[asyncio.Task[None]], bool]]) -> bool:
-        """Jobs whose lease ran out (their holder died or hung) run one at a time, each with
-        no other job held here: once one is seen (a read every ``poll_seconds``), the loop
-        leases nothing more, finishes what it holds, then takes them one by one. True: this
-        turn leases nothing else (a lost job was taken, or the loop is draining)."""
-        names = [n for pool in pools for n in pool[0]]
-        now = time.monotonic()
-        if not self._draining and now - self._lost_checked >= self.poll_seconds and names:
-            self._lost_checked = now
-            try:
-                self._draining = store.has_lost_jobs(names)
-            except Exception as exc:
-                if not self._db_fault(store, exc):
-                    record_internal_error("worker.lease", exc)
-                return False
-        if not self._draining:
-            return False
-        if inflight_jobs or self._held:
-            return True
-        try:
-            job = store.lease_lost_job(self.owner, self.lease_seconds, names)
-            self.db_ok_at = time.time()
-        except Exception as exc:
-            if not self._db_fault(store, exc):
-                record_internal_error("worker.lease", exc)
-            return True
-        if job is None:
-            self._draining = False
-            return False
+        """Lost jobs run alone (scoring/lost.py). True: this turn leases nothing else (a lost
+        job was taken into ``leased``, or the loop is draining)."""
+        got = self.lost.turn(store, [n for pool in pools for n in pool[0]],
+                             busy=bool(inflight_jobs or self.returns.held), owner=self.owner,
+                             lease_s=self.lease_seconds, poll_s=self.poll_seconds)
+        if not isinstance(got, Job):
+            return got
         self._idle.clear()
-        self._alone.add(job.job_id)
-        pool = pools[0] if job.metric in pools[0][0] else pools[1]
-        leased.append((job, pool[2], pool[3]))
+        pool = pools[0] if got.metric in pools[0][0] else pools[1]
+        leased.append((got, pool[2], pool[3]))
         return True
-
-    def _alone_done(self, job_id: int, _task: Any) -> None:
-        """A lost job's run ended: the next lease may come at once (the next lost job)."""
-        self._alone.discard(job_id)
-        self._lease_hint = True
 
     def _read_snapshot(self, store: StoreAPI) -> None:
         try:
@@ -596,68 +535,14 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
         except Exception as exc:  # locked or broken: stats() shows the last good read
             self.db_unavailable = f"{type(exc).__name__}: {exc}"
 
-    def _release(self, store: StoreAPI, job: Job, delay_s: float | None, reason: str) -> None:
-        """Give a job back (``delay_s`` None: release; else defer). A refusal (database
-        locked) is kept and retried each loop, so the job does not wait out its lease."""
-        try:
-            if delay_s is None:
-                store.release_job(job, self.owner, reason)
-            else:
-                store.defer_job(job, self.owner, delay_s, reason)
-            self._given_back.add(job.job_id)
-        except Exception as exc:
-            self._db_fault(store, exc)
-            self.db_unavailable = f"{type(exc).__name__}: {exc}"
-            self._unreleased.append((job, delay_s, reason))
-
-    def _retry_releases(self, store: StoreAPI) -> None:
-        pending, self._unreleased = self._unreleased, []
-        for job, delay_s, reason in pending:
-            self._release(store, job, delay_s, reason)
-
-    async def _canary(self) -> None:
-        from .judge.canary import run_canary
-
-        assert self.judge_session is not None
-        try:
-            await run_canary(self.judge_session)
-        except RetryLater:
-            pass
-        except Exception as exc:  # a broken judge shows up in the scores; log it once here
-            log.warning("tracescore judge canary could not run: %s", exc)
-        finally:
-            self.canary_done.set()
-
     async def _job(self, store: StoreAPI, job: Job, record: RagRecord | None) -> None:
         self._running_jobs += 1
         try:
             await self._job_body(store, job, record)
-            self._held.discard(job.job_id)  # stored, given back or taken over: not ours now
+            # stored, given back or taken over: not ours now
+            self.returns.held.discard(job.job_id)
         finally:
             self._running_jobs -= 1
-
-    def _release_held(self) -> None:
-        """The loop died under its jobs: give them back now, not at the end of their lease,
-        each run counted as a failed attempt (so a job that kills the loop each time ends in
-        a "gave up" error score instead of killing it forever). Releasing a finished job is a
-        no-op (the lease owner guards it)."""
-        held, self._held = self._held, set()
-        if not held:
-            return
-        try:
-            store = open_store(self.db_path, timeout_s=self.busy_timeout_s)
-        except Exception as exc:
-            record_internal_error("worker.release", exc)
-            return
-        try:
-            for job_id in sorted(held):
-                try:
-                    store.release_job(Job(job_id, "", "", "", 0), self.owner,
-                                      f"the scorer died: {self.last_error}"[:500])
-                except Exception as exc:
-                    record_internal_error("worker.release", exc)
-        finally:
-            store.close()
 
     async def _job_body(self, store: StoreAPI, job: Job, record: RagRecord | None) -> None:
         try:
@@ -675,7 +560,8 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
                 try:
                     scores = await self.score(metric, record)
                 except RetryLater as later:
-                    waited = self._retry_later(store, job, metric, later)
+                    waited = self.returns.wait_for_judge(store, job, metric, later,
+                                                         self.judge_max_wait_s)
                     if waited is None:
                         return
                     scores = waited
@@ -688,7 +574,7 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
             if isinstance(exc, Exception) and _refused(store, exc):
                 # stopping while the database refuses the write (full disk): the job waits
                 # for the next process, and this attempt is not counted against it
-                self._release(store, job, 0.0, f"database unavailable: {exc}"[:500])
+                self.returns.release(store, job, 0.0, f"database unavailable: {exc}"[:500])
                 return
             # Our own failure, not the metric's (or the app's ``redact``/``on_scores`` calling
             # sys.exit()): give the job back so it is tried again (this run counts as an
@@ -697,68 +583,13 @@ class ScoringWorker(LocalBatches, Deliveries, Completions, ScoresOnWrite):
             if not self._stopping:  # a fault that persists must not spin: back off, holding
                 # the job (its lease is renewed), 0.2 s doubling to 5 s by its failed runs
                 await asyncio.sleep(min(0.1 * 2 ** min(job.attempts + 1, 6), 5.0))
-            self._release(store, job, None, f"{type(exc).__name__}: {exc}"[:500])
-
-    def _retry_later(self, store: StoreAPI, job: Job, metric: Metric,
-                     later: RetryLater) -> list[Score] | None:
-        """The judge is unavailable or over budget: the job is given back to wait (None), up
-        to ``judge_max_wait_s`` since it was created; a record the judge always fails on (or
-        an outage longer than that) then ends in an error score with the reason."""
-        waited = time.time() - job.created_at if job.created_at else 0.0
-        if waited <= self.judge_max_wait_s:
-            self._release(store, job, later.delay_s, later.reason)
-            self.deferred += 1
-            return None
-        return [Score.failed(
-            n, f"judge unavailable for this record for {waited:.0f}s "
-            f"(judge_max_wait_s): {later.reason}", metric=metric.name,
-            metric_version=metric.version) for n in metric.names()]
+            self.returns.release(store, job, None, f"{type(exc).__name__}: {exc}"[:500])
 
     async def score(self, metric: Metric, record: RagRecord) -> list[Score]:
         """Run one metric on one record; never raises: failures become error scores."""
-        t0 = time.perf_counter()
         # Judge metrics bound their own calls (per-call timeout, bounded retries); the overall
         # cap only stops a runaway.
         timeout = self.metric_timeout_s if metric.kind != "judge" else self.judge_timeout_s
-        skipped = skipped_scores(metric, record)
-        if skipped is not None:
-            return skipped
-        try:
-            if inspect.iscoroutinefunction(metric.__call__) or metric.kind == "judge":
-                out: Any = metric(record)
-            else:
-                ctx = contextvars.copy_context()
-                assert self._loop is not None
-                out = self._loop.run_in_executor(self._executor, ctx.run, _guarded, metric,
-                                                 record)
-            if inspect.isawaitable(out):
-                out = await asyncio.wait_for(_awaited_guarded(out), timeout)
-            scores = _normalise(metric, out)
-        except RetryLater:
-            raise  # the judge is unavailable or over budget: the job waits, it does not fail
-        except asyncio.TimeoutError:
-            scores = [Score.failed(n, f"timed out after {timeout:g}s",
-                                   metric=metric.name, metric_version=metric.version)
-                      for n in metric.names()]
-        except (SystemExit, KeyboardInterrupt) as exc:  # raised by the sync part of a judge
-            scores = [Score.failed(n, _aborted(exc), metric=metric.name,
-                                   metric_version=metric.version) for n in metric.names()]
-        except MetricAborted as exc:
-            scores = [Score.failed(n, str(exc), metric=metric.name,
-                                   metric_version=metric.version) for n in metric.names()]
-        except Exception as exc:
-            reason = f"{type(exc).__name__}: {exc}"[:2000]
-            scores = [Score.failed(n, reason, metric=metric.name, metric_version=metric.version)
-                      for n in metric.names()]
-        ms = (time.perf_counter() - t0) * 1000
-        return [_with(s, duration_ms=ms) for s in scores]
-
-
-def _forget(jobs: dict[int, Any], given_back: set[int], job_ids: list[int], task: Any) -> None:
-    """A task's jobs ended: forget each, unless a newer task of the same job (leased again
-    after this one gave it back) has taken its place."""
-    for job_id in job_ids:
-        if jobs.get(job_id) is task:
-            del jobs[job_id]
-            given_back.discard(job_id)
-
+        assert self._loop is not None
+        return await score_metric(metric, record, timeout_s=timeout, loop=self._loop,
+                                  executor=self._executor)

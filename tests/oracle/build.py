@@ -81,11 +81,14 @@ def store_clock(t: float) -> Iterator[Clock]:
     """The stores' (and the retention's) clock set to ``t`` (move it with ``.t``); put back
     after. (Not pytest's monkeypatch: Hypothesis runs many examples in one test.)"""
     import tracescore.store.postgres as pg_mod
+    import tracescore.store.postgres_jobs as pg_jobs_mod
     import tracescore.store.retention as ret_mod
     import tracescore.store.sqlite as sqlite_mod
+    import tracescore.store.sqlite_jobs as sqlite_jobs_mod
 
     c = Clock(t)
-    mods = (sqlite_mod, pg_mod, ret_mod)
+    # (each backend's jobs role is a module of its own: its clock too)
+    mods = (sqlite_mod, sqlite_jobs_mod, pg_mod, pg_jobs_mod, ret_mod)
     old = [m.time for m in mods]
     for m in mods:
         m.time = c  # type: ignore[attr-defined]

@@ -1,16 +1,15 @@
-"""Embedding cache: one vector per (model, SHA-256 of the text), in SQLite.
+"""Embedding cache: one vector per (model, SHA-256 of the text), in the tracescore database.
 
-Table ``embedding_cache`` (created here, in the tracescore database): ``model``, ``text_sha256``,
-``dim``, ``vector`` (float32, little-endian), ``created_at``. Like judge steps, a text is never
+The table and its SQL are the store's (:mod:`tracescore.store.embedding_cache`, which picks the
+backend). Like judge steps, a text is never
 embedded twice by the same model: rescoring a record, adding a metric later, or the same
 reference/answer/question on another record all reuse the stored vector. Concurrent requests
 for the same text on one event loop share one in-flight computation.
 
 Vectors go through float32 on the way in, so a fresh vector and a cached one are identical.
 
-Threads: the scoring worker calls :meth:`CachedEmbedder.embed` on its event loop; the SQLite
-connection is opened lazily (and again after a fork), guarded by a lock, and its reads and
-writes are short (the WAL database is shared with the record writer, hence a busy timeout).
+Threads: the scoring worker calls :meth:`CachedEmbedder.embed` on its event loop; the cache's
+connection is opened lazily (and again after a fork), guarded by a lock.
 """
 
 from __future__ import annotations
@@ -18,96 +17,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
-import os
-import sqlite3
-import threading
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from .._internal.vectors import as_float32
-from .._internal.vectors import pack as _pack
-from .._internal.vectors import unpack as _unpack
+from ..store.embedding_cache import EmbeddingCache, open_embedding_cache  # noqa: F401
 from . import Embedder, EmbeddingError
 
 Vector = list[float]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS embedding_cache (
-    model TEXT NOT NULL,
-    text_sha256 TEXT NOT NULL,
-    dim INTEGER NOT NULL,
-    vector BLOB NOT NULL,
-    created_at REAL NOT NULL,
-    PRIMARY KEY (model, text_sha256)
-) WITHOUT ROWID
-"""
-
 
 def text_key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-
-
-class EmbeddingCache:
-    """The ``embedding_cache`` table. Thread-safe (one connection behind a lock)."""
-
-    def __init__(self, db_path: str, *, timeout_s: float = 30.0) -> None:
-        self.db_path = str(db_path)
-        self.timeout_s = timeout_s
-        self._conn: sqlite3.Connection | None = None
-        self._pid = 0
-        self._lock = threading.Lock()
-
-    def _db(self) -> sqlite3.Connection:
-        if self._conn is None or self._pid != os.getpid():
-            conn = sqlite3.connect(self.db_path, timeout=self.timeout_s, isolation_level=None,
-                                   check_same_thread=False)
-            conn.execute(f"PRAGMA busy_timeout={int(self.timeout_s * 1000)}")
-            conn.execute(_SCHEMA)
-            self._conn, self._pid = conn, os.getpid()
-        return self._conn
-
-    def get_many(self, model: str, keys: Iterable[str]) -> dict[str, Vector]:
-        keys = list(dict.fromkeys(keys))
-        out: dict[str, Vector] = {}
-        with self._lock:
-            db = self._db()
-            for i in range(0, len(keys), 500):  # SQLite's bound-parameter limit
-                part = keys[i:i + 500]
-                marks = ",".join("?" * len(part))
-                for key, blob in db.execute(
-                        f"SELECT text_sha256, vector FROM embedding_cache WHERE model=? AND "
-                        f"text_sha256 IN ({marks})", (model, *part)):
-                    out[key] = _unpack(blob)
-        return out
-
-    def put_many(self, model: str, items: Iterable[tuple[str, Sequence[float]]]) -> None:
-        now = time.time()
-        rows = [(model, key, len(vec), _pack(vec), now) for key, vec in items]
-        if not rows:
-            return
-        with self._lock:
-            db = self._db()
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.executemany("INSERT OR REPLACE INTO embedding_cache VALUES (?,?,?,?,?)", rows)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-
-    def count(self, model: str | None = None) -> int:
-        with self._lock:
-            sql = "SELECT COUNT(*) FROM embedding_cache" + (" WHERE model=?" if model else "")
-            return int(self._db().execute(sql, (model,) if model else ()).fetchone()[0])
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None and self._pid == os.getpid():
-                self._conn.close()
-            self._conn = None
 
 
 class CachedEmbedder:
@@ -118,11 +39,7 @@ class CachedEmbedder:
     def __init__(self, inner: Embedder, db_path: str) -> None:
         self.inner = inner
         self.model = inner.model
-        self.cache: Any = EmbeddingCache(db_path)
-        if str(db_path).startswith(("postgresql://", "postgres://")):
-            from ..store.postgres import PostgresEmbeddingCache
-
-            self.cache = PostgresEmbeddingCache(str(db_path))
+        self.cache: Any = open_embedding_cache(db_path)
         self.hits = 0
         self.computed = 0
         self._inflight: dict[str, asyncio.Future[Vector]] = {}

@@ -295,7 +295,7 @@ def maybe_run(session: JudgeSession) -> None:
 async def run_when_due(session: JudgeSession, trigger: str) -> CanaryResult | None:
     """Run the canary for ``trigger`` unless another worker of the fleet holds the canary
     lease or already stored a run that covers it; returns the result, or None if skipped."""
-    from ..monitor import state as MS
+    from ..store import monitor_state as MS
 
     every = session.canary_every_s or 0.0
     now = time.time()

@@ -47,6 +47,7 @@ from urllib.parse import unquote, urlsplit
 
 from .._internal.errors import handle_internal_errors, record_internal_error
 from .._internal.secrets import scrub
+from .._internal.service import Service
 from . import _post
 from . import state as _state
 from .alerts import (  # noqa: F401 (re-exported)
@@ -390,70 +391,64 @@ class Notifier:
         self.clock = clock
         self.rng = rng
         self.owner = f"{name}-{uuid.uuid4().hex[:12]}"
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._store: Any = None  # the thread's store, opened at its first pass
+        self._error_wait = 0.5  # after a failed pass; doubles to 60 s, reset by one that passes
+        self._service = Service(name, self._step, interval_s=self.interval_s,
+                                on_error=self._failed, on_exit=self._close_store)
 
     def start(self) -> Notifier:
-        self._thread.start()
+        self._service.start()
         return self
 
     def wake(self) -> None:
         """Deliver now (non-blocking; any thread)."""
-        self._wake.set()
+        self._service.wake()
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._service.alive
 
     def stop(self, timeout: float | None = 10.0) -> bool:
         """Stop after the POST in flight (blocks up to ``timeout``; a POST takes up to its
         channel's ``timeout_s``); True when the thread has ended. Rows not yet sent stay in
         the outbox for the next deliverer."""
-        self._stopping.set()
-        self._wake.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-        return not self._thread.is_alive()
+        return self._service.stop(timeout)
 
     def _pass(self, store: Any) -> float:
         """One pass; the seconds to sleep before the next."""
         deliver_due(store, self.channels, limit=self.batch, max_attempts=self.max_attempts,
                     base_s=self.base_s, cap_s=self.cap_s, rng=self.rng, owner=self.owner,
-                    clock=self.clock, stop=self._stopping)
+                    clock=self.clock, stop=self._service.stopping)
         due = _state.next_due(store, sorted(self.channels))
         if due is None:
             return self.interval_s
         return min(self.interval_s, max(0.0, due - self.clock()))
 
-    def _run(self) -> None:
+    def _step(self) -> float:
         from ..store import open_store
 
-        store: Any = None
-        error_wait = 0.5
-        try:
-            while not self._stopping.is_set():
-                # cleared before the pass: a wake() during the pass makes the next one at once
-                self._wake.clear()
-                try:
-                    if store is None:
-                        store = open_store(self.db)
-                    wait = self._pass(store)
-                    error_wait = 0.5
-                except Exception as exc:
-                    if store is None or store.unavailable(exc):
-                        _warn("notifier-db", "tracescore: notifications wait, the database "
-                              "is unavailable: %s", scrub(repr(exc)))
-                    else:
-                        record_internal_error("monitor.notifier", exc)
-                    wait = min(error_wait, self.interval_s)
-                    error_wait = min(error_wait * 2, 60.0)
-                if wait > 0:
-                    self._wake.wait(wait)
-        finally:
-            if store is not None:
-                with handle_internal_errors("monitor.notifier.close", reraise=False):
-                    store.close()
+        if self._store is None:
+            self._store = open_store(self.db)
+        wait = self._pass(self._store)
+        self._error_wait = 0.5
+        return wait
+
+    def _failed(self, exc: Exception) -> float:
+        store = self._store
+        if store is None or store.unavailable(exc):
+            _warn("notifier-db", "tracescore: notifications wait, the database "
+                  "is unavailable: %s", scrub(repr(exc)))
+        else:
+            record_internal_error("monitor.notifier", exc)
+        wait = min(self._error_wait, self.interval_s)
+        self._error_wait = min(self._error_wait * 2, 60.0)
+        return wait
+
+    def _close_store(self) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            with handle_internal_errors("monitor.notifier.close", reraise=False):
+                store.close()
 
 
 # -- OpenTelemetry ---------------------------------------------------------------------------

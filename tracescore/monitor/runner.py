@@ -23,13 +23,13 @@ the states.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from .. import attributes as A
 from .._internal.errors import record_internal_error
+from .._internal.service import Service, deadline_left
 from .config import MonitorSet
 from .evaluate import RANK, Evaluation, Evaluator
 
@@ -60,9 +60,10 @@ class MonitorRunner:
             from .notify import Notifier
 
             self.notifier = Notifier(self.db, monitors.channels)
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._service = Service("tracescore-monitors", self._evaluate,
+                                interval_s=self.interval_s, on_error=self._failed,
+                                on_exit=self._let_go)
+        self._failures = 0  # in a row
         self.evaluations = 0
         #: monitors whose blindness this runner has logged (once each)
         self._said_blind: set[str] = set()
@@ -84,41 +85,37 @@ class MonitorRunner:
             description="Monitor state: 0 OK, 1 NO_DATA, 2 WARNING, 3 ALERT")
 
     def start(self) -> None:
-        if self._thread is not None:
+        if self._service.started:
             return
         if self.notifier is not None:
             self.notifier.start()
-        self._thread = threading.Thread(target=self._run, name="tracescore-monitors",
-                                         daemon=True)
-        self._thread.start()
+        self._service.start()
 
     def wake(self) -> None:
         """Evaluate now rather than at the next interval."""
-        self._wake.set()
+        self._service.wake()
 
-    def _run(self) -> None:
-        failures = 0
-        while not self._stop.is_set():
-            try:
-                self.last = self.evaluator.run_once() + self._builtin()
-                say_blind(self.last, self._said_blind)
-                self.evaluations += 1
-                self.last_error = None
-                failures = 0
-                if self.notifier is not None and any(e.changed and e.saved for e in self.last):
-                    self.notifier.wake()
-            except Exception as exc:
-                failures += 1
-                self.last_error = str(exc)
-                if failures in (1, 10) or failures % 100 == 0:
-                    log.warning("tracescore: evaluating monitors failed (%s); trying again "
-                                "in %.0f s (app fine, monitoring degraded)", exc,
-                                self.interval_s)
-                if not _passing(exc):
-                    record_internal_error("monitor.evaluate", exc)
-                self.evaluator.close()  # a broken connection is reopened next time
-            self._wake.wait(self.interval_s)
-            self._wake.clear()
+    def _evaluate(self) -> None:
+        self.last = self.evaluator.run_once() + self._builtin()
+        say_blind(self.last, self._said_blind)
+        self.evaluations += 1
+        self.last_error = None
+        self._failures = 0
+        if self.notifier is not None and any(e.changed and e.saved for e in self.last):
+            self.notifier.wake()
+
+    def _failed(self, exc: Exception) -> None:
+        self._failures += 1
+        failures = self._failures
+        self.last_error = str(exc)
+        if failures in (1, 10) or failures % 100 == 0:
+            log.warning("tracescore: evaluating monitors failed (%s); trying again "
+                        "in %.0f s (app fine, monitoring degraded)", exc, self.interval_s)
+        if not _passing(exc):
+            record_internal_error("monitor.evaluate", exc)
+        self.evaluator.close()  # a broken connection is reopened next time
+
+    def _let_go(self) -> None:
         self.evaluator.release()
         self.evaluator.close()
 
@@ -140,14 +137,10 @@ class MonitorRunner:
         return out
 
     def stop(self, timeout: float | None = 10.0) -> None:
-        self._stop.set()
-        self._wake.set()
         deadline = None if timeout is None else time.monotonic() + timeout
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._service.stop(timeout)
         if self.notifier is not None:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            self.notifier.stop(left)
+            self.notifier.stop(deadline_left(deadline))
 
 
 def say_blind(evals: Sequence[Evaluation], said: set[str]) -> None:

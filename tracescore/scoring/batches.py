@@ -35,7 +35,7 @@ class LocalBatches:
 
     def _done_local(self, job_id: int) -> None:
         """A batched job is finished (stored, given back or taken over): its slot is free."""
-        self._held.discard(job_id)
+        self.returns.held.discard(job_id)
         self._local_open.discard(job_id)
 
     def _in_batch(self, metric: str) -> bool:
@@ -96,11 +96,11 @@ class LocalBatches:
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
             if isinstance(exc, Exception) and _refused(store, exc):
                 for job in jobs:  # stopping while the database refuses: as in _job_body
-                    if job.job_id in self._held:
-                        self._release(store, job, 0.0, f"database unavailable: {exc}"[:500])
+                    if job.job_id in self.returns.held:
+                        self.returns.release(store, job, 0.0, f"database unavailable: {exc}"[:500])
                         self._done_local(job.job_id)
                 return
-            failed.extend((job, exc) for job in jobs if job.job_id in self._held
+            failed.extend((job, exc) for job in jobs if job.job_id in self.returns.held
                           and all(job is not j for j, _ in failed))
         if failed:
             # Our own failure (as in _job_body): back off once, holding the jobs, then give
@@ -112,7 +112,7 @@ class LocalBatches:
                 worst = max(job.attempts for job, _ in failed)
                 await asyncio.sleep(min(0.1 * 2 ** min(worst + 1, 6), 5.0))
             for job, err in failed:
-                self._release(store, job, None, f"{type(err).__name__}: {err}"[:500])
+                self.returns.release(store, job, None, f"{type(err).__name__}: {err}"[:500])
                 self._done_local(job.job_id)
 
     def _local_result(self, store: StoreAPI, job: Job, metric: Metric,
@@ -124,7 +124,8 @@ class LocalBatches:
             try:
                 scores = self._local_scores(metric, res)
             except RetryLater as later:
-                waited = self._retry_later(store, job, metric, later)
+                waited = self.returns.wait_for_judge(store, job, metric, later,
+                                                         self.judge_max_wait_s)
                 if waited is None:
                     self._done_local(job.job_id)
                     return None
@@ -138,8 +139,8 @@ class LocalBatches:
         """Lease local jobs into the free slots and start their batch (loop thread; what the
         loop does at its next turn, done now). A failure leaves it to the loop."""
         state = self._loop_state
-        if state is None or self._stopping or self._draining or self._alone:
-            return  # (lost jobs wait: they run alone, see ScoringWorker._lost_turn)
+        if state is None or self._stopping or self.lost.waiting:
+            return  # (lost jobs wait: they run alone, see scoring/lost.py)
         (names, limit, tasks, _), inflight, inflight_jobs = state
         free = limit * self.local_window - len(self._local_open)
         if free <= 0 or not names:
@@ -148,7 +149,7 @@ class LocalBatches:
             got = store.lease_jobs(self.owner, free, self.lease_seconds, names)
             self.db_ok_at = time.time()
             batch = [j for j in got if j.job_id not in inflight_jobs
-                     or j.job_id in self._given_back]
+                     or j.job_id in self.returns.given_back]
             if not batch:
                 return
             records = store.load_records(j.record_id for j in batch)
@@ -160,15 +161,15 @@ class LocalBatches:
         self._idle.clear()
         plain = [j for j in batch if self._in_batch(j.metric)]
         for job in batch:
-            self._given_back.discard(job.job_id)
-            self._held.add(job.job_id)
+            self.returns.given_back.discard(job.job_id)
+            self.returns.held.add(job.job_id)
             if job not in plain:
-                self._spawn(self._job(store, job, records.get(job.record_id)), [job], tasks,
+                self.returns.spawn(self._job(store, job, records.get(job.record_id)), [job], tasks,
                             inflight, inflight_jobs)
         if plain:
             ids = [j.job_id for j in plain]
             self._local_open.update(ids)
-            self._spawn(self._batch(store, plain, records, len(got) >= free), plain, tasks,
+            self.returns.spawn(self._batch(store, plain, records, len(got) >= free), plain, tasks,
                         inflight, inflight_jobs).add_done_callback(
                 partial(_free_slots, self._local_open, ids))
         if len(got) >= free:

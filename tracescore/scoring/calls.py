@@ -4,16 +4,26 @@ ordinary error (:class:`MetricAborted`), and the normalisation of its output int
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import inspect
+import logging
 import math
+import threading
+import time
 from collections.abc import Mapping
+from concurrent.futures import Executor
 from typing import Any
 
+from ..judge.base import RetryLater
 from ..metrics.base import Metric, check_output
 from ..metrics.ready import call_ready
 from ..record import RagRecord
 from ..score import Score
 from ..store import StoreAPI
 from ..store.compact import skip_reason
+
+log = logging.getLogger("tracescore")
 
 
 def _refused(store: StoreAPI, exc: BaseException) -> bool:
@@ -106,3 +116,60 @@ def skipped_scores(metric: Metric, record: RagRecord) -> list[Score] | None:
         return [Score.skipped(n, f"record has no {', '.join(missing)}", metric=metric.name,
                               metric_version=metric.version) for n in metric.names()]
     return None
+
+
+async def score_metric(metric: Metric, record: RagRecord, *, timeout_s: float,
+                       loop: asyncio.AbstractEventLoop, executor: Executor | None
+                       ) -> list[Score]:
+    """Run one metric on one record on ``loop`` (a sync metric on ``executor``, under
+    :func:`_guarded`), at most ``timeout_s``; never raises but ``RetryLater`` (the judge is
+    unavailable or over budget: the job waits, it does not fail): failures become error
+    scores with the reason."""
+    t0 = time.perf_counter()
+    skipped = skipped_scores(metric, record)
+    if skipped is not None:
+        return skipped
+    try:
+        if inspect.iscoroutinefunction(metric.__call__) or metric.kind == "judge":
+            out: Any = metric(record)
+        else:
+            ctx = contextvars.copy_context()
+            out = loop.run_in_executor(executor, ctx.run, _guarded, metric, record)
+        if inspect.isawaitable(out):
+            out = await asyncio.wait_for(_awaited_guarded(out), timeout_s)
+        scores = _normalise(metric, out)
+    except RetryLater:
+        raise
+    except asyncio.TimeoutError:
+        scores = [Score.failed(n, f"timed out after {timeout_s:g}s",
+                               metric=metric.name, metric_version=metric.version)
+                  for n in metric.names()]
+    except (SystemExit, KeyboardInterrupt) as exc:  # raised by the sync part of a judge
+        scores = [Score.failed(n, _aborted(exc), metric=metric.name,
+                               metric_version=metric.version) for n in metric.names()]
+    except MetricAborted as exc:
+        scores = [Score.failed(n, str(exc), metric=metric.name,
+                               metric_version=metric.version) for n in metric.names()]
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}"[:2000]
+        scores = [Score.failed(n, reason, metric=metric.name, metric_version=metric.version)
+                  for n in metric.names()]
+    ms = (time.perf_counter() - t0) * 1000
+    return [_with(s, duration_ms=ms) for s in scores]
+
+
+async def canary_once(session: Any, done: threading.Event) -> None:
+    """The judge canary's start-up run on the scorer's loop (``done`` set when it ended,
+    whatever happened: for callers that want its verdict, such as the demo). A judge that is
+    unavailable is tried again at the next scheduled run; a broken one shows up in the
+    scores, and is logged once here."""
+    from ..judge.canary import run_canary
+
+    try:
+        await run_canary(session)
+    except RetryLater:
+        pass
+    except Exception as exc:
+        log.warning("tracescore judge canary could not run: %s", exc)
+    finally:
+        done.set()

@@ -1,13 +1,16 @@
-"""Deliveries (:class:`Deliveries`, mixed into the scoring worker): scores stored by the worker
-are handed to the span attacher; the attacher notes which reached the backend and how, and the
-worker writes those marks down in batches. Scores whose delivery failed or never happened (a
-process that died) are handed over again. Marks are noted from any thread; written on the
-worker's loop thread."""
+"""The delivery ledger (:class:`DeliveryLedger`, a part the scoring worker holds): scores stored
+by the worker are handed to the span attacher; the attacher notes which reached the backend and
+how, and the ledger writes those marks down in batches on the worker's loop thread. Scores whose
+delivery failed or never happened (a process that died) are handed over again (the redelivery
+sweep). Marks are noted from any thread; written on the worker's loop thread."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from .._internal.errors import record_internal_error
 from .._internal.validate import valid_ids
@@ -17,60 +20,102 @@ from .calls import _row_score
 log = logging.getLogger("tracescore")
 
 
-class Deliveries:
-    """The worker's delivery methods (state lives on the worker)."""
+class DeliveryLedger:
+    """Delivery marks and the redelivery sweep, with explicit inputs.
 
-    def write_delivered(self) -> None:
-        """After :meth:`stop`: write the deliveries noted since (spans flushed at the end)."""
-        if self._thread is not None and self._thread.is_alive():
-            return  # the loop writes them itself
-        store = open_store(self.db_path)
-        try:
-            self._flush_delivered(store)
-        finally:
-            store.close()
+    ``attacher``: the span attacher (None: nothing is delivered here, nothing swept);
+    ``owner()``: the worker's lease owner now (it changes after a fork); ``wake()``: wakes the
+    worker's loop to write marks down (not to lease); ``running()``: the loop's thread is
+    alive; ``db_fault(store, exc)``: the worker's handling of a database error (True: one that
+    passes); ``db_ok()``: a write passed.
+    """
 
-    def note_delivered(self, score_ids: list[int], how: str) -> None:
+    def __init__(self, db_path: str, attacher: Any, *, owner: Callable[[], str],
+                 wake: Callable[[], None], running: Callable[[], bool],
+                 db_fault: Callable[[StoreAPI, BaseException], bool],
+                 db_ok: Callable[[], None]) -> None:
+        self.db_path = db_path
+        self.attacher = attacher
+        self.owner = owner
+        self.wake = wake
+        self.running = running
+        self.db_fault = db_fault
+        self.db_ok = db_ok
+        #: scores still undelivered this long after they were stored go out again on a carrier
+        self.redeliver_after_s = 120.0
+        #: after a failed span export: first and longest wait before scores are sent again
+        self.redeliver_backoff_s = (1.0, 60.0)
+        #: an exported span with no result after this long was dropped by the batch processor
+        self.export_confirm_timeout_s = 600.0
+        self.redelivered = 0
+        #: stored records whose id cannot be a span's (their scores are not exported)
+        self.bad_ids = 0
+        self._backoff = 1.0
+        self._retry_at: float | None = None
+        self._last_retry = -1e9
+        self._failed_seen = 0
+        self._noted_count = 0
+        self._written_count = 0
+        self.after_fork()
+
+    def after_fork(self) -> None:
+        """A fresh lock and no pending marks (a forked child: the parent writes its own)."""
+        self._marks: list[tuple[list[int], str]] = []
+        self._lock = threading.Lock()
+
+    # -- any thread --------------------------------------------------------------------------
+    def note(self, score_ids: list[int], how: str) -> None:
         """Called by the attacher (any thread); written to the db by the worker thread."""
-        with self._delivered_lock:
-            self._delivered.append((score_ids, how))
-            self._delivered_noted += 1
-        self.wake(jobs=False)
+        with self._lock:
+            self._marks.append((score_ids, how))
+            self._noted_count += 1
+        self.wake()
 
-    def sync_delivered(self, timeout: float) -> bool:
+    def sync(self, timeout: float) -> bool:
         """Wait until every delivery noted so far is written to the database."""
-        with self._delivered_lock:
-            target = self._delivered_noted
+        with self._lock:
+            target = self._noted_count
         deadline = time.monotonic() + max(0.0, timeout)
         pause = 0.002
-        while self._delivered_written < target:
-            if time.monotonic() > deadline or self._thread is None \
-                    or not self._thread.is_alive():
-                return self._delivered_written >= target
-            self.wake(jobs=False)
+        while self._written_count < target:
+            if time.monotonic() > deadline or not self.running():
+                return self._written_count >= target
+            self.wake()
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
         return True
 
-    def _flush_delivered(self, store: StoreAPI) -> None:
-        with self._delivered_lock:
-            pending, self._delivered = self._delivered, []
-            noted = self._delivered_noted
+    def write_after_stop(self) -> None:
+        """After the worker stopped: write the deliveries noted since (spans flushed at the
+        end)."""
+        if self.running():
+            return  # the loop writes them itself
+        store = open_store(self.db_path)
+        try:
+            self.flush(store)
+        finally:
+            store.close()
+
+    # -- the worker's loop thread ------------------------------------------------------------
+    def flush(self, store: StoreAPI) -> None:
+        with self._lock:
+            pending, self._marks = self._marks, []
+            noted = self._noted_count
         if pending:
             try:
                 store.mark_delivered_many(pending)  # one commit for all of them
             except Exception as exc:
-                if self._db_fault(store, exc):
+                if self.db_fault(store, exc):
                     # kept for the next loop (else the sweep would export them a second time)
-                    with self._delivered_lock:
-                        self._delivered[:0] = pending
+                    with self._lock:
+                        self._marks[:0] = pending
                     return
                 record_internal_error("worker.mark_delivered", exc)
             else:
-                self._db_ok()
-        self._delivered_written = noted
+                self.db_ok()
+        self._written_count = noted
 
-    def _failed_export_due(self) -> bool:
+    def failed_export_due(self) -> bool:
         """Spans failed to export (backend down): sweep again after a backoff in seconds
         (1, 2, 4 … up to ``redeliver_backoff_s[1]``) while exports keep failing, instead of
         waiting for the periodic ``redeliver_after_s`` sweep."""
@@ -92,8 +137,8 @@ class Deliveries:
             return True
         return False
 
-    def _redeliver(self, store: StoreAPI, *, at_start: bool = False,
-                   older_than_s: float | None = None) -> None:
+    def redeliver(self, store: StoreAPI, *, at_start: bool = False,
+                  older_than_s: float | None = None) -> None:
         """Stored scores that never reached the backend go out on carrier spans: at start, all
         that a dead process left; later, those still undelivered ``redeliver_after_s`` after
         they were stored (their span's export failed, or the batch processor dropped it).
@@ -109,7 +154,7 @@ class Deliveries:
                 older_than = time.time() - self.redeliver_after_s
             if not at_start:
                 busy = self.attacher.in_flight(older_than_s=self.export_confirm_timeout_s)
-                self._flush_delivered(store)  # deliveries confirmed until now are in the db
+                self.flush(store)  # deliveries confirmed until now are in the db
                 older_than = time.time() - (self.redeliver_after_s if older_than_s is None
                                             else older_than_s)
             for record_id in store.undelivered_record_ids(older_than=older_than):
@@ -137,7 +182,7 @@ class Deliveries:
             return
         if store.shared:  # claimed atomically: one sweeping worker of the fleet sends them
             rows = store.claim_redelivery(  # type: ignore[attr-defined]
-                record_id, self.owner, older_than or time.time())
+                record_id, self.owner(), older_than or time.time())
         else:
             rows = store.scores_for(record_id, undelivered_only=True)
         refs = [(r["score_id"], _row_score(r)) for r in rows]

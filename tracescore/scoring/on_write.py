@@ -1,4 +1,4 @@
-"""Scores on write (:class:`ScoresOnWrite`, mixed into the scoring worker): the background
+"""Scores on write (:class:`ScoresOnWrite`, a part the scoring worker holds): the background
 writer scores a sampled record's cheap local metrics itself, as it stores the record, in the
 same transaction (:meth:`~tracescore.store.sqlite.Store.write_batch` ``scored=``).
 
@@ -33,7 +33,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -51,40 +51,62 @@ log = logging.getLogger("tracescore")
 
 
 class ScoresOnWrite:
-    """The worker's scores-on-write methods (writer thread; state lives on the worker)."""
+    """The writer thread's scorer of cheap local jobs (the queue's
+    :class:`~tracescore.write_port.OnWriteScorer`), held by the scoring worker.
 
-    def _init_on_write(self) -> None:
+    Explicit inputs: ``metrics`` (by name); ``warm``, the names of the metrics that have run
+    once in this process (shared with the worker, which fills it); ``convert(metric, result)``
+    turns a call's ``(ok, out, ms)`` into clean scores as the worker does (may raise
+    ``RetryLater``); ``done(record_id, scores, refs)`` does the worker's bookkeeping of a
+    stored job (failing metrics, exporter, span attacher); ``live()``: the worker is alive and
+    not stopping; ``attached``: scores go to a span attacher (their ``delivery`` waits for it).
+    """
+
+    def __init__(self, metrics: Mapping[str, Metric], *, warm: set[str],
+                 convert: Callable[[Metric, tuple[bool, Any, float]], list[Score]],
+                 done: Callable[[str, Sequence[Score], Sequence[Any]], None],
+                 live: Callable[[], bool], attached: bool) -> None:
+        self.metrics = metrics
+        self.warm = warm
+        self.convert = convert
+        self.done = done
+        self.live = live
+        self.attached = attached
         #: False: every job goes to the worker (the writer scores nothing)
-        self.score_on_write = True
+        self.enabled = True
         #: a batch's metrics scored on write stop after this long (the rest become jobs)
-        self.on_write_budget_s = 0.01
+        self.budget_s = 0.01
         #: a metric call this slow takes the metric off the writer for good
-        self.on_write_slow_s = 0.05
-        self.scored_on_write = 0
-        self.errors_on_write = 0
+        self.slow_s = 0.05
+        self.scored = 0
+        self.errors = 0
         #: metric name -> its character limit on write (0: never), decided once
-        self._on_write_chars: dict[str, int] = {}
-        self._on_write_lock = threading.Lock()
+        self._chars: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def after_fork(self) -> None:
+        """In a forked child (the worker's after-fork): the lock may have been held."""
+        self._lock = threading.Lock()
 
     @property
-    def delivery_on_write(self) -> str | None:
+    def delivery(self) -> str | None:
         """The ``delivery`` of scores stored on write (as the worker's completions)."""
-        return None if self.attacher is not None else "none"
+        return None if self.attached else "none"
 
-    def on_write_open(self) -> bool:
+    def open(self) -> bool:
         """Whether the writer may score anything now (the worker is alive and not stopping)."""
-        return self.score_on_write and self.alive and not self._stopping
+        return self.enabled and self.live()
 
-    def _limit_on_write(self, name: str) -> int:
-        limit = self._on_write_chars.get(name)
+    def _limit(self, name: str) -> int:
+        limit = self._chars.get(name)
         if limit is None:
             limit = _declared_limit(self.metrics.get(name))
-            self._on_write_chars[name] = limit
-        return limit if name in self._warm else 0
+            self._chars[name] = limit
+        return limit if name in self.warm else 0
 
     def score_now(self, record: RagRecord, job: NewJob) -> list[Score] | None:
         """``job``'s scores, computed here (writer thread), or None: it goes to the worker."""
-        limit = self._limit_on_write(job.metric)
+        limit = self._limit(job.metric)
         if limit <= 0:
             return None
         metric = self.metrics[job.metric]
@@ -104,33 +126,26 @@ class ScoresOnWrite:
         finally:
             otel_context.detach(token)
         ms = (time.perf_counter() - t0) * 1000
-        if ms > self.on_write_slow_s * 1000:
-            self._on_write_chars[job.metric] = 0
+        if ms > self.slow_s * 1000:
+            self._chars[job.metric] = 0
             log.info("tracescore: metric %r took %.0f ms on the writer; the worker scores it "
                      "from now on", job.metric, ms)
         try:  # (the worker's own conversion: normalised, or an error score with the reason)
-            return [self._clean(s) for s in self._local_scores(metric, (ok, out, ms))]
+            return self.convert(metric, (ok, out, ms))
         except RetryLater:
             return None  # the worker defers it
         except Exception as exc:  # ours, or the app's redact: the worker tries it as a job
             record_internal_error("worker.score_on_write", exc)
             return None
 
-    def stored_on_write(self, record_id: str, scores: Sequence[Score],
-                        refs: Sequence[tuple[int, Score]]) -> None:
-        """A job scored on write is stored (``refs``): counted, and handed to the exporter
-        and the span attacher, as :meth:`_scores_stored` does for the worker's (isolated:
-        the job is done)."""
-        with self._on_write_lock:
-            self.scored_on_write += 1
-            self.errors_on_write += sum(1 for s in scores if s.status == "error")
-        self.failing.note(scores)
-        self._stored(record_id, refs)
-        if self.attacher is not None:
-            try:
-                self.attacher.job_done(record_id, refs)
-            except Exception as exc:
-                record_internal_error("worker.job_done", exc)
+    def stored(self, record_id: str, scores: Sequence[Score],
+               refs: Sequence[tuple[int, Score]]) -> None:
+        """A job scored on write is stored (``refs``): counted, and handed to the worker's
+        bookkeeping (exporter, span attacher), as the worker's own jobs are."""
+        with self._lock:
+            self.scored += 1
+            self.errors += sum(1 for s in scores if s.status == "error")
+        self.done(record_id, scores, refs)
 
 
 def _declared_limit(metric: Metric | None) -> int:

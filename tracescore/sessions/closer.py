@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._internal.errors import record_internal_error
+from .._internal.service import Service
 from ..record import RagRecord
 from ..score import Score
 from ..store import sessions as S
@@ -238,26 +238,19 @@ class SessionCloser:
         self.closed = 0
         self.passes = 0
         self._registered: set[str] = set()
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._store: Any = None  # the thread's store, opened at its first pass
+        self._service = Service("tracescore-sessions", self._pass, interval_s=self.poll_s,
+                                first_wait_s=self.poll_s, on_error=self._failed,
+                                on_exit=self._close_store)
 
     def start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="tracescore-sessions",
-                                        daemon=True)
-        self._thread.start()
+        self._service.start()
 
     def run_now(self) -> None:
-        self._wake.set()
+        self._service.run_now()
 
     def stop(self, timeout: float | None = 10.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._service.stop(timeout)
 
     def close_now(self, store: Any, now: float | None = None) -> CloseResult:
         """One pass on ``store`` (the caller's thread), as of ``now`` (default: the clock)."""
@@ -270,32 +263,28 @@ class SessionCloser:
             self.on_closed()
         return res
 
-    def _run(self) -> None:
+    def _pass(self) -> None:
         from ..store.base import open_store
 
-        store = None
-        while not self._stop.is_set():
-            self._wake.wait(self.poll_s)
-            self._wake.clear()
-            if self._stop.is_set():
-                break
-            try:
-                if store is None:
-                    store = open_store(self.db_path)
-                while len(self.close_now(store).closed) >= 20 and not self._stop.is_set():
-                    pass  # (a backlog: the next batch at once)
-            except Exception as exc:
-                from .._internal.db_faults import storage_fault
+        if self._store is None:
+            self._store = open_store(self.db_path)
+        stopping = self._service.stopping
+        while len(self.close_now(self._store).closed) >= 20 and not stopping.is_set():
+            pass  # (a backlog: the next batch at once)
 
-                if storage_fault(exc) is not None:
-                    log.debug("tracescore session closing deferred: %s", exc)
-                else:
-                    record_internal_error("sessions.close", exc)
-                if store is not None:
-                    try:
-                        store.close()
-                    except Exception:
-                        pass
-                    store = None
+    def _failed(self, exc: Exception) -> None:
+        from .._internal.db_faults import storage_fault
+
+        if storage_fault(exc) is not None:
+            log.debug("tracescore session closing deferred: %s", exc)
+        else:
+            record_internal_error("sessions.close", exc)
+        try:
+            self._close_store()
+        except Exception:
+            self._store = None
+
+    def _close_store(self) -> None:
+        store, self._store = self._store, None
         if store is not None:
             store.close()

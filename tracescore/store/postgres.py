@@ -24,32 +24,35 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from .._internal.secrets import scrub_score, scrub_value
+from .._internal.secrets import scrub_value
 from .._internal.validate import clean_name
-from .._internal.vectors import pack, unpack
 from ..record import RagRecord
 from ..sampling import Decision
 from ..score import Score
 from .compat import connect
 from .labels import LabelsMixin
 from .migrations import OPEN_JOBS, migrate_postgres
+from .postgres_embeddings import PostgresEmbeddingCache
+from .postgres_jobs import PgJobs
+from .postgres_sql import (  # noqa: F401 (re-exported: their old home)
+    _LEASE,
+    _LEASE_LOST,
+    NOW,
+    _nul_free,
+)
 from .rollup import Delta, QmarkConnection, count_skips
 from .rows import (
     _CREATED,
     _NO_SEGMENTS,
-    _OLD_SCORES,
     _RECORD_COLS,
     _SEG,
     METRIC_COLS,
-    Job,
     NewJob,
-    _json_safe,
     add_record_row,
     clean_text,
     dumps,
     metric_row,
     record_row,
-    row_to_record,
 )
 from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
 from .sessions import note_turns
@@ -68,8 +71,6 @@ TABLES = ("records", "jobs", "scores", "counters", "metrics", "judge_cache", "ju
           "segments", "segment_values", "hourly_records", "hourly_scores", "hourly_bins",
           "hourly_skips", "labels", "label_plan", "judge_canary")
 
-#: the database's clock (every host of a fleet agrees on it)
-NOW = "extract(epoch FROM clock_timestamp())::float8"
 
 
 def open_jobs(url: str, metrics: Sequence[str] | None) -> tuple[int, float]:
@@ -85,37 +86,7 @@ def open_jobs(url: str, metrics: Sequence[str] | None) -> tuple[int, float]:
     return int(n), (max(0.0, time.time() - float(oldest)) if oldest is not None else 0.0)
 
 
-def _nul_free(value: Any) -> Any:
-    # PostgreSQL text cannot hold NUL (SQLite can): keep it visible instead of failing the batch.
-    if isinstance(value, str) and "\x00" in value:
-        return value.replace("\x00", "\\u0000")
-    return value
-
-
-#: The lease statement (``which``: the order and limit of the first pass, or the records of
-#: the second); rows another worker is leasing right now are skipped, not waited for. A lease
-#: costs no attempt (attempts count runs, see :meth:`.sqlite.Store.lease_jobs`).
-_LEASE = (
-    "UPDATE jobs SET status='leased', lease_owner=%(owner)s, lease_until=%(until)s, "
-    "updated_at=%(now)s WHERE job_id IN ("
-    " SELECT job_id FROM jobs WHERE metric = ANY(%(metrics)s) AND status='pending'"
-    f"  AND {OPEN_JOBS}"
-    "  AND (lease_until IS NULL OR lease_until <= %(now)s)"
-    " {which} FOR UPDATE SKIP LOCKED) "
-    "RETURNING job_id, record_id, metric, metric_version, attempts, created_at")
-
-#: One job whose lease ran out (its holder died or hung), the lost run counted; fewest
-#: attempts first (see ``Store.lease_lost_job`` of .sqlite).
-_LEASE_LOST = (
-    "UPDATE jobs SET status='leased', lease_owner=%(owner)s, lease_until=%(until)s, "
-    "attempts = attempts + 1, updated_at=%(now)s WHERE job_id = ("
-    " SELECT job_id FROM jobs WHERE metric = ANY(%(metrics)s) AND status='leased'"
-    f"  AND {OPEN_JOBS}"
-    "  AND lease_until < %(now)s ORDER BY attempts, job_id LIMIT 1 FOR UPDATE SKIP LOCKED) "
-    "RETURNING job_id, record_id, metric, metric_version, attempts, created_at")
-
-
-class PostgresStore(LabelsMixin):
+class PostgresStore(PgJobs, LabelsMixin):
     """The PostgreSQL backend of :class:`~.base.StoreAPI` (labels:
     :class:`.labels.LabelsMixin`)."""
 
@@ -488,263 +459,3 @@ class PostgresStore(LabelsMixin):
             count_skips(delta, changes, {}, self._record_facts)
             delta.write(QmarkConnection(self.conn))
         return n
-
-    # -- worker side ---------------------------------------------------------------------------
-    def lease_jobs(self, owner: str, limit: int, lease_s: float,
-                   metrics: Sequence[str]) -> list[Job]:
-        """Atomically take up to ``limit`` pending jobs of ``metrics``, at no attempt; rows
-        another worker is leasing right now are skipped, not waited for. Jobs whose lease ran
-        out: :meth:`lease_lost_job`."""
-        now = time.time()
-        args = {"owner": owner, "until": now + lease_s, "now": now, "metrics": list(metrics),
-                "limit": limit}
-        with self.transaction():
-            rows = self._x(_LEASE.format(which="ORDER BY job_id LIMIT %(limit)s"),
-                           args).fetchall()
-            if rows:
-                # A record's jobs go out together (as on SQLite: its judge jobs then share
-                # calls, judge/pairing.py): the rest of the leased records' open jobs.
-                rows += self._x(_LEASE.format(which="AND record_id = ANY(%(records)s)"),
-                                {**args, "records": list({r[1] for r in rows})}).fetchall()
-        return sorted((Job(*r) for r in rows), key=lambda j: j.job_id)
-
-    def lease_lost_job(self, owner: str, lease_s: float, metrics: Sequence[str]) -> Job | None:
-        """As :meth:`.sqlite.Store.lease_lost_job`: a job whose lease ran out (fewest
-        attempts, then oldest), alone, the lost run counted (rows another worker is taking
-        right now are skipped)."""
-        now = time.time()
-        row = self._x(_LEASE_LOST, {"owner": owner, "until": now + lease_s, "now": now,
-                                    "metrics": list(metrics)}).fetchone()
-        return None if row is None else Job(*row)
-
-    def has_lost_jobs(self, metrics: Sequence[str]) -> bool:
-        return self._x(f"SELECT 1 FROM jobs WHERE {OPEN_JOBS} AND status='leased' "
-                       "AND lease_until < %s "
-                       "AND metric = ANY(%s) LIMIT 1",
-                       (time.time(), list(metrics))).fetchone() is not None
-
-    def complete_jobs(self, owner: str, done: Sequence[tuple[Job, Sequence[Score]]],
-                      delivery: str | None = None, *,
-                      judge_models: Mapping[int, str] | None = None
-                      ) -> list[list[tuple[int, Score]] | None]:
-        jm = judge_models or {}  # job id → the judge model of its scores
-        with self.transaction():  # one transaction, no savepoint per job
-            return self._complete_many(owner, [(j, s, jm.get(j.job_id, "")) for j, s in done],
-                                       delivery)
-
-    def complete_job(self, job: Job, owner: str, scores: Sequence[Score],
-                     delivery: str | None = None, *,
-                     judge_model: str = "") -> list[tuple[int, Score]] | None:
-        """Store a job's scores and mark it done, atomically, only if ``owner`` still holds
-        the lease; None (nothing stored) when another worker took it over. Rollups as on
-        SQLite (the record's row is locked while its scores are replaced)."""
-        with self.transaction():
-            return self._complete_many(owner, [(job, scores, judge_model)], delivery)[0]
-
-    def _complete_many(self, owner: str, items: Sequence[tuple[Job, Sequence[Score], str]],
-                       delivery: str | None) -> list[list[tuple[int, Score]] | None]:
-        # (inside the caller's transaction) Records first, in id order, then jobs, then the
-        # rollup rows in key order: every writer takes its locks in this order.
-        now = time.time()
-        facts = self._record_facts((job.record_id for job, _, _ in items), lock=True)
-        delta = Delta()
-        out: list[list[tuple[int, Score]] | None] = []
-        for job, scores, judge_model in items:
-            out.append(self._complete(job, owner, scores, delivery, judge_model, now,
-                                      facts.get(job.record_id, (0.0, NONE_SEG))[1], delta))
-        delta.write(QmarkConnection(self.conn))
-        return out
-
-    def _complete(self, job: Job, owner: str, scores: Sequence[Score], delivery: str | None,
-                  judge_model: str, now: float, seg_id: int,
-                  delta: Delta) -> list[tuple[int, Score]] | None:
-        cur = self._x(
-            "UPDATE jobs SET status='done', lease_owner=NULL, lease_until=NULL, "
-            "attempts = attempts + 1, updated_at=%s, reason=NULL WHERE job_id=%s "
-            "AND status='leased' AND lease_owner=%s", (now, job.job_id, owner))
-        if cur.rowcount != 1:
-            return None
-        return self._put_scores(job.job_id, job.record_id, job.metric, scores, delivery,
-                                judge_model, now, seg_id, delta)
-
-    def _put_scores(self, job_id: int, record_id: str, job_metric: str,
-                    scores: Sequence[Score], delivery: str | None, judge_model: str,
-                    now: float, seg_id: int, delta: Delta) -> list[tuple[int, Score]]:
-        """Store one job's scores (inside the caller's transaction) and add them to
-        ``delta``, taking the contribution of the rows they replace away first."""
-        names = {s.name for s in scores}
-        for row in self._x(_OLD_SCORES.replace("?", "%s"), (record_id,)).fetchall():
-            if row[0] in names and row[2] is not None:  # NULL seg_id: never rolled up
-                delta.add_score(row[1], row[0], row[2], row[3], row[4], row[5], row[6], row[7],
-                                row[8], -1)
-        trace_id = record_id.split("-", 1)[0]
-        ids: dict[str, int] = {}
-        # Keys out of the texts (a judge's reason may quote the key it was sent): stored and,
-        # through the returned scores, exported scrubbed.
-        scores = [scrub_score(s) for s in scores]
-        for s in scores:
-            row = self._row(
-                "INSERT INTO scores(job_id, record_id, trace_id, name, metric, "
-                "metric_version, value, label, explanation, status, error, duration_ms, "
-                "details, created_at, delivery, seg_id, judge_model) VALUES "
-                "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
-                "ON CONFLICT (record_id, name) DO UPDATE SET job_id=excluded.job_id, "
-                "metric_version=excluded.metric_version, value=excluded.value, "
-                "label=excluded.label, explanation=excluded.explanation, "
-                "status=excluded.status, error=excluded.error, "
-                "duration_ms=excluded.duration_ms, details=excluded.details, "
-                "created_at=excluded.created_at, delivery=excluded.delivery, "
-                "seg_id=excluded.seg_id, judge_model=excluded.judge_model "
-                "RETURNING score_id",
-                (job_id, record_id, trace_id, s.name, s.metric or job_metric,
-                 s.metric_version, s.value, s.label,
-                 _nul_free(clean_text(s.explanation)) if s.explanation else None, s.status,
-                 _nul_free(clean_text(s.error)) if s.error else None, s.duration_ms,
-                 _nul_free(dumps(_json_safe(dict(s.details)))), now, delivery, seg_id,
-                 judge_model),
-            )
-            ids[s.name] = int(row[0])
-            delta.add_score(now, s.name, seg_id, s.metric_version, judge_model,
-                            s.metric or job_metric, s.value, s.label, s.status)
-        return [(ids[s.name], s) for s in scores]
-
-    def renew_leases(self, owner: str, job_ids: Sequence[int], lease_s: float) -> None:
-        self._x("UPDATE jobs SET lease_until=%s WHERE job_id = ANY(%s) AND lease_owner=%s "
-                "AND status='leased'", (time.time() + lease_s, list(job_ids), owner))
-
-    def release_job(self, job: Job, owner: str, reason: str | None = None) -> None:
-        self._x("UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=NULL, "
-                "attempts = attempts + 1, reason=%s WHERE job_id=%s AND lease_owner=%s",
-                (_nul_free(reason), job.job_id, owner))
-
-    def defer_job(self, job: Job, owner: str, delay_s: float, reason: str) -> None:
-        self._x("UPDATE jobs SET status='pending', lease_owner=NULL, lease_until=%s, "
-                "reason=%s WHERE job_id=%s AND lease_owner=%s",
-                (time.time() + max(0.0, delay_s), _nul_free(reason[:500]), job.job_id, owner))
-
-    def has_open_jobs(self, metrics: Sequence[str]) -> bool:
-        return self._x(f"SELECT 1 FROM jobs WHERE {OPEN_JOBS} "
-                       "AND metric = ANY(%s) LIMIT 1", (list(metrics),)).fetchone() is not None
-
-    def open_job_count(self, metrics: Sequence[str] | None = None) -> int:
-        sql = f"SELECT count(*) FROM jobs WHERE {OPEN_JOBS}"
-        if metrics is None:
-            return int(self._row(sql)[0])
-        return int(self._row(sql + " AND metric = ANY(%s)", (list(metrics),))[0])
-
-    def open_jobs_for(self, record_id: str) -> int:
-        return int(self._row(f"SELECT count(*) FROM jobs WHERE record_id=%s AND {OPEN_JOBS}",
-                             (record_id,))[0])
-
-    def load_records(self, record_ids: Iterable[str]) -> dict[str, RagRecord]:
-        ids = list(dict.fromkeys(record_ids))
-        out: dict[str, RagRecord] = {}
-        for i in range(0, len(ids), 500):
-            cur = self._x("SELECT * FROM records WHERE record_id = ANY(%s)", (ids[i:i + 500],))
-            cols = [c.name for c in cur.description or ()]
-            for row in cur:
-                rec = row_to_record(dict(zip(cols, row)))
-                out[rec.record_id] = rec
-        return out
-
-    def records_for_trace(self, trace_id: str) -> list[RagRecord]:
-        cur = self._x("SELECT * FROM records WHERE trace_id=%s", (trace_id,))
-        cols = [c.name for c in cur.description or ()]
-        return [row_to_record(dict(zip(cols, row))) for row in cur]
-
-    def scores_for(self, record_id: str, undelivered_only: bool = False) -> list[dict[str, Any]]:
-        sql = "SELECT * FROM scores WHERE record_id=%s"
-        if undelivered_only:
-            sql += " AND delivery IS NULL"
-        cur = self._x(sql + " ORDER BY score_id", (record_id,))
-        cols = [c.name for c in cur.description or ()]
-        return [dict(zip(cols, row)) for row in cur]
-
-    def mark_delivered(self, score_ids: Sequence[int], how: str) -> None:
-        self.mark_delivered_many([(score_ids, how)])
-
-    def mark_delivered_many(self, batches: Sequence[tuple[Sequence[int], str]]) -> None:
-        with self.transaction():
-            for ids, how in batches:
-                self._x("UPDATE scores SET delivery=%s WHERE score_id = ANY(%s) AND "
-                        "(delivery IS NULL OR starts_with(delivery, 'redelivering:'))",
-                        (how, list(ids)))
-
-    def undelivered_record_ids(self, limit: int = 1000,
-                               older_than: float | None = None) -> list[str]:
-        rows = self._x(
-            "SELECT DISTINCT s.record_id FROM scores s WHERE s.delivery IS NULL "
-            "AND s.created_at <= %s AND NOT EXISTS (SELECT 1 FROM jobs j WHERE "
-            "j.record_id = s.record_id AND j.status IN ('pending','leased')) LIMIT %s",
-            (float("inf") if older_than is None else older_than, limit),
-        ).fetchall()
-        return [r[0] for r in rows]
-
-    def claim_redelivery(self, record_id: str, owner: str,
-                         older_than: float) -> list[dict[str, Any]]:
-        """Take the undelivered scores of ``record_id`` for a carrier span, so that of several
-        workers sweeping at once only one sends them: they are marked ``redelivering:<owner>``
-        (the carrier's export then marks them delivered)."""
-        cur = self._x(
-            "UPDATE scores SET delivery=%s WHERE record_id=%s AND delivery IS NULL "
-            "AND created_at <= %s RETURNING *", (f"redelivering:{owner}", record_id, older_than))
-        cols = [c.name for c in cur.description or ()]
-        return sorted((dict(zip(cols, row)) for row in cur), key=lambda r: r["score_id"])
-
-
-class PostgresEmbeddingCache:
-    """The ``embedding_cache`` table on PostgreSQL (same methods as the SQLite
-    :class:`~tracescore.embeddings.cache.EmbeddingCache`), shared by the fleet. Thread-safe
-    (one connection behind a lock, reopened after a fork or a broken connection)."""
-
-    def __init__(self, url: str) -> None:
-        import os
-        import threading
-
-        self.url = url
-        self._conn: psycopg.Connection[Any] | None = None
-        self._pid = 0
-        self._lock = threading.Lock()
-        self._getpid = os.getpid
-
-    def _db(self) -> psycopg.Connection[Any]:
-        c = self._conn
-        if c is None or c.closed or c.broken or self._pid != self._getpid():
-            c = self._conn = connect(self.url)
-            self._pid = self._getpid()
-        return c
-
-    def get_many(self, model: str, keys: Iterable[str]) -> dict[str, list[float]]:
-        with self._lock:
-            rows = self._db().execute(
-                "SELECT text_sha256, vector FROM embedding_cache WHERE model=%s "
-                "AND text_sha256 = ANY(%s)", (model, list(dict.fromkeys(keys)))).fetchall()
-        return {k: unpack(bytes(blob)) for k, blob in rows}
-
-    def put_many(self, model: str, items: Iterable[tuple[str, Sequence[float]]]) -> None:
-        now = time.time()
-        rows = [(model, key, len(vec), pack(vec), now) for key, vec in items]
-        if not rows:
-            return
-        with self._lock:
-            conn = self._db()
-            with conn.transaction(), conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO embedding_cache VALUES (%s,%s,%s,%s,%s) ON CONFLICT "
-                    "(model, text_sha256) DO UPDATE SET dim=excluded.dim, "
-                    "vector=excluded.vector, created_at=excluded.created_at", rows)
-
-    def count(self, model: str | None = None) -> int:
-        with self._lock:
-            if model:
-                row = self._db().execute("SELECT count(*) FROM embedding_cache WHERE model=%s",
-                                         (model,)).fetchone()
-            else:
-                row = self._db().execute("SELECT count(*) FROM embedding_cache").fetchone()
-        return int(row[0]) if row else 0
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None and self._pid == self._getpid():
-                self._conn.close()
-            self._conn = None

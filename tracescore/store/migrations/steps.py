@@ -1,53 +1,16 @@
-"""Versioned schema migrations: one ordered list per backend.
-
-Each step has a version (1, 2, ...) and a function that applies it inside the migrating
-transaction; ``meta.schema_version`` records the last step applied. Opening a store applies
-the steps above the database's version, in order, so a database written by any earlier
-release is upgraded in place. A database newer than the code is refused (upgrade tracescore).
-A new step is appended to *both* lists when it changes what both backends store (and to one
-when only one backend needs it); versions never change once released.
-
-On PostgreSQL the migration holds a transaction-scoped advisory lock, so app replicas and
-workers that start together migrate once. This module imports no backend module (they import
-it), and runs only off the request path.
+"""The migration steps: the functions and DDL each version of
+:data:`~tracescore.store.migrations.SQLITE_MIGRATIONS` and
+:data:`~tracescore.store.migrations.POSTGRES_MIGRATIONS` applies (the lists, their order and
+the runner stay in the package's ``__init__``; a step never changes once released).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["POSTGRES_MIGRATIONS", "REBUILT_INDEXES", "SQLITE_MIGRATIONS", "Migration",
-           "SchemaTooNew", "ensure_rebuilt_indexes", "migrate_postgres", "migrate_sqlite"]
 
-
-class SchemaTooNew(RuntimeError):
-    """The database was written by a newer tracescore."""
-
-
-@dataclass(frozen=True)
-class Migration:
-    version: int
-    description: str
-    apply: Callable[[Any], None]  # gets the backend's store, inside the transaction
-
-
-def _apply_steps(store: Any, steps: tuple[Migration, ...], current: int, where: str) -> int:
-    """Apply the steps above ``current``, in order (inside the caller's transaction); the
-    latest version. A database newer than the code is refused."""
-    latest = steps[-1].version
-    if current > latest:
-        raise SchemaTooNew(f"{where} has schema version {current}, newer than this tracescore "
-                           f"understands ({latest}); upgrade tracescore")
-    for step in steps:
-        if step.version > current:
-            step.apply(store)
-    return latest
-
-
-# -- SQLite ------------------------------------------------------------------------------------
 def _sqlite_v1(store: Any) -> None:
     """The first released schema (tracescore 0.x, schema_version 1)."""
     db = store.db
@@ -106,8 +69,8 @@ def _sqlite_v2(store: Any) -> None:
     """Compact rows and hourly rollups (bounded storage): only ``ALTER TABLE … ADD COLUMN``
     and ``CREATE``, no rewrite of existing rows (their NULL ``text_kept`` means "full text",
     as they were written)."""
-    from .compact import COMPACT_COLUMNS
-    from .rollup import V2_DDL
+    from ..compact import COMPACT_COLUMNS
+    from ..rollup import V2_DDL
 
     cols = {r[1] for r in store.conn.execute("PRAGMA table_info(records)")}
     for name, sql_type in COMPACT_COLUMNS:
@@ -180,69 +143,6 @@ def _v8_forced_index(store: Any) -> None:
     store.conn.execute(f"CREATE INDEX IF NOT EXISTS {name} {sql}")
 
 
-SQLITE_MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "records, jobs, scores, counters, metrics (+ judge tables, feedback)",
-              _sqlite_v1),
-    Migration(2, "compact rows for unsampled records, hourly rollups", _sqlite_v2),
-    Migration(3, "segments (release, environment, model, metadata keys), hourly rollups per "
-                 "segment kept on write; monitor tables", _sqlite_v3),
-    Migration(4, "human labels, label plans, judge canary history", lambda s: _v4(s, "sqlite")),
-    Migration(5, "records: retrieval candidates, complete flag", lambda s: _v5(s, "sqlite")),
-    Migration(6, "records: no trace_id index (a trace's records are a primary-key range)",
-              _sqlite_v6),
-    Migration(7, "jobs, scores: status and delivery indexes of the open jobs and undelivered "
-                 "scores only", _v7_open_row_indexes),
-    Migration(8, "records: an index of the forced records only", _v8_forced_index),
-    Migration(9, "OTLP intake: received spans, their resources, traces awaiting assembly",
-              lambda s: _intake(s, "sqlite")),
-    Migration(10, "judge budgets and adaptive judge decisions",
-              lambda s: _judge_budget(s, "sqlite")),
-    Migration(11, "sessions: open and closed conversations, records by session",
-              lambda s: _sessions(s, "sqlite")),
-    Migration(12, "records: an agent run's tool calls and offered tools",
-              lambda s: _agent_column(s, "sqlite")),
-)
-
-
-def migrate_sqlite(store: Any) -> None:
-    """Bring the SQLite database of ``store`` (a :class:`~.sqlite.Store`) up to date."""
-    conn = store.conn
-    with store.transaction():
-        if "meta" not in store.db.table_names():
-            store.db.table("meta").create({"key": str, "value": str}, pk="key")
-        row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        current = 0 if row is None else int(row[0])
-        latest = _apply_steps(store, SQLITE_MIGRATIONS, current, store.path)
-        if current != latest:
-            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
-                         (str(latest),))
-        # Version 1 databases from before the judge tables: add what they lack (idempotent).
-        store._ensure_judge_tables()
-        ensure_rebuilt_indexes(store.conn)
-
-
-#: Indexes that no constraint and no write needs, whose entries lie in random order relative
-#: to time (a score's value): retention may drop them for a large backlog and build them
-#: again after it (issue 19, :data:`.retention.BULK_INDEXES`). A run that dies in between
-#: leaves them missing; opening the store builds them again (:func:`ensure_rebuilt_indexes`:
-#: ``Store._schema_ready`` checks their names), as does the next run. (name, DDL)
-REBUILT_INDEXES: tuple[tuple[str, str], ...] = (
-    ("idx_scores_name_value",
-     "CREATE INDEX IF NOT EXISTS idx_scores_name_value ON scores(name, value)"),
-)
-
-
-def ensure_rebuilt_indexes(conn: Any, names: Any = None) -> None:
-    """Build the :data:`REBUILT_INDEXES` that are missing (those in ``names``, or all), on a
-    SQLite connection inside the caller's transaction (idempotent)."""
-    for name, sql in REBUILT_INDEXES:
-        if names is None or name in names:
-            conn.execute(sql)
-
-
-# -- version 3 (both backends) ----------------------------------------------------------------
-#: Columns version 3 adds: the record's release, environment and segment; the score's segment
-#: (its record's) and judge model ("" for a local metric).
 _V3_COLUMNS = (("records", "release", "TEXT"), ("records", "environment", "TEXT"),
                ("records", "seg_id", "BIGINT"), ("scores", "seg_id", "BIGINT"),
                ("scores", "judge_model", "TEXT"))
@@ -265,8 +165,8 @@ def _v3(store: Any, dialect: str) -> None:
     reason ``''``. Their Σx² was not kept: it is rebuilt from the bins (exact for 0/1 scores;
     for others, the binned variance around the exact mean, good to about 0.01).
     """
-    from . import rollup, segments
-    from .rollup import Delta, qmark
+    from .. import rollup, segments
+    from ..rollup import Delta, qmark
 
     conn = qmark(store)
     for stmt in (*segments.ddl(dialect), *rollup.ddl(dialect)):
@@ -320,8 +220,8 @@ def _v3(store: Any, dialect: str) -> None:
 def _v4(store: Any, dialect: str) -> None:
     """Version 4 (both backends): the tables ``labels``, ``label_plan`` and ``judge_canary``
     (:mod:`.labels`); only ``CREATE``, existing rows untouched."""
-    from .labels import ddl
-    from .rollup import qmark
+    from ..labels import ddl
+    from ..rollup import qmark
 
     conn = qmark(store)
     for stmt in ddl(dialect):
@@ -388,8 +288,8 @@ def _has_table(conn: Any, dialect: str, name: str) -> bool:
 
 def _fold_v2(conn: Any, store: Any, resolver: Any, delta: Any, now: float) -> None:
     """The version-2 rollups (pruned hours) into ``delta`` (see :func:`_v3`)."""
-    from .rollup import bin_mid, v2_bin
-    from .segments import DEFAULT_LIMIT, NONE_SEG, clean_value
+    from ..rollup import bin_mid, v2_bin
+    from ..segments import DEFAULT_LIMIT, NONE_SEG, clean_value
 
     models: dict[int, dict[str | None, int]] = {}
     for hour, model, n in conn.execute("SELECT hour, model, n FROM rollup_models").fetchall():
@@ -441,7 +341,7 @@ def _fold_v2(conn: Any, store: Any, resolver: Any, delta: Any, now: float) -> No
 
 def _monitor_ddl(dialect: str) -> tuple[str, ...]:
     """The monitor tables (states, history, lease, notification outbox): :mod:`.monitor_tables`."""
-    from .monitor_tables import ddl
+    from ..monitor_tables import ddl
 
     return tuple(ddl(dialect))
 
@@ -508,7 +408,7 @@ CREATE TABLE IF NOT EXISTS rate_limits (
 def _intake(store: Any, dialect: str) -> None:
     """SQLite version 9, PostgreSQL version 8: the tables of ``tracescore serve`` (the OTLP
     intake, :mod:`tracescore.intake.spool`)."""
-    from .intake_tables import ddl
+    from ..intake_tables import ddl
 
     for stmt in ddl(dialect):
         store.conn.execute(stmt)
@@ -517,7 +417,7 @@ def _intake(store: Any, dialect: str) -> None:
 def _judge_budget(store: Any, dialect: str) -> None:
     """SQLite version 10, PostgreSQL version 9: ``judge_budget`` and ``judge_decisions``
     (:mod:`.judge_budget`); only ``CREATE``."""
-    from .judge_budget import ddl
+    from ..judge_budget import ddl
 
     for stmt in ddl(dialect):
         store.conn.execute(stmt)
@@ -528,7 +428,7 @@ def _sessions(store: Any, dialect: str) -> None:
     records by session (:mod:`.sessions`). Sessions of records written before it are not
     backfilled: a session is known from its next turn on (and then scored with all its
     stored turns)."""
-    from .sessions import ddl
+    from ..sessions import ddl
 
     for stmt in ddl(dialect):
         store.conn.execute(stmt)
@@ -545,8 +445,8 @@ def _pg_statements(script: str) -> Callable[[Any], None]:
 def _pg_v2(store: Any) -> None:
     """As SQLite's version 2 (compact rows, hourly rollups), plus the columns SQLite adds
     beside its migrations (``records.retrieval_queries``, ``metrics.is_binary``)."""
-    from .compact import COMPACT_COLUMNS
-    from .rollup import V2_DDL
+    from ..compact import COMPACT_COLUMNS
+    from ..rollup import V2_DDL
 
     pg_type = {"INTEGER": "integer", "TEXT": "text", "REAL": "double precision"}
     columns = [("records", "retrieval_queries", "text"), ("metrics", "is_binary", "integer"),
@@ -562,45 +462,3 @@ def _pg_v3(store: Any) -> None:
     for table, name, sql_type in _V3_COLUMNS:
         store.conn.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {sql_type}")
     _v3(store, "postgres")
-
-
-POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
-    Migration(1, "the SQLite version-1 tables, plus embedding_cache and rate_limits "
-                 "(fleet-wide judge calls per minute)", _pg_statements(_PG_V1)),
-    Migration(2, "compact rows, hourly rollups, retrieval queries, yes/no metric declarations",
-              _pg_v2),
-    Migration(3, "segments, hourly rollups per segment kept on write; monitor tables", _pg_v3),
-    Migration(4, "human labels, label plans, judge canary history",
-              lambda s: _v4(s, "postgres")),
-    Migration(5, "records: retrieval candidates, complete flag", lambda s: _v5(s, "postgres")),
-    Migration(6, "jobs, scores: status and delivery indexes of the open jobs and undelivered "
-                 "scores only", _v7_open_row_indexes),
-    Migration(7, "records: an index of the forced records only", _v8_forced_index),
-    Migration(8, "OTLP intake: received spans, their resources, traces awaiting assembly",
-              lambda s: _intake(s, "postgres")),
-    Migration(9, "judge budgets and adaptive judge decisions",
-              lambda s: _judge_budget(s, "postgres")),
-    Migration(10, "sessions: open and closed conversations, records by session",
-              lambda s: _sessions(s, "postgres")),
-    Migration(11, "records: an agent run's tool calls and offered tools",
-              lambda s: _agent_column(s, "postgres")),
-)
-
-#: pg_advisory_xact_lock key: "tracescore" as an int
-_LOCK_KEY = 0x7472616365
-
-
-def migrate_postgres(store: Any) -> None:
-    """Bring the PostgreSQL database of ``store`` (a :class:`~.postgres.PostgresStore`) up
-    to date; one process at a time (advisory lock), each run in one transaction."""
-    conn = store.conn
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-        conn.execute("CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text)")
-        row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        current = 0 if row is None else int(row[0])
-        latest = _apply_steps(store, POSTGRES_MIGRATIONS, current, store.name)
-        if current != latest:
-            conn.execute(
-                "INSERT INTO meta(key, value) VALUES ('schema_version', %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(latest),))
