@@ -126,7 +126,29 @@ async def run_canary(session: JudgeSession, *, min_agreement: float = 0.75,
     return await _run(session, min_agreement, trigger)
 
 
+#: How many times a run is asked again when the judge's reported model changed during it.
+MIXED_RETRIES = 2
+
+
 async def _run(session: JudgeSession, min_agreement: float, trigger: str) -> CanaryResult:
+    expected, got, steps, invalid, usage = await _ask(session)
+    for _ in range(MIXED_RETRIES):
+        if len(usage.models) <= 1:
+            break
+        # The reported model changed while the run asked (some cases answered by the old
+        # model, some by the new): such a run measures neither. Ask again: the first whole run
+        # of the new model is the model_changed run (no second one is scheduled for it).
+        log.info("tracescore judge canary: the judge's reported model changed during the run "
+                 "(%s); asking again", ", ".join(sorted(usage.models)))
+        if trigger == "schedule":
+            trigger = "model_changed"
+            session.canary_seen_change = session.model_change
+        expected, got, steps, invalid, usage = await _ask(session)
+    return _finish(session, min_agreement, trigger, expected, got, steps, invalid, usage)
+
+
+async def _ask(session: JudgeSession) -> tuple[list[bool], list[bool], list[str], int, Usage]:
+    """The known-answer cases asked once: (expected, got, steps, invalid steps, usage)."""
     expected: list[bool] = []
     got: list[bool] = []
     steps: list[str] = []
@@ -155,6 +177,11 @@ async def _run(session: JudgeSession, min_agreement: float, trigger: str) -> Can
             got += [not w for w in want]
         expected += want
         steps += ["contexts"] * len(want)
+    return expected, got, steps, invalid, usage
+
+
+def _finish(session: JudgeSession, min_agreement: float, trigger: str, expected: list[bool],
+            got: list[bool], steps: list[str], invalid: int, usage: Usage) -> CanaryResult:
     agreed = sum(e == g for e, g in zip(expected, got))
     agree = agreed / len(expected)
     yes = sum(got) / len(got)
