@@ -53,3 +53,28 @@ def test_a_run_that_straddles_a_model_change_is_asked_again(tmp_path: Path) -> N
     [stored] = rows(db, "SELECT reported_model, trigger, yes_share FROM judge_canary")
     assert stored == {"reported_model": "judge-b", "trigger": "model_changed",
                       "yes_share": 1.0}
+
+
+def test_a_scheduled_run_that_first_meets_a_new_model_is_the_model_changed_run(
+        tmp_path: Path) -> None:
+    """The switch falls between two runs and the scheduled one asks before any score met the
+    new model: that run is still the model_changed run (no later one repeats it)."""
+    db = str(tmp_path / "c.db")
+
+    async def run(srv: DriftingJudge) -> list[Any]:
+        judge = OpenAIJudge("provider/judge-latest", base_url=srv.base_url, api_key="sk-test")
+        session = JudgeSession(ResilientJudge(judge), db)
+        try:
+            first = await run_canary(session, trigger="schedule")
+            srv.switch()
+            return [first, await run_canary(session, trigger="schedule")]
+        finally:
+            session.close()
+            await judge.aclose()
+
+    with DriftingJudge() as srv:
+        first, second = asyncio.run(run(srv))
+    assert (first.reported_model, first.trigger) == ("judge-a", "schedule")
+    assert (second.reported_model, second.trigger) == ("judge-b", "model_changed")
+    assert [r["trigger"] for r in rows(db, "SELECT trigger FROM judge_canary ORDER BY id")] == \
+        ["schedule", "model_changed"]

@@ -203,6 +203,11 @@ def _finish(session: JudgeSession, min_agreement: float, trigger: str, expected:
         (last or {}).get("reported_model") or ""
     pv = prompt_version(usage.prompts)
     trigger = _startup_trigger(session, trigger, reported, pv)
+    if trigger == "schedule" and reported and _model_changed_since_last(session, reported):
+        # the first run of a newly reported model, whichever schedule brought it: it is the
+        # model_changed run (a later one for the same change would only repeat it)
+        trigger = "model_changed"
+        session.canary_seen_change = session.model_change
     result = CanaryResult(agree, len(expected), bool(reason), reason, yes, agreed, trigger,
                           reported, pv)
     _store_run(session, result, [{"step": s, "expected": e, "got": g}
@@ -272,6 +277,15 @@ def _startup_trigger(session: JudgeSession, trigger: str, reported: str, pv: str
     if reported and last.get("reported_model") and last["reported_model"] != reported:
         return "model_changed"
     return trigger
+
+
+def _model_changed_since_last(session: JudgeSession, reported: str) -> bool:
+    try:
+        runs = session.store().canary_runs(judge_model=session.model)
+    except Exception:  # a database before schema 4, or away
+        return False
+    last = runs[-1].get("reported_model") if runs else None
+    return bool(last) and last != reported
 
 
 def _store_run(session: JudgeSession, r: CanaryResult, cases: list[dict[str, Any]]) -> None:
