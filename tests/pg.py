@@ -109,7 +109,24 @@ def _start() -> tuple[str, Callable[[], None], Callable[..., None]]:
     except BaseException:
         stop()
         raise
-    return f"postgresql://postgres@127.0.0.1:{port}/postgres", stop, ctl
+    url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    LOGS[url] = base / "log"
+    return url, stop, ctl
+
+
+#: superuser URL → the server's log file (for the error when a server went away mid-run)
+LOGS: dict[str, Path] = {}
+
+
+def log_tail(admin_url: str, lines: int = 30) -> str:
+    """The end of the log of the server behind ``admin_url`` (or why there is none)."""
+    path = LOGS.get(admin_url)
+    if path is None:
+        return "(not a server these tests started)"
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(no log: {exc}; the cluster folder exists: {path.parent.exists()})"
 
 
 #: The watchdog's loop: wait for the test process ($0) to end, then stop the server and remove
