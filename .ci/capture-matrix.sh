@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 venv="${1:-.ci-lowest-venv}"
 python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q -e '.[langchain,llama-index,postgres]' 'pytest>=8' \
-    -r .ci/lowest.txt
+    'pytest-xdist>=3.5' -r .ci/lowest.txt
 "$venv/bin/python" -m pip check >/dev/null || "$venv/bin/python" -m pip check
 "$venv/bin/python" - <<'PY'
 import importlib.metadata as md
@@ -25,7 +25,7 @@ PY
 # Two span-tree details of streamed LlamaIndex answers differ before llama-index-core 0.14.25
 # (the streamed LLM call's span nests under the synthesizer's, one more span is open while
 # the stream is read); the records are the same. Those two checks hold on the newest only.
-"$venv/bin/python" -m pytest -q -p no:cacheprovider \
+"$venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 --dist loadfile \
     tests/test_capture_*.py tests/test_langchain_capture.py tests/test_llama_index_capture.py \
     tests/test_example_app.py \
     tests/test_agent_checks.py tests/test_agent_store.py tests/test_agent_llama.py \

@@ -77,9 +77,14 @@ def pg_server() -> Iterator[str]:
 @pytest.fixture
 def pg_url(pg_server: str) -> Iterator[str]:
     """A fresh, empty PostgreSQL database for one test."""
-    from pg import create_database
+    import psycopg
+    from pg import create_database, log_tail
 
-    url, drop = create_database(pg_server)
+    try:
+        url, drop = create_database(pg_server)
+    except psycopg.OperationalError as exc:  # the session's server went away: say why
+        pytest.fail(f"the tests' PostgreSQL server is not answering: {exc}\n"
+                    f"its log ends:\n{log_tail(pg_server)}")
     yield url
     drop()
 

@@ -73,26 +73,77 @@ def _start() -> tuple[str, Callable[[], None], Callable[..., None]]:
         shutil.chown(base, "postgres", "postgres")
         prefix = ["runuser", "-u", "postgres", "--"]
     base.chmod(0o755)
-    port = _free_port()
+    stop_cmd = [*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "stop"]
+    watchdog = _watchdog(base, stop_cmd)  # from here on, nothing outlives this process
+
+    def stop() -> None:
+        watchdog.kill()
+        watchdog.wait()
+        subprocess.run(stop_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       check=False)
+        shutil.rmtree(base, ignore_errors=True)
+
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "check": True}
-    subprocess.run([*prefix, initdb, "-D", str(data), "--auth=trust", "-U", "postgres",
-                    "-E", "UTF8", "--no-sync"], **quiet)  # type: ignore[call-overload]
-    opts = (f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+    opts = ""
 
     def ctl(action: str, *args: str) -> None:
         extra = ["-o", opts, "-l", str(base / "log")] if action == "start" else []
         subprocess.run([*prefix, pg_ctl, "-D", str(data), *extra, "-w", action, *args],
                        **quiet)  # type: ignore[call-overload]
 
-    ctl("start")
+    try:
+        subprocess.run([*prefix, initdb, "-D", str(data), "--auth=trust", "-U", "postgres",
+                        "-E", "UTF8", "--no-sync"], **quiet)  # type: ignore[call-overload]
+        for attempt in range(3):
+            # a free port now may be taken by another test process (pytest-xdist workers
+            # start their clusters at once) before the server binds it: then take another
+            port = _free_port()
+            opts = (f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off "
+                    "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+            try:
+                ctl("start")
+                break
+            except subprocess.CalledProcessError:
+                if attempt == 2:
+                    raise
+    except BaseException:
+        stop()
+        raise
+    url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    LOGS[url] = base / "log"
+    return url, stop, ctl
 
-    def stop() -> None:
-        subprocess.run([*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "stop"],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-        shutil.rmtree(base, ignore_errors=True)
 
-    return f"postgresql://postgres@127.0.0.1:{port}/postgres", stop, ctl
+#: superuser URL → the server's log file (for the error when a server went away mid-run)
+LOGS: dict[str, Path] = {}
+
+
+def log_tail(admin_url: str, lines: int = 30) -> str:
+    """The end of the log of the server behind ``admin_url`` (or why there is none)."""
+    path = LOGS.get(admin_url)
+    if path is None:
+        return "(not a server these tests started)"
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(no log: {exc}; the cluster folder exists: {path.parent.exists()})"
+
+
+#: The watchdog's loop: wait for the test process ($0) to end, then stop the server and remove
+#: its folder ($1); the rest of the arguments are the stop command.
+_WATCHDOG = ('pid="$0"; base="$1"; shift; while kill -0 "$pid" 2>/dev/null; do sleep 0.5; done; '
+             '"$@" >/dev/null 2>&1; rm -rf "$base"')
+
+
+def _watchdog(base: Path, stop_cmd: list[str]) -> subprocess.Popen[bytes]:
+    """A small shell process that stops the cluster once this process has ended by any means
+    (SIGKILL, a Ctrl-C that ends a pytest-xdist worker before its session teardown): no
+    orphan servers. It runs in a session of its own, so the Ctrl-C that ends the tests does not
+    end it too; :func:`_start`'s ``stop`` ends it first when the tests stop the server
+    themselves."""
+    return subprocess.Popen(["sh", "-c", _WATCHDOG, str(os.getpid()), str(base), *stop_cmd],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def with_db(url: str, name: str) -> str:

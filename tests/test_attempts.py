@@ -248,3 +248,6 @@ def test_stopping_gives_held_jobs_back_at_no_attempt(make_ts: Any, db_path: str)
     gate.set()
     assert {(r["status"], r["attempts"]) for r in rows(
         db_path, "SELECT status, attempts FROM jobs")} == {("pending", 0)}
+    # (the worker is stopped: nothing will score these jobs, so the fixture's shutdown would
+    # wait its whole flush timeout for them; they stay pending in the database)
+    ts.shutdown(timeout=1)

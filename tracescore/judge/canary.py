@@ -126,7 +126,29 @@ async def run_canary(session: JudgeSession, *, min_agreement: float = 0.75,
     return await _run(session, min_agreement, trigger)
 
 
+#: How many times a run is asked again when the judge's reported model changed during it.
+MIXED_RETRIES = 2
+
+
 async def _run(session: JudgeSession, min_agreement: float, trigger: str) -> CanaryResult:
+    expected, got, steps, invalid, usage = await _ask(session)
+    for _ in range(MIXED_RETRIES):
+        if len(usage.models) <= 1:
+            break
+        # The reported model changed while the run asked (some cases answered by the old
+        # model, some by the new): such a run measures neither. Ask again: the first whole run
+        # of the new model is the model_changed run (no second one is scheduled for it).
+        log.info("tracescore judge canary: the judge's reported model changed during the run "
+                 "(%s); asking again", ", ".join(sorted(usage.models)))
+        if trigger == "schedule":
+            trigger = "model_changed"
+            session.canary_seen_change = session.model_change
+        expected, got, steps, invalid, usage = await _ask(session)
+    return _finish(session, min_agreement, trigger, expected, got, steps, invalid, usage)
+
+
+async def _ask(session: JudgeSession) -> tuple[list[bool], list[bool], list[str], int, Usage]:
+    """The known-answer cases asked once: (expected, got, steps, invalid steps, usage)."""
     expected: list[bool] = []
     got: list[bool] = []
     steps: list[str] = []
@@ -155,6 +177,11 @@ async def _run(session: JudgeSession, min_agreement: float, trigger: str) -> Can
             got += [not w for w in want]
         expected += want
         steps += ["contexts"] * len(want)
+    return expected, got, steps, invalid, usage
+
+
+def _finish(session: JudgeSession, min_agreement: float, trigger: str, expected: list[bool],
+            got: list[bool], steps: list[str], invalid: int, usage: Usage) -> CanaryResult:
     agreed = sum(e == g for e, g in zip(expected, got))
     agree = agreed / len(expected)
     yes = sum(got) / len(got)
@@ -176,6 +203,11 @@ async def _run(session: JudgeSession, min_agreement: float, trigger: str) -> Can
         (last or {}).get("reported_model") or ""
     pv = prompt_version(usage.prompts)
     trigger = _startup_trigger(session, trigger, reported, pv)
+    if trigger == "schedule" and reported and _model_changed_since_last(session, reported):
+        # the first run of a newly reported model, whichever schedule brought it: it is the
+        # model_changed run (a later one for the same change would only repeat it)
+        trigger = "model_changed"
+        session.canary_seen_change = session.model_change
     result = CanaryResult(agree, len(expected), bool(reason), reason, yes, agreed, trigger,
                           reported, pv)
     _store_run(session, result, [{"step": s, "expected": e, "got": g}
@@ -245,6 +277,15 @@ def _startup_trigger(session: JudgeSession, trigger: str, reported: str, pv: str
     if reported and last.get("reported_model") and last["reported_model"] != reported:
         return "model_changed"
     return trigger
+
+
+def _model_changed_since_last(session: JudgeSession, reported: str) -> bool:
+    try:
+        runs = session.store().canary_runs(judge_model=session.model)
+    except Exception:  # a database before schema 4, or away
+        return False
+    last = runs[-1].get("reported_model") if runs else None
+    return bool(last) and last != reported
 
 
 def _store_run(session: JudgeSession, r: CanaryResult, cases: list[dict[str, Any]]) -> None:

@@ -79,6 +79,8 @@ class Usage:
     reported: str | None = None
     #: step → the prompt template id it sent (``version@hash``)
     prompts: dict[str, str] = field(default_factory=dict)
+    #: every model the server reported in the calls behind this usage
+    models: set[str] = field(default_factory=set)
 
     def add(self, step: str, r: StepResult) -> None:
         self.steps.append(step)
@@ -86,6 +88,7 @@ class Usage:
             self.prompts[step] = r.prompt
         if r.model and not r.cached:
             self.reported = r.model
+            self.models.add(r.model)
         if r.cached:
             self.cached_steps += 1
         else:
