@@ -184,7 +184,7 @@ def monitor_sight(conn: Any, db: Any, monitors: Any, only: tuple[str, ...] = ())
 
     states: dict[str, Any] = {}
     try:
-        from ..monitor import state as S
+        from ..store import monitor_state as S
         from ..store import open_store
 
         store = open_store(str(db))

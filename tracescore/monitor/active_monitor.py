@@ -36,7 +36,7 @@ from ..stats import Estimate
 from ..stats.active_cs import ActiveSequence
 from ..stats.confseq import spend
 from . import confseq
-from . import state as S
+from ..store import monitor_state as S
 from .config import Monitor, format_duration
 
 __all__ = ["PENDING_WAIT_S", "budgeted_metric", "measure_active"]

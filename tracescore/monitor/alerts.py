@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import attributes as A
 from ..stats import CarriesEstimate, Estimate
-from . import state as _state
+from ..store import monitor_state as _state
 from .config import format_duration
 
 WEBHOOK, SLACK = "webhook", "slack"

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..stats import CarriesEstimate, Estimate
-from . import state as S
+from ..store import monitor_state as S
 from .config import Monitor, MonitorSet
 from .measure import GRACE_S, _Context, _measure, _Result  # noqa: F401 (GRACE_S: re-exported)
 

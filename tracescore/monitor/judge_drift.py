@@ -219,7 +219,7 @@ def _scored_models(store: Any) -> list[tuple[str, float]]:
     """The models the scores report (``judge_model`` segment), each with the rollup hour it
     was first seen, oldest first (from the hourly rollups: cheap)."""
     from ..read.monitoring import judge_models_seen
-    from . import state as S
+    from ..store import monitor_state as S
 
     try:
         return judge_models_seen(S._reader(store))
@@ -247,7 +247,7 @@ def evaluate(store: Any, *, owner: str, channels: Sequence[Any] = (), save: bool
     :class:`tracescore.monitor.evaluate.Evaluation`, or None when there is no canary history
     (no judge, or a database before schema 4). Blocking."""
     from . import notify as N
-    from . import state as S
+    from ..store import monitor_state as S
     from .evaluate import Evaluation
 
     try:

@@ -282,7 +282,7 @@ def evaluate(store: Any, reader: Any, *, owner: str, channels: Sequence[Any] = (
     label (or the database is before schema 4). Blocking."""
     from ..read.trust_pairs import label_names
     from . import notify as N
-    from . import state as S
+    from ..store import monitor_state as S
     from .evaluate import Evaluation
 
     names = label_names(reader)

@@ -14,7 +14,7 @@ from ..read import monitoring as RM
 from ..stats import CarriesEstimate, Estimate, Moments, mean_ci
 from ..stats.sight import DEFAULT_DETECT, Sight, sight
 from . import confseq
-from . import state as S
+from ..store import monitor_state as S
 from .active_monitor import budgeted_metric, measure_active
 from .config import Monitor, format_duration
 

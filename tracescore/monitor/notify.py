@@ -49,7 +49,7 @@ from .._internal.errors import handle_internal_errors, record_internal_error
 from .._internal.secrets import scrub
 from .._internal.service import Service
 from . import _post
-from . import state as _state
+from ..store import monitor_state as _state
 from .alerts import (  # noqa: F401 (re-exported)
     ATTR_HI,
     ATTR_LO,
