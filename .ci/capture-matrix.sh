@@ -29,6 +29,6 @@ PY
     tests/test_capture_*.py tests/test_langchain_capture.py tests/test_llama_index_capture.py \
     tests/test_example_app.py \
     tests/test_agent_checks.py tests/test_agent_store.py tests/test_agent_llama.py \
-    tests/test_agent_trajectory.py tests/test_session_keys.py \
+    tests/test_agent_trajectory.py tests/test_session_keys.py tests/test_request_path_deferred.py \
     --deselect tests/test_llama_index_capture.py::test_streaming_query_is_recorded_once_consumed \
     --deselect tests/test_llama_index_capture.py::test_open_runs_are_bounded
