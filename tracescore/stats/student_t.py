@@ -5,15 +5,20 @@
 Why not scipy: a read command (``tracescore report``) needs a handful of t quantiles, and
 importing ``scipy.special`` brings numpy with it — ~0.1 s of CPU and ~18 MB, a third of the
 command's start-up (issue 33's read start-up goal is 0.25 s). The functions here agree with
-scipy's to ~1e-12 relative (tests/test_student_t.py checks a grid of degrees of freedom and
-probabilities against scipy itself); the scoring and statistics paths that already hold numpy
-keep using scipy.
+scipy's to 1e-9 relative or better (tests/test_student_t.py checks a grid of degrees of freedom
+and probabilities, p down to 1e-300, against scipy itself; where scipy's own inversion is off —
+near p = 0.5, and in the far tail of small df — scipy's CDF says these roots are the better
+ones). Statistics that need arrays (confidence sequences, active inference, Fisher's exact
+test) still import numpy/scipy lazily.
 
 The t CDF is the regularized incomplete beta function, I_x(df/2, 1/2) at x = df/(df + t²),
-evaluated by its continued fraction (modified Lentz; Numerical Recipes §6.4); the quantile
-solves CDF(t) = p in the lower tail (where the tail probability is computed directly, so no
-precision is lost near p = 1) by Newton steps kept inside a bracket (bisection when a step
-would leave it), started from the normal quantile.
+evaluated by its continued fraction (modified Lentz; Numerical Recipes §6.4) with ln Γ(h + ½) −
+ln Γ(h) from Stirling's series for large h (no cancellation of two huge lgammas); from 1e5
+degrees of freedom on, the Cornish-Fisher expansion to 1/df⁴ (Abramowitz & Stegun 26.7.5, exact
+to double precision there), inverted by Newton for the CDF. The quantile solves CDF(t) = p in
+the lower tail (the tail probability computed directly, so no precision is lost near p = 1) by
+Newton steps on log CDF kept inside a bracket (bisection when a step would leave it), started
+from the normal quantile.
 """
 
 from __future__ import annotations
