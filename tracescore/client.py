@@ -26,14 +26,21 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from . import __version__ as _version
 from ._client.feedback import Feedback
 from ._client.lifecycle import Lifecycle
-from ._client.manual import (
-    MAX_LOG_CONTEXT_CHARS,
-    MAX_LOG_CONTEXTS,
+from ._client.manual import (  # (the bounds: documented here, as tracescore.client's)
+    MAX_LOG_CONTEXT_CHARS,  # noqa: F401
+    MAX_LOG_CONTEXTS,  # noqa: F401
+    Drops,
     _manual_record,
 )
 from ._client.planner import JobPlanner
 from ._client.privacy import Privacy
-from ._client.setup import OwnProvider, check_database, setup_judge, setup_tracing, start_services
+from ._client.setup import (
+    OwnProvider,
+    check_database,
+    equip_worker,
+    setup_tracing,
+    start_services,
+)
 from ._internal.errors import handle_internal_errors
 from ._internal.losses import Losses
 from ._internal.validate import (
@@ -226,9 +233,7 @@ class Tracescore(Feedback, Lifecycle):
         self.records_seen = 0
         self.records_sampled = 0
         #: contexts and ground truths log_record dropped beyond its bounds
-        self.contexts_dropped = 0
-        self._cut_lock = threading.Lock()
-        self._cut_logged_at = -1e9
+        self.drops = Drops()
 
         # score: the worker, with the models its metrics need
         self.worker = ScoringWorker(
@@ -236,41 +241,9 @@ class Tracescore(Feedback, Lifecycle):
             lease_seconds=s.lease_seconds, metric_timeout_s=s.metric_timeout_s,
             on_scores=self.telemetry.scores_stored if self.telemetry.enabled else None,
         )
-        self.embedder = None
-        if s.embedder is not None and s.score:
-            from .embeddings import resolve_embedder
-
-            self.embedder = resolve_embedder(s.embedder, db_path=self.db_path)
-            for m in self.metrics:
-                bind = getattr(m, "bind_embedder", None)
-                if bind is not None:
-                    bind(self.embedder)
-        self.judge_session = None
-        if s.judge is not None and s.score:
-            self.judge_session = setup_judge(s, self.db_path, self.metrics, self.export_metrics,
-                                             self.worker.concurrency)
-            self.worker.judge_session = self.judge_session
-            self.worker.judge_canary = bool(s.judge_canary)
-            if s.judge_canary_every_s is not None:
-                self.judge_session.canary_every_s = s.judge_canary_every_s
-            self.worker.judge_max_wait_s = s.judge_max_wait_s
-        if s.judge_budgets and s.score:
-            from .budget.selector import AdaptiveJudging
-
-            self.worker.judging = AdaptiveJudging(s.judge_budgets)
-            if s.monitors is not None:
-                budgeted = {n for m in self.metrics if m.name in s.judge_budgets
-                            for n in m.names()}
-                for mon in s.monitors.monitors:
-                    if mon.score in budgeted and (mon.statistic not in ("mean", "rate")
-                                                  or any(d in mon.where for d in (
-                                                      "judge_model", "metric_version"))):
-                        log.warning(
-                            "tracescore monitor %r watches %s of %s, judged within a judge "
-                            "budget: only its mean (or rate) has an active estimate, so the "
-                            "monitor will say NO_DATA (docs/judge_budget.md)", mon.name,
-                            mon.statistic, mon.score)
-        self.worker.redact = s.redact
+        # (its embedder and judge: only where this process scores)
+        self.embedder, self.judge_session = equip_worker(
+            s, self.worker, self.db_path, self.metrics, self.export_metrics)
         if self.attacher is not None:
             self.attacher.bind_tracer(self.tracer)
             self.attacher.on_delivered = self.worker.note_delivered
@@ -316,6 +289,11 @@ class Tracescore(Feedback, Lifecycle):
         self._lock = threading.Lock()
         #: flush()'s connection per flushing thread (see Lifecycle._open_jobs)
         self._flush_readers = threading.local()
+
+    @property
+    def contexts_dropped(self) -> int:
+        """Contexts and ground truths :meth:`log_record` dropped beyond its bounds."""
+        return self.drops.count
 
     @property
     def spans_wanted(self) -> bool:
@@ -544,26 +522,10 @@ class Tracescore(Feedback, Lifecycle):
                              end_time_ns=record.end_time_ns or (time.time_ns()
                                                                 if session_id else None))
         if dropped:
-            self._note_cut(dropped, record.record_id)
+            self.drops.note(dropped, record.record_id)
         # a span id of the caller's may belong to a span that is still to end: hold it
         self.submit(self.prepare(record), hold_span=span_id is not None)
         return record
-
-    def _note_cut(self, dropped: int, record_id: str) -> None:
-        import time
-
-        with self._cut_lock:
-            self.contexts_dropped += dropped
-            total = self.contexts_dropped
-            now = time.monotonic()
-            due = now - self._cut_logged_at >= 60.0
-            if due:
-                self._cut_logged_at = now
-        if due:  # rate-limited: a loop of huge records logs once a minute
-            log.warning("tracescore log_record: %d contexts/ground truths beyond the bounds "
-                        "(%d items, %d characters) were dropped from record %s (%d so far, "
-                        "stats()['contexts_dropped'])", dropped, MAX_LOG_CONTEXTS,
-                        MAX_LOG_CONTEXT_CHARS, record_id, total)
 
     def prepare(self, record: RagRecord) -> RagRecord:
         """Apply content capture/redaction to a record before anything stores or exports it.

@@ -164,3 +164,46 @@ def start_services(s: Any, db: str, *, telemetry: Any, embedder: Any,
             on_closed=wake)
         sessions.start()
     return retention, monitors, sessions
+
+
+def equip_worker(s: Any, worker: Any, db: str, metrics: Sequence[Any],
+                 export_metrics: Any) -> tuple[Any, Any]:
+    """Give the scorer ``worker`` what settings ``s`` ask of it when this process scores: the
+    embedder (bound to the metrics that use one), the judge session, the judge budgets, the
+    redaction of its error texts. Returns ``(embedder, judge_session)``, None where unused."""
+    embedder = None
+    if s.embedder is not None and s.score:
+        from ..embeddings import resolve_embedder
+
+        embedder = resolve_embedder(s.embedder, db_path=db)
+        for m in metrics:
+            bind = getattr(m, "bind_embedder", None)
+            if bind is not None:
+                bind(embedder)
+    judge_session = None
+    if s.judge is not None and s.score:
+        judge_session = setup_judge(s, db, metrics, export_metrics, worker.concurrency)
+        worker.judge_session = judge_session
+        worker.judge_canary = bool(s.judge_canary)
+        if s.judge_canary_every_s is not None:
+            judge_session.canary_every_s = s.judge_canary_every_s
+        worker.judge_max_wait_s = s.judge_max_wait_s
+    if s.judge_budgets and s.score:
+        from ..budget.selector import AdaptiveJudging
+
+        worker.judging = AdaptiveJudging(s.judge_budgets)
+        if s.monitors is not None:
+            _warn_budgeted_monitors(s, metrics)
+    worker.redact = s.redact
+    return embedder, judge_session
+
+
+def _warn_budgeted_monitors(s: Any, metrics: Sequence[Any]) -> None:
+    budgeted = {n for m in metrics if m.name in s.judge_budgets for n in m.names()}
+    for mon in s.monitors.monitors:
+        if mon.score in budgeted and (mon.statistic not in ("mean", "rate") or any(
+                d in mon.where for d in ("judge_model", "metric_version"))):
+            log.warning(
+                "tracescore monitor %r watches %s of %s, judged within a judge budget: only "
+                "its mean (or rate) has an active estimate, so the monitor will say NO_DATA "
+                "(docs/judge_budget.md)", mon.name, mon.statistic, mon.score)
