@@ -254,10 +254,11 @@ class Tracescore(Feedback, Lifecycle):
 
         #: which jobs a record gets, and the span holds that wait for them
         self.planner = JobPlanner(self._metric_by_name, self._metric_names, self.sampler,
-                                  self.attacher, sample_rate=s.sample_rate,
+                                  self.attacher, scoring=s.score, sample_rate=s.sample_rate,
                                   compact_after_s=s.compact_after_s)
         self._plan_jobs = self.planner.plan_jobs
         self._jobs_to_run = self.planner.jobs_to_run
+        self.recount_hold = self.planner.recount_hold  # type: ignore[method-assign]
         # queue: the hot path's bounded buffer and the writer behind it
         # (the writer's one port: jobs, updates, the scorer's wake, and — when this process
         # scores — cheap local metrics scored by the writer as it stores a record)
@@ -457,16 +458,7 @@ class Tracescore(Feedback, Lifecycle):
         ``partial`` (:meth:`submit` with ``finish``), may have another number of jobs to run
         (no document step kept any document; a fault left it unbuilt: None): the hold waits
         for that many."""
-        if self.attacher is None or not self.scoring or not decision.metrics:
-            return
-        span_id = int(partial.span_id, 16)
-        if record is None:
-            self.attacher.cancel(span_id)
-            return
-        diff = (self._jobs_to_run(record, decision.metrics)
-                - self._jobs_to_run(partial, decision.metrics))
-        if diff:
-            self.attacher.expect_more(span_id, diff)
+        self.planner.recount_hold(partial, record, decision)
 
     def defer(self, task: Callable[[], None]) -> bool:
         """Run ``task`` on the background writer thread (hot path: never blocks; a full queue

@@ -24,16 +24,17 @@ Plan = tuple[tuple[str, str, str, str | None], ...]
 class JobPlanner:
     """Job plans of records, by the metrics (``metric_by_name``) and which inputs a record
     has. ``attacher``: the score attacher whose span holds wait for the jobs (None: no
-    spans held); ``sample_rate``/``compact_after_s``: named in a compact record's skip
+    spans held; nor are they without ``scoring``: capture only); ``sample_rate``/``compact_after_s``: named in a compact record's skip
     reason."""
 
     def __init__(self, metric_by_name: Mapping[str, Any], metric_names: tuple[str, ...],
-                 sampler: Any, attacher: Any, *, sample_rate: float,
+                 sampler: Any, attacher: Any, *, scoring: bool, sample_rate: float,
                  compact_after_s: float | None) -> None:
         self.metric_by_name = metric_by_name
         self.metric_names = metric_names
         self.sampler = sampler
         self.attacher = attacher
+        self.scoring = scoring
         self.sample_rate = sample_rate
         self.compact_after_s = compact_after_s
         #: job plans by metrics and which inputs a record has (see plan)
@@ -79,6 +80,20 @@ class JobPlanner:
     def jobs_to_run(self, record: RagRecord, metrics: tuple[str, ...]) -> int:
         """How many of ``metrics`` will score ``record`` (hot path: a cached plan)."""
         return sum(1 for p in self.plan(record, metrics) if p[2] == PENDING)
+
+    def recount_hold(self, partial: RagRecord, record: RagRecord | None,
+                     decision: Decision) -> None:
+        """See :meth:`tracescore.client.Tracescore.recount_hold` (writer thread)."""
+        if self.attacher is None or not self.scoring or not decision.metrics:
+            return
+        span_id = int(partial.span_id, 16)
+        if record is None:
+            self.attacher.cancel(span_id)
+            return
+        diff = (self.jobs_to_run(record, decision.metrics)
+                - self.jobs_to_run(partial, decision.metrics))
+        if diff:
+            self.attacher.expect_more(span_id, diff)
 
     def apply_ground_truth(self, store: StoreAPI,
                            upd: GroundTruthUpdate | FeedbackUpdate) -> None:
