@@ -18,22 +18,28 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from opentelemetry import trace as trace_api
 from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.sdk.metrics.export import MetricReader
-from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import SpanExporter
 
 from . import __version__ as _version
 from ._client.feedback import Feedback
 from ._client.lifecycle import Lifecycle
-from ._client.manual import (
-    MAX_LOG_CONTEXT_CHARS,
-    MAX_LOG_CONTEXTS,
-    _error_type,
+from ._client.manual import (  # (the bounds: documented here, as tracescore.client's)
+    MAX_LOG_CONTEXT_CHARS,  # noqa: F401
+    MAX_LOG_CONTEXTS,  # noqa: F401
+    Drops,
     _manual_record,
-    _redact_tree,
+)
+from ._client.planner import JobPlanner
+from ._client.privacy import Privacy
+from ._client.setup import (
+    OwnProvider,
+    check_database,
+    equip_worker,
+    setup_tracing,
+    start_services,
 )
 from ._internal.errors import handle_internal_errors
 from ._internal.losses import Losses
@@ -43,16 +49,12 @@ from ._internal.validate import (
 from .export import CountingSpanExporter, ExportLoss
 from .lazy_record import LazyRecord
 from .metrics.base import Metric
-from .processor import ScoreAttachingProcessor, adopt_processors
-from .queue import FeedbackUpdate, GroundTruthUpdate, RecordQueue
-from .record import AGENT, ANSWER, CONTEXTS, GROUND_TRUTHS, QUERY, Context, RagRecord
+from .queue import RecordQueue
+from .record import Context, RagRecord
 from .runs import RunIds, RunScope, current_scope, enter_scope, exit_scope
 from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
 from .settings import Settings
-from .store import PENDING, SKIPPED, NewJob, StoreAPI, is_postgres, open_store, redact_url
-from .store import judge_budget as JB
-from .store.compact import skip_reason
-from .store.retention import PG_NO_MAX_BYTES, Retention, RetentionThread
+from .store.retention import Retention, RetentionThread
 from .store.segments import SegmentSpec, release_environment
 from .telemetry import Telemetry, plan_export
 from .worker import ScoringWorker
@@ -63,7 +65,6 @@ log = logging.getLogger("tracescore")
 DEFAULT_METRICS = ("rouge", "bleu", "token_f1", "exact_match", "rgb_accuracy", "rgb_rejection")
 #: Span attribute values (contexts, answers) longer than this are cut, with a content hash.
 DEFAULT_MAX_ATTRIBUTE_CHARS = 4000
-TEXT_INPUTS = frozenset({QUERY, CONTEXTS, ANSWER, GROUND_TRUTHS})
 
 
 class Tracescore(Feedback, Lifecycle):
@@ -182,10 +183,15 @@ class Tracescore(Feedback, Lifecycle):
         self.max_attribute_chars = s.max_attribute_chars
         self.capture_content = s.capture_content
         self.redact = s.redact
+        #: content capture and redaction (the request path calls its bound methods directly)
+        self.privacy = Privacy(s.capture_content, s.redact)
+        self.prepare = self.privacy.prepare  # type: ignore[method-assign]
+        self.redact_text = self.privacy.redact_text  # type: ignore[method-assign]
+        self.redact_value = self.privacy.redact_value  # type: ignore[method-assign]
+        self.redact_id = self.privacy.redact_id  # type: ignore[method-assign]
+        self.redact_error = self.privacy.redact_error  # type: ignore[method-assign]
         self._metric_by_name = {m.name: m for m in self.metrics}
         self._metric_names = s.metric_names
-        #: job plans by metrics and which inputs a record has (see _plan)
-        self._plans: dict[tuple[Any, ...], tuple[tuple[str, str, str, str | None], ...]] = {}
 
         # record → sample
         self.sampler = Sampler(s.sample_rate, s.sample_rates, s.force_rules)
@@ -193,24 +199,7 @@ class Tracescore(Feedback, Lifecycle):
         self._top_rate = self.sampler.top_rate(self._metric_names)
         # store: create the schema now, so a bad file fails at init
         self.scoring = s.score
-        try:
-            store = open_store(self.db_path)
-            try:
-                store.register_metrics(self.metrics)
-            finally:
-                store.close()
-        except Exception as exc:
-            if is_postgres(self.db_path) and _unreachable(exc):
-                # A fleet's database may be down while a replica starts: the app starts anyway
-                # (records wait in the bounded buffer; the writer creates the schema later).
-                log.warning("tracescore cannot reach %s (%s); capturing anyway, records wait "
-                            "in the buffer (app fine, telemetry degraded)",
-                            redact_url(self.db_path), exc)
-            elif isinstance(exc, (ImportError, RuntimeError)):
-                raise
-            else:
-                raise ValueError(f"cannot open the tracescore database "
-                                 f"{redact_url(self.db_path)!r}: {exc}") from exc
+        check_database(self.db_path, self.metrics)
 
         #: accepted and then lost, by reason (stats()["lost"])
         self.losses = Losses()
@@ -222,7 +211,7 @@ class Tracescore(Feedback, Lifecycle):
             log_exporter=s.log_exporter, metric_reader=s.metric_reader, loss=self.export_loss,
         )
         self._adopted = s.exporter == "app"
-        self.tracer_provider, self.attacher = self._setup_tracing(
+        self.tracer_provider, self.attacher = setup_tracing(
             s.tracer_provider, plan.span_exporter, s.span_processor, s.hold_seconds,
             adopt=self._adopted,
         )
@@ -244,9 +233,7 @@ class Tracescore(Feedback, Lifecycle):
         self.records_seen = 0
         self.records_sampled = 0
         #: contexts and ground truths log_record dropped beyond its bounds
-        self.contexts_dropped = 0
-        self._cut_lock = threading.Lock()
-        self._cut_logged_at = -1e9
+        self.drops = Drops()
 
         # score: the worker, with the models its metrics need
         self.worker = ScoringWorker(
@@ -254,40 +241,9 @@ class Tracescore(Feedback, Lifecycle):
             lease_seconds=s.lease_seconds, metric_timeout_s=s.metric_timeout_s,
             on_scores=self.telemetry.scores_stored if self.telemetry.enabled else None,
         )
-        self.embedder = None
-        if s.embedder is not None and s.score:
-            from .embeddings import resolve_embedder
-
-            self.embedder = resolve_embedder(s.embedder, db_path=self.db_path)
-            for m in self.metrics:
-                bind = getattr(m, "bind_embedder", None)
-                if bind is not None:
-                    bind(self.embedder)
-        self.judge_session = None
-        if s.judge is not None and s.score:
-            self.judge_session = self._setup_judge(s)
-            self.worker.judge_session = self.judge_session
-            self.worker.judge_canary = bool(s.judge_canary)
-            if s.judge_canary_every_s is not None:
-                self.judge_session.canary_every_s = s.judge_canary_every_s
-            self.worker.judge_max_wait_s = s.judge_max_wait_s
-        if s.judge_budgets and s.score:
-            from .budget.selector import AdaptiveJudging
-
-            self.worker.judging = AdaptiveJudging(s.judge_budgets)
-            if s.monitors is not None:
-                budgeted = {n for m in self.metrics if m.name in s.judge_budgets
-                            for n in m.names()}
-                for mon in s.monitors.monitors:
-                    if mon.score in budgeted and (mon.statistic not in ("mean", "rate")
-                                                  or any(d in mon.where for d in (
-                                                      "judge_model", "metric_version"))):
-                        log.warning(
-                            "tracescore monitor %r watches %s of %s, judged within a judge "
-                            "budget: only its mean (or rate) has an active estimate, so the "
-                            "monitor will say NO_DATA (docs/judge_budget.md)", mon.name,
-                            mon.statistic, mon.score)
-        self.worker.redact = s.redact
+        # (its embedder and judge: only where this process scores)
+        self.embedder, self.judge_session = equip_worker(
+            s, self.worker, self.db_path, self.metrics, self.export_metrics)
         if self.attacher is not None:
             self.attacher.bind_tracer(self.tracer)
             self.attacher.on_delivered = self.worker.note_delivered
@@ -296,48 +252,27 @@ class Tracescore(Feedback, Lifecycle):
                 plan.span_exporter.on_result = self.attacher.exported
                 self.attacher.confirm_exports = True
 
+        #: which jobs a record gets, and the span holds that wait for them
+        self.planner = JobPlanner(self._metric_by_name, self._metric_names, self.sampler,
+                                  self.attacher, scoring=s.score, sample_rate=s.sample_rate,
+                                  compact_after_s=s.compact_after_s)
+        self._plan_jobs = self.planner.plan_jobs
+        self._jobs_to_run = self.planner.jobs_to_run
+        self.recount_hold = self.planner.recount_hold  # type: ignore[method-assign]
         # queue: the hot path's bounded buffer and the writer behind it
         # (the writer's one port: jobs, updates, the scorer's wake, and — when this process
         # scores — cheap local metrics scored by the writer as it stores a record)
-        port = PortFunctions(self._plan_jobs, self._apply_ground_truth, self.worker.wake,
+        port = PortFunctions(self._plan_jobs, self.planner.apply_ground_truth, self.worker.wake,
                              self.worker.on_write if s.score else None)
         self.queue = RecordQueue(
             self.db_path, port, max_size=s.max_queue, losses=self.losses,
             keep_full_text=s.keep_full_text is not False, segments=self.segment_spec,
         )
-        # retention: prune old records in small background batches (own thread, own store).
-        # On PostgreSQL (a fleet) only where scoring runs — the `tracescore worker` processes
-        # (or a scoring app); capture-only replicas (score=False) leave it to them. Several
-        # pruners at once take disjoint batches (row locks, see store/retention.py).
-        self.retention: RetentionThread | None = None
-        pg = is_postgres(self.db_path)
-        if (s.retention is not None or s.compact_after_s is not None) \
-                and (self.scoring or not pg):
-            if pg and s.retention is not None and s.retention.max_bytes is not None:
-                log.warning("tracescore: %s", PG_NO_MAX_BYTES)
-            self.retention = RetentionThread(self.db_path, s.retention, s.compact_after_s)
-            self.retention.start()
-        # monitors: evaluated in the background where scoring runs (on PostgreSQL, the
-        # workers of a fleet; any process on SQLite); one evaluator per database (a lease).
-        self.monitors: Any = None
-        if s.monitors is not None and (self.scoring or not pg):
-            from .monitor.runner import MonitorRunner
-
-            self.monitors = MonitorRunner(
-                self.db_path, s.monitors, otel_logger=self.telemetry.logger,
-                meter=self.telemetry.meter)
-            self.monitors.start()
-        # sessions: closed after `session_idle` without a turn, where scoring runs (on
-        # PostgreSQL the workers of a fleet; claims keep closers from taking the same session)
-        self.sessions: Any = None
-        if s.session_idle is not None and (self.scoring or not pg):
-            from .sessions.closer import SessionCloser
-
-            self.sessions = SessionCloser(
-                self.db_path, float(s.session_idle), embedder=self.embedder,
-                judge_metrics=[(m.name, m.version) for m in s.session_metrics]
-                if s.score else (), on_closed=self.worker.wake if s.score else None)
-            self.sessions.start()
+        # background services: retention, monitors, the session closer (where scoring runs)
+        self.retention: RetentionThread | None
+        self.retention, self.monitors, self.sessions = start_services(
+            s, self.db_path, telemetry=self.telemetry, embedder=self.embedder,
+            wake=self.worker.wake if s.score else None)
         self.export_metrics.bind(self._snapshot)
         if s.score:
             self.worker.start()
@@ -356,67 +291,10 @@ class Tracescore(Feedback, Lifecycle):
         #: flush()'s connection per flushing thread (see Lifecycle._open_jobs)
         self._flush_readers = threading.local()
 
-    def _setup_judge(self, s: Settings) -> Any:
-        from .judge import ResilientJudge, resolve_judge
-        from .judge.resilience import CircuitBreaker, RetryPolicy
-        from .judge.session import JudgeSession, Price
-        from .metrics.judged import JudgeMetric
-
-        backend = resolve_judge(s.judge)
-        metrics = self.export_metrics
-
-        def on_call(reply: Any, exc: BaseException | None) -> None:
-            metrics.judge_call(reply.input_tokens if reply else 0,
-                               reply.output_tokens if reply else 0, error=exc is not None,
-                               model=backend.model)
-
-        (base_s, max_s), (threshold, cooldown_s) = s.judge_backoff_s, s.judge_breaker
-        resilient = ResilientJudge(
-            backend, on_call=on_call,
-            policy=RetryPolicy(max_retries=s.judge_max_retries, base_delay_s=base_s,
-                               max_delay_s=max_s, timeout_s=s.judge_timeout_s),
-            breaker=CircuitBreaker(failure_threshold=threshold, cooldown_s=cooldown_s),
-        )
-        resilient.max_wait_s = s.judge_max_wait_s  # named in the outage WARNING
-        metrics.observe_breaker(lambda: resilient.breaker.state)
-        session = JudgeSession(
-            resilient, self.db_path, price=Price(*s.judge_price) if s.judge_price else None,
-            calls_per_minute=s.judge_calls_per_minute, daily_budget_usd=s.judge_daily_budget_usd,
-            max_concurrency=self.worker.concurrency,
-        )
-        for m in self.metrics:
-            if isinstance(m, JudgeMetric):
-                m.bind(session)
-        return session
-
-    # -- tracing setup ------------------------------------------------------------------------
-    def _setup_tracing(
-        self,
-        provider: TracerProvider | None,
-        exporter: SpanExporter | None,
-        processor: SpanProcessor | None,
-        hold_seconds: float,
-        *,
-        adopt: bool = False,
-    ) -> tuple[TracerProvider, ScoreAttachingProcessor | None]:
-        if exporter is not None and processor is not None:
-            raise ValueError("pass span_exporter or span_processor, not both")
-        if adopt:  # exporter="app": wrap the app's provider's own processors
-            app = provider if provider is not None else trace_api.get_tracer_provider()
-            return app, adopt_processors(app, hold_seconds=hold_seconds)  # type: ignore[return-value]
-        if provider is None:
-            current = trace_api.get_tracer_provider()
-            if isinstance(current, TracerProvider) and (exporter or processor):
-                provider = current  # the app's own provider: add to it, never replace it
-            else:
-                provider = _OwnProvider(resource=Resource.create({}))
-        if exporter is not None:
-            processor = BatchSpanProcessor(exporter)
-        if processor is None:
-            return provider, None
-        attacher = ScoreAttachingProcessor(processor, hold_seconds=hold_seconds)
-        provider.add_span_processor(attacher)
-        return provider, attacher
+    @property
+    def contexts_dropped(self) -> int:
+        """Contexts and ground truths :meth:`log_record` dropped beyond its bounds."""
+        return self.drops.count
 
     @property
     def spans_wanted(self) -> bool:
@@ -425,7 +303,7 @@ class Tracescore(Feedback, Lifecycle):
         processor added. The adapters then make only the root span (its ids are the record's)
         and skip their child spans, which no one would receive (hot path: an attribute read)."""
         p = self.tracer_provider
-        return type(p) is not _OwnProvider or p.processors > 0
+        return type(p) is not OwnProvider or p.processors > 0
 
     # -- framework entry points ----------------------------------------------------------------
     def langchain_handler(self) -> Any:
@@ -580,20 +458,7 @@ class Tracescore(Feedback, Lifecycle):
         ``partial`` (:meth:`submit` with ``finish``), may have another number of jobs to run
         (no document step kept any document; a fault left it unbuilt: None): the hold waits
         for that many."""
-        if self.attacher is None or not self.scoring or not decision.metrics:
-            return
-        span_id = int(partial.span_id, 16)
-        if record is None:
-            self.attacher.cancel(span_id)
-            return
-        diff = (self._jobs_to_run(record, decision.metrics)
-                - self._jobs_to_run(partial, decision.metrics))
-        if diff:
-            self.attacher.expect_more(span_id, diff)
-
-    def _jobs_to_run(self, record: RagRecord, metrics: tuple[str, ...]) -> int:
-        """How many of ``metrics`` will score ``record`` (hot path: a cached plan)."""
-        return sum(1 for p in self._plan(record, metrics) if p[2] == PENDING)
+        self.planner.recount_hold(partial, record, decision)
 
     def defer(self, task: Callable[[], None]) -> bool:
         """Run ``task`` on the background writer thread (hot path: never blocks; a full queue
@@ -649,26 +514,10 @@ class Tracescore(Feedback, Lifecycle):
                              end_time_ns=record.end_time_ns or (time.time_ns()
                                                                 if session_id else None))
         if dropped:
-            self._note_cut(dropped, record.record_id)
+            self.drops.note(dropped, record.record_id)
         # a span id of the caller's may belong to a span that is still to end: hold it
         self.submit(self.prepare(record), hold_span=span_id is not None)
         return record
-
-    def _note_cut(self, dropped: int, record_id: str) -> None:
-        import time
-
-        with self._cut_lock:
-            self.contexts_dropped += dropped
-            total = self.contexts_dropped
-            now = time.monotonic()
-            due = now - self._cut_logged_at >= 60.0
-            if due:
-                self._cut_logged_at = now
-        if due:  # rate-limited: a loop of huge records logs once a minute
-            log.warning("tracescore log_record: %d contexts/ground truths beyond the bounds "
-                        "(%d items, %d characters) were dropped from record %s (%d so far, "
-                        "stats()['contexts_dropped'])", dropped, MAX_LOG_CONTEXTS,
-                        MAX_LOG_CONTEXT_CHARS, record_id, total)
 
     def prepare(self, record: RagRecord) -> RagRecord:
         """Apply content capture/redaction to a record before anything stores or exports it.
@@ -681,95 +530,24 @@ class Tracescore(Feedback, Lifecycle):
         every one of those strings instead (metadata values, the error, the user id and each
         context's metadata included).
         """
-        if not isinstance(record, RagRecord):
-            return record  # submit counts it
-        if not self.capture_content:
-            return record.replace(query=None, answer=None, contexts=(), ground_truths=(),
-                                  prompt=None, retrieval_queries=(), candidates=(),
-                                  content_captured=False, agent=self._private_agent(record),
-                                  error=_error_type(record.error),
-                                  metadata=self.redact_value(record.metadata),
-                                  user_id=self.redact_id(record.user_id))
-        if self.redact is None:
-            return record
-        r = self.redact
-        return record.replace(
-            query=r(record.query) if record.query else record.query,
-            answer=r(record.answer) if record.answer else record.answer,
-            contexts=tuple(c.__class__(r(c.text) if isinstance(c.text, str) else c.text,
-                                       c.id, c.score, self.redact_value(c.metadata), c.source)
-                           for c in record.contexts),
-            ground_truths=tuple(r(g) for g in record.ground_truths),
-            prompt=r(record.prompt) if record.prompt else record.prompt,
-            retrieval_queries=tuple(r(q) for q in record.retrieval_queries),
-            candidates=tuple(c.__class__(r(c.text) if isinstance(c.text, str) else c.text,
-                                         c.id, c.score, c.source, c.kept, c.dropped_by, c.via)
-                             for c in record.candidates),
-            error=r(record.error) if isinstance(record.error, str) else record.error,
-            metadata=self.redact_value(record.metadata),
-            user_id=self.redact_id(record.user_id),
-            agent=self._private_agent(record),
-        )
-
-    def _private_agent(self, record: RagRecord) -> Any:
-        """The record's tool calls as they may be stored (docs/agents.md, "Privacy"): tool
-        names, steps, outcomes and the offered tools' declarations are the app's code, kept;
-        arguments are treated like metadata (each string redacted, or with capture off
-        replaced by its length, so their shape can still be checked); results and error
-        texts are redacted (capture off: dropped; a failed call keeps ``ok=False``)."""
-        agent = record.agent
-        if agent is None:
-            return None
-        import dataclasses
-
-        off = not self.capture_content
-        r = self.redact
-
-        def text(t: str | None) -> str | None:
-            if t is None:
-                return None
-            if off:
-                return None
-            return r(t) if r is not None else t
-
-        calls = tuple(dataclasses.replace(
-            c, arguments=self.redact_value(c.arguments), result=text(c.result),
-            error=("error" if off and not c.ok else text(c.error)))
-            for c in agent.calls)
-        return dataclasses.replace(agent, calls=calls)
+        return self.privacy.prepare(record)  # (an instance attribute: the part's own)
 
     def redact_text(self, text: str) -> str | None:
         """What may go on a span for ``text`` (None when content capture is off)."""
-        if not self.capture_content:
-            return None
-        return self.redact(text) if self.redact is not None else text
+        return self.privacy.redact_text(text)
 
     def redact_value(self, value: Any) -> Any:
         """Metadata as it may be stored or exported: every string redacted (capture off: each
         string replaced by its length). Containers are walked to a bounded depth."""
-        if self.capture_content and self.redact is None:
-            return value
-        return _redact_tree(value, self.redact if self.capture_content else None, 0)
+        return self.privacy.redact_value(value)
 
     def redact_id(self, user_id: str | None) -> str | None:
         """A user id as it may be stored or exported (capture off: a hash of it)."""
-        if not isinstance(user_id, str):
-            return user_id
-        if not self.capture_content:
-            import hashlib
-
-            return "sha256:" + hashlib.sha256(user_id.encode("utf-8", "replace")).hexdigest()[:16]
-        return self.redact(user_id) if self.redact is not None else user_id
+        return self.privacy.redact_id(user_id)
 
     def redact_error(self, error: BaseException) -> str:
         """An exception as it may go on a span status or in the database."""
-        text = f"{type(error).__name__}: {error}"
-        if not self.capture_content:
-            return type(error).__name__
-        from ._internal.secrets import scrub
-
-        text = scrub(text)
-        return self.redact(text) if self.redact is not None else text
+        return self.privacy.redact_error(error)
 
     @contextmanager
     def run(
@@ -801,119 +579,6 @@ class Tracescore(Feedback, Lifecycle):
             yield scope
         finally:
             exit_scope(token)
-
-    # -- pipeline callbacks (writer thread) ---------------------------------------------------
-    def _plan_jobs(self, record: RagRecord, decision: Decision) -> list[NewJob]:
-        rid = record.record_id
-        return [NewJob(rid, *p) for p in self._plan(record, decision.metrics)]
-
-    def _plan(self, record: RagRecord, metrics: tuple[str, ...]
-              ) -> tuple[tuple[str, str, str, str | None], ...]:
-        """``(metric, version, status, reason)`` of each of ``metrics`` for ``record``: a
-        function of which inputs the record has (and whether it is compact, captured, cut
-        off), so cached by that (any thread; the app's for the hold count, the writer's)."""
-        key = (metrics, record.compact, record.content_captured, record.complete,
-               bool(record.query), len(record.contexts) > 0,
-               record.answer is not None and record.answer != "",
-               len(record.ground_truths) > 0, record.agent is not None and record.has(AGENT))
-        plan = self._plans.get(key)
-        if plan is not None:
-            return plan
-        out = []
-        for name in metrics:
-            metric = self._metric_by_name[name]
-            if record.compact and metric.requires & TEXT_INPUTS:
-                # forced later (negative feedback, a late reference) but stored text-less
-                out.append((name, metric.version, SKIPPED,
-                            skip_reason(self.settings.sample_rate,
-                                        self.settings.compact_after_s)))
-                continue
-            if not record.content_captured and metric.requires & TEXT_INPUTS:
-                out.append((name, metric.version, SKIPPED, "content capture is off"))
-                continue
-            missing = record.missing(metric.requires)
-            if missing:
-                out.append((name, metric.version, SKIPPED,
-                            f"record has no {', '.join(missing)}"))
-            else:
-                out.append((name, metric.version, PENDING, None))
-        plan = tuple(out)
-        if len(self._plans) < 4096:
-            self._plans[key] = plan
-        return plan
-
-    def _apply_ground_truth(self, store: StoreAPI, upd: GroundTruthUpdate | FeedbackUpdate) -> None:
-        from .labels import LabelUpdate
-
-        if isinstance(upd, LabelUpdate):  # a human label (add_label)
-            upd.apply(store)
-            return
-        if isinstance(upd, FeedbackUpdate):
-            store.add_feedback(upd.trace_id, upd.name, upd.value, upd.label, upd.comment,
-                               upd.created_at)
-            if upd.value is not None and upd.value < 0.5:
-                # Negative feedback forces sampling: score every metric for that trace.
-                forced = Decision(0.0, self._metric_names, "negative feedback")
-                for rec in store.records_for_trace(upd.trace_id):
-                    plan = self._plan_jobs(rec, forced)
-                    self._add_jobs(rec, plan, store.insert_jobs_if_missing)
-                    # a judge budget's "not judged" is undone: the job opens again and the
-                    # worker judges it with pi = 1 (store/judge_budget.py, decide)
-                    again = JB.not_judged_metrics(store, rec.record_id)
-                    if again:
-                        self._add_jobs(rec, [j for j in plan if j.metric in again],
-                                       store.upsert_jobs)
-            return
-        for rec in store.set_ground_truths(upd.trace_id, upd.ground_truths):
-            decision = self.sampler.decide(rec, self._metric_names)
-            self._add_jobs(rec, [
-                j for j in self._plan_jobs(rec, decision)
-                if GROUND_TRUTHS in (self._metric_by_name[j.metric].requires
-                                     | self._metric_by_name[j.metric].uses)
-            ], store.upsert_jobs)
-
-    def _add_jobs(self, rec: RagRecord, jobs: list[NewJob],
-                  write: Callable[[Sequence[NewJob]], int]) -> None:
-        """Store ``jobs`` of one record; a held root span waits for the ones that will run.
-
-        The hold grows *before* the jobs are stored (a worker may finish one at once) and
-        shrinks by the jobs the store did not open (already pending or done).
-        """
-        if not jobs:
-            return
-        runs = [j for j in jobs if j.status == PENDING]
-        if self.attacher is None or not runs:
-            write(jobs)
-            return
-        span_id = int(rec.span_id, 16)
-        self.attacher.expect_more(span_id, len(runs))
-        opened = 0
-        try:
-            write([j for j in jobs if j.status != PENDING])
-            opened = write(runs)
-        finally:
-            self.attacher.expect_more(span_id, opened - len(runs))
-
-class _OwnProvider(TracerProvider):
-    """The tracer provider tracescore makes when the app gives it none to export to: it
-    counts the span processors added to it (:attr:`Tracescore.spans_wanted`)."""
-
-    processors = 0
-
-    def add_span_processor(self, span_processor: SpanProcessor) -> None:
-        super().add_span_processor(span_processor)
-        self.processors += 1
-
-
-def _unreachable(exc: BaseException) -> bool:
-    """A connection failure (server down, network), as opposed to a bad URL or permissions."""
-    try:
-        import psycopg
-    except ImportError:
-        return False
-    return isinstance(exc, psycopg.OperationalError) and "password" not in str(exc) \
-        and "does not exist" not in str(exc)
-
 
 def _installed(module: str) -> bool:
     import importlib.util

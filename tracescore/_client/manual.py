@@ -1,8 +1,12 @@
 """The record of ``Tracescore.log_record``: its arguments checked (clear errors at the API) and
-bounded, and the redaction of nested metadata. Pure functions, any thread."""
+bounded, the count of what it dropped (:class:`Drops`), and the redaction of nested metadata.
+Any thread."""
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sized
 from typing import Any
 
@@ -13,6 +17,8 @@ from .._internal.validate import (
     check_metadata,
 )
 from ..record import RagRecord
+
+log = logging.getLogger("tracescore")
 
 #: :meth:`tracescore.client.Tracescore.log_record` keeps at most this many contexts (and ground truths), and
 #: contexts of at most this many characters in all: the app thread's work stays bounded
@@ -108,3 +114,28 @@ def _redact_tree(value: Any, redact: Callable[[str], str] | None, depth: int) ->
     if value is None or isinstance(value, (bool, int, float)):
         return value
     return _redact_tree(repr(value)[:200], redact, depth)
+
+
+class Drops:
+    """What ``log_record`` dropped beyond its bounds (:attr:`count`, for ``stats()``), logged
+    at most once a minute (a loop of huge records logs once). Any thread."""
+
+    def __init__(self) -> None:
+        #: contexts and ground truths dropped so far
+        self.count = 0
+        self._lock = threading.Lock()
+        self._logged_at = -1e9
+
+    def note(self, dropped: int, record_id: str) -> None:
+        with self._lock:
+            self.count += dropped
+            total = self.count
+            now = time.monotonic()
+            due = now - self._logged_at >= 60.0
+            if due:
+                self._logged_at = now
+        if due:
+            log.warning("tracescore log_record: %d contexts/ground truths beyond the bounds "
+                        "(%d items, %d characters) were dropped from record %s (%d so far, "
+                        "stats()['contexts_dropped'])", dropped, MAX_LOG_CONTEXTS,
+                        MAX_LOG_CONTEXT_CHARS, record_id, total)
