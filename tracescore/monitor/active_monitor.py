@@ -35,8 +35,8 @@ from ..read import monitoring as RM
 from ..stats import Estimate
 from ..stats.active_cs import ActiveSequence
 from ..stats.confseq import spend
-from . import confseq
 from ..store import monitor_state as S
+from . import confseq
 from .config import Monitor, format_duration
 
 __all__ = ["PENDING_WAIT_S", "budgeted_metric", "measure_active"]

@@ -246,8 +246,8 @@ def evaluate(store: Any, *, owner: str, channels: Sequence[Any] = (), save: bool
     with ``.name`` and ``.kind``) — only while ``owner`` holds the monitors' lease. Returns an
     :class:`tracescore.monitor.evaluate.Evaluation`, or None when there is no canary history
     (no judge, or a database before schema 4). Blocking."""
-    from . import notify as N
     from ..store import monitor_state as S
+    from . import notify as N
     from .evaluate import Evaluation
 
     try:

@@ -281,8 +281,8 @@ def evaluate(store: Any, reader: Any, *, owner: str, channels: Sequence[Any] = (
     :class:`tracescore.monitor.evaluate.Evaluation`, or None when no judge score has a human
     label (or the database is before schema 4). Blocking."""
     from ..read.trust_pairs import label_names
-    from . import notify as N
     from ..store import monitor_state as S
+    from . import notify as N
     from .evaluate import Evaluation
 
     names = label_names(reader)

@@ -13,8 +13,8 @@ from typing import Any
 from ..read import monitoring as RM
 from ..stats import CarriesEstimate, Estimate, Moments, mean_ci
 from ..stats.sight import DEFAULT_DETECT, Sight, sight
-from . import confseq
 from ..store import monitor_state as S
+from . import confseq
 from .active_monitor import budgeted_metric, measure_active
 from .config import Monitor, format_duration
 

@@ -48,8 +48,8 @@ from urllib.parse import unquote, urlsplit
 from .._internal.errors import handle_internal_errors, record_internal_error
 from .._internal.secrets import scrub
 from .._internal.service import Service
-from . import _post
 from ..store import monitor_state as _state
+from . import _post
 from .alerts import (  # noqa: F401 (re-exported)
     ATTR_HI,
     ATTR_LO,
