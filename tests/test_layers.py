@@ -96,8 +96,6 @@ SQL_HOMES = ("tracescore/store/", "tracescore/read/")
 #: and the Datasette UI's canned queries (SQL text shown to the user, not run by tracescore).
 SQL_BASELINE = {
     "tracescore/reports/ui.py",  # canned queries for Datasette: SQL the user reads and runs
-    "tracescore/telemetry.py", "tracescore/labels.py",
-    "tracescore/sessions/closer.py",
     "tracescore/intake/spool.py", "tracescore/intake/forwarder.py",
     "tracescore/intake/assembler.py",
 }
