@@ -190,11 +190,10 @@ def declared_scales(store: Any) -> dict[str, tuple[str, bool]]:
     declared: a custom metric unknown to this process)."""
     import json
 
-    from .store.rollup import qmark
+    from .store.labels import metric_scales
 
     out: dict[str, tuple[str, bool]] = {}
-    for metric, names, binary in qmark(store).execute(
-            "SELECT metric, score_names, is_binary FROM metrics").fetchall():
+    for metric, names, binary in metric_scales(store):
         try:
             score_names = json.loads(names or "[]") or [metric]
         except ValueError:

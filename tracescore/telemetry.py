@@ -18,7 +18,6 @@ metric reader's thread (or on the thread calling ``flush``), never on the app's.
 from __future__ import annotations
 
 import logging
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -103,16 +102,9 @@ def open_jobs(db_path: str, metrics: Sequence[str]) -> tuple[int, float]:
         from .store.postgres import open_jobs as pg_open_jobs
 
         return pg_open_jobs(db_path, metrics)
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=1.0)
-    try:
-        marks = ",".join("?" * len(metrics))
-        n, oldest = conn.execute(
-            "SELECT count(*), min(coalesce(updated_at, created_at)) FROM jobs "
-            f"WHERE status IN ('pending', 'leased') AND metric IN ({marks})", tuple(metrics),
-        ).fetchone()
-    finally:
-        conn.close()
-    return int(n), (max(0.0, time.time() - float(oldest)) if oldest is not None else 0.0)
+    from .store.sqlite import open_jobs as sqlite_open_jobs
+
+    return sqlite_open_jobs(db_path, metrics)
 
 
 class ExportMetrics:

@@ -28,17 +28,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..record import CONTEXTS
-from ..store import SKIPPED, NewJob
+from ..store import SKIPPED, NewJob, intake_spool
+from ..store import intake_sql as Q
 from . import records as R
 from .spans import Resources, decode
 
 log = logging.getLogger("tracescore")
-
-_CLAIM = ("UPDATE intake_traces SET state = 'claimed', owner = ?, lease_until = ? "
-          "WHERE trace_id IN (SELECT trace_id FROM intake_traces WHERE state <> 'done' AND "
-          "(ready_at <= ? OR (ready_at IS NULL AND last_at <= ?)) AND "
-          "(state = 'open' OR lease_until < ?) ORDER BY ready_at LIMIT ?{lock}) "
-          "RETURNING trace_id, spans")
 
 
 class Assembler:
@@ -161,7 +156,7 @@ class Assembler:
         if self._gated and store.dialect == "sqlite" and self._no_checkpoint is not store.conn:
             # its commits do not checkpoint either (they are inside Spool.background, which
             # the acknowledging commit waits for): :meth:`checkpoint` does, outside
-            store.conn.execute("PRAGMA wal_autocheckpoint=0")
+            intake_spool.autocheckpoint_off(store.conn)
             self._no_checkpoint = store.conn
         return store
 
@@ -181,20 +176,16 @@ class Assembler:
         """Claim, build and store one batch of complete traces; how many were claimed."""
         store = self._open()
         now = time.time() if now is None else now
-        pg = store.dialect == "postgres"
-        q = (lambda s: s.replace("?", "%s")) if pg else (lambda s: s)
         with self.background(), store.transaction():
-            got = store.conn.execute(
-                q(_CLAIM.format(lock=" FOR UPDATE SKIP LOCKED" if pg else "")),
-                (self.owner, now + self.lease_s, now, now - self.orphan_s, now,
-                 self.batch)).fetchall()
+            got = Q.claim(store, self.owner, now + self.lease_s, now, now - self.orphan_s, now,
+                          self.batch)
         if not got:
             return 0
         claimed = [r[0] for r in got]
         # the spans of the traces that are not too big in a few queries, not one per trace
         # (on PostgreSQL each is a round trip)
         small = {r[0] for r in got if (r[1] or 0) <= self.max_trace_spans}
-        loaded = self._fetch(store, pg, sorted(small))
+        loaded = self._fetch(store, sorted(small))
         built: list[R.Built] = []
         by_trace: dict[str, list[R.Built]] = {}
         per_trace: dict[str, tuple[int, str | None]] = {}
@@ -204,7 +195,7 @@ class Assembler:
                 # interval of work, so a sender that never stops does not stall assembly)
                 self.pause()
                 self._paused_at = time.monotonic()
-            spans, cut = self._load(store, q, tid, loaded.get(tid, []) if tid in small
+            spans, cut = self._load(store, tid, loaded.get(tid, []) if tid in small
                                     else None)
             try:
                 got = R.build(spans)
@@ -229,7 +220,7 @@ class Assembler:
                 # before the commit: a worker may score a job the moment it is stored, and
                 # its scores must find the hold (else they would leave at once on a carrier)
                 self.on_records(part_built)
-            self._store_records(store, q, part_built, {t: per_trace[t] for t in part},
+            self._store_records(store, part_built, {t: per_trace[t] for t in part},
                                 time.time())
         self.traces_done += len(claimed)
         self.records_stored += len(built)
@@ -248,61 +239,36 @@ class Assembler:
         traces alone chose the same spanless ones for ever once ``limit`` of them were pruned
         (nothing more was deleted until they aged out). The spans deleted."""
         store = self._open()
-        q = (lambda s: s.replace("?", "%s")) if store.dialect == "postgres" else (lambda s: s)
         now = time.time() if now is None else now
-        sent = " AND forwarded <> 0" if self.forwarding else ""
-        tids = [r[0] for r in store.conn.execute(q(
-            "SELECT t.trace_id FROM intake_traces t WHERE t.state = 'done' AND t.done_at < ? "
-            "AND EXISTS (SELECT 1 FROM intake_spans s WHERE s.trace_id = t.trace_id"
-            + sent.replace("forwarded", "s.forwarded") + ") ORDER BY t.done_at LIMIT ?"),
-            (now - self.keep_spans_s, limit)).fetchall()]
+        tids = Q.prunable_traces(store, now - self.keep_spans_s, self.forwarding, limit)
         n = 0
         for i in range(0, len(tids), chunk):
             part = tids[i:i + chunk]
             with self.background(), store.transaction():
-                cur = store.conn.execute(q(
-                    "DELETE FROM intake_spans WHERE trace_id IN (" + ",".join("?" * len(part))
-                    + ")" + sent), part)
-                n += max(0, cur.rowcount or 0)
-        old = [r[0] for r in store.conn.execute(q(
-            "SELECT t.trace_id FROM intake_traces t WHERE t.state = 'done' AND t.done_at < ? "
-            "AND NOT EXISTS (SELECT 1 FROM intake_spans s WHERE s.trace_id = t.trace_id) "
-            "LIMIT ?"), (now - self.keep_traces_s, limit)).fetchall()]
+                n += Q.delete_spans(store, part, self.forwarding)
+        old = Q.spanless_traces(store, now - self.keep_traces_s, limit)
         for i in range(0, len(old), chunk):
             part = old[i:i + chunk]
             with self.background(), store.transaction():
                 # (a span that came meanwhile keeps its trace row)
-                store.conn.execute(q(
-                    "DELETE FROM intake_traces WHERE trace_id IN (" + ",".join("?" * len(part))
-                    + ") AND NOT EXISTS (SELECT 1 FROM intake_spans s WHERE s.trace_id = "
-                    "intake_traces.trace_id)"), part)
+                Q.delete_spanless_traces(store, part)
         self.spans_pruned += n
         return n
 
-    def _fetch(self, store: Any, pg: bool, tids: list[str],
+    def _fetch(self, store: Any, tids: list[str],
                chunk: int = 100) -> dict[str, list[Any]]:
         """trace id → its spans' (span id, parent id, resource id, body), in arrival order."""
         out: dict[str, list[Any]] = {}
-        cols = "SELECT trace_id, span_id, parent_id, resource_id, body FROM intake_spans "
         for i in range(0, len(tids), chunk):
             part = tids[i:i + chunk]
-            if pg:
-                cur = store.conn.execute(cols + "WHERE trace_id = ANY(%s::text[]) ORDER BY "
-                                         "received_at", (part,))
-            else:
-                cur = store.conn.execute(cols + "WHERE trace_id IN (" + ",".join(
-                    "?" * len(part)) + ") ORDER BY received_at", part)
-            for tid, *rest in cur.fetchall():
+            for tid, *rest in Q.traces_spans(store, part):
                 out.setdefault(tid, []).append(rest)
         return out
 
-    def _load(self, store: Any, q: Callable[[str], str], tid: str,
+    def _load(self, store: Any, tid: str,
               rows: list[Any] | None = None) -> tuple[list[Any], bool]:
         if rows is None:
-            rows = store.conn.execute(q(
-                "SELECT span_id, parent_id, resource_id, body FROM intake_spans WHERE "
-                "trace_id = ? ORDER BY received_at LIMIT ?"),
-                (tid, self.max_trace_spans + 1)).fetchall()
+            rows = Q.trace_spans(store, tid, self.max_trace_spans + 1)
         cut = len(rows) > self.max_trace_spans
         if cut:
             self.traces_cut += 1
@@ -310,9 +276,7 @@ class Assembler:
         missing = sorted({r[2] for r in rows if not self._resources.known(r[2])})
         bodies = {}
         if missing:
-            bodies = dict(store.conn.execute(q(
-                "SELECT resource_id, body FROM intake_resources WHERE resource_id IN ("
-                + ",".join("?" * len(missing)) + ")"), missing).fetchall())
+            bodies = dict(Q.resource_bodies(store, missing))
         spans = []
         for sid, pid, rid, body in rows:
             res = self._resources.get(rid, bodies.get(rid))
@@ -324,7 +288,7 @@ class Assembler:
                 self.errors += 1
         return spans, cut
 
-    def _store_records(self, store: Any, q: Callable[[str], str], built: list[R.Built],
+    def _store_records(self, store: Any, built: list[R.Built],
                        per_trace: dict[str, tuple[int, str | None]], now: float) -> None:
         ts = self.ts
         groups: dict[tuple[str | None, str | None], tuple[list[Any], list[NewJob]]] = {}
@@ -347,10 +311,8 @@ class Assembler:
                                            environment=env or base.environment)
                 store.write_batch(recs, js, keep_full_text=ts.queue.keep_full_text,
                                   segments=spec)
-            store.conn.cursor().executemany(q(
-                "UPDATE intake_traces SET state = 'done', records = ?, note = ?, done_at = ?, "
-                "lease_until = NULL WHERE trace_id = ? AND owner = ? AND state = 'claimed'"),
-                [(n, note, now, tid, self.owner) for tid, (n, note) in per_trace.items()])
+            Q.mark_done(store, self.owner, now,
+                        [(tid, n, note) for tid, (n, note) in per_trace.items()])
 
 
 def _stripped_reason(ts: Any, job: NewJob, b: R.Built) -> NewJob:

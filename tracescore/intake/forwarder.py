@@ -34,6 +34,7 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 
 from ..processor import score_attributes
 from ..scoring.calls import _row_score
+from ..store import intake_sql as Q
 
 log = logging.getLogger("tracescore")
 
@@ -149,14 +150,8 @@ class Forwarder:
 
     def run_once(self, store: Any, now: float | None = None) -> int:
         """Send one batch; how many spans were sent."""
-        pg = store.dialect == "postgres"
-        q = (lambda s: s.replace("?", "%s")) if pg else (lambda s: s)
         now = time.time() if now is None else now
-        rows = store.conn.execute(q(
-            "SELECT s.trace_id, s.span_id, s.resource_id, s.body, t.done_at FROM intake_spans s"
-            " JOIN intake_traces t ON t.trace_id = s.trace_id WHERE s.forwarded = 0 AND "
-            "t.state = 'done' AND (t.owner = ? OR t.done_at < ?) ORDER BY s.received_at "
-            "LIMIT ?"), (self.owner, now - self.orphan_s, self.batch)).fetchall()
+        rows = Q.unforwarded(store, self.owner, now - self.orphan_s, self.batch)
         if not rows:
             self._backoff = 0.0
             return 0
@@ -164,9 +159,7 @@ class Forwarder:
         recorded = set()
         for i in range(0, len(ids), 500):
             chunk = ids[i:i + 500]
-            recorded.update(r[0] for r in store.conn.execute(q(
-                "SELECT record_id FROM records WHERE record_id IN (" + ",".join(
-                    "?" * len(chunk)) + ")"), chunk).fetchall())
+            recorded.update(Q.recorded(store, chunk))
         send: list[tuple[str, str, str, bytes, dict[str, Any]]] = []
         delivered: list[int] = []
         carriers: list[tuple[int, int, list[Any]]] = []
@@ -192,14 +185,12 @@ class Forwarder:
         self.spans_held = held
         if not send:
             return 0
-        status = self._post(store, q, send)
+        status = self._post(store, send)
         if status is None:
             return 0  # retryable: the spans stay, backed off
         mark = 1 if 200 <= status < 300 else -1
         with self.background(), store.transaction():
-            store.conn.cursor().executemany(q(
-                "UPDATE intake_spans SET forwarded = ? WHERE trace_id = ? AND span_id = ?"),
-                [(mark, t, s) for t, s, _, _, _ in send])
+            Q.mark_forwarded(store, mark, [(t, s) for t, s, _, _, _ in send])
         if mark == 1:
             self.spans_forwarded += len(send)
             self.scores_on_spans += len(delivered)
@@ -215,16 +206,14 @@ class Forwarder:
                 attacher.emit_carrier(trace_id, span_id, late)
         return len(send)
 
-    def _post(self, store: Any, q: Any, send: list[tuple[str, str, str, bytes, dict[str, Any]]]
+    def _post(self, store: Any, send: list[tuple[str, str, str, bytes, dict[str, Any]]]
               ) -> int | None:
         """POST the spans; the HTTP status, or None for a retryable failure (backed off)."""
         heads: dict[str, bytes] = {}
         need = sorted({rid for _, _, rid, _, _ in send})
         for i in range(0, len(need), 500):
             chunk = need[i:i + 500]
-            heads.update((r, bytes(b)) for r, b in store.conn.execute(q(
-                "SELECT resource_id, body FROM intake_resources WHERE resource_id IN ("
-                + ",".join("?" * len(chunk)) + ")"), chunk).fetchall())
+            heads.update((r, bytes(b)) for r, b in Q.resource_bodies(store, chunk))
         req = trace_service_pb2.ExportTraceServiceRequest()
         groups: dict[str, Any] = {}
         for _, _, rid, body, extra in send:

@@ -26,7 +26,6 @@ from .._internal.service import Service
 from ..record import RagRecord
 from ..score import Score
 from ..store import sessions as S
-from ..store.rollup import qmark
 from ..store.rows import NewJob
 from .metrics import CHEAP, PREFIX, VERSION, Declared, session_scores
 
@@ -96,8 +95,7 @@ def declared_rules(store: Any) -> Declared:
     import json
 
     out: dict[str, tuple[bool | None, float | None]] = {}
-    for names, hib, threshold in qmark(store).execute(
-            "SELECT score_names, higher_is_better, threshold FROM metrics").fetchall():
+    for names, hib, threshold in S.metric_rules(store):
         try:
             listed = json.loads(names) if names else []
         except ValueError:

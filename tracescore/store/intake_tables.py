@@ -1,5 +1,6 @@
 """The intake's tables (schema step ``_intake`` in :mod:`tracescore.store.migrations`); their
-SQL lives in :mod:`tracescore.intake` (spool, assembler, forwarder).
+statements are :mod:`.intake_spool`'s (the spool) and :mod:`.intake_sql`'s (assembler,
+forwarder), used by :mod:`tracescore.intake`.
 
 - ``intake_spans``: every span received, once (primary key trace id + span id: a sender that
   retries a batch stores nothing twice), as its serialized OTLP ``Span`` message, with the

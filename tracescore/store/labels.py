@@ -35,7 +35,7 @@ from typing import Any
 from .compat import trace_records
 from .rollup import qmark, qmark_tx
 
-__all__ = ["CANARY_COLS", "LABEL_COLS", "PLAN_COLS", "LabelsMixin", "ddl"]
+__all__ = ["CANARY_COLS", "LABEL_COLS", "PLAN_COLS", "LabelsMixin", "ddl", "metric_scales"]
 
 #: the columns of a ``labels`` row, as :meth:`LabelsMixin.labels` returns them
 LABEL_COLS = ("id", "trace_id", "record_id", "name", "value", "metric_version", "annotator",
@@ -96,6 +96,12 @@ _RECORD_OF_TRACE = (
 _SCORE_VERSION = (
     "SELECT metric_version FROM scores WHERE record_id = ? AND name = ?"
     " ORDER BY created_at DESC, score_id DESC LIMIT 1")
+
+
+def metric_scales(store: Any) -> list[tuple[Any, Any, Any]]:
+    """(metric, score_names JSON, is_binary) of each row of the ``metrics`` table (what
+    configured processes declared: the scale of a custom metric's labels)."""
+    return qmark(store).execute("SELECT metric, score_names, is_binary FROM metrics").fetchall()
 
 
 def _finite(value: Any, what: str) -> float | None:

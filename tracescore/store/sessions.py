@@ -46,7 +46,8 @@ from .rows import (
 )
 from .segments import NONE_SEG, SegmentSpec
 
-__all__ = ["SESSION_SOURCE", "Claim", "claim", "ddl", "defer", "finish", "note_turns",
+__all__ = ["SESSION_SOURCE", "Claim", "claim", "ddl", "defer", "finish", "metric_rules",
+           "note_turns",
            "open_turn_jobs", "session_record_id", "session_state", "session_turns", "turn_scores"]
 
 #: ``records.source`` of a session's own record
@@ -150,6 +151,13 @@ def defer(store: Any, owner: str, c: Claim, until: float) -> None:
         conn.execute("UPDATE sessions SET lease_owner = NULL, lease_until = ? WHERE"
                      " session_id = ? AND lease_owner = ? AND status = 'closing'",
                      (until, c.session_id, owner))
+
+
+def metric_rules(store: Any) -> list[tuple[Any, Any, Any]]:
+    """(score_names JSON, higher_is_better, threshold) of each row of the ``metrics`` table
+    (what configured processes declared)."""
+    return qmark(store).execute(
+        "SELECT score_names, higher_is_better, threshold FROM metrics").fetchall()
 
 
 def session_state(store: Any, session_id: str) -> dict[str, Any] | None:

@@ -64,6 +64,22 @@ def _create_private(path: str) -> None:
     os.close(fd)
 
 
+def open_jobs(db_path: str, metrics: Sequence[str]) -> tuple[int, float]:
+    """(open jobs of ``metrics``, seconds since the oldest of them was created, re-opened or
+    leased) on a short-lived read-only connection (the metric reader's thread, never the
+    app's)."""
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=1.0)
+    try:
+        marks = ",".join("?" * len(metrics))
+        n, oldest = conn.execute(
+            "SELECT count(*), min(coalesce(updated_at, created_at)) FROM jobs "
+            f"WHERE status IN ('pending', 'leased') AND metric IN ({marks})", tuple(metrics),
+        ).fetchone()
+    finally:
+        conn.close()
+    return int(n), (max(0.0, time.time() - float(oldest)) if oldest is not None else 0.0)
+
+
 class Store(SqliteJobs, LabelsMixin):
     """The SQLite backend of :class:`~.base.StoreAPI` (labels: :class:`.labels.LabelsMixin`)."""
 
