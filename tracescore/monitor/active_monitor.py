@@ -70,7 +70,7 @@ class _Reader:
                                          tuple[float, str]]:
         """(proxy, π, judged, y) rows in [start, until) after ``pos``, and the new
         position. Stops before a judged record still waiting for its score (``wait``)."""
-        from .measure import CHUNK, MAX_ROWS
+        from .measure_base import CHUNK, MAX_ROWS
 
         out: list[tuple[float, float, bool, float]] = []
         last = pos
@@ -133,7 +133,7 @@ def _what(seq: ActiveSequence) -> str:
 
 
 def _no(m: Monitor, why: str, keep: Any = None) -> Any:
-    from .measure import _Result
+    from .measure_base import _Result
 
     return _Result("NO_DATA", Estimate.missing("active estimate (not available)"), why, keep,
                    detail={"condition": f"{m.statistic} of {m.score}", "estimator": "active"})
@@ -144,7 +144,7 @@ def _baseline(ctx: Any, m: Monitor, metric: str, start: float, alpha: float,
     """The baseline's active estimate and its bound (the far end of the sequence over the
     baseline's records at ``alpha``), or None without one; also the current side's where."""
     from ..read import query as Q
-    from .measure import _release_pair
+    from .measure_base import _release_pair
 
     where = dict(m.where)
     cur_where = dict(where)
@@ -180,7 +180,7 @@ def measure_active(ctx: Any, m: Monitor, prior: S.StateRow | None, direction: st
                    metric: str) -> Any:
     """:func:`.measure._measure` for a monitor on a budgeted judge metric."""
     from ..read.query import SCORE_DIMS
-    from .measure import (
+    from .measure_base import (
         SCHEDULE,
         _describe,
         _describe_baseline,
@@ -332,7 +332,7 @@ def _fixed(ctx: Any, m: Monitor, direction: str, metric: str) -> Any:
     threshold."""
     from ..read import query as Q
     from .active_summary import active_summaries
-    from .measure import _Result, _worst
+    from .measure_base import _Result, _worst
 
     got = active_summaries(ctx.reader, Q.Window(ctx.now - m.window_s, None),
                            {m.score: metric}, where=m.where, seg=ctx.seg).get(m.score)

@@ -12,7 +12,7 @@ from .rollup import qmark_tx
 from .vacuum import WAITING
 
 if TYPE_CHECKING:
-    from .retention import PruneResult
+    from .retention_policy import PruneResult
 
 
 # -- the dialects ----------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import sqlite3
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .._internal.db_faults import TIGHT
 from ..score import Score
@@ -18,8 +18,20 @@ from .rows import (
 )
 from .vacuum import WAITING
 
-if TYPE_CHECKING:
-    from .sqlite import Store
+
+class _TxHost(Protocol):
+    """What a transaction needs of the SQLite store (:class:`.sqlite.Store`), named here so
+    that this floor does not import the store class built on it."""
+
+    conn: sqlite3.Connection
+    path: str
+    broken: BaseException | None
+    _tx_depth: int
+    _ckpt_off: bool
+
+    def recover(self) -> None: ...
+
+    def give_back_wal(self) -> None: ...
 
 
 class _Tx:
@@ -30,7 +42,7 @@ class _Tx:
     rollback" would hide the error that matters); a ROLLBACK that fails marks the store
     broken, so its next transaction starts on a new connection."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: _TxHost) -> None:
         self.store = store
         self.conn = store.conn
         self.outer = False
