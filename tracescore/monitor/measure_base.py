@@ -135,6 +135,7 @@ def _release_pair(ctx: _Context, m: Monitor) -> tuple[str, str] | None:
     from ..read import query as Q
 
     releases = [v for v, _ in Q.values_of(ctx.reader, "release", Q.Window(), ctx.seg)]
+    cur: str | None
     if "release" in m.where:
         cur = m.where["release"]
         older = releases[:releases.index(cur)] if cur in releases else []
