@@ -55,6 +55,17 @@ def usage_attributes(usage: TokenUsage) -> dict[str, Any]:
     }
 
 
+
+def _clean_attrs(attrs: dict[str, Any]) -> None:
+    """Make the attributes' strings valid UTF-8 in place (lone surrogates escaped, as the
+    processor would), so the processor need not scan the span again when it ends."""
+    for k, v in attrs.items():
+        if type(v) is str:
+            if not v.isascii():
+                attrs[k] = clean_text(v)
+        elif isinstance(v, (list, tuple)):
+            attrs[k] = type(v)(clean_text(x) if isinstance(x, str) else x for x in v)
+
 class _PendingSpan:
     """A child step's span as plain data, materialised off the request path."""
 
@@ -97,12 +108,7 @@ class _PendingSpan:
                 attrs.update(build())
         # Strings valid as UTF-8 here (lone surrogates escaped, as the processor would), so
         # the processor need not scan the span again when it ends (processor.end_clean).
-        for k, v in attrs.items():
-            if type(v) is str:
-                if not v.isascii():
-                    attrs[k] = clean_text(v)
-            elif isinstance(v, (list, tuple)):
-                attrs[k] = type(v)(clean_text(x) if isinstance(x, str) else x for x in v)
+        _clean_attrs(attrs)
         status = self.status
         if status is not None and status.description is not None:
             status = Status(status.status_code, clean_text(status.description))
@@ -349,12 +355,7 @@ class _PendingRoot(trace_api.Span):
         attrs = self.attrs
         if None in attrs.values():  # (the SDK keeps no attribute set to None)
             attrs = {k: v for k, v in attrs.items() if v is not None}
-        for k, v in attrs.items():  # (valid UTF-8, so the processor need not scan it again)
-            if type(v) is str:
-                if not v.isascii():
-                    attrs[k] = clean_text(v)
-            elif isinstance(v, (list, tuple)):
-                attrs[k] = type(v)(clean_text(x) if isinstance(x, str) else x for x in v)
+        _clean_attrs(attrs)  # (valid UTF-8, so the processor need not scan it again)
         status = self.status
         kw: dict[str, Any] = {}
         if status is not None and status.status_code is not _UNSET:
