@@ -9,7 +9,7 @@ PostgreSQL it runs through :func:`.rollup.qmark`).
   budget however many workers share it.
 - ``judge_decisions``: one row per (record, judge metric): the proxy f, its bin, the inclusion
   probability π the decision used (0 when the budget was spent: the record is not
-  represented) and whether it was judged. The read side (:mod:`tracescore.reports.active`)
+  represented) and whether it was judged. The read side (:mod:`tracescore.monitor.active_summary`)
   weights the judged records by 1/π; the selector learns the proxy's error from them.
 
 Blocking, like every store method: the scoring worker calls them on its loop's connection.
@@ -69,7 +69,7 @@ FORCED = "forced"
 def _forced(conn: Any, record_id: str, trace_id: str | None) -> bool:
     """Whether a rule (not a priority rule: its records are a random share of those it holds,
     decided on the same hash as the rest) or negative feedback forces the record: it is then
-    judged with π = 1, as :mod:`tracescore.monitor.weighted` counts such records."""
+    judged with π = 1, as :mod:`tracescore.stats.weighted` counts such records."""
     from ..sampling import PRIORITY_PREFIX
 
     row = conn.execute("SELECT forced FROM records WHERE record_id = ?", (record_id,)).fetchone()
