@@ -17,8 +17,7 @@ __all__ = ["adaptive_metrics", "decisions", "decisions_since"]
 def adaptive_metrics(conn: Any, window: Window) -> list[str]:
     """The metrics with judge decisions in the window (empty on a database without the
     table: an older schema read by ``report --db``)."""
-    lo = _num(-math.inf if window.since is None else window.since)
-    hi = _num(math.inf if window.until is None else window.until)
+    lo, hi = window.bounds()
     try:
         return [str(r[0]) for r in conn.execute(
             "SELECT DISTINCT metric FROM judge_decisions WHERE created_at >= ?"
@@ -38,8 +37,7 @@ def decisions(conn: Any, name: str, metric: str, window: Window, ids: set[int] |
     """(proxy, pi, selected, value, status) of each decision of ``metric`` in the window on
     the records of segments ``ids`` (None: all), with score ``name`` of the decided record
     (value and status None when it has none)."""
-    lo = _num(-math.inf if window.since is None else window.since)
-    hi = _num(math.inf if window.until is None else window.until)
+    lo, hi = window.bounds()
     join, seg_sql, seg_args = _segment_join(ids)
     return conn.execute(
         "SELECT d.proxy, d.pi, d.selected, s.value, s.status FROM judge_decisions d"

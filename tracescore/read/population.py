@@ -30,8 +30,7 @@ def sampling_bracket(conn: Any, metric: str, window: Q.Window, ids: set[int] | N
     of those not) — the bracket the metric's rate lies in."""
     seg_sql, seg_args = Q.seg_clause(ids)
     pat = _like(metric)
-    lo = Q._num(-math.inf if window.since is None else window.since)
-    hi = Q._num(math.inf if window.until is None else window.until)
+    lo, hi = window.bounds()
     row = conn.execute(
         "SELECT count(*),"
         " sum(CASE WHEN sampled_metrics LIKE ? ESCAPE '\\' THEN 1 ELSE 0 END),"
@@ -52,8 +51,7 @@ def scored_groups(conn: Any, name: str, window: Q.Window, where: Mapping[str, st
     (name, created_at), one feedback probe per score): a handful of rows whatever n."""
     seg_sql, seg_args = Q.seg_clause(seg.matching(where), "s.seg_id")
     dim_sql, dim_args = Q.score_dim_clause(where, "s.")
-    lo = Q._num(-math.inf if window.since is None else window.since)
-    hi = Q._num(math.inf if window.until is None else window.until)
+    lo, hi = window.bounds()
     rows = conn.execute(
         "SELECT forced, neg, has_record, count(*), sum(v), sum(v * v) FROM ("
         "SELECT s.value AS v, r.forced AS forced,"

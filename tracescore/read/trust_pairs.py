@@ -140,8 +140,7 @@ def read_pairs(conn: Any, name: str, window: Q.Window = Q.Window(), *,
     seg = seg or Q.SegmentIndex(conn)
     seg_sql, seg_args = Q.seg_clause(seg.matching(where), "s.seg_id")
     dim_sql, dim_args = Q.score_dim_clause(where, "s.")
-    lo = Q._num(-math.inf if window.since is None else window.since)
-    hi = Q._num(math.inf if window.until is None else window.until)
+    lo, hi = window.bounds()
     join = trace_join(conn, "l.trace_id")
     # trace -> record -> (record's created_at, its scores)
     traces: dict[str, dict[str, tuple[float, list[_Score]]]] = {}
@@ -256,8 +255,7 @@ def value_counts(conn: Any, name: str, window: Q.Window, where: Mapping[str, str
     value and segment (a yes/no judge's window is a handful of rows)."""
     seg_sql, seg_args = Q.seg_clause(seg.matching(where), "s.seg_id")
     dim_sql, dim_args = Q.score_dim_clause(where, "s.")
-    lo = Q._num(-math.inf if window.since is None else window.since)
-    hi = Q._num(math.inf if window.until is None else window.until)
+    lo, hi = window.bounds()
     return [(float(v), None if sid is None else int(sid), int(n)) for v, sid, n in conn.execute(
         "SELECT s.value, s.seg_id, count(*) FROM scores s WHERE s.name = ? AND s.status = 'ok'"
         " AND s.value IS NOT NULL AND s.created_at >= ? AND s.created_at < ?" + seg_sql

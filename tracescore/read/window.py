@@ -32,6 +32,11 @@ class Window:
     def contains(self, t: float) -> bool:
         return (self.since is None or t >= self.since) and (self.until is None or t < self.until)
 
+    def bounds(self) -> tuple[float, float]:
+        """``(since, until)`` as SQL parameters: an open end as a huge finite number."""
+        return (_num(-math.inf if self.since is None else self.since),
+                _num(math.inf if self.until is None else self.until))
+
 
 # -- segments ---------------------------------------------------------------------------------
 class SegmentIndex:
