@@ -77,7 +77,10 @@ def selection_possible(conn: Any, window: Q.Window, ids: set[int] | None) -> boo
     rest: a forced record near the window (the partial index ``idx_records_forced``: no read
     of the other records) or any negative feedback (a small table). False: every score of
     the window was chosen at its metric's rate, and no raw row need be read."""
-    seg_sql, seg_args = Q.seg_clause(ids)
+    # ``+seg_id``: not an index term, so the planner takes the partial index of the forced
+    # records (a few entries) rather than the segments' index, which reads every record of
+    # the window's segments when none is forced (0.4 s at 300k records, growing with them)
+    seg_sql, seg_args = Q.seg_clause(ids, "+seg_id")
     lo = Q._num(-math.inf if window.since is None else window.since - LOOKBACK_S)
     hi = Q._num(math.inf if window.until is None else window.until)
     if conn.execute("SELECT 1 FROM records WHERE forced IS NOT NULL AND created_at >= ?"
