@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+
 import tracescore
 from tracescore.read.db import open_db
 from tracescore.read.query import SegmentIndex, Window
