@@ -11,7 +11,7 @@ over the judged records that have exactly that set, y the judge's score on [0, 1
 1/π (capped at :data:`W_CAP`: the judged records stand for the traffic, as in the estimate)
 and a small ridge penalty (not on β₀). A fit is kept only when it predicts the judge better
 than the line through the overlap proxy alone, by leave-one-out error (closed form, through
-the hat matrix): a feature set that does not help is never used, and the proxy stays
+the hat matrix; at least :data:`MARGIN` lower): a feature set that does not help is never used, and the proxy stays
 :func:`.proxy.overlap_proxy`. It needs :data:`MIN_FIT` judged records (and 8 per
 coefficient) first.
 
@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MIN_FIT", "RIDGE", "W_CAP", "Combined", "fit_groups"]
+__all__ = ["MARGIN", "MIN_FIT", "RIDGE", "W_CAP", "Combined", "fit_groups"]
 
 #: judged records a feature set needs before it is fitted
 MIN_FIT = 40
@@ -37,6 +37,9 @@ MIN_FIT = 40
 W_CAP = 50.0
 #: ridge penalty, relative to the mean diagonal of XᵀWX
 RIDGE = 1e-3
+#: a fit is kept when its leave-one-out mean squared error is this much below the overlap
+#: proxy's line's (a feature that only fits noise does not get used)
+MARGIN = 0.02
 
 #: one judged record: (its features, its overlap proxy, π, the judge's score on [0, 1])
 Sample = tuple[Mapping[str, float], float, float, float]
@@ -96,7 +99,7 @@ def fit_groups(samples: Sequence[Sample], min_fit: int = MIN_FIT,
             continue
         beta, mse = _wls_loo(X, y, w, ridge)
         _, base_mse = _wls_loo(base, y, w, ridge)
-        if mse < base_mse:
+        if mse < (1.0 - MARGIN) * base_mse:
             out[keys] = Combined(keys, tuple(float(b) for b in beta), len(rows),
                                  math.sqrt(mse), math.sqrt(base_mse))
     return out
