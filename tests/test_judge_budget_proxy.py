@@ -1,7 +1,8 @@
-"""Issue 33 item 2: the judge budget's richer proxy, end to end on SQLite with the scripted
-judge server over real HTTP — the judge's cached verdict for a repeated record (judged free),
-embedding features with the local MiniLM model, a learned combination when a feature tracks
-the judge, the overlap proxy with nothing; and the combination's fit against statsmodels."""
+"""Issue 33 item 2: the judge budget's richer proxy, end to end with the scripted judge server
+over real HTTP (SQLite; the ``db`` tests on PostgreSQL too) — the judge's cached verdict for
+a repeated record (judged free), embedding features with the local MiniLM model, a learned
+combination when a feature tracks the judge, the overlap proxy with nothing; and the
+combination's fit against statsmodels."""
 
 from __future__ import annotations
 
@@ -44,8 +45,7 @@ def _records(db: str) -> dict[str, Any]:
         store.close()
 
 
-def test_repeated_record_gets_the_cached_verdict_and_is_judged_free(tmp_path):
-    db = str(tmp_path / "ts.db")
+def test_repeated_record_gets_the_cached_verdict_and_is_judged_free(db):
     with ScriptedJudgeServer(lexical_responder) as srv:
         ts, _ = in_memory(db, metrics=["faithfulness"],
                           judge=OpenAIJudge("scripted", base_url=srv.base_url),
@@ -155,11 +155,10 @@ def _marked_vectors(text: str) -> list[float]:
             1.0 if "unchecked" in t else 0.0, 0.1]
 
 
-def test_a_feature_that_tracks_the_judge_is_learned(tmp_path):
+def test_a_feature_that_tracks_the_judge_is_learned(db):
     from tracescore.embeddings import OpenAIEmbedder
     from tracescore.testing.embeddings import ScriptedEmbeddingServer
 
-    db = str(tmp_path / "ts.db")
     with ScriptedJudgeServer(_marked_responder) as srv, \
             ScriptedEmbeddingServer(_marked_vectors) as emb:
         embedder = OpenAIEmbedder("marked", base_url=emb.base_url, api_key="test")
