@@ -177,6 +177,47 @@ def summarise(res: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def cost(n: int = 200) -> None:
+    """What the proxy's features cost per decision on the worker: lexical only, and with the
+    local MiniLM embedder (vectors cached in a SQLite file: first sight, then again)."""
+    import asyncio
+    import tempfile
+
+    from tracescore.budget.features import embedding_features, local_features
+    from tracescore.embeddings import CachedEmbedder, MiniLMEmbedder
+    from tracescore.record import Context, RagRecord
+
+    recs = [RagRecord(trace_id=f"{i:032x}", span_id=f"{i:016x}",
+                      query=f"How long does the battery of model {i} last?",
+                      contexts=(Context(f"Model {i} ships with a {500 + i} Wh battery that lasts"
+                                        " about five hours on a charge."),
+                                Context("The warranty covers the battery for two years.")),
+                      answer=f"Model {i} has a {500 + i} Wh battery; it lasts about five hours.",
+                      ground_truths=(f"About five hours ({500 + i} Wh).",))
+            for i in range(n)]
+    local_features(recs[0])  # (the tokenizer's tables are built on first use)
+    t0 = time.perf_counter()
+    for r in recs:
+        local_features(r)
+    lexical = (time.perf_counter() - t0) / n
+    with tempfile.TemporaryDirectory() as d:
+        emb = CachedEmbedder(MiniLMEmbedder(), f"{d}/e.db")
+
+        async def run() -> tuple[float, float]:
+            await emb.embed(["warm up"])
+            out = []
+            for _ in range(2):
+                t = time.perf_counter()
+                for r in recs:
+                    await embedding_features(r, emb)
+                out.append((time.perf_counter() - t) / n)
+            return out[0], out[1]
+
+        cold, warm = asyncio.run(run())
+    print(f"features per record: lexical {1e6 * lexical:.0f} µs; MiniLM embeddings "
+          f"(4 texts) first sight {1e3 * cold:.1f} ms, cached {1e3 * warm:.2f} ms")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="few replicates (a smoke run)")
@@ -185,7 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=2000.0, help="judged records a day")
     ap.add_argument("--seed", type=int, default=34)
     ap.add_argument("--json", type=str, default=None)
+    ap.add_argument("--cost", action="store_true",
+                    help="only time the features of one decision (lexical, MiniLM)")
     args = ap.parse_args(argv)
+    if args.cost:
+        cost()
+        return 0
     reps = args.reps or (10 if args.quick else 200)
     t0 = time.perf_counter()
     rows = summarise(simulate(reps, args.records, args.budget, args.seed))
