@@ -2,15 +2,19 @@
 whether this record goes to the judge.
 
 For each leased job of such a metric (after the checks that need no judge: the record exists
-and has the metric's inputs) :meth:`AdaptiveJudging.decide` computes the proxy
-(:mod:`.proxy`), the record's π (:mod:`.policy`: today's pacing rate × the learned error of
-the proxy in its bin, mixed with uniform) and the record's fraction
+and has the metric's inputs) :meth:`AdaptiveJudging.decide_async` computes the proxy
+(:mod:`.proxy`: the judge's cached verdict, a learned combination of the record's features,
+or the overlap proxy), then :meth:`AdaptiveJudging.decide` the record's π (:mod:`.policy`:
+today's pacing rate × the learned error of the proxy in its bin, mixed with uniform) and the
+record's fraction
 u = SHA-256(record id + "/judge") (:func:`tracescore.sampling.trace_fraction`: reproducible,
 independent of the sampling decision's u, and shared by every judge metric of the record so
 their cached judge steps are shared too); the record is judged iff u < π and a unit of the
 day's budget is left. The decision (proxy, π, judged) is stored in the same transaction as
 the budget's counters (:func:`tracescore.store.judge_budget.decide`); a record not judged gets
-a ``skipped`` score with :data:`NOT_SELECTED` as its reason.
+a ``skipped`` score with :data:`NOT_SELECTED` as its reason. A record whose verdict is in the
+judge's cache is judged for free (π = 1, reason ``cached``, no unit of the budget): its
+judge call would be served from the cache.
 
 Runs on the worker's loop thread with its store (blocking: one short transaction per
 decision; the error model and the last hour's traffic are read again every ``refresh_s``).
