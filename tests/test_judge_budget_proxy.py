@@ -49,9 +49,10 @@ def test_repeated_record_gets_the_cached_verdict_and_is_judged_free(db):
     with ScriptedJudgeServer(lexical_responder) as srv:
         ts, _ = in_memory(db, metrics=["faithfulness"],
                           judge=OpenAIJudge("scripted", base_url=srv.base_url),
-                          judge_canary=False, judge_budget="100/day")
+                          judge_canary=False, judge_budget="1/day")
         try:
-            # judged first (forced: a rule, π = 1), so its steps are in the judge's cache
+            # judged first (forced: a rule, π = 1), so its steps are in the judge's cache; it
+            # spends the day's one unit
             ts.log_record(query="What battery?", contexts=CONTEXTS, answer=GOOD, metadata=FORCE)
             assert ts.flush(60)
             calls = srv.total_calls
@@ -60,10 +61,12 @@ def test_repeated_record_gets_the_cached_verdict_and_is_judged_free(db):
             ts.log_record(query="What battery?", contexts=CONTEXTS, answer=GOOD)
             assert ts.flush(60)
             assert srv.total_calls == calls  # judged from the cache: no call
-            # another question: not a repeat (the statements step judges the question too)
+            # another question: not a repeat (the statements step judges the question too);
+            # the budget is spent, so it is not judged, and its cache probe calls nobody
             ts.log_record(query="How long is the warranty?", contexts=CONTEXTS,
                           answer="The warranty lasts two years, or ten.")
             assert ts.flush(60)
+            calls_after = srv.total_calls
             counts = dict(ts.worker.judging.counts)
         finally:
             ts.shutdown()
@@ -71,7 +74,7 @@ def test_repeated_record_gets_the_cached_verdict_and_is_judged_free(db):
     assert len(decisions) == 3
     forced = [d for d in decisions.values() if d["reason"] == "forced"]
     cached = [d for d in decisions.values() if d["reason"] == "cached"]
-    other = [d for d in decisions.values() if d["reason"] not in ("forced", "cached")]
+    other = [d for d in decisions.values() if d["reason"] == "budget spent"]
     assert len(forced) == len(cached) == len(other) == 1
     first, again, fresh = forced[0], cached[0], other[0]
     # the repeat's proxy is the judge's earlier verdict, and it is judged with π = 1
@@ -81,16 +84,16 @@ def test_repeated_record_gets_the_cached_verdict_and_is_judged_free(db):
     assert scores[again["record_id"]]["status"] == "ok"
     assert scores[again["record_id"]]["value"] == again["proxy"]
     assert json.loads(scores[again["record_id"]]["details"])["judge_calls"] == 0
-    # judged free: the budget counts it seen, not spent (the forced one, and the third if
-    # it was judged, spent a unit each)
+    # judged free, after the budget was spent: counted seen, not spent
     [usage] = rows(db, "SELECT * FROM judge_budget")
-    assert usage["seen"] == 3 and usage["spent"] == 1 + fresh["selected"]
+    assert (usage["seen"], usage["spent"], usage["budget"]) == (3, 1, 1.0)
     # with no cached verdict and nothing learned yet: the overlap proxy
     assert fresh["proxy"] == pytest.approx(overlap_proxy(records[fresh["record_id"]]))
-    if not fresh["selected"]:
-        details = json.loads(scores[fresh["record_id"]]["details"])
-        assert details["judge_proxy_kind"] == "overlap"
-        assert details["judge_proxy"] == pytest.approx(fresh["proxy"])
+    assert (fresh["selected"], fresh["reason"]) == (0, "budget spent")
+    assert calls_after == calls
+    details = json.loads(scores[fresh["record_id"]]["details"])
+    assert details["judge_proxy_kind"] == "overlap"
+    assert details["judge_proxy"] == pytest.approx(fresh["proxy"])
     assert counts["proxy_cache"] == 1 and counts["proxy_overlap"] == 2
     assert counts["proxy_fit"] == 0
 
