@@ -141,6 +141,56 @@ def test_with_the_local_embedder_the_proxy_has_embedding_features(tmp_path):
     assert cached >= len(set(answers)) + len(CONTEXTS)
 
 
+PARAPHRASES = ["Its power pack stores seven hundred fifty watt hours.",
+               "Its pack holds seven hundred fifty watt hours of energy.",
+               "Cover for defects runs for twenty four months."]
+UNRELATED = ["Bananas grow in tropical climates.", "Penguins live mostly in southern oceans.",
+             "Jazz began in New Orleans."]
+
+
+def _paraphrase_responder(step: str, data: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """The lexical judge, except that a statement is supported iff it paraphrases a context
+    (no word in common with them: the lexical features see nothing)."""
+    out = lexical_responder(step, data, request)
+    if step == "statements":
+        for row, s in zip(out["answer_statements"], data["answer_statements"]):
+            row["supported"] = "yes" if ("seven hundred" in s or "twenty four" in s) else "no"
+    return out
+
+
+def test_with_the_local_embedder_the_proxy_learns_what_words_miss(tmp_path):
+    pytest.importorskip("tokenizers")
+    db = str(tmp_path / "ts.db")
+    answers = PARAPHRASES + UNRELATED
+    with ScriptedJudgeServer(_paraphrase_responder) as srv:
+        ts, _ = in_memory(db, metrics=["faithfulness"], embedder="local",
+                          judge=OpenAIJudge("scripted", base_url=srv.base_url),
+                          judge_canary=False, judge_budget="1000/day")
+        try:
+            ts.worker.judging.proxies.refit_s = 0.0
+            for i in range(48):  # judged (forced) to learn from
+                ts.log_record(query=f"Tell me about the Cargo, {i}.", contexts=CONTEXTS,
+                              answer=answers[i % len(answers)], metadata=FORCE)
+            assert ts.flush(180)
+            for batch in (range(48, 49), range(49, 60)):
+                for i in batch:
+                    ts.log_record(query=f"Tell me about the Cargo, {i}.", contexts=CONTEXTS,
+                                  answer=answers[i % len(answers)])
+                assert ts.flush(180)
+            counts = dict(ts.worker.judging.counts)
+        finally:
+            ts.shutdown()
+    decisions, records = _decisions(db), _records(db)
+    learned = [d for d in decisions.values() if d["reason"] != "forced"]
+    assert len(learned) == 12 and counts["proxy_fit"] == 12
+    for d in learned:
+        assert local_features(records[d["record_id"]])["ctx_support"] == 0.0
+    good = [d["proxy"] for d in learned if records[d["record_id"]].answer in PARAPHRASES]
+    bad = [d["proxy"] for d in learned if records[d["record_id"]].answer in UNRELATED]
+    assert len(good) == len(bad) == 6
+    assert min(good) > max(bad) + 0.5
+
+
 def _marked_responder(step: str, data: Any, request: dict[str, Any]) -> dict[str, Any]:
     """The lexical judge, except that a statement is supported iff it says "verified": a
     verdict the words shared with the contexts cannot tell (both kinds of answer share the
