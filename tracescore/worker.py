@@ -550,7 +550,7 @@ class ScoringWorker(LocalBatches, Completions):
             early = self._early_scores(job, metric, record)
             if early is None and self.judging is not None and job.metric in self.judging:
                 assert record is not None
-                decided = self.judging.decide(store, metric, job.record_id, record)
+                decided = await self.judging.decide_async(store, metric, job.record_id, record)
                 if not decided.selected:
                     early = self.judging.not_judged(metric, decided)
             if early is not None:

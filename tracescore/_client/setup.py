@@ -191,7 +191,7 @@ def equip_worker(s: Any, worker: Any, db: str, metrics: Sequence[Any],
     if s.judge_budgets and s.score:
         from ..budget.selector import AdaptiveJudging
 
-        worker.judging = AdaptiveJudging(s.judge_budgets)
+        worker.judging = AdaptiveJudging(s.judge_budgets, embedder=embedder)
         if s.monitors is not None:
             _warn_budgeted_monitors(s, metrics)
     worker.redact = s.redact

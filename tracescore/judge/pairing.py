@@ -106,6 +106,8 @@ def _registry(session: JudgeSession) -> _Registry:
 async def ask(session: JudgeSession, record_id: str, part: Part) -> Outcome:
     """The outcome of ``part`` for the record: from a paired call with the record's other
     part, or ``Outcome()`` — then the caller runs its single step."""
+    if session.caching_only():  # a cache-only read (the judge budget's proxy) never pairs
+        return Outcome()
     if getattr(getattr(session.judge, "backend", None), "own_deadline", False):
         # An in-process model (llama.cpp) has no round trip to save, and a small one rambles
         # to the paired call's combined token budget: the bundled 135M model spent 197 s on

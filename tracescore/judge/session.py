@@ -132,6 +132,13 @@ def prompt_version(prompts: Mapping[str, str]) -> str:
     return hashlib.sha256(blob.encode("utf-8", "replace")).hexdigest()[:10]
 
 
+class NotCached(Exception):
+    """A step asked within :meth:`JudgeSession.cache_only` is not in the cache (the judge
+    would have to be called)."""
+
+
+_CACHE_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("tracescore_judge_cache_only",
+                                                                  default=False)
 #: Set while the canary must ask the judge itself (not the cache): see :meth:`JudgeSession.fresh`.
 _FRESH: contextvars.ContextVar[bool] = contextvars.ContextVar("tracescore_judge_fresh",
                                                                default=False)
@@ -253,6 +260,23 @@ class JudgeSession:
         finally:
             _FRESH.reset(token)
 
+    @contextlib.contextmanager
+    def cache_only(self) -> Iterator[None]:
+        """Within this block (this task), a step not in the cache raises :class:`NotCached`
+        instead of asking the judge (or waiting for another task's call): the judge budget's
+        proxy reads the judge's past verdict on the same content this way
+        (:mod:`tracescore.budget.features`)."""
+        token = _CACHE_ONLY.set(True)
+        try:
+            yield
+        finally:
+            _CACHE_ONLY.reset(token)
+
+    @staticmethod
+    def caching_only() -> bool:
+        """Whether this task is within :meth:`cache_only`."""
+        return _CACHE_ONLY.get()
+
     def store(self) -> StoreAPI:
         if self._store is None:
             self._store = open_store(self.db_path)
@@ -341,12 +365,16 @@ class JudgeSession:
         self.prompts[step] = pid
         fresh = _FRESH.get()
         running = None if fresh else self._inflight.get(key)
+        if running is not None and _CACHE_ONLY.get():
+            raise NotCached(step)
         if running is not None:
             r = await asyncio.shield(running)
             return StepResult(r.data, cached=True, logprobs=r.logprobs, prompt=pid)
         hit = None if fresh else self.store().judge_cache_get(key)
         if hit is not None:
             return StepResult(hit, cached=True, prompt=pid)
+        if _CACHE_ONLY.get():
+            raise NotCached(step)
         fut: asyncio.Future[StepResult] = asyncio.get_running_loop().create_future()
         if not fresh:  # a fresh call is the canary's own: nobody else waits for it
             self._inflight[key] = fut

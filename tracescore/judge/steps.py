@@ -85,6 +85,8 @@ async def extract(session: JudgeSession, record: RagRecord, usage: Usage) -> Ext
     # A record's metrics all extract the same texts. Serialised, a job that starts while
     # another's call is in flight finds every text cached afterwards; unserialised, it would
     # ask again for the texts not cached yet (another payload, so another call).
+    if session.caching_only():  # (reads only: waiting for another job's call is no use)
+        return await _extract(session, record, usage)
     async with session.lock(f"extract\x00{record.record_id}"):
         return await _extract(session, record, usage)
 

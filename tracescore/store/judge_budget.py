@@ -24,7 +24,7 @@ from typing import Any
 
 from .rollup import qmark, qmark_tx
 
-__all__ = ["FORCED", "Decided", "day_of", "ddl", "decide", "decision_sums", "recent_seen",
+__all__ = ["CACHED", "FORCED", "Decided", "day_of", "ddl", "decide", "decision_sums", "recent_seen",
            "not_judged_metrics", "usage"]
 
 _TYPES = {"sqlite": {"real": "REAL", "int": "INTEGER"},
@@ -64,6 +64,8 @@ class Decided:
 
 #: the reason of a decision a rule or negative feedback forced (π = 1)
 FORCED = "forced"
+#: the reason of a record judged for free: the judge's verdict was cached (π = 1)
+CACHED = "cached"
 
 
 def _forced(conn: Any, record_id: str, trace_id: str | None) -> bool:
@@ -84,7 +86,7 @@ def _forced(conn: Any, record_id: str, trace_id: str | None) -> bool:
 def decide(store: Any, metric: str, record_id: str, proxy: float, bin_: int,
            now: float, budget: float,
            choose: Callable[[int, int, float], tuple[float, bool]],
-           trace_id: str | None = None) -> Decided:
+           trace_id: str | None = None, free: bool = False) -> Decided:
     """One decision, in one transaction: the record's earlier decision if any; else count it
     seen today, ask ``choose(spent, seen, first decision today)`` for (π, wanted), take one unit of today's budget
     if wanted (refused when spent: the record is then not judged, π 0, reason "budget
@@ -93,7 +95,10 @@ def decide(store: Any, metric: str, record_id: str, proxy: float, bin_: int,
     A record a rule or negative feedback forces (:func:`_forced`; ``trace_id`` given) is
     judged with π = 1 and counted against the budget without a refusal — also when it was
     decided "not judged" before the feedback came (the decision is then turned to judged: the
-    feedback forces every metric on its trace, as everywhere in tracescore)."""
+    feedback forces every metric on its trace, as everywhere in tracescore).
+
+    ``free``: the judge's verdict is in its cache already (judging costs no call): the record
+    is judged with π = 1, reason :data:`CACHED`, and takes no unit of the budget."""
     day = day_of(now)
     with qmark_tx(store) as conn:
         old = conn.execute("SELECT selected, pi, proxy, reason FROM judge_decisions"
@@ -116,7 +121,9 @@ def decide(store: Any, metric: str, record_id: str, proxy: float, bin_: int,
             (metric, day)).fetchone()
         pi, wanted = choose(int(spent), int(seen) - 1, float(first_at or now))
         selected, reason = False, None
-        if forced:
+        if free and not forced:
+            pi, selected, reason = 1.0, True, CACHED
+        elif forced:
             conn.execute("UPDATE judge_budget SET spent = spent + 1 WHERE metric = ?"
                          " AND day = ?", (metric, day))
             pi, selected, reason = 1.0, True, FORCED

@@ -1,0 +1,253 @@
+"""The judge budget's richer proxy (issue 33 item 2): does it pay? A seeded simulation on the
+days of ``bench/judge_budget_sim.py`` (same traffic, bursts, skewed judge scores, pacer, hard
+cap, error model and estimator), with the proxy the worker now builds.
+
+Each record has two features: a lexical score o = q + N(0, 0.25²) (the overlap proxy: the
+*poor* proxy of the first simulation) and an embedding similarity e. Three cases:
+
+- **informative**: e = 0.3 + 0.6·q + N(0, 0.04²) (a similarity that tracks the judge's
+  expectation, on a cosine-like scale), and 15 % of the records are exact repeats of an
+  earlier record of the day (same content: same features, same judge score);
+- **informative, no repeats**: the same e, no repeats (the learned combination alone);
+- **not informative**: e ~ N(0.6, 0.15²) independent of everything, no repeats.
+
+Arms, at the same budget (2,000 judged records a day of ~40,000):
+
+- **uniform**: π = the pacer's rate, the Hájek mean (a plain sample rate);
+- **adaptive, overlap**: today's selection with the overlap proxy f = o (the active estimate);
+- **adaptive, rich**: the worker's proxy: a repeat of a judged record gets the judge's verdict
+  (π = 1, judged free: no unit of the budget); else the combination of (o, e) fitted by
+  ``tracescore.budget.combine.fit_groups`` on the newest 500 judged records, refitted every
+  hour (kept only when it beats the line through o by leave-one-out error); else f = o.
+
+Reported per case and arm: coverage of the 95 % interval of the day's mean, mean width, width
+ratio against uniform (same days), bias, judged records (free ones included) and the budget's
+units used per day.
+
+Run:  python bench/judge_budget_proxy_sim.py [--quick] [--reps R] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from judge_budget_sim import SLOT, make_day  # noqa: E402
+
+from tracescore.budget.combine import fit_groups  # noqa: E402
+from tracescore.budget.policy import BINS, ErrorModel, Pacer, inclusion  # noqa: E402
+from tracescore.stats.active import active_mean  # noqa: E402
+from tracescore.stats.weighted import hajek_mean  # noqa: E402
+
+CASES = ("informative", "informative, no repeats", "not informative")
+ARMS = ("uniform", "adaptive, overlap", "adaptive, rich")
+REFIT_SLOTS = 12  # an hour
+FIT_LIMIT = 500
+KEYS = ("ctx_support", "emb_answer_contexts")
+
+
+def make_case(rng: np.random.Generator, case: str, records: int) -> dict[str, np.ndarray]:
+    day = make_day(rng, records)
+    q, y, slot = day["q"], day["y"], day["slot"]
+    n = q.size
+    o = np.clip(q + rng.normal(0, 0.25, n), 0.0, 1.0)
+    if case.startswith("informative"):
+        e = 0.3 + 0.6 * q + rng.normal(0, 0.04, n)
+    else:
+        e = rng.normal(0.6, 0.15, n)
+    orig = np.full(n, -1)
+    if case == "informative":
+        # a repeat copies a record of an earlier slot (its content, features and verdict)
+        first = np.searchsorted(slot, slot)  # index of the first record of each one's slot
+        rep = (rng.random(n) < 0.15) & (first > 0)
+        orig[rep] = (rng.random(int(rep.sum())) * first[rep]).astype(int)
+        src = np.where(rep, orig, np.arange(n))
+        y, o, e = y[src], o[src], e[src]
+    return {**day, "y": y, "o": o, "e": e, "orig": orig}
+
+
+def run_arm(rng: np.random.Generator, day: dict[str, Any], arm: str, budget: float,
+            yesterday: float) -> dict[str, Any]:
+    y, o, e, orig = day["y"], day["o"], day["e"], day["orig"]
+    n = y.size
+    pacer = Pacer(budget)
+    model = ErrorModel()
+    f = o.copy()
+    pi = np.zeros(n)
+    sel = np.zeros(n, dtype=bool)
+    free = np.zeros(n, dtype=bool)
+    spent = seen = start = 0
+    started: float | None = None
+    beta: tuple[float, ...] | None = None
+    u_all = rng.random(n)
+    for s, c in enumerate(day["counts"]):
+        if not c:
+            continue
+        idx = np.arange(start, start + c)
+        start += c
+        if arm == "adaptive, rich" and s % REFIT_SLOTS == 0:
+            judged = np.flatnonzero(sel[:idx[0]])[-FIT_LIMIT:]
+            fits = fit_groups([({KEYS[0]: o[i], KEYS[1]: e[i]}, o[i], pi[i], y[i])
+                               for i in judged])
+            beta = fits[KEYS].beta if KEYS in fits else None
+        recent = float(day["counts"][max(0, s - int(pacer.recent_s // SLOT)):s].sum())
+        started = s * SLOT if started is None else started
+        r = pacer.rate(spent, seen, s * SLOT, yesterday, recent, started)
+        cached = np.zeros(c, dtype=bool)
+        if arm == "adaptive, rich":
+            cached = (orig[idx] >= 0) & sel[np.maximum(orig[idx], 0)]
+            if beta is not None:
+                f[idx] = np.clip(beta[0] + beta[1] * o[idx] + beta[2] * e[idx], 0.0, 1.0)
+            f[idx[cached]] = y[idx[cached]]
+        bins = np.minimum(BINS - 1, (f[idx] * BINS).astype(int))
+        if arm == "uniform":
+            p = np.full(c, r)
+        else:
+            err, mean_err = model.errors()
+            p = inclusion(err[bins], mean_err, r)
+        chosen = u_all[idx] < p
+        p = np.where(cached, 1.0, p)
+        chosen = chosen | cached
+        paid = chosen & ~cached
+        over = spent + int(paid.sum()) - int(budget)
+        if over > 0:  # the hard cap: the last paid ones of the slot find the budget spent
+            where = np.flatnonzero(paid)[-over:]
+            chosen[where] = False
+            p = p.copy()
+            late = (np.arange(c) >= where[0]) & ~cached
+            p[late] = 0.0
+            chosen[late] = False
+            paid = chosen & ~cached
+        pi[idx], sel[idx], free[idx] = p, chosen, cached
+        spent += int(paid.sum())
+        seen += c
+        if arm != "uniform":
+            ok = p > 0
+            model.add(bins[ok], f[idx][ok], p[ok], chosen[ok], y[idx][ok])
+    covered = pi > 0
+    truth = float(y.mean())
+    if arm == "uniform":
+        est = hajek_mean(y[sel], pi[sel]).estimate
+    else:
+        est = active_mean(f[covered], pi[covered], sel[covered], y[covered]).estimate
+    return {"truth": truth, "value": est.value, "lo": est.lo, "hi": est.hi,
+            "judged": int(sel.sum()), "free": int(free.sum()), "spent_share": spent / budget,
+            "n": n}
+
+
+def simulate(reps: int, records: int, budget: float, seed: int) -> dict[str, Any]:
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {c: {a: [] for a in ARMS} for c in CASES}
+    for c_i, case in enumerate(CASES):
+        for rep in range(reps):
+            rng = np.random.default_rng([seed, c_i, rep])
+            day = make_case(rng, case, records)
+            yesterday = records * rng.uniform(0.8, 1.2)
+            for arm in ARMS:
+                arm_rng = np.random.default_rng([seed, c_i, rep, 99])  # same u in every arm
+                out[case][arm].append(run_arm(arm_rng, day, arm, budget, yesterday))
+    return out
+
+
+def summarise(res: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for case, arms in res.items():
+        width_u = np.array([r["hi"] - r["lo"] for r in arms["uniform"]])
+        for arm, runs in arms.items():
+            v, lo, hi, truth = (np.array([r[k] for r in runs])
+                                for k in ("value", "lo", "hi", "truth"))
+            rows.append({
+                "case": case, "arm": arm, "reps": len(runs),
+                "coverage": float(np.mean((lo <= truth) & (truth <= hi))),
+                "width": float((hi - lo).mean()),
+                "width_ratio": float((hi - lo).mean() / width_u.mean()),
+                "bias": float(np.mean(v - truth)),
+                "judged": float(np.mean([r["judged"] for r in runs])),
+                "free": float(np.mean([r["free"] for r in runs])),
+                "budget_mean": float(np.mean([r["spent_share"] for r in runs])),
+            })
+    return rows
+
+
+def cost(n: int = 200) -> None:
+    """What the proxy's features cost per decision on the worker: lexical only, and with the
+    local MiniLM embedder (vectors cached in a SQLite file: first sight, then again)."""
+    import asyncio
+    import tempfile
+
+    from tracescore.budget.features import embedding_features, local_features
+    from tracescore.embeddings import CachedEmbedder, MiniLMEmbedder
+    from tracescore.record import Context, RagRecord
+
+    recs = [RagRecord(trace_id=f"{i:032x}", span_id=f"{i:016x}",
+                      query=f"How long does the battery of model {i} last?",
+                      contexts=(Context(f"Model {i} ships with a {500 + i} Wh battery that lasts"
+                                        " about five hours on a charge."),
+                                Context("The warranty covers the battery for two years.")),
+                      answer=f"Model {i} has a {500 + i} Wh battery; it lasts about five hours.",
+                      ground_truths=(f"About five hours ({500 + i} Wh).",))
+            for i in range(n)]
+    local_features(recs[0])  # (the tokenizer's tables are built on first use)
+    t0 = time.perf_counter()
+    for r in recs:
+        local_features(r)
+    lexical = (time.perf_counter() - t0) / n
+    with tempfile.TemporaryDirectory() as d:
+        emb = CachedEmbedder(MiniLMEmbedder(), f"{d}/e.db")
+
+        async def run() -> tuple[float, float]:
+            await emb.embed(["warm up"])
+            out = []
+            for _ in range(2):
+                t = time.perf_counter()
+                for r in recs:
+                    await embedding_features(r, emb)
+                out.append((time.perf_counter() - t) / n)
+            return out[0], out[1]
+
+        cold, warm = asyncio.run(run())
+    print(f"features per record: lexical {1e6 * lexical:.0f} µs; MiniLM embeddings "
+          f"(4 texts) first sight {1e3 * cold:.1f} ms, cached {1e3 * warm:.2f} ms")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="few replicates (a smoke run)")
+    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--records", type=int, default=40_000, help="records a day")
+    ap.add_argument("--budget", type=float, default=2000.0, help="judged records a day")
+    ap.add_argument("--seed", type=int, default=34)
+    ap.add_argument("--json", type=str, default=None)
+    ap.add_argument("--cost", action="store_true",
+                    help="only time the features of one decision (lexical, MiniLM)")
+    args = ap.parse_args(argv)
+    if args.cost:
+        cost()
+        return 0
+    reps = args.reps or (10 if args.quick else 200)
+    t0 = time.perf_counter()
+    rows = summarise(simulate(reps, args.records, args.budget, args.seed))
+    print(f"judge budget, richer proxy: {reps} days per case, ~{args.records:,} records/day, "
+          f"budget {args.budget:g}/day, {time.perf_counter() - t0:.0f} s")
+    print(" | ".join(("case", "arm", "coverage", "width", "ratio vs uniform", "bias",
+                      "judged/day (free)", "budget used")))
+    for r in rows:
+        print(" | ".join([r["case"], r["arm"], f"{100 * r['coverage']:.1f} %",
+                          f"{r['width']:.4f}", f"{r['width_ratio']:.3f}", f"{r['bias']:+.5f}",
+                          f"{r['judged']:.0f} ({r['free']:.0f})",
+                          f"{100 * r['budget_mean']:.1f} %"]))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"reps": reps, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,105 @@
+"""The judge budget's learned proxy: the features of :mod:`.features` combined into one number
+in [0, 1], fitted to the judge's scores of the records judged so far.
+
+Pure computation (numpy, lazily imported). For each set of features a record can have (a
+metric's records usually all have the same: with or without ground truths, with or without
+an embedder) :func:`fit_groups` fits a weighted least-squares line
+
+    y ≈ β₀ + Σ_k β_k·x_k
+
+over the judged records that have exactly that set, y the judge's score on [0, 1], weights
+1/π (capped at :data:`W_CAP`: the judged records stand for the traffic, as in the estimate)
+and a small ridge penalty (not on β₀). A fit is kept only when it predicts the judge better
+than the line through the overlap proxy alone, by leave-one-out error (closed form, through
+the hat matrix; at least :data:`MARGIN` lower): a feature set that does not help is never used, and the proxy stays
+:func:`.proxy.overlap_proxy`. It needs :data:`MIN_FIT` judged records (and 8 per
+coefficient) first.
+
+Validity: the fit uses only records judged before the decision it serves, and the value it
+gives is what the decision stores (``judge_decisions.proxy``); the estimate fits its own line
+through the stored values (:mod:`tracescore.stats.active`), so the proxy need not be
+calibrated, and a proxy whose definition changes between refits is still a number fixed
+before each record's selection.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MARGIN", "MIN_FIT", "RIDGE", "W_CAP", "Combined", "fit_groups"]
+
+#: judged records a feature set needs before it is fitted
+MIN_FIT = 40
+#: the largest weight 1/π of a record in the fit
+W_CAP = 50.0
+#: ridge penalty, relative to the mean diagonal of XᵀWX
+RIDGE = 1e-3
+#: a fit is kept when its leave-one-out mean squared error is this much below the overlap
+#: proxy's line's (a feature that only fits noise does not get used)
+MARGIN = 0.02
+
+#: one judged record: (its features, its overlap proxy, π, the judge's score on [0, 1])
+Sample = tuple[Mapping[str, float], float, float, float]
+
+
+@dataclass(frozen=True)
+class Combined:
+    """A fitted combination: ``beta`` over ``(1, *keys)``; its leave-one-out RMS error
+    ``loo_rmse`` and that of the line through the overlap proxy alone, on ``n`` records."""
+
+    keys: tuple[str, ...]
+    beta: tuple[float, ...]
+    n: int
+    loo_rmse: float
+    base_rmse: float
+
+    def predict(self, features: Mapping[str, float]) -> float:
+        v = self.beta[0] + sum(b * float(features[k]) for b, k in zip(self.beta[1:], self.keys))
+        return min(1.0, max(0.0, v)) if math.isfinite(v) else 0.5
+
+
+def _wls_loo(X: Any, y: Any, w: Any, ridge: float) -> tuple[Any, float]:
+    """(β, weighted leave-one-out mean squared error) of the ridge WLS fit of y on X (first
+    column the intercept, not penalised)."""
+    import numpy as np
+
+    xtw = X.T * w
+    A = xtw @ X
+    pen = ridge * float(np.trace(A)) / A.shape[0] * np.eye(A.shape[0])
+    pen[0, 0] = 0.0
+    Ainv = np.linalg.pinv(A + pen)
+    beta = Ainv @ (xtw @ y)
+    h = np.einsum("ij,jk,ik->i", X, Ainv, X) * w
+    resid = (y - X @ beta) / np.clip(1.0 - h, 1e-6, None)
+    return beta, float((w * resid * resid).sum() / w.sum())
+
+
+def fit_groups(samples: Sequence[Sample], min_fit: int = MIN_FIT,
+               ridge: float = RIDGE) -> dict[tuple[str, ...], Combined]:
+    """The kept fit of each feature set of ``samples`` (module docstring)."""
+    import numpy as np
+
+    groups: dict[tuple[str, ...], list[Sample]] = {}
+    for s in samples:
+        if s[2] > 0:
+            groups.setdefault(tuple(sorted(s[0])), []).append(s)
+    out: dict[tuple[str, ...], Combined] = {}
+    for keys, rows in groups.items():
+        p = len(keys) + 1
+        if not keys or len(rows) < max(min_fit, 8 * p):
+            continue
+        X = np.array([[1.0, *(float(f[k]) for k in keys)] for f, _, _, _ in rows])
+        base = np.array([[1.0, float(o)] for _, o, _, _ in rows])
+        y = np.array([float(r[3]) for r in rows])
+        w = np.minimum(1.0 / np.array([float(r[2]) for r in rows]), W_CAP)
+        if not (np.isfinite(X).all() and np.isfinite(y).all()):
+            continue
+        beta, mse = _wls_loo(X, y, w, ridge)
+        _, base_mse = _wls_loo(base, y, w, ridge)
+        if mse < (1.0 - MARGIN) * base_mse:
+            out[keys] = Combined(keys, tuple(float(b) for b in beta), len(rows),
+                                 math.sqrt(mse), math.sqrt(base_mse))
+    return out
