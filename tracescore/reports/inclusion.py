@@ -41,7 +41,7 @@ from typing import Any
 
 from ..read import query as Q
 from ..read.population import sampling_bracket, scored_groups, selection_possible
-from ..stats import Estimate, Moments
+from ..stats import CarriesEstimate, Estimate, Moments
 from ..stats.weighted import (
     ALL_WEIGHTED,
     NEGATIVE_FEEDBACK,
@@ -56,22 +56,38 @@ __all__ = ["ALL_WEIGHTED", "SCORED", "PopulationSummary", "SampleRate", "populat
            "sample_rate", "scored_groups", "selection_possible"]
 
 
+#: ``SampleRate.source``: read back from the decisions' hash fractions / the rollups' share
+DECISIONS = "decisions"
+SHARE = "share"
+
+
 @dataclass(frozen=True, slots=True)
-class SampleRate:
+class SampleRate(CarriesEstimate):
     """A metric's rate read back from the unforced records' decisions in a window.
 
-    rate: the shortest decimal in the bracket (lo, hi]; consistent False: the bracket is
-    empty (the rate changed in the window), rate is then the sampled share ``share``."""
+    ``estimate``: n the unforced records (``unforced``), value the rate (``rate``): the
+    shortest decimal in the bracket (lo, hi]; its method is the rate's source
+    (``source``): "decisions" (read back from the hash fractions: lo..hi is that bracket,
+    not a confidence interval), "share" (the rollups' sampled share of the window's records,
+    shown as approximate where nothing was forced; no bracket) or "sessions".
+    consistent False: the bracket is empty (the rate changed in the window), rate is then
+    the sampled share ``share``."""
 
-    rate: float | None
-    lo: float | None
-    hi: float | None
+    estimate: Estimate
     consistent: bool
-    unforced: int
     sampled: int
-    #: "decisions" (read back from the hash fractions) or "share" (the rollups' sampled
-    #: share of the window's records, shown as approximate where nothing was forced)
-    source: str = "decisions"
+
+    @property
+    def rate(self) -> float | None:
+        return self.estimate.value
+
+    @property
+    def unforced(self) -> int:
+        return self.estimate.n
+
+    @property
+    def source(self) -> str:
+        return self.estimate.method
 
     @property
     def share(self) -> float | None:
@@ -92,16 +108,18 @@ def sample_rate(conn: Any, metric: str, window: Q.Window, ids: set[int] | None) 
     """The rate of ``metric`` over the window's unforced records (``ids``: their segments)."""
     unforced, sampled, top, bottom = sampling_bracket(conn, metric, window, ids)
     if not unforced:
-        return SampleRate(None, None, None, True, 0, 0)
+        return SampleRate(Estimate.missing(DECISIONS), True, 0)
     if sampled == 0:  # nothing sampled by rate: the rate is at most the smallest u
-        return SampleRate(0.0 if bottom is None else _shortest(0.0, bottom), 0.0, bottom,
-                          True, unforced, 0)
+        rate = 0.0 if bottom is None else _shortest(0.0, bottom)
+        return SampleRate(Estimate(unforced, rate, 0.0, bottom, DECISIONS), True, 0)
     if bottom is None:  # every unforced record sampled: the rate is above the largest u
-        return SampleRate(1.0, top, 1.0, True, unforced, sampled)
+        return SampleRate(Estimate(unforced, 1.0, top, 1.0, DECISIONS), True, sampled)
     assert top is not None
     if top < bottom:
-        return SampleRate(_shortest(top, bottom), top, bottom, True, unforced, sampled)
-    return SampleRate(sampled / unforced, top, bottom, False, unforced, sampled)
+        return SampleRate(Estimate(unforced, _shortest(top, bottom), top, bottom, DECISIONS),
+                          True, sampled)
+    return SampleRate(Estimate(unforced, sampled / unforced, top, bottom, DECISIONS), False,
+                      sampled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,7 +259,8 @@ def _sessions(a: Q.Agg, binary: bool) -> PopulationSummary:
     """A session score: a census of the closed sessions (each scored once, π = 1)."""
     est = a.estimate(binary)
     return PopulationSummary(a.name, a.metric, binary, est, None,
-                             SampleRate(1.0, None, None, True, a.n_ok, a.n_ok, SESSIONS),
+                             SampleRate(Estimate(a.n_ok, 1.0, None, None, SESSIONS), True,
+                                        a.n_ok),
                              by_rate=a.n_ok)
 
 
@@ -265,8 +284,9 @@ def population_summaries(conn: Any, window: Q.Window, scores: Mapping[str, Q.Agg
         return []
     if not selection_possible(conn, window, ids):
         recs = Q.merge_records(Q.record_aggs(conn, window, where=where, seg=seg).values())
-        share = SampleRate(recs.sampled / recs.records if recs.records else None, None, None,
-                           True, recs.records, recs.sampled, "share")
+        share = SampleRate(Estimate(recs.records, recs.sampled / recs.records
+                                    if recs.records else None, None, None, SHARE),
+                           True, recs.sampled)
         return [_sessions(a, binaries.get(name, False)) if a.metric.startswith(SESSION_PREFIX)
                 else _uniform(a, binaries.get(name, False), share) for name, a in named]
     rates: dict[str, SampleRate] = {}
