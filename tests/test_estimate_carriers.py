@@ -13,7 +13,7 @@ import pytest
 from tracescore.monitor import confseq
 from tracescore.monitor import state as S
 from tracescore.read.db import open_db
-from tracescore.read.model import FeedbackSummary, MonitorStatus
+from tracescore.read.model import FeedbackSummary
 from tracescore.read.pipeline import monitor_history, monitor_statuses
 from tracescore.reports.inclusion import SampleRate
 from tracescore.reports.trend import TrendPage, TrendPoint, TrendSeries
