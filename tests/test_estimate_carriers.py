@@ -47,13 +47,11 @@ def test_monitor_rows_keep_a_null_n_null_and_one_history_type(db: str) -> None:
              "n, detail) VALUES (?,?,?,?,?,?,?,?,?)",
              ("old", "OK", None, 50.0, 0.9, 0.85, 0.95, None, "[1, 2]"))
         states = S.load_states(store)
-        # the table keeps value, lo, hi, n: the estimate comes back without its method
-        assert states["m"].estimate == Estimate(120, 0.7, 0.6, 0.8, "")
+        # the table keeps the estimate's value, lo, hi, n (its columns; no method)
         assert (states["m"].value, states["m"].lo, states["m"].hi, states["m"].n) == (
             0.7, 0.6, 0.8, 120)
         assert (states["empty"].n, states["empty"].value) == (0, None)
-        assert states["old"].n is None and states["old"].estimate.n == 0
-        assert states["old"].value == 0.9 and not states["old"].n_stored
+        assert states["old"].n is None and states["old"].value == 0.9
 
         stored = S.history(store)
         conn = open_db(db)
@@ -70,6 +68,9 @@ def test_monitor_rows_keep_a_null_n_null_and_one_history_type(db: str) -> None:
         assert by["old"].n is None and by["old"].detail == {} and by["old"].summary == ""
 
         # the report's JSON of a state: the old field order, null where the n is NULL
+        assert statuses["old"].n is None and statuses["old"].estimate.n == 0
+        assert not statuses["old"].n_stored and statuses["m"].n_stored
+        assert statuses["m"].estimate == Estimate(120, 0.7, 0.6, 0.8, "")
         assert statuses["old"].to_json() == {
             "name": "old", "state": "OK", "since": 50.0, "checked_at": 60.0, "value": 0.9,
             "lo": 0.85, "hi": 0.95, "n": None, "summary": ""}
@@ -84,8 +85,7 @@ def test_monitor_rows_keep_a_null_n_null_and_one_history_type(db: str) -> None:
 def test_trend_json_keeps_its_point_and_history_lists() -> None:
     pts = [TrendPoint(3600.0, Estimate(5, 0.5, 0.4, 0.6, "t")),
            TrendPoint(7200.0, Estimate(1, 1.0, None, None, "t"))]
-    hist = [S.HistoryRow(1, "m", "ALERT", "OK", 7000.0, Estimate(9, 0.2, 0.1, 0.3, ""),
-                         {"summary": "x"})]
+    hist = [S.HistoryRow(1, "m", "ALERT", "OK", 7000.0, 0.2, 0.1, 0.3, 9, {"summary": "x"})]
     page = TrendPage(db="d", generated_at=9000.0, since=None, span=(3600.0, 7300.0),
                      bucket_s=3600.0, bucket_label="hour",
                      series=[TrendSeries("q", "q", "mean", True, None, "t", pts)],

@@ -59,8 +59,8 @@ def point(start: float, n: int, value: float, lo: float | None, hi: float | None
 def change(monitor: str, state: str, previous: str | None, at: float, value: float | None,
            lo: float | None, hi: float | None, n: int | None, summary: str = "") -> HistoryRow:
     """A monitor_history row."""
-    return HistoryRow(0, monitor, state, previous, at, Estimate(n or 0, value, lo, hi, ""),
-                      {"summary": summary} if summary else {}, n is not None)
+    return HistoryRow(0, monitor, state, previous, at, value, lo, hi, n,
+                      {"summary": summary} if summary else {})
 NASTY = 'Which "bike", <script>alert("x")</script> & co?'
 NASTY_MONITOR = "faith <b>drop</b>"
 NASTY_RELEASE = "v3<img src=x onerror=alert(1)>"

@@ -168,7 +168,6 @@ def test_history_and_outbox_only_on_a_change(stores: Any) -> None:
     assert len(S.history(s, limit=1)) == 1
     other = S.load_states(s)["other"]
     assert (other.value, other.n, other.state) == (None, 0, "NO_DATA")
-    assert other.estimate == Estimate(0, None, None, None, "")  # the table keeps no method
     S.mark_notified(s, "other", 155)
     assert S.load_states(s)["other"].notified_at == 155
 

@@ -546,12 +546,11 @@ def test_hysteresis_worse_at_once_better_after_a_streak() -> None:
     from tracescore.monitor.config import Monitor
     from tracescore.monitor.evaluate import _hysteresis
     from tracescore.monitor.state import StateRow
-    from tracescore.stats import Estimate
 
     m = Monitor("m", "quality", threshold=0.8, hysteresis=3)
 
     def row(state: str, pending: str | None = None, streak: int = 0) -> StateRow:
-        return StateRow("m", state, 0.0, 0.0, Estimate.missing(""), {}, None, streak,
+        return StateRow("m", state, 0.0, 0.0, None, None, None, None, {}, None, streak,
                         pending, None)
 
     assert _hysteresis(m, None, "OK") == ("OK", None, 0)  # a first state is taken as it is

@@ -19,13 +19,15 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..read import query as Q
 from ..read.metric_info import MetricInfo
 from ..read.model import MonitorStatus
 from ..stats.estimate import CarriesEstimate, Estimate
-from ..store.monitor_state import HistoryRow
+
+if TYPE_CHECKING:
+    from ..store.monitor_state import HistoryRow
 
 __all__ = ["HOURLY_BELOW", "ReleaseMark", "TrendPage", "TrendPoint", "TrendSeries",
            "build_trend"]

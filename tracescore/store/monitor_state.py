@@ -45,15 +45,14 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .._internal.secrets import scrub
-from ..stats.estimate import CarriesStoredEstimate, Estimate, stored_estimate
 from .compat import translate
 from .monitor_tables import DDL, ddl
 
 __all__ = [
-    "DDL", "DEFAULT_LEASE", "FAILED", "HISTORY_COLS", "OUTBOX_STATUSES", "PENDING", "SENT", "STATES",
+    "DDL", "DEFAULT_LEASE", "FAILED", "HISTORY_COLS", "Figures", "OUTBOX_STATUSES", "PENDING", "SENT", "STATES",
     "HistoryRow", "OutboxItem", "OutboxRow", "StateRow", "acquire_lease", "db_now", "ddl",
     "due_outbox", "ensure_tables", "history", "history_row", "lease_holder", "load_states", "mark_notified",
     "next_due", "outbox_counts", "outbox_failed", "outbox_retry", "outbox_rows", "outbox_sent",
@@ -127,42 +126,59 @@ def db_now(store: Any) -> float:
 
 
 # -- rows ------------------------------------------------------------------------------------
+class Figures(Protocol):
+    """What :func:`save_evaluation` stores of an evaluation's estimate (a
+    :class:`tracescore.stats.Estimate` is one; the store does not import the statistics)."""
+
+    @property
+    def value(self) -> float | None: ...
+    @property
+    def lo(self) -> float | None: ...
+    @property
+    def hi(self) -> float | None: ...
+    @property
+    def n(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
-class StateRow(CarriesStoredEstimate):
-    """A monitor's stored state (``monitor_state``). ``value``, ``lo``, ``hi``, ``n`` read
-    through its ``estimate`` (the table keeps no method: ``method`` is "");
-    ``n`` is None where the stored n is NULL (``n_stored`` False)."""
+class StateRow:
+    """A monitor's stored state (``monitor_state``): the table's columns (the store stands
+    below the statistics: no :class:`~tracescore.stats.Estimate` here; ``n`` is None in a row
+    written before every evaluation stored one)."""
 
     monitor: str
     state: str
     since: float
     checked_at: float
-    estimate: Estimate
+    value: float | None
+    lo: float | None
+    hi: float | None
+    n: int | None
     detail: dict[str, Any]
     #: the sequential test's state, as :func:`save_evaluation` got it (JSON round trip)
     test_state: Any
     streak: int
     pending: str | None
     notified_at: float | None
-    n_stored: bool = True
 
 
 @dataclass(frozen=True, slots=True)
-class HistoryRow(CarriesStoredEstimate):
+class HistoryRow:
     """One state change (``monitor_history``); ``previous`` is None for a monitor's first.
     The one row type of that table: :func:`history` returns it, and so does the read layer's
-    :func:`tracescore.read.pipeline.monitor_history` for the trend page. ``value``, ``lo``,
-    ``hi``, ``n`` read through ``estimate`` as on :class:`StateRow`; ``detail`` is {} where
-    the stored text is not a JSON object."""
+    :func:`tracescore.read.pipeline.monitor_history` for the trend page. ``detail`` is {}
+    where the stored text is not a JSON object."""
 
     id: int
     monitor: str
     state: str
     previous: str | None
     at: float
-    estimate: Estimate
+    value: float | None
+    lo: float | None
+    hi: float | None
+    n: int | None
     detail: dict[str, Any]
-    n_stored: bool = True
 
     @property
     def summary(self) -> str:
@@ -279,10 +295,6 @@ _STATE_COLS = ("monitor, state, since, checked_at, value, lo, hi, n, detail, tes
 HISTORY_COLS = "id, monitor, state, previous, at, value, lo, hi, n, detail"
 
 
-def _estimate(value: Any, lo: Any, hi: Any, n: Any) -> tuple[Estimate, bool]:
-    return stored_estimate(_num(value), _num(lo), _num(hi), None if n is None else int(n))
-
-
 def _detail(text: str | None) -> dict[str, Any]:
     """A stored ``detail``: {} where it is NULL or not a JSON object (a reader never fails
     on one row's detail)."""
@@ -294,18 +306,19 @@ def _detail(text: str | None) -> dict[str, Any]:
 
 
 def _state_row(r: Sequence[Any]) -> StateRow:
-    est, n_stored = _estimate(*r[4:8])
     return StateRow(
-        monitor=r[0], state=r[1], since=float(r[2]), checked_at=float(r[3]), estimate=est,
+        monitor=r[0], state=r[1], since=float(r[2]), checked_at=float(r[3]), value=_num(r[4]),
+        lo=_num(r[5]), hi=_num(r[6]), n=None if r[7] is None else int(r[7]),
         detail=_loads(r[8]) or {}, test_state=_loads(r[9]), streak=int(r[10] or 0),
-        pending=r[11], notified_at=_num(r[12]), n_stored=n_stored)
+        pending=r[11], notified_at=_num(r[12]))
 
 
 def history_row(r: Sequence[Any]) -> HistoryRow:
     """A :class:`HistoryRow` from a row of ``SELECT`` :data:`HISTORY_COLS`."""
-    est, n_stored = _estimate(*r[5:9])
-    return HistoryRow(id=int(r[0]), monitor=str(r[1]), state=str(r[2]), previous=r[3],
-                      at=float(r[4]), estimate=est, detail=_detail(r[9]), n_stored=n_stored)
+    return HistoryRow(
+        id=int(r[0]), monitor=str(r[1]), state=str(r[2]), previous=r[3], at=float(r[4]),
+        value=_num(r[5]), lo=_num(r[6]), hi=_num(r[7]), n=None if r[8] is None else int(r[8]),
+        detail=_detail(r[9]))
 
 
 def load_states(store: Any) -> dict[str, StateRow]:
@@ -315,7 +328,7 @@ def load_states(store: Any) -> dict[str, StateRow]:
 
 
 def save_evaluation(
-    store: Any, monitor: str, *, owner: str, state: str, estimate: Estimate,
+    store: Any, monitor: str, *, owner: str, state: str, estimate: Figures,
     detail: Mapping[str, Any] | None,
     test_state: Any, streak: int, pending: str | None,
     notify: Sequence[OutboxItem] | None, at: float, renotify: bool = False,
