@@ -141,7 +141,7 @@ def test_kappa_and_correlation_json_and_their_n() -> None:
 
 def test_sample_rate_reads_through_its_estimate() -> None:
     rate = SampleRate(Estimate(40, 0.25, 0.2, 0.3, "decisions"), True, 10)
-    assert (rate.rate, rate.lo, rate.hi, rate.unforced, rate.sampled, rate.source) == (
+    assert (rate.value, rate.lo, rate.hi, rate.n, rate.sampled, rate.source) == (
         0.25, 0.2, 0.3, 40, 10, "decisions")
     assert rate.share == 0.25
 

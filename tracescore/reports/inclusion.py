@@ -65,7 +65,7 @@ SHARE = "share"
 class SampleRate(CarriesEstimate):
     """A metric's rate read back from the unforced records' decisions in a window.
 
-    ``estimate``: n the unforced records (``unforced``), value the rate (``rate``): the
+    ``estimate``: n the unforced records, value the rate: the
     shortest decimal in the bracket (lo, hi]; its method is the rate's source
     (``source``): "decisions" (read back from the hash fractions: lo..hi is that bracket,
     not a confidence interval), "share" (the rollups' sampled share of the window's records,
@@ -78,20 +78,12 @@ class SampleRate(CarriesEstimate):
     sampled: int
 
     @property
-    def rate(self) -> float | None:
-        return self.estimate.value
-
-    @property
-    def unforced(self) -> int:
-        return self.estimate.n
-
-    @property
     def source(self) -> str:
         return self.estimate.method
 
     @property
     def share(self) -> float | None:
-        return self.sampled / self.unforced if self.unforced else None
+        return self.sampled / self.n if self.n else None
 
 
 def _shortest(lo: float, hi: float) -> float:
@@ -151,7 +143,7 @@ class PopulationSummary:
     @property
     def unequal(self) -> bool:
         """Some scored records were chosen with another probability than the rest."""
-        return bool(self.certain or self.priority) and (self.by_rate > 0 or self.rate.rate != 1)
+        return bool(self.certain or self.priority) and (self.by_rate > 0 or self.rate.value != 1)
 
     @property
     def statement(self) -> str:
@@ -159,7 +151,7 @@ class PopulationSummary:
         if self.rate.source == SESSIONS:
             return f"{SCORED}: every closed session (a census of sessions, not of requests)"
         if not self.unequal:
-            r = self.rate.rate
+            r = self.rate.value
             if not self.certain and not self.priority and r is not None:
                 said = f"{r:g}" if self.rate.source == "decisions" else f"about {r:.3g}"
                 return (f"{SCORED}: a uniform sample (rate {said}) of all records, so they "
@@ -177,7 +169,7 @@ class PopulationSummary:
             "unequal_selection": self.unequal,
             "scored": self.scored.to_json(),
             "weighted": None if self.weighted is None else self.weighted.to_json(),
-            "rate": self.rate.rate, "rate_bracket": [self.rate.lo, self.rate.hi],
+            "rate": self.rate.value, "rate_bracket": [self.rate.lo, self.rate.hi],
             "rate_consistent": self.rate.consistent, "rate_source": self.rate.source,
             "certain": dict(self.certain), "priority": self.priority,
             "by_rate": self.by_rate, "unknown": self.unknown, "pruned": self.pruned,
@@ -194,7 +186,7 @@ def summarise_population(conn: Any, name: str, metric: str, binary: bool, window
     groups = scored_groups(conn, name, window, where, seg)
     if rate is None:
         rate = sample_rate(conn, metric, window, seg.matching(where))
-    r = rate.rate
+    r = rate.value
     weighted_groups: list[tuple[float, Moments]] = []
     certain: Counter[str] = Counter()
     priority = by_rate = unknown = 0
@@ -227,8 +219,8 @@ def summarise_population(conn: Any, name: str, metric: str, binary: bool, window
     notes = []
     if not rate.consistent:
         notes.append(f"the sample rate changed inside the window (hash fractions overlap): "
-                     f"pi taken as the window's sampled share {rate.rate:.4g} of the "
-                     f"{rate.unforced} unforced records")
+                     f"pi taken as the window's sampled share {rate.value:.4g} of the "
+                     f"{rate.n} unforced records")
     pruned = max(0, rolled_up - total.n) if rolled_up is not None else 0
     if pruned:
         notes.append(f"{pruned} scores of the window were pruned (their rows folded into the "
@@ -237,11 +229,11 @@ def summarise_population(conn: Any, name: str, metric: str, binary: bool, window
         notes.append(f"{unknown} scores without a sampling decision (no record row) left out "
                      "of the weighted figure")
     weighted = hajek_from_moments(weighted_groups) if weighted_groups else None
-    if certain and not by_rate and not priority and (rate.unforced - rate.sampled) > 0:
+    if certain and not by_rate and not priority and (rate.n - rate.sampled) > 0:
         # only records taken with certainty were scored: the others are not represented
         weighted = None
         notes.append(f"no record was scored by the sample rate, only forced ones: the "
-                     f"{rate.unforced} unforced records are not represented, no weighted "
+                     f"{rate.n} unforced records are not represented, no weighted "
                      "figure")
     return PopulationSummary(name, metric, binary, plain, weighted, rate,
                              tuple(sorted(certain.items(), key=lambda kv: (-kv[1], kv[0]))),
