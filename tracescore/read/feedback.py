@@ -97,8 +97,8 @@ def feedback_summary(conn: Any, since: float | None = None, until: float | None 
         out.append(FeedbackSummary(
             name=name, count=n, traces=traces, valued=valued,
             mean=None if mean is None else float(mean), positive=k, negative=m,
-            estimate=rate_ci(k, k + m), comments=comments, last_at=None if last is None else float(last),
-            labels=tuple(top)))
+            estimate=rate_ci(k, k + m), comments=comments,
+            last_at=None if last is None else float(last), labels=tuple(top)))
     return out
 
 

@@ -52,10 +52,10 @@ from .compat import translate
 from .monitor_tables import DDL, ddl
 
 __all__ = [
-    "DDL", "DEFAULT_LEASE", "FAILED", "HISTORY_COLS", "Figures", "OUTBOX_STATUSES", "PENDING", "SENT", "STATES",
-    "HistoryRow", "OutboxItem", "OutboxRow", "StateRow", "acquire_lease", "db_now", "ddl",
-    "due_outbox", "ensure_tables", "history", "history_row", "lease_holder", "load_states", "mark_notified",
-    "next_due", "outbox_counts", "outbox_failed", "outbox_retry", "outbox_rows", "outbox_sent",
+    "DDL", "DEFAULT_LEASE", "FAILED", "HISTORY_COLS", "OUTBOX_STATUSES", "PENDING", "SENT",
+    "STATES", "Figures", "HistoryRow", "OutboxItem", "OutboxRow", "StateRow", "acquire_lease",
+    "db_now", "ddl", "due_outbox", "ensure_tables", "history", "history_row", "lease_holder",
+    "load_states", "mark_notified", "next_due", "outbox_counts", "outbox_failed", "outbox_retry", "outbox_rows", "outbox_sent",
     "release_claims", "release_lease", "save_evaluation",
 ]
 
