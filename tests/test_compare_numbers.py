@@ -207,11 +207,13 @@ def test_a_monitor_value_is_never_printed_outside_an_unnamed_interval() -> None:
     from tracescore.read.model import MonitorStatus
     from tracescore.reports.html._monitors import _monitor_table
     from tracescore.reports.textfmt import monitor_estimate
+    from tracescore.stats import Estimate
 
     assert monitor_estimate(0.7, 0.65, 0.75) == "0.700 [0.650, 0.750]"
     apart = monitor_estimate(0.641, 0.645, 0.746)
     assert "0.641 [" not in apart and "anytime interval [0.645, 0.746]" in apart
-    m = MonitorStatus("faithfulness-floor", "ALERT", NOW, NOW, 0.641, 0.645, 0.746, 480)
+    m = MonitorStatus("faithfulness-floor", "ALERT", NOW, NOW,
+                      Estimate(480, 0.641, 0.645, 0.746, ""))
     html = _monitor_table([m])
     assert "0.641 [0.645" not in html and "weighted mean" in html
 

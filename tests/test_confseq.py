@@ -226,13 +226,13 @@ def test_threshold_monitor_states() -> None:
     assert mon.status().state == NO_DATA and mon.status().n == 0
     mon.update(rng.beta(8.5, 1.5, 20))
     st = mon.status()
-    assert st.state == NO_DATA and st.n == 20 and st.estimate is not None
+    assert st.state == NO_DATA and st.n == 20 and st.value is not None
     mon.update(rng.beta(8.5, 1.5, 400))  # mean 0.85
     assert mon.status().state == OK
     low = ThresholdMonitor(0.80, "below")
     low.update(rng.beta(7.9, 2.1, 200))  # mean 0.79: only the point estimate is below
     st = low.status()
-    assert st.state == WARNING and st.estimate is not None and st.estimate < 0.80
+    assert st.state == WARNING and st.value is not None and st.value < 0.80
     assert st.hi is not None and st.hi >= 0.80
     bad = ThresholdMonitor(0.80, "below")
     bad.update(rng.beta(6, 4, 300))  # mean 0.60

@@ -32,17 +32,35 @@ from tracescore.read.query import Window
 from tracescore.reports import html as H
 from tracescore.reports.compare import Comparison, ScoreComparison
 from tracescore.reports.trend import (
-    MonitorChange,
     ReleaseMark,
     TrendPage,
     TrendPoint,
     TrendSeries,
 )
 from tracescore.stats import Difference, Estimate
+from tracescore.store.monitor_state import HistoryRow
 
 DAY = 86400.0
 HOUR = 3600.0
 T0 = 1_750_000_000.0 // DAY * DAY  # a UTC midnight
+
+
+def status(name: str, state: str, since: float, checked: float, value: float | None,
+           lo: float | None, hi: float | None, n: int | None, summary: str = "") -> MonitorStatus:
+    """A stored monitor state (n None: a row without an n)."""
+    return MonitorStatus(name, state, since, checked,
+                         Estimate(n or 0, value, lo, hi, ""), summary, n is not None)
+
+
+def point(start: float, n: int, value: float, lo: float | None, hi: float | None) -> TrendPoint:
+    return TrendPoint(start, Estimate(n, value, lo, hi, "t"))
+
+
+def change(monitor: str, state: str, previous: str | None, at: float, value: float | None,
+           lo: float | None, hi: float | None, n: int | None, summary: str = "") -> HistoryRow:
+    """A monitor_history row."""
+    return HistoryRow(0, monitor, state, previous, at, value, lo, hi, n,
+                      {"summary": summary} if summary else {})
 NASTY = 'Which "bike", <script>alert("x")</script> & co?'
 NASTY_MONITOR = "faith <b>drop</b>"
 NASTY_RELEASE = "v3<img src=x onerror=alert(1)>"
@@ -175,11 +193,11 @@ def report_page(*, monitors: bool = True, by: bool = True) -> ReportPage:
     worst = {"faithfulness": [WorstRecord("faithfulness", 0.05, "fail", "ab" * 16,
                                           "rec-1", NASTY)]}
     mons = [
-        MonitorStatus(NASTY_MONITOR, "ALERT", T0 + 8 * DAY, T0 + 10 * DAY, 0.71, 0.69, 0.73,
+        status(NASTY_MONITOR, "ALERT", T0 + 8 * DAY, T0 + 10 * DAY, 0.71, 0.69, 0.73,
                       340, "mean below 0.75 <for sure>"),
-        MonitorStatus("errors", "WARNING", T0 + 9 * DAY, T0 + 10 * DAY, 0.04, 0.02, 0.06, 500),
-        MonitorStatus("latency", "NO_DATA", T0, T0 + 10 * DAY, None, None, None, None),
-        MonitorStatus("relevance", "OK", T0, T0 + 10 * DAY, 0.9, 0.88, 0.92, 800),
+        status("errors", "WARNING", T0 + 9 * DAY, T0 + 10 * DAY, 0.04, 0.02, 0.06, 500),
+        status("latency", "NO_DATA", T0, T0 + 10 * DAY, None, None, None, None),
+        status("relevance", "OK", T0, T0 + 10 * DAY, 0.9, 0.88, 0.92, 800),
     ] if monitors else []
     groups = [
         GroupSummary("v1", 120, 100, [metric("faithfulness", count=100, mean=0.85, lo=0.82,
@@ -220,18 +238,18 @@ def report_page(*, monitors: bool = True, by: bool = True) -> ReportPage:
 
 
 def trend_page(*, history: bool = True) -> TrendPage:
-    faith = [TrendPoint(T0 + i * DAY, 100 + i, 0.85 - (0.08 if i >= 5 else 0) + 0.002 * i,
+    faith = [point(T0 + i * DAY, 100 + i, 0.85 - (0.08 if i >= 5 else 0) + 0.002 * i,
                         0.82 - (0.08 if i >= 5 else 0), 0.88 - (0.08 if i >= 5 else 0) + 0.004)
              for i in range(10) if i != 3]  # day 3: no scores, the line breaks
-    rate = [TrendPoint(T0 + i * DAY, 50, 0.6, 0.46, 0.72) for i in range(10)]
+    rate = [point(T0 + i * DAY, 50, 0.6, 0.46, 0.72) for i in range(10)]
     releases = [ReleaseMark("v1", T0 - 20 * DAY), ReleaseMark("v2", T0 + 4.5 * DAY),
                 ReleaseMark(NASTY_RELEASE, T0 + 7.25 * DAY)]
-    monitors = [MonitorStatus(NASTY_MONITOR, "ALERT", T0 + 6 * DAY, T0 + 10 * DAY, 0.77,
+    monitors = [status(NASTY_MONITOR, "ALERT", T0 + 6 * DAY, T0 + 10 * DAY, 0.77,
                               0.75, 0.79, 500, "mean below 0.8"),
-                MonitorStatus("errors", "OK", T0, T0 + 10 * DAY, 0.01, 0.0, 0.02, 900)]
-    hist = [MonitorChange(NASTY_MONITOR, "ALERT", "WARNING", T0 + 6 * DAY, 0.77, 0.75, 0.79,
+                status("errors", "OK", T0, T0 + 10 * DAY, 0.01, 0.0, 0.02, 900)]
+    hist = [change(NASTY_MONITOR, "ALERT", "WARNING", T0 + 6 * DAY, 0.77, 0.75, 0.79,
                           500, "interval below 0.8"),
-            MonitorChange(NASTY_MONITOR, "WARNING", "OK", T0 + 5.5 * DAY, 0.79, 0.76, 0.82,
+            change(NASTY_MONITOR, "WARNING", "OK", T0 + 5.5 * DAY, 0.79, 0.76, 0.82,
                           300)] if history else []
     return TrendPage(db="shop.db", generated_at=T0 + 10 * DAY, since=None,
                      span=(T0 + 100, T0 + 9 * DAY + 500), bucket_s=DAY, bucket_label="day",
@@ -480,7 +498,7 @@ def test_trend_per_hour_labels_hours() -> None:
                        span=(T0 + 10, T0 + 20 * HOUR + 10), bucket_s=HOUR,
                        bucket_label="hour", series=[TrendSeries(
                            "faithfulness", "faithfulness", "mean", True, 0.75, "t",
-                           [TrendPoint(T0 + i * HOUR, 9, 0.7, 0.6, 0.8) for i in range(21)])],
+                           [point(T0 + i * HOUR, 9, 0.7, 0.6, 0.8) for i in range(21)])],
                        releases=[ReleaseMark("v9", T0 + 12.5 * HOUR)])
     root = dom(H.render_trend_html(hourly))
     svg = root.one("svg", cls="trend")

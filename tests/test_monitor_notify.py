@@ -162,8 +162,7 @@ def event(state: str = "ALERT", previous: str | None = "OK", **kw: Any) -> N.Ale
 def change(store: Any, ev: N.AlertEvent, channels: list[Any], at: float | None = None) -> None:
     """What the evaluator does on a state change: the state, its history, its outbox rows."""
     assert S.save_evaluation(
-        store, ev.monitor, owner="ev", state=ev.state, value=ev.value, lo=ev.lo, hi=ev.hi,
-        n=ev.n, detail={}, test_state=None, streak=0, pending=None,
+        store, ev.monitor, owner="ev", state=ev.state, estimate=ev.estimate, detail={}, test_state=None, streak=0, pending=None,
         notify=N.outbox_items(ev, channels), at=ev.at if at is None else at, now=1)
 
 

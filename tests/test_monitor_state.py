@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tracescore.monitor import state as S
+from tracescore.stats import Estimate
 from tracescore.store import open_store
 
 
@@ -32,10 +33,12 @@ def stores(db: str) -> Iterator[Any]:
 def _save(store: Any, monitor: str, state: str, *, owner: str = "a", at: float = 100.0,
           notify: list[S.OutboxItem] | None = None, now: float | None = None,
           **kw: Any) -> bool:
-    args: dict[str, Any] = dict(value=0.7, lo=0.6, hi=0.8, n=120, detail={"why": "test"},
-                                test_state={"log_wealth": [0.5, -1.25]}, streak=0,
-                                pending=None)
+    figures: dict[str, Any] = dict(value=0.7, lo=0.6, hi=0.8, n=120)
+    figures.update({k: kw.pop(k) for k in list(figures) if k in kw})
+    args: dict[str, Any] = dict(detail={"why": "test"}, test_state={"log_wealth": [0.5, -1.25]},
+                                streak=0, pending=None)
     args.update(kw)
+    args["estimate"] = Estimate(figures["n"], figures["value"], figures["lo"], figures["hi"], "t")
     return S.save_evaluation(store, monitor, owner=owner, state=state, notify=notify, at=at,
                              now=at if now is None else now, **args)
 
@@ -159,12 +162,12 @@ def test_history_and_outbox_only_on_a_change(stores: Any) -> None:
     assert S.load_states(s)["m"].notified_at == 140
     assert len(S.history(s, "m")) == 2
     # history filters: by monitor, since, limit; newest first
-    assert _save(s, "other", "NO_DATA", at=150, value=None, lo=None, hi=None, n=None)
+    assert _save(s, "other", "NO_DATA", at=150, value=None, lo=None, hi=None, n=0)
     assert [h.monitor for h in S.history(s)] == ["other", "m", "m"]
     assert [h.at for h in S.history(s, since=120)] == [150, 120]
     assert len(S.history(s, limit=1)) == 1
     other = S.load_states(s)["other"]
-    assert (other.value, other.n, other.state) == (None, None, "NO_DATA")
+    assert (other.value, other.n, other.state) == (None, 0, "NO_DATA")
     S.mark_notified(s, "other", 155)
     assert S.load_states(s)["other"].notified_at == 155
 

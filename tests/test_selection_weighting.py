@@ -99,7 +99,7 @@ def test_report_states_the_population_and_weights_to_all_records(
     assert certain["complaint"] == complaints
     assert certain["negative feedback"] == feedback
     assert pop.priority == prio
-    assert pop.rate.rate == RATE and pop.rate.consistent
+    assert pop.rate.value == RATE and pop.rate.consistent
     assert pop.unequal
     # the plain mean of the scored records misses the mean of all records; the weighted
     # one covers it
@@ -185,7 +185,7 @@ def test_a_uniform_sample_says_it_speaks_for_all_records(make_ts: Any, db_path: 
     pop = rep.population[0]
     assert not pop.unequal and not pop.certain and pop.rate.source == "share"
     # nothing forced, no negative feedback: the rollups alone, the rate as the sampled share
-    assert pop.rate.rate == pytest.approx(rep.sampled / rep.records)
+    assert pop.rate.value == pytest.approx(rep.sampled / rep.records)
     assert pop.scored.value == pytest.approx(rep.metrics[0].mean, abs=1e-12)
     text = format_report(rep, width=400)
     assert (f"each scored with the same probability (sample rate about "
@@ -202,7 +202,7 @@ def test_a_uniform_sample_says_it_speaks_for_all_records(make_ts: Any, db_path: 
                                      SegmentIndex(conn))
     finally:
         conn.close()
-    assert exact.rate.rate == 0.5 and exact.rate.source == "decisions"
+    assert exact.rate.value == 0.5 and exact.rate.source == "decisions"
     assert exact.weighted.estimate.value == pytest.approx(pop.scored.value, abs=1e-12)
 
 
@@ -315,7 +315,7 @@ def test_the_weighted_figures_on_both_backends(db: str) -> None:
     finally:
         conn.close()
     pop = rep.population[0]
-    assert pop.rate.rate == RATE and pop.unequal
+    assert pop.rate.value == RATE and pop.unequal
     ref = W.hajek_mean(values, pis)
     got = pop.weighted
     assert (got.estimate.value, got.se, got.estimate.n) == pytest.approx(

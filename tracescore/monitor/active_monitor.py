@@ -28,6 +28,7 @@ or a ``where`` on a score dimension, is NO_DATA with the reason.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -43,6 +44,8 @@ __all__ = ["PENDING_WAIT_S", "budgeted_metric", "measure_active"]
 
 #: How long a judged record's missing score holds up the reading before it is counted missing.
 PENDING_WAIT_S = 3600.0
+#: the ``method`` of an active monitor's window status (the evaluation names its window and alpha)
+ACTIVE_CS_METHOD = "active estimate, anytime-valid empirical-Bernstein confidence sequence"
 
 
 def budgeted_metric(ctx: Any, m: Monitor, metric: str) -> bool:
@@ -119,13 +122,12 @@ def _feed(seq: ActiveSequence, rows: list[tuple[float, float, bool, float]]) -> 
 def _status(seq: ActiveSequence, m: Monitor, judge: Any) -> confseq.Status:
     est = seq.sums.estimate()
     if est.value is None:
-        return confseq.Status("NO_DATA", None, None, None, seq.n)
+        return confseq.Status("NO_DATA", Estimate.missing(ACTIVE_CS_METHOD, seq.n))
     lo, hi = seq.interval()
     v = est.value
     lo, hi = min(lo, v), max(hi, v)
-    if seq.n < m.min_n:
-        return confseq.Status("NO_DATA", v, lo, hi, seq.n)
-    return confseq.Status(judge(v, lo, hi), v, lo, hi, seq.n)
+    state = "NO_DATA" if seq.n < m.min_n else judge(v, lo, hi)
+    return confseq.Status(state, Estimate(seq.n, v, lo, hi, ACTIVE_CS_METHOD))
 
 
 def _what(seq: ActiveSequence) -> str:
@@ -234,7 +236,7 @@ def measure_active(ctx: Any, m: Monitor, prior: S.StateRow | None, direction: st
                               wait=False)
             _feed(seq, rows)
             st = _status(seq, m, _judge_for(m, direction, base))
-            prev = list(st) if seq.sums.N else prev
+            prev = st.to_json() if seq.sums.N else prev
             if seq.n >= m.min_n:
                 k += 1
             seq, base = None, None
@@ -261,7 +263,7 @@ def measure_active(ctx: Any, m: Monitor, prior: S.StateRow | None, direction: st
     st = _status(seq, m, judge)
     carried = st.state == "NO_DATA" and seq.n < m.min_n and prev is not None
     if carried:
-        st = confseq.Status(*prev)
+        st = confseq.Status.from_json(prev, ACTIVE_CS_METHOD)
     stat = m.statistic
     if m.baseline is None:
         thr = float(m.threshold if m.threshold is not None else 0.0)
@@ -277,10 +279,10 @@ def measure_active(ctx: Any, m: Monitor, prior: S.StateRow | None, direction: st
     summary = summary.replace(f" (n={st.n})", f" ({_what(seq)})" if not carried
                               else f" (n={st.n} judged, the previous window's)", 1)
     state = st.state
-    if state == "OK" and m.warning is not None and st.estimate is not None and (
-            st.estimate < m.warning if direction == "below" else st.estimate > m.warning):
+    if state == "OK" and m.warning is not None and st.value is not None and (
+            st.value < m.warning if direction == "below" else st.value > m.warning):
         state = "WARNING"
-        summary += f"; {st.estimate:.3f} is beyond the warning level {m.warning:g}"
+        summary += f"; {st.value:.3f} is beyond the warning level {m.warning:g}"
     notes = []
     if counts["unrepresented"]:
         notes.append(f"{counts['unrepresented']} records came after the day's judge budget was "
@@ -297,7 +299,7 @@ def measure_active(ctx: Any, m: Monitor, prior: S.StateRow | None, direction: st
                   "prev": prev, "seq": seq.to_json(), "pos": [pos[0], pos[1]], "base": base,
                   "counts": counts}
     return _Result(
-        state, Estimate(st.n, st.estimate, st.lo, st.hi, method), summary, test_state,
+        state, replace(st.estimate, method=method), summary, test_state,
         _worst(ctx, cur_m, start, direction) if state in ("ALERT", "WARNING") else [],
         {"condition": condition, "window_start": start, "carried": carried,
          "estimator": "active", "alpha": alpha, "n_judged": seq.n, "n_proxied": seq.sums.N,

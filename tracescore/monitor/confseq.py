@@ -61,7 +61,8 @@ numpy is imported lazily, inside the functions that need it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ..stats.confseq import (
     SCHEDULES,
@@ -72,6 +73,7 @@ from ..stats.confseq import (
     empirical_bernstein_bound,
     spend,
 )
+from ..stats.estimate import CarriesEstimate, Estimate
 from ..stats.moments import Moments
 
 OK = "OK"
@@ -81,18 +83,30 @@ NO_DATA = "NO_DATA"
 STATES = (OK, WARNING, ALERT, NO_DATA)
 
 
-class Status(NamedTuple):
-    """A monitor's state now, with the window's mean, its interval and n."""
+#: the ``method`` of a :class:`Status`'s estimate
+CS_METHOD = "anytime-valid empirical-Bernstein confidence sequence"
+
+
+@dataclass(frozen=True, slots=True)
+class Status(CarriesEstimate):
+    """A monitor's state now, with the window's estimate: its mean (``value``), interval and
+    n, read through ``estimate``."""
 
     state: str
-    estimate: float | None
-    lo: float | None
-    hi: float | None
-    n: int
+    estimate: Estimate
+
+    def to_json(self) -> list[Any]:
+        """The stored form (in a monitor's saved test state): [state, mean, lo, hi, n]."""
+        return [self.state, self.value, self.lo, self.hi, self.n]
+
+    @classmethod
+    def from_json(cls, data: Any, method: str = CS_METHOD) -> Status:
+        state, value, lo, hi, n = data
+        return cls(str(state), Estimate(int(n), value, lo, hi, method))
 
 
 def _status_from_json(data: Any) -> Status | None:
-    return None if data is None else Status(*data)
+    return None if data is None else Status.from_json(data)
 
 
 class _WindowedMonitor:
@@ -171,7 +185,7 @@ class _WindowedMonitor:
         seq = self._seq
         mean = seq.mean
         if mean is None:
-            return Status(NO_DATA, None, None, None, 0)
+            return Status(NO_DATA, Estimate.missing(CS_METHOD))
         lo, hi = seq.interval()
         # The sequence is centred on the bet-weighted mean, which leaves the plain mean (the
         # figure shown beside it) outside when the values drift within the window ("mean 0.600
@@ -179,9 +193,8 @@ class _WindowedMonitor:
         # valid confidence sequence (a superset), and its ALERTs a subset of the sequence's, so
         # the lifetime bound holds and no verdict stands on an interval that leaves out the mean
         lo, hi = min(lo, mean), max(hi, mean)
-        if seq.n < self.min_n:
-            return Status(NO_DATA, mean, lo, hi, seq.n)
-        return Status(self._judge(mean, lo, hi), mean, lo, hi, seq.n)
+        est = Estimate(seq.n, mean, lo, hi, CS_METHOD)
+        return Status(NO_DATA if seq.n < self.min_n else self._judge(mean, lo, hi), est)
 
     def _judge(self, mean: float, lo: float, hi: float) -> str:
         raise NotImplementedError
@@ -191,7 +204,7 @@ class _WindowedMonitor:
                 "window": self.window, "min_n": self.min_n, "k": self.window_index,
                 "schedule": self.schedule,
                 "seq": self._seq.to_json(),
-                "prev": None if self._prev is None else list(self._prev)}
+                "prev": None if self._prev is None else self._prev.to_json()}
 
     def _load_base(self, data: Mapping[str, Any]) -> None:
         # a state saved before schedules existed keeps the schedule it started with: switching
@@ -293,7 +306,7 @@ class BaselineMonitor(_WindowedMonitor):
     def _window_status(self) -> Status:
         status = super()._window_status()
         if status.state != NO_DATA and self.baseline.n < self.min_n:
-            return status._replace(state=NO_DATA)
+            return replace(status, state=NO_DATA)
         return status
 
     def _judge(self, mean: float, lo: float, hi: float) -> str:

@@ -206,8 +206,8 @@ class Evaluator:
             items = N.outbox_items(event, self.monitors.channels_for(m)) \
                 if (news or renotify) else None
             saved = S.save_evaluation(
-                store, m.name, owner=self.owner, state=state, value=result.value,
-                lo=result.lo, hi=result.hi, n=result.n, detail=detail,
+                store, m.name, owner=self.owner, state=state,
+                estimate=result.estimate, detail=detail,
                 test_state=result.test_state, streak=streak, pending=pending, notify=items,
                 at=ctx.now, renotify=bool(renotify))
             if saved and changed:

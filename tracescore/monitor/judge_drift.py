@@ -276,8 +276,8 @@ def evaluate(store: Any, *, owner: str, channels: Sequence[Any] = (), save: bool
         news = changed and (state in ("ALERT", "WARNING") or previous in ("ALERT", "WARNING"))
         items = N.outbox_items(event, channels) if news else None
         saved = S.save_evaluation(
-            store, MONITOR, owner=owner, state=state, value=result.value, lo=result.lo,
-            hi=result.hi, n=result.n, detail=detail, test_state={"v": 1}, streak=streak,
+            store, MONITOR, owner=owner, state=state,
+            estimate=result.estimate, detail=detail, test_state={"v": 1}, streak=streak,
             pending=pending, notify=items, at=t)
         if saved and changed:
             N.emit_state_change(otel_logger, event)

@@ -329,8 +329,8 @@ def evaluate(store: Any, reader: Any, *, owner: str, channels: Sequence[Any] = (
         news = changed and (state in ("ALERT", "WARNING") or previous in ("ALERT", "WARNING"))
         items = N.outbox_items(event, channels) if news else None
         saved = S.save_evaluation(
-            store, MONITOR, owner=owner, state=state, value=worst.value, lo=worst.lo,
-            hi=worst.hi, n=worst.n, detail=detail, test_state={"v": 1, "names": snapshot},
+            store, MONITOR, owner=owner, state=state,
+            estimate=worst.estimate, detail=detail, test_state={"v": 1, "names": snapshot},
             streak=streak, pending=pending, notify=items, at=t)
         if saved and changed:
             N.emit_state_change(otel_logger, event)

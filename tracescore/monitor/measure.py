@@ -5,6 +5,7 @@ connection); blocking; never on the app's request path."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -264,18 +265,18 @@ def _measure(ctx: _Context, m: Monitor, prior: S.StateRow | None) -> _Result:
         condition = f"{stat} regressed against {base_text}"
     state = st.state
     # a second, softer level: WARNING when the estimate crosses it
-    if state == "OK" and m.warning is not None and st.estimate is not None and (
-            st.estimate < m.warning if direction == "below" else st.estimate > m.warning):
+    if state == "OK" and m.warning is not None and st.value is not None and (
+            st.value < m.warning if direction == "below" else st.value > m.warning):
         state = "WARNING"
-        d = _digits((st.estimate, m.warning))
-        summary += f"; {_fmt(st.estimate, d)} is beyond the warning level {m.warning:g}"
+        d = _digits((st.value, m.warning))
+        summary += f"; {_fmt(st.value, d)} is beyond the warning level {m.warning:g}"
     if seen.blind:
         summary += f"; {seen.text()}"
     span = f", window of {format_duration(start + W - ws)}" if ws < start else ""
     method = (f"anytime-valid empirical-Bernstein confidence sequence, window "
               f"{test.window_index} at alpha {test.window_alpha:.2g}{span}")
     return _Result(
-        state, Estimate(st.n, st.estimate, st.lo, st.hi, method), summary,
+        state, dataclasses.replace(st.estimate, method=method), summary,
         {"def": m.definition_hash(), "t0": t0, "w": w_index, "test": test.to_json(),
          "pos": [pos[0], pos[1]], "base_text": base_text, "cur_where": cur_where, "ws": ws,
          "base_release": (_base_release(base_text) if m.baseline == "previous_release"

@@ -68,8 +68,8 @@ def _describe(m: Monitor, stat: str, st: confseq.Status, direction: str,
     """The verdict in words, naming the level the decision compared with (``level``: the
     threshold, or for a percentile the share of values that decides it) and printing each
     number with enough digits that the comparison word is true as printed."""
-    d = _digits((st.estimate, level), (st.hi, level), (st.lo, level))
-    est = f"{stat} {_fmt(st.estimate, d)}"
+    d = _digits((st.value, level), (st.hi, level), (st.lo, level))
+    est = f"{stat} {_fmt(st.value, d)}"
     if st.lo is not None and st.hi is not None:
         est += f" [{_fmt(st.lo, d)}, {_fmt(st.hi, d)}]"
     est += f" (n={st.n})"
@@ -98,9 +98,9 @@ def _describe_baseline(m: Monitor, stat: str, st: confseq.Status, direction: str
     sign = -1.0 if direction == "below" else 1.0
     cut_alert = bound + sign * eff
     cut_warn = None if bmean is None else bmean + sign * eff
-    d = _digits((st.hi, cut_alert), (st.lo, cut_alert), (st.estimate, cut_warn),
+    d = _digits((st.hi, cut_alert), (st.lo, cut_alert), (st.value, cut_warn),
                 (bound, cut_alert), (bmean, cut_warn))
-    est = f"{stat} {_fmt(st.estimate, d)}"
+    est = f"{stat} {_fmt(st.value, d)}"
     if st.lo is not None and st.hi is not None:
         est += f" [{_fmt(st.lo, d)}, {_fmt(st.hi, d)}]"
     est += f" (n={st.n})"

@@ -93,16 +93,12 @@ def feedback_summary(conn: Any, since: float | None = None, until: float | None 
     for name in sorted(totals):
         n, traces, valued, mean, comments, last = totals[name]
         k, m = pos.get(name, 0), neg.get(name, 0)
-        rate = lo_ = hi_ = None
-        if k + m:
-            est = rate_ci(k, k + m)
-            rate, lo_, hi_ = k / (k + m), est.lo, est.hi
         top = sorted(labels.get(name, {}).items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_LABELS]
         out.append(FeedbackSummary(
             name=name, count=n, traces=traces, valued=valued,
-            mean=None if mean is None else float(mean), positive=k, negative=m, rate=rate,
-            lo=lo_, hi=hi_, comments=comments, last_at=None if last is None else float(last),
-            labels=tuple(top)))
+            mean=None if mean is None else float(mean), positive=k, negative=m,
+            estimate=rate_ci(k, k + m), comments=comments,
+            last_at=None if last is None else float(last), labels=tuple(top)))
     return out
 
 

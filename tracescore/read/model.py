@@ -11,6 +11,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..stats.estimate import CarriesEstimate, CarriesStoredEstimate, Estimate
+
 __all__ = ["FeedbackSummary", "GroupSummary", "Histogram", "JudgeUsage", "MetricSummary",
            "MonitorStatus", "PendingReason", "Report", "ReportPage", "TimeBucket", "Usage",
            "WorstRecord"]
@@ -92,7 +94,7 @@ class PendingReason:
 
 
 @dataclass(frozen=True, slots=True)
-class FeedbackSummary:
+class FeedbackSummary(CarriesEstimate):
     """Users' feedback of one name (``ts.add_feedback(name=...)``) in the report's window.
 
     Positive: a value >= 0.5, or (no value) a label read as positive; negative likewise.
@@ -105,18 +107,23 @@ class FeedbackSummary:
     mean: float | None  # mean value of those
     positive: int
     negative: int
-    rate: float | None = None
-    lo: float | None = None
-    hi: float | None = None
+    #: the rate, its Wilson interval and n = positive + negative (``rate``, ``lo``, ``hi``,
+    #: ``n`` read through it)
+    estimate: Estimate = Estimate(0, None, None, None, "wilson")
     comments: int = 0
     last_at: float | None = None
     #: the most frequent labels: (label, entries)
     labels: tuple[tuple[str, int], ...] = ()
 
+    @property
+    def rate(self) -> float | None:
+        return self.estimate.value
+
     def to_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if k not in ("name", "labels")}
-        out["labels"] = {label: n for label, n in self.labels}
-        return out
+        return {"count": self.count, "traces": self.traces, "valued": self.valued,
+                "mean": self.mean, "positive": self.positive, "negative": self.negative,
+                "rate": self.rate, "lo": self.lo, "hi": self.hi, "comments": self.comments,
+                "last_at": self.last_at, "labels": {label: n for label, n in self.labels}}
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,21 +271,25 @@ class GroupSummary:
 
 
 @dataclass(frozen=True, slots=True)
-class MonitorStatus:
-    """A monitor's stored state (``monitor_state``), for the report's first lines."""
+class MonitorStatus(CarriesStoredEstimate):
+    """A monitor's stored state (``monitor_state``), for the report's first lines.
+
+    ``value``, ``lo``, ``hi``, ``n`` read through ``estimate`` (the table keeps no method);
+    ``n`` is None where the stored n is NULL (``n_stored`` False: a state written before
+    every evaluation stored its n), and its JSON prints null there."""
 
     name: str
     state: str  # OK | WARNING | ALERT | NO_DATA
     since: float | None
     checked_at: float | None
-    value: float | None
-    lo: float | None
-    hi: float | None
-    n: int | None
+    estimate: Estimate
     summary: str = ""
+    n_stored: bool = True
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"name": self.name, "state": self.state, "since": self.since,
+                "checked_at": self.checked_at, "value": self.value, "lo": self.lo,
+                "hi": self.hi, "n": self.n, "summary": self.summary}
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,9 @@ import math
 import sqlite3
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..stats.estimate import stored_estimate
 from . import query as Q
 from .model import (
     JudgeUsage,
@@ -25,6 +26,9 @@ from .model import (
     Usage,
     WorstRecord,
 )
+
+if TYPE_CHECKING:
+    from ..store.monitor_state import HistoryRow
 
 __all__ = ["MAX_PENDING_REASONS", "RANGE_MAX", "counters", "judge_health", "monitor_statuses",
            "open_jobs", "pending_reasons", "undelivered", "usage_summary", "worst_records"]
@@ -153,8 +157,8 @@ def monitor_statuses(conn: Any) -> list[MonitorStatus]:
             summary = (json.loads(detail or "{}") or {}).get("summary", "")
         except (TypeError, ValueError):
             summary = ""
-        out.append(MonitorStatus(name, state, since, checked, value, lo, hi,
-                                 None if n is None else int(n), summary))
+        est, n_stored = stored_estimate(value, lo, hi, None if n is None else int(n))
+        out.append(MonitorStatus(name, state, since, checked, est, summary, n_stored))
     return sorted(out, key=lambda m: (order.get(m.state, 9), m.name))
 
 
@@ -194,28 +198,18 @@ def usage_summary(conn: Any, *, since: float | None = None,
                  models=models, judge_scores=judge_scores, judge=judge)
 
 
-def monitor_history(conn: Any, since: float | None, limit: int
-                    ) -> list[tuple[str, str, str | None, float, Any, Any, Any, int | None, str]]:
+def monitor_history(conn: Any, since: float | None, limit: int) -> list[HistoryRow]:
     """The monitors' state changes since ``since`` (None: all), newest first, at most
-    ``limit``: (monitor, state, previous, at, value, lo, hi, n, summary); empty before any
-    ``check``."""
+    ``limit``: the store's one row type of ``monitor_history``; empty before any ``check``."""
     from ..store.compat import has_table
+    from ..store.monitor_state import HISTORY_COLS, history_row
 
     if not has_table(conn, "monitor_history"):
         return []
     cutoff = Q._num(-math.inf if since is None else since)
-    out = []
-    for monitor, state, previous, at, value, lo, hi, n, detail in conn.execute(
-        "SELECT monitor, state, previous, at, value, lo, hi, n, detail FROM monitor_history"
-        " WHERE at >= ? ORDER BY at DESC, id DESC LIMIT ?", (cutoff, limit),
-    ).fetchall():
-        try:
-            summary = str((json.loads(detail or "{}") or {}).get("summary", ""))
-        except (TypeError, ValueError, AttributeError):
-            summary = ""
-        out.append((str(monitor), str(state), previous, float(at), value, lo, hi,
-                    None if n is None else int(n), summary))
-    return out
+    return [history_row(r) for r in conn.execute(
+        f"SELECT {HISTORY_COLS} FROM monitor_history WHERE at >= ? ORDER BY at DESC, id DESC"
+        " LIMIT ?", (cutoff, limit)).fetchall()]
 
 
 def judge_calls_since(conn: Any, since: float) -> int:

@@ -41,7 +41,7 @@ from typing import Any
 
 from ..read import query as Q
 from ..read.population import sampling_bracket, scored_groups, selection_possible
-from ..stats import Estimate, Moments
+from ..stats import CarriesEstimate, Estimate, Moments
 from ..stats.weighted import (
     ALL_WEIGHTED,
     NEGATIVE_FEEDBACK,
@@ -56,26 +56,34 @@ __all__ = ["ALL_WEIGHTED", "SCORED", "PopulationSummary", "SampleRate", "populat
            "sample_rate", "scored_groups", "selection_possible"]
 
 
+#: ``SampleRate.source``: read back from the decisions' hash fractions / the rollups' share
+DECISIONS = "decisions"
+SHARE = "share"
+
+
 @dataclass(frozen=True, slots=True)
-class SampleRate:
+class SampleRate(CarriesEstimate):
     """A metric's rate read back from the unforced records' decisions in a window.
 
-    rate: the shortest decimal in the bracket (lo, hi]; consistent False: the bracket is
-    empty (the rate changed in the window), rate is then the sampled share ``share``."""
+    ``estimate``: n the unforced records, value the rate: the
+    shortest decimal in the bracket (lo, hi]; its method is the rate's source
+    (``source``): "decisions" (read back from the hash fractions: lo..hi is that bracket,
+    not a confidence interval), "share" (the rollups' sampled share of the window's records,
+    shown as approximate where nothing was forced; no bracket) or "sessions".
+    consistent False: the bracket is empty (the rate changed in the window), rate is then
+    the sampled share ``share``."""
 
-    rate: float | None
-    lo: float | None
-    hi: float | None
+    estimate: Estimate
     consistent: bool
-    unforced: int
     sampled: int
-    #: "decisions" (read back from the hash fractions) or "share" (the rollups' sampled
-    #: share of the window's records, shown as approximate where nothing was forced)
-    source: str = "decisions"
+
+    @property
+    def source(self) -> str:
+        return self.estimate.method
 
     @property
     def share(self) -> float | None:
-        return self.sampled / self.unforced if self.unforced else None
+        return self.sampled / self.n if self.n else None
 
 
 def _shortest(lo: float, hi: float) -> float:
@@ -92,16 +100,18 @@ def sample_rate(conn: Any, metric: str, window: Q.Window, ids: set[int] | None) 
     """The rate of ``metric`` over the window's unforced records (``ids``: their segments)."""
     unforced, sampled, top, bottom = sampling_bracket(conn, metric, window, ids)
     if not unforced:
-        return SampleRate(None, None, None, True, 0, 0)
+        return SampleRate(Estimate.missing(DECISIONS), True, 0)
     if sampled == 0:  # nothing sampled by rate: the rate is at most the smallest u
-        return SampleRate(0.0 if bottom is None else _shortest(0.0, bottom), 0.0, bottom,
-                          True, unforced, 0)
+        rate = 0.0 if bottom is None else _shortest(0.0, bottom)
+        return SampleRate(Estimate(unforced, rate, 0.0, bottom, DECISIONS), True, 0)
     if bottom is None:  # every unforced record sampled: the rate is above the largest u
-        return SampleRate(1.0, top, 1.0, True, unforced, sampled)
+        return SampleRate(Estimate(unforced, 1.0, top, 1.0, DECISIONS), True, sampled)
     assert top is not None
     if top < bottom:
-        return SampleRate(_shortest(top, bottom), top, bottom, True, unforced, sampled)
-    return SampleRate(sampled / unforced, top, bottom, False, unforced, sampled)
+        return SampleRate(Estimate(unforced, _shortest(top, bottom), top, bottom, DECISIONS),
+                          True, sampled)
+    return SampleRate(Estimate(unforced, sampled / unforced, top, bottom, DECISIONS), False,
+                      sampled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +143,7 @@ class PopulationSummary:
     @property
     def unequal(self) -> bool:
         """Some scored records were chosen with another probability than the rest."""
-        return bool(self.certain or self.priority) and (self.by_rate > 0 or self.rate.rate != 1)
+        return bool(self.certain or self.priority) and (self.by_rate > 0 or self.rate.value != 1)
 
     @property
     def statement(self) -> str:
@@ -141,7 +151,7 @@ class PopulationSummary:
         if self.rate.source == SESSIONS:
             return f"{SCORED}: every closed session (a census of sessions, not of requests)"
         if not self.unequal:
-            r = self.rate.rate
+            r = self.rate.value
             if not self.certain and not self.priority and r is not None:
                 said = f"{r:g}" if self.rate.source == "decisions" else f"about {r:.3g}"
                 return (f"{SCORED}: a uniform sample (rate {said}) of all records, so they "
@@ -159,7 +169,7 @@ class PopulationSummary:
             "unequal_selection": self.unequal,
             "scored": self.scored.to_json(),
             "weighted": None if self.weighted is None else self.weighted.to_json(),
-            "rate": self.rate.rate, "rate_bracket": [self.rate.lo, self.rate.hi],
+            "rate": self.rate.value, "rate_bracket": [self.rate.lo, self.rate.hi],
             "rate_consistent": self.rate.consistent, "rate_source": self.rate.source,
             "certain": dict(self.certain), "priority": self.priority,
             "by_rate": self.by_rate, "unknown": self.unknown, "pruned": self.pruned,
@@ -176,7 +186,7 @@ def summarise_population(conn: Any, name: str, metric: str, binary: bool, window
     groups = scored_groups(conn, name, window, where, seg)
     if rate is None:
         rate = sample_rate(conn, metric, window, seg.matching(where))
-    r = rate.rate
+    r = rate.value
     weighted_groups: list[tuple[float, Moments]] = []
     certain: Counter[str] = Counter()
     priority = by_rate = unknown = 0
@@ -209,8 +219,8 @@ def summarise_population(conn: Any, name: str, metric: str, binary: bool, window
     notes = []
     if not rate.consistent:
         notes.append(f"the sample rate changed inside the window (hash fractions overlap): "
-                     f"pi taken as the window's sampled share {rate.rate:.4g} of the "
-                     f"{rate.unforced} unforced records")
+                     f"pi taken as the window's sampled share {rate.value:.4g} of the "
+                     f"{rate.n} unforced records")
     pruned = max(0, rolled_up - total.n) if rolled_up is not None else 0
     if pruned:
         notes.append(f"{pruned} scores of the window were pruned (their rows folded into the "
@@ -219,11 +229,11 @@ def summarise_population(conn: Any, name: str, metric: str, binary: bool, window
         notes.append(f"{unknown} scores without a sampling decision (no record row) left out "
                      "of the weighted figure")
     weighted = hajek_from_moments(weighted_groups) if weighted_groups else None
-    if certain and not by_rate and not priority and (rate.unforced - rate.sampled) > 0:
+    if certain and not by_rate and not priority and (rate.n - rate.sampled) > 0:
         # only records taken with certainty were scored: the others are not represented
         weighted = None
         notes.append(f"no record was scored by the sample rate, only forced ones: the "
-                     f"{rate.unforced} unforced records are not represented, no weighted "
+                     f"{rate.n} unforced records are not represented, no weighted "
                      "figure")
     return PopulationSummary(name, metric, binary, plain, weighted, rate,
                              tuple(sorted(certain.items(), key=lambda kv: (-kv[1], kv[0]))),
@@ -241,7 +251,8 @@ def _sessions(a: Q.Agg, binary: bool) -> PopulationSummary:
     """A session score: a census of the closed sessions (each scored once, π = 1)."""
     est = a.estimate(binary)
     return PopulationSummary(a.name, a.metric, binary, est, None,
-                             SampleRate(1.0, None, None, True, a.n_ok, a.n_ok, SESSIONS),
+                             SampleRate(Estimate(a.n_ok, 1.0, None, None, SESSIONS), True,
+                                        a.n_ok),
                              by_rate=a.n_ok)
 
 
@@ -265,8 +276,9 @@ def population_summaries(conn: Any, window: Q.Window, scores: Mapping[str, Q.Agg
         return []
     if not selection_possible(conn, window, ids):
         recs = Q.merge_records(Q.record_aggs(conn, window, where=where, seg=seg).values())
-        share = SampleRate(recs.sampled / recs.records if recs.records else None, None, None,
-                           True, recs.records, recs.sampled, "share")
+        share = SampleRate(Estimate(recs.records, recs.sampled / recs.records
+                                    if recs.records else None, None, None, SHARE),
+                           True, recs.sampled)
         return [_sessions(a, binaries.get(name, False)) if a.metric.startswith(SESSION_PREFIX)
                 else _uniform(a, binaries.get(name, False), share) for name, a in named]
     rates: dict[str, SampleRate] = {}

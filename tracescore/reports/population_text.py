@@ -41,7 +41,7 @@ def _rows(pops: Sequence[Any]) -> list[list[str]]:
              _fmt(None if p.weighted is None else p.weighted.estimate, p.binary),
              ", ".join(f"{r} {n}" for r, n in p.certain) + (
                  f"{', ' if p.certain else ''}priority {p.priority}" if p.priority else ""),
-             "-" if p.rate.rate is None else f"{p.rate.rate:g}"]
+             "-" if p.rate.value is None else f"{p.rate.value:g}"]
             for p in pops]
 
 
@@ -57,7 +57,7 @@ def population_lines(pops: Sequence[Any], width: int = WIDTH, title: str = "") -
         return ["", *_wrap(head + SESSIONS_LINE, width)]
     unequal = [p for p in pops if p.unequal]
     if not unequal:
-        rates = sorted({(p.rate.rate, p.rate.source) for p in pops if p.rate.rate is not None})
+        rates = sorted({(p.rate.value, p.rate.source) for p in pops if p.rate.value is not None})
         said = ", ".join(f"{r:g}" if src == "decisions" else f"about {r:.3g}"
                          for r, src in rates) or "-"
         out = ["", *_wrap(head + "the figures above are over the scored records, each "

@@ -19,14 +19,18 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..read import query as Q
 from ..read.metric_info import MetricInfo
 from ..read.model import MonitorStatus
+from ..stats.estimate import CarriesEstimate, Estimate
 
-__all__ = ["HOURLY_BELOW", "MonitorChange", "ReleaseMark", "TrendPage", "TrendPoint",
-           "TrendSeries", "build_trend"]
+if TYPE_CHECKING:
+    from ..store.monitor_state import HistoryRow
+
+__all__ = ["HOURLY_BELOW", "ReleaseMark", "TrendPage", "TrendPoint", "TrendSeries",
+           "build_trend"]
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -38,14 +42,22 @@ HISTORY_LIMIT = 500
 
 
 @dataclass(frozen=True, slots=True)
-class TrendPoint:
-    """One bucket of one score: n ok values, the mean (or rate) and its 95 % interval."""
+class TrendPoint(CarriesEstimate):
+    """One bucket of one score: n ok values, the mean (or rate) and its 95 % interval
+    (``value``, ``lo``, ``hi``, ``n`` read through ``estimate``). A point always has a
+    value: the chart draws it."""
 
     start: float  # unix seconds, a multiple of the bucket (UTC)
-    n: int
-    value: float
-    lo: float | None
-    hi: float | None
+    estimate: Estimate
+
+    def __post_init__(self) -> None:
+        if self.estimate.value is None:
+            raise ValueError("a trend point needs a value")
+
+    @property
+    def value(self) -> float:
+        v = self.estimate.value
+        return 0.0 if v is None else v  # never None: __post_init__
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,21 +82,6 @@ class ReleaseMark:
 
 
 @dataclass(frozen=True, slots=True)
-class MonitorChange:
-    """A row of ``monitor_history``: a monitor entered ``state`` (from ``previous``) at ``at``."""
-
-    monitor: str
-    state: str
-    previous: str | None
-    at: float
-    value: float | None
-    lo: float | None
-    hi: float | None
-    n: int | None
-    summary: str = ""
-
-
-@dataclass(frozen=True, slots=True)
 class TrendPage:
     """Everything the trend section draws; plain data, no connection."""
 
@@ -100,8 +97,9 @@ class TrendPage:
     #: inside the time axis and names the one in effect at its start)
     releases: list[ReleaseMark] = field(default_factory=list)
     monitors: list[MonitorStatus] = field(default_factory=list)
-    #: state changes in the window, newest first (at most :data:`HISTORY_LIMIT`)
-    history: list[MonitorChange] = field(default_factory=list)
+    #: state changes in the window, newest first (at most :data:`HISTORY_LIMIT`): the
+    #: store's rows of ``monitor_history``
+    history: list[HistoryRow] = field(default_factory=list)
     where: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -159,8 +157,9 @@ def build_trend(conn: Any, *, since: float | None = None,
             # carry no bins per bucket), a mean's interval is clipped to [0, 1] for scores in
             # it, and a bucket of equal values gets the range bound, not zero width
             est = a.estimate(binary)
-            pts.append(TrendPoint(float(t), a.n_ok, float(est.value if est.value is not None
-                                                          else a.s / a.n_ok), est.lo, est.hi))
+            value = float(est.value if est.value is not None else a.s / a.n_ok)
+            pts.append(TrendPoint(float(t), Estimate(a.n_ok, value, est.lo, est.hi,
+                                                     est.method, est.note)))
         series.append(TrendSeries(name, total.metric, "rate" if binary else "mean",
                                   info.higher_is_better(total.metric),
                                   info.threshold(total.metric), "wilson" if binary else "t",
@@ -192,10 +191,10 @@ def _releases(conn: Any, seg: Q.SegmentIndex, where: Mapping[str, str]) -> list[
     return [ReleaseMark(v, t) for v, t in sorted(first.items(), key=lambda kv: (kv[1], kv[0]))]
 
 
-def _history(conn: Any, since: float | None) -> list[MonitorChange]:
+def _history(conn: Any, since: float | None) -> list[HistoryRow]:
     from ..read.pipeline import monitor_history
 
-    return [MonitorChange(*row) for row in monitor_history(conn, since, HISTORY_LIMIT)]
+    return monitor_history(conn, since, HISTORY_LIMIT)
 
 
 #: ``ci_method`` of a budgeted judge metric's series: its points are active estimates
@@ -222,7 +221,8 @@ def _active_series(conn: Any, series: list[TrendSeries], window: Q.Window,
             out.append(s)
             continue
         pts = [] if any(k in Q.SCORE_DIMS for k in where) else [
-            TrendPoint(b.start, b.count, b.mean, b.lo, b.hi) for b in active_timeline(
+            TrendPoint(b.start, Estimate(b.count, b.mean, b.lo, b.hi, ACTIVE_SERIES))
+            for b in active_timeline(
                 conn, s.name, s.metric, bucket_s=bucket_s, since=since, where=where,
                 seg=seg)]
         out.append(replace(s, ci_method=ACTIVE_SERIES, points=pts))

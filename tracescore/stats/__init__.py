@@ -15,8 +15,10 @@ need them, so importing it is cheap.
 """
 
 from .estimate import CarriesEstimate as CarriesEstimate
+from .estimate import CarriesStoredEstimate as CarriesStoredEstimate
 from .estimate import Difference as Difference
 from .estimate import Estimate as Estimate
+from .estimate import stored_estimate as stored_estimate
 from .fixed import CHANGED as CHANGED
 from .fixed import IMPROVED as IMPROVED
 from .fixed import NO_CHANGE as NO_CHANGE

@@ -49,10 +49,8 @@ class Estimate:
         return out
 
 
-class CarriesEstimate:
-    """Read-through of a carrier's :class:`Estimate` (a dataclass with an ``estimate`` field):
-    ``value``, ``lo``, ``hi``, ``n`` and ``method`` as attributes, so its readers and its JSON
-    keep their names while the estimate travels as one object."""
+class _CarriesInterval:
+    """Read-through of a carrier's ``estimate``: value, interval and method."""
 
     __slots__ = ()
     estimate: Estimate
@@ -70,12 +68,41 @@ class CarriesEstimate:
         return self.estimate.hi
 
     @property
+    def method(self) -> str:
+        return self.estimate.method
+
+
+class CarriesEstimate(_CarriesInterval):
+    """Read-through of a carrier's :class:`Estimate` (a dataclass with an ``estimate`` field):
+    ``value``, ``lo``, ``hi``, ``n`` and ``method`` as attributes, so its readers and its JSON
+    keep their names while the estimate travels as one object."""
+
+    __slots__ = ()
+
+    @property
     def n(self) -> int:
         return self.estimate.n
 
+
+class CarriesStoredEstimate(_CarriesInterval):
+    """:class:`CarriesEstimate` for a stored row whose n column may be NULL (a monitor state
+    written before every evaluation stored its n): the carrier's ``n_stored`` field says
+    whether the row had one; ``n`` reads None where it had not (the estimate's own ``n`` is
+    then 0: :meth:`Estimate.missing`), so what printed null still prints null."""
+
+    __slots__ = ()
+    n_stored: bool
+
     @property
-    def method(self) -> str:
-        return self.estimate.method
+    def n(self) -> int | None:
+        return self.estimate.n if self.n_stored else None
+
+
+def stored_estimate(value: float | None, lo: float | None, hi: float | None, n: int | None,
+                    method: str = "") -> tuple[Estimate, bool]:
+    """A stored row's ``value, lo, hi, n`` columns as (:class:`Estimate`, n_stored): a NULL
+    n becomes n = 0 and ``n_stored`` False (see :class:`CarriesStoredEstimate`)."""
+    return Estimate(0 if n is None else int(n), value, lo, hi, method), n is not None
 
 
 @dataclass(frozen=True)

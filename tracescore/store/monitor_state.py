@@ -45,17 +45,17 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .._internal.secrets import scrub
 from .compat import translate
 from .monitor_tables import DDL, ddl
 
 __all__ = [
-    "DDL", "DEFAULT_LEASE", "FAILED", "OUTBOX_STATUSES", "PENDING", "SENT", "STATES",
-    "HistoryRow", "OutboxItem", "OutboxRow", "StateRow", "acquire_lease", "db_now", "ddl",
-    "due_outbox", "ensure_tables", "history", "lease_holder", "load_states", "mark_notified",
-    "next_due", "outbox_counts", "outbox_failed", "outbox_retry", "outbox_rows", "outbox_sent",
+    "DDL", "DEFAULT_LEASE", "FAILED", "HISTORY_COLS", "OUTBOX_STATUSES", "PENDING", "SENT",
+    "STATES", "Figures", "HistoryRow", "OutboxItem", "OutboxRow", "StateRow", "acquire_lease",
+    "db_now", "ddl", "due_outbox", "ensure_tables", "history", "history_row", "lease_holder",
+    "load_states", "mark_notified", "next_due", "outbox_counts", "outbox_failed", "outbox_retry", "outbox_rows", "outbox_sent",
     "release_claims", "release_lease", "save_evaluation",
 ]
 
@@ -126,9 +126,25 @@ def db_now(store: Any) -> float:
 
 
 # -- rows ------------------------------------------------------------------------------------
+class Figures(Protocol):
+    """What :func:`save_evaluation` stores of an evaluation's estimate (a
+    :class:`tracescore.stats.Estimate` is one; the store does not import the statistics)."""
+
+    @property
+    def value(self) -> float | None: ...
+    @property
+    def lo(self) -> float | None: ...
+    @property
+    def hi(self) -> float | None: ...
+    @property
+    def n(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class StateRow:
-    """A monitor's stored state (``monitor_state``)."""
+    """A monitor's stored state (``monitor_state``): the table's columns (the store stands
+    below the statistics: no :class:`~tracescore.stats.Estimate` here; ``n`` is None in a row
+    written before every evaluation stored one)."""
 
     monitor: str
     state: str
@@ -148,7 +164,10 @@ class StateRow:
 
 @dataclass(frozen=True, slots=True)
 class HistoryRow:
-    """One state change (``monitor_history``); ``previous`` is None for a monitor's first."""
+    """One state change (``monitor_history``); ``previous`` is None for a monitor's first.
+    The one row type of that table: :func:`history` returns it, and so does the read layer's
+    :func:`tracescore.read.pipeline.monitor_history` for the trend page. ``detail`` is {}
+    where the stored text is not a JSON object."""
 
     id: int
     monitor: str
@@ -160,6 +179,11 @@ class HistoryRow:
     hi: float | None
     n: int | None
     detail: dict[str, Any]
+
+    @property
+    def summary(self) -> str:
+        """The evaluation's one-line summary (``detail["summary"]``), or ""."""
+        return str(self.detail.get("summary", ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +291,18 @@ def lease_holder(store: Any, name: str = DEFAULT_LEASE) -> tuple[str, float] | N
 # -- states and history ----------------------------------------------------------------------
 _STATE_COLS = ("monitor, state, since, checked_at, value, lo, hi, n, detail, test_state, "
                "streak, pending, notified_at")
-_HISTORY_COLS = "id, monitor, state, previous, at, value, lo, hi, n, detail"
+#: the columns :func:`history_row` reads, in its order
+HISTORY_COLS = "id, monitor, state, previous, at, value, lo, hi, n, detail"
+
+
+def _detail(text: str | None) -> dict[str, Any]:
+    """A stored ``detail``: {} where it is NULL or not a JSON object (a reader never fails
+    on one row's detail)."""
+    try:
+        d = _loads(text)
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}
 
 
 def _state_row(r: Sequence[Any]) -> StateRow:
@@ -278,11 +313,12 @@ def _state_row(r: Sequence[Any]) -> StateRow:
         pending=r[11], notified_at=_num(r[12]))
 
 
-def _history_row(r: Sequence[Any]) -> HistoryRow:
+def history_row(r: Sequence[Any]) -> HistoryRow:
+    """A :class:`HistoryRow` from a row of ``SELECT`` :data:`HISTORY_COLS`."""
     return HistoryRow(
-        id=int(r[0]), monitor=r[1], state=r[2], previous=r[3], at=float(r[4]), value=_num(r[5]),
-        lo=_num(r[6]), hi=_num(r[7]), n=None if r[8] is None else int(r[8]),
-        detail=_loads(r[9]) or {})
+        id=int(r[0]), monitor=str(r[1]), state=str(r[2]), previous=r[3], at=float(r[4]),
+        value=_num(r[5]), lo=_num(r[6]), hi=_num(r[7]), n=None if r[8] is None else int(r[8]),
+        detail=_detail(r[9]))
 
 
 def load_states(store: Any) -> dict[str, StateRow]:
@@ -292,8 +328,8 @@ def load_states(store: Any) -> dict[str, StateRow]:
 
 
 def save_evaluation(
-    store: Any, monitor: str, *, owner: str, state: str, value: float | None,
-    lo: float | None, hi: float | None, n: int | None, detail: Mapping[str, Any] | None,
+    store: Any, monitor: str, *, owner: str, state: str, estimate: Figures,
+    detail: Mapping[str, Any] | None,
     test_state: Any, streak: int, pending: str | None,
     notify: Sequence[OutboxItem] | None, at: float, renotify: bool = False,
     lease: str = DEFAULT_LEASE, now: float | None = None,
@@ -306,7 +342,8 @@ def save_evaluation(
     ``state`` differs from the stored one (or there was none), appends a ``monitor_history``
     row and queues ``notify`` (pending from ``at``); with ``renotify=True`` the items are
     queued although the state is unchanged (a renotify interval passed). ``notified_at``
-    becomes ``at`` whenever items are queued. ``test_state``: any JSON-serialisable value,
+    becomes ``at`` whenever items are queued. ``estimate``: its value, lo, hi and n go into
+    the rows (the tables keep no method). ``test_state``: any JSON-serialisable value,
     returned as loaded JSON by :func:`load_states`. Blocking."""
     _check_state("state", state)
     _check_state("pending", pending, optional=True)
@@ -330,6 +367,7 @@ def save_evaluation(
         queue = items if (changed or renotify) else []
         notified_at = at if queue else (_num(prev[0][2]) if prev else None)
         detail_text = _json(dict(detail or {}))
+        figures = (_num(estimate.value), _num(estimate.lo), _num(estimate.hi), int(estimate.n))
         c.execute(
             f"INSERT INTO monitor_state ({_STATE_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (monitor) DO UPDATE SET state = excluded.state, "
@@ -338,16 +376,14 @@ def save_evaluation(
             "detail = excluded.detail, test_state = excluded.test_state, "
             "streak = excluded.streak, pending = excluded.pending, "
             "notified_at = excluded.notified_at",
-            (monitor, state, since, at, _num(value), _num(lo), _num(hi),
-             None if n is None else int(n), detail_text,
+            (monitor, state, since, at, *figures, detail_text,
              None if test_state is None else _json(test_state), int(streak), pending,
              notified_at))
         if changed:
             c.execute(
                 "INSERT INTO monitor_history (monitor, state, previous, at, value, lo, hi, n, "
                 "detail) VALUES (?,?,?,?,?,?,?,?,?)",
-                (monitor, state, previous, at, _num(value), _num(lo), _num(hi),
-                 None if n is None else int(n), detail_text))
+                (monitor, state, previous, at, *figures, detail_text))
         for item in queue:
             c.execute(
                 "INSERT INTO monitor_outbox (monitor, channel, kind, url_ref, payload, status, "
@@ -376,9 +412,9 @@ def history(store: Any, monitor: str | None = None, since: float | None = None,
         where.append("at >= ?")
         args.append(float(since))
     rows = _reader(store).execute(
-        f"SELECT {_HISTORY_COLS} FROM monitor_history WHERE {' AND '.join(where)} "
+        f"SELECT {HISTORY_COLS} FROM monitor_history WHERE {' AND '.join(where)} "
         "ORDER BY at DESC, id DESC LIMIT ?", (*args, int(limit))).fetchall()
-    return [_history_row(r) for r in rows]
+    return [history_row(r) for r in rows]
 
 
 # -- the outbox ------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ from typing import Any
 
 from tracescore.stats import (
     NOT_ENOUGH_DATA,
+    CarriesEstimate,
     Difference,
     Estimate,
     Moments,
@@ -96,13 +97,17 @@ class Confusion:
                 "judge_no_human_yes": self.judge_no_human_yes, "both_no": self.both_no}
 
 
-@dataclass(frozen=True)
-class Kappa:
-    """Cohen's kappa with its asymptotic SE and interval; value None when undefined."""
+#: how :func:`cohens_kappa` computes its interval (the ``method`` of its JSON)
+KAPPA_METHOD = ("cohen (Fleiss-Cohen-Everitt SE); lo/hi clipped to [-1, 1], raw_lo/raw_hi as "
+                "computed (statsmodels' kappa_low/kappa_upp)")
 
-    value: float | None
-    lo: float | None
-    hi: float | None
+
+@dataclass(frozen=True)
+class Kappa(CarriesEstimate):
+    """Cohen's kappa with its asymptotic SE and interval (``value``, ``lo``, ``hi``, ``n``
+    read through ``estimate``: n the labelled pairs); value None when undefined."""
+
+    estimate: Estimate
     se: float | None
     reason: str | None = None
 
@@ -119,19 +124,16 @@ class Kappa:
     def to_json(self) -> dict[str, Any]:
         return {"value": self.value, "lo": self.shown_lo, "hi": self.shown_hi,
                 "raw_lo": self.lo, "raw_hi": self.hi, "se": self.se, "reason": self.reason,
-                "method": "cohen (Fleiss-Cohen-Everitt SE); lo/hi clipped to [-1, 1], "
-                          "raw_lo/raw_hi as computed (statsmodels' kappa_low/kappa_upp)"}
+                "method": self.method}
 
 
 @dataclass(frozen=True)
-class Correlation:
-    """A rank correlation with its Fisher-z interval; value None when undefined."""
+class Correlation(CarriesEstimate):
+    """A rank correlation with its Fisher-z interval (``value``, ``lo``, ``hi``, ``n``,
+    ``method`` read through ``estimate``: n the pairs); value None when undefined."""
 
-    value: float | None
-    lo: float | None
-    hi: float | None
+    estimate: Estimate
     p_value: float | None
-    method: str
     reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -237,13 +239,13 @@ def cohens_kappa(confusion: Confusion, conf: float = 0.95) -> Kappa:
     check_conf(conf)
     n = confusion.n
     if n == 0:
-        return Kappa(None, None, None, None, "no labelled pairs")
+        return Kappa(Estimate.missing(KAPPA_METHOD), None, "no labelled pairs")
     table = [[c / n for c in row] for row in confusion.matrix]  # p_ij: i human, j judge
     row = [sum(r) for r in table]  # human marginals p_i.
     col = [table[0][j] + table[1][j] for j in range(2)]  # judge marginals p_.j
     if min(row) == 0.0:
         cls = "yes" if row[1] else "no"
-        return Kappa(None, None, None, None,
+        return Kappa(Estimate.missing(KAPPA_METHOD, n), None,
                      f"the humans labelled every record {cls!r}: kappa is 0 by construction "
                      "whatever the judge says; read the accuracy")
     p_o = table[0][0] + table[1][1]
@@ -256,7 +258,7 @@ def cohens_kappa(confusion: Confusion, conf: float = 0.95) -> Kappa:
     var = max(0.0, (term_a + term_b - term_c) / (1 - p_e) ** 2 / n)
     se = math.sqrt(var)
     half = z_quantile(0.5 + conf / 2) * se
-    return Kappa(kappa, kappa - half, kappa + half, se)
+    return Kappa(Estimate(n, kappa, kappa - half, kappa + half, KAPPA_METHOD), se)
 
 
 def binary_agreement(judge: Sequence[float], human: Sequence[float], *, conf: float = 0.95,
@@ -298,10 +300,10 @@ def spearman(judge: Sequence[float], human: Sequence[float],
     n = len(js)
     method = "spearman, fisher-z (bonett-wright)"
     if n < 2:
-        return Correlation(None, None, None, None, method, "fewer than 2 pairs")
+        return Correlation(Estimate.missing(method, n), None, "fewer than 2 pairs")
     for side, vals in (("judge", js), ("human", hs)):
         if min(vals) == max(vals):
-            return Correlation(None, None, None, None, method,
+            return Correlation(Estimate.missing(method, n), None,
                                f"the {side} values are all equal: no ranks to correlate")
     from scipy import stats  # only here: scipy.stats is slow to import
 
@@ -309,12 +311,14 @@ def spearman(judge: Sequence[float], human: Sequence[float],
     rho = float(res.statistic)
     p_value = float(res.pvalue)
     if n <= 3:
-        return Correlation(rho, None, None, p_value, method, "the interval needs n > 3")
+        return Correlation(Estimate.missing(method, n, rho), p_value,
+                           "the interval needs n > 3")
     se = math.sqrt((1 + rho * rho / 2) / (n - 3))
     # atanh(+-1) is infinite: a perfect rank agreement gets the degenerate interval [rho, rho].
     z = math.atanh(max(-1 + 1e-15, min(1 - 1e-15, rho)))
     half = z_quantile(0.5 + conf / 2) * se
-    return Correlation(rho, math.tanh(z - half), math.tanh(z + half), p_value, method)
+    return Correlation(Estimate(n, rho, math.tanh(z - half), math.tanh(z + half), method),
+                       p_value)
 
 
 def numeric_agreement(judge: Sequence[float], human: Sequence[float], *, conf: float = 0.95,
@@ -342,6 +346,7 @@ def _too_few(n: int, min_n: int) -> str:
 
 
 __all__ = [
-    "MIN_PAIRS", "BinaryAgreement", "Confusion", "Correlation", "Kappa", "NumericAgreement",
+    "KAPPA_METHOD", "MIN_PAIRS", "BinaryAgreement", "Confusion", "Correlation", "Kappa",
+    "NumericAgreement",
     "binary_agreement", "cohens_kappa", "numeric_agreement", "paired_bias", "spearman",
 ]
