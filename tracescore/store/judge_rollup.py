@@ -38,7 +38,7 @@ from .rollup import hour_of
 from .segments import NONE_SEG
 
 __all__ = ["DECISIONS_SQL", "JUDGED_SQL", "JudgeDelta", "backfill", "ddl", "judged_snapshot",
-           "decision_row"]
+           "decision_row", "sums_from_rows"]
 
 _TYPES = {"sqlite": ("BIGINT", "DOUBLE PRECISION"),
           "postgres": ("bigint", "double precision")}
@@ -210,6 +210,12 @@ def hour_expr(dialect: str) -> str:
 def backfill(conn: Any, dialect: str) -> None:
     """Fill both tables from the decisions and scores stored (the migration; idempotent only
     on empty tables). ``conn`` takes ``?`` SQL."""
+    sums_from_rows(conn, dialect).write(conn)
+
+
+def sums_from_rows(conn: Any, dialect: str) -> JudgeDelta:
+    """Both tables' rows as the stored decisions and scores make them (the backfill; the
+    tests' oracle of the write path)."""
     h = hour_expr(dialect)
     seg = f"coalesce(r.seg_id, {NONE_SEG})"
     delta = JudgeDelta()
@@ -225,7 +231,7 @@ def backfill(conn: Any, dialect: str) -> None:
             f" GROUP BY {h}, d.metric, s.name, {seg}").fetchall():
         delta.judged[(int(row[0]), str(row[1]), str(row[2]), int(row[3]))] = _typed(
             JUDGED_FIELDS, row[4:], _INT_JUDGED)
-    delta.write(conn)
+    return delta
 
 
 def _typed(names: Sequence[str], values: Sequence[Any], ints: Sequence[str]) -> list[Any]:
