@@ -282,3 +282,35 @@ def test_the_migration_fills_the_sums_of_an_existing_database(db: str,
     assert rows(db, "SELECT value FROM meta WHERE key = 'schema_version'")[0]["value"] == str(
         steps[-1].version)
     _same(_table(db), want)
+
+
+@pytest.mark.parametrize("older_source", [False, True])
+def test_copy_to_postgres_brings_the_sums(tmp_path: Any, pg_url: str, monkeypatch: Any,
+                                          older_source: bool) -> None:
+    """``copy-to-postgres`` adds the source's sums to the target's (segments mapped); a
+    source from before the sums has them computed from its rows. The target's estimate is
+    the source's."""
+    from tracescore.store.copy import copy_sqlite_to_postgres
+
+    src = str(tmp_path / "history.db")
+    store_clock(monkeypatch, T0 + 12 * HOUR)
+    store = open_store(src)
+    try:
+        _fill(store, seed=21)
+    finally:
+        store.close()
+    if older_source:
+        execute(src, "DROP TABLE hourly_judge_decisions", "DROP TABLE hourly_judge_scores")
+    open_store(pg_url).close()
+    copy_sqlite_to_postgres(src, pg_url)
+    for w in (Window(None, None), Window(T0 + 3 * HOUR, T0 + 6 * HOUR)):
+        got = []
+        for db in (src, pg_url):
+            conn = connect_reader(db)
+            try:
+                got.append(AS.active_summaries(conn, w, {METRIC: METRIC},
+                                               where={"release": "v2"})[METRIC])
+            finally:
+                conn.close()
+        _same_summary(got[1], got[0])
+    assert len(rows(pg_url, "SELECT * FROM hourly_judge_scores")) > 0
