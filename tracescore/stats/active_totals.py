@@ -31,7 +31,10 @@ Two tests of :func:`.active.active_mean` look at single records and are restated
   singular": det = Σw·Σwf² − (Σwf)² ≤ 1e-12·Σw·Σwf²;
 - "every residual is within 1e-9 of zero" (an exact fit: no correction, an interval of no
   width) becomes "the u-weighted residual sum of squares is within :data:`EXACT_RTOL` of the
-  size of its terms" — the level the cancellation of the expansion above leaves.
+  size of its terms" — the level the cancellation of the expansion above leaves; likewise a
+  v-weighted one that small is a variance of 0 (the records judged with π < 1 are on the
+  line: the row estimator's variance is then of the order of 1e-30, the expansion's of its
+  rounding, about 1e-16 of its terms).
 
 The sums are floating point: the estimate equals the row estimator's within about 1e-12
 relative (tests: ``tests/test_judge_rollup.py``). Pure computation.
@@ -192,7 +195,9 @@ def active_from_totals(t: ActiveTotals, conf: float = 0.95) -> ActiveMean:
     rfu = t.sufy - a * t.suf - b * t.suff      # Σ_j u·f·r
     rss_u, size_u = _rss(t.su, t.suf, t.suff, t.suy, t.sufy, t.suyy, a, b)
     if t.n_sub1 > 0:
-        rss_v, _ = _rss(t.sv, t.svf, t.svff, t.svy, t.svfy, t.svyy, a, b)
+        rss_v, size_v = _rss(t.sv, t.svf, t.svff, t.svy, t.svfy, t.svyy, a, b)
+        if rss_v <= EXACT_RTOL * size_v:  # the records of weight > 0 are on the line
+            rss_v = 0.0
     else:
         rss_v = 0.0  # every judged π is 1: no sampling variance
     if rss_u <= EXACT_RTOL * size_u:  # an exact fit, up to the rounding of the sums
