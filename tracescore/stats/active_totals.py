@@ -46,6 +46,13 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .._internal.judge_terms import (
+    DECISION_FIELDS,
+    DECISION_INTS,
+    JUDGED_FIELDS,
+    JUDGED_INTS,
+    judged_terms,
+)
 from . import Estimate, z_quantile
 from .active import ACTIVE, NO_RESIDUAL, ActiveMean
 
@@ -54,14 +61,6 @@ __all__ = ["DECISION_FIELDS", "EXACT_RTOL", "JUDGED_FIELDS", "ActiveTotals", "ac
 #: a weighted residual sum of squares at most this share of its terms' size is an exact fit
 EXACT_RTOL = 1e-10
 _EPS = 2.220446049250313e-16
-
-#: the decision sums, in the rollup's column order
-DECISION_FIELDS = ("decided", "unrep", "selected", "n_u", "sf_u", "sff_u")
-#: the judged sums, in the rollup's column order
-JUDGED_FIELDS = ("n", "n_sub1", "sf", "sff", "sy", "syy",
-                 "sv", "svf", "svff", "svy", "svfy", "svyy",
-                 "su", "suf", "suff", "suy", "sufy", "suyy")
-
 
 @dataclass
 class ActiveTotals:
@@ -144,16 +143,7 @@ def _num(name: str, x: Any) -> Any:
     return int(x) if name in _INTS else float(x)
 
 
-_INTS = frozenset({"decided", "unrep", "selected", "n_u", "n", "n_sub1"})
-
-
-def judged_terms(f: float, pi: float, y: float) -> tuple[Any, ...]:
-    """One judged decision's :data:`JUDGED_FIELDS` (π in (0, 1])."""
-    u = 1.0 / pi
-    v = (1.0 - pi) / (pi * pi)
-    return (1, 1 if pi < 1.0 else 0, f, f * f, y, y * y,
-            v, v * f, v * f * f, v * y, v * f * y, v * y * y,
-            u, u * f, u * f * f, u * y, u * f * y, u * y * y)
+_INTS = frozenset({*DECISION_INTS, *JUDGED_INTS})
 
 
 def _rss(s0: float, s1: float, s11: float, sy: float, s1y: float, syy: float, a: float,

@@ -143,14 +143,17 @@ def decide(store: Any, metric: str, record_id: str, proxy: float, bin_: int,
     return Decided(selected, float(pi), float(proxy), False, reason)
 
 
-def _sums_of(conn: Any, record_id: str, metric: str) -> tuple[Any, Any]:
+_Sums = tuple["JR.DecisionRow | None", "dict[tuple[str, str, str], JR.JudgedRow]"]
+
+
+def _sums_of(conn: Any, record_id: str, metric: str) -> _Sums:
     """The decision's terms in the hourly judge sums (:mod:`.judge_rollup`): its decision row
     and its judged rows."""
     return (JR.decision_row(conn, record_id, metric),
             JR.judged_snapshot(conn, [record_id], metric))
 
 
-def _sums_changed(conn: Any, record_id: str, metric: str, before: tuple[Any, Any]) -> None:
+def _sums_changed(conn: Any, record_id: str, metric: str, before: _Sums) -> None:
     """Apply the change of the decision's terms since ``before`` to the hourly judge sums
     (in the decision's transaction)."""
     old_dec, old_judged = before

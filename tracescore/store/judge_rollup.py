@@ -33,24 +33,30 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..stats.active_totals import DECISION_FIELDS, JUDGED_FIELDS, judged_terms
+from .._internal.judge_terms import (
+    DECISION_FIELDS,
+    DECISION_INTS,
+    JUDGED_FIELDS,
+    JUDGED_INTS,
+    decision_terms,
+    judged_terms,
+)
 from .rollup import hour_of
 from .segments import NONE_SEG
 
-__all__ = ["DECISIONS_SQL", "JUDGED_SQL", "JudgeDelta", "backfill", "ddl", "judged_snapshot",
+__all__ = ["DECISION_FIELDS", "DECISIONS_SQL", "JUDGED_FIELDS", "JUDGED_SQL", "JudgeDelta", "backfill", "ddl", "judged_snapshot",
            "decision_row", "sums_from_rows"]
 
 _TYPES = {"sqlite": ("BIGINT", "DOUBLE PRECISION"),
           "postgres": ("bigint", "double precision")}
-_INT_JUDGED = ("n", "n_sub1")
 
 
 def ddl(dialect: str) -> list[str]:
     it, rt = _TYPES[dialect]
     tail = " WITHOUT ROWID" if dialect == "sqlite" else ""
-    dec = ", ".join(f"{c} {it if c in ('decided', 'unrep', 'selected', 'n_u') else rt}"
+    dec = ", ".join(f"{c} {it if c in DECISION_INTS else rt}"
                     " NOT NULL" for c in DECISION_FIELDS)
-    jud = ", ".join(f"{c} {it if c in _INT_JUDGED else rt} NOT NULL" for c in JUDGED_FIELDS)
+    jud = ", ".join(f"{c} {it if c in JUDGED_INTS else rt} NOT NULL" for c in JUDGED_FIELDS)
     return [
         f"CREATE TABLE IF NOT EXISTS hourly_judge_decisions (hour {it} NOT NULL,"
         f" metric TEXT NOT NULL, seg_id {it} NOT NULL, {dec},"
@@ -72,13 +78,6 @@ _UPSERT_DECISIONS = _upsert("hourly_judge_decisions", ("hour", "metric", "seg_id
                             DECISION_FIELDS)
 _UPSERT_JUDGED = _upsert("hourly_judge_scores", ("hour", "metric", "name", "seg_id"),
                          JUDGED_FIELDS)
-
-
-def decision_terms(proxy: float, pi: float, selected: bool) -> tuple[Any, ...]:
-    """One decision's :data:`DECISION_FIELDS`."""
-    f = float(proxy)
-    rest = (1, f, f * f) if pi > 0 and not selected else (0, 0.0, 0.0)
-    return (1, 1 if pi <= 0 else 0, 1 if selected else 0, *rest)
 
 
 class JudgeDelta:
@@ -113,8 +112,7 @@ class JudgeDelta:
         self._add(self.judged, (hour_of(created_at), metric, name, int(seg_id)),
                   judged_terms(float(proxy), float(pi), float(y)), sign)
 
-    def change(self, before: dict[Any, tuple[Any, ...]],
-               after: dict[Any, tuple[Any, ...]]) -> None:
+    def change(self, before: dict[Any, JudgedRow], after: dict[Any, JudgedRow]) -> None:
         """The difference of two :func:`judged_snapshot` s: each (record, metric, name) whose
         judged row changed leaves with its old terms and comes back with its new ones."""
         for key in set(before) | set(after):
@@ -143,12 +141,12 @@ _JUDGED_ROWS = (
 
 
 def judged_snapshot(conn: Any, record_ids: Iterable[str], metric: str | None = None
-                    ) -> dict[tuple[str, str, str], tuple[Any, ...]]:
+                    ) -> dict[tuple[str, str, str], JudgedRow]:
     """(record, metric, score name) → its judged row as :meth:`JudgeDelta.add_judged` takes
     it (created_at, metric, name, seg_id, proxy, π, y), for the judged decisions of
     ``record_ids`` (of ``metric`` only, if given) that have an ok score."""
     ids = sorted(set(record_ids))
-    out: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+    out: dict[tuple[str, str, str], JudgedRow] = {}
     extra, args = ("", []) if metric is None else (" AND d.metric = ?", [metric])
     for i in range(0, len(ids), 500):
         chunk = ids[i:i + 500]
@@ -160,7 +158,11 @@ def judged_snapshot(conn: Any, record_ids: Iterable[str], metric: str | None = N
     return out
 
 
-def decision_row(conn: Any, record_id: str, metric: str) -> tuple[Any, ...] | None:
+DecisionRow = tuple[float, str, int, float, float, bool]
+JudgedRow = tuple[float, str, str, int, float, float, float]
+
+
+def decision_row(conn: Any, record_id: str, metric: str) -> DecisionRow | None:
     """(created_at, metric, seg_id, proxy, π, selected) of a decision, as
     :meth:`JudgeDelta.add_decision` takes it; None without one."""
     row = conn.execute(
@@ -224,13 +226,13 @@ def sums_from_rows(conn: Any, dialect: str) -> JudgeDelta:
             f" LEFT JOIN records r ON r.record_id = d.record_id"
             f" GROUP BY {h}, d.metric, {seg}").fetchall():
         delta.decisions[(int(row[0]), str(row[1]), int(row[2]))] = _typed(
-            DECISION_FIELDS, row[3:], ("decided", "unrep", "selected", "n_u"))
+            DECISION_FIELDS, row[3:], DECISION_INTS)
     for row in conn.execute(
             f"SELECT {h}, d.metric, s.name, {seg}, {JUDGED_SQL}{JUDGED_FROM}"
             f" LEFT JOIN records r ON r.record_id = d.record_id WHERE{JUDGED_WHERE}"
             f" GROUP BY {h}, d.metric, s.name, {seg}").fetchall():
         delta.judged[(int(row[0]), str(row[1]), str(row[2]), int(row[3]))] = _typed(
-            JUDGED_FIELDS, row[4:], _INT_JUDGED)
+            JUDGED_FIELDS, row[4:], JUDGED_INTS)
     return delta
 
 
