@@ -101,6 +101,8 @@ def summary_from_totals(name: str, metric: str, t: ActiveTotals) -> ActiveSummar
 
 def summary_from_rows(conn: Any, metric: str, name: str, window: Q.Window, ids: set[int] | None
              ) -> ActiveSummary | None:
+    """The row path: every decision row of the window and :func:`active_mean` on them (the
+    readers' code before the hourly sums; the tests' oracle of :func:`summary_from_totals`)."""
     import numpy as np
 
     rows = D.decisions(conn, name, metric, window, ids)
