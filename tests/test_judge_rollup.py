@@ -314,3 +314,34 @@ def test_copy_to_postgres_brings_the_sums(tmp_path: Any, pg_url: str, monkeypatc
                 conn.close()
         _same_summary(got[1], got[0])
     assert len(rows(pg_url, "SELECT * FROM hourly_judge_scores")) > 0
+
+
+def test_a_database_without_the_sums_is_read_from_its_rows(tmp_path: Any,
+                                                           monkeypatch: Any) -> None:
+    """``report --db`` on a database not migrated yet (no sums; or no judge tables at all)
+    reads the rows, through the same sums."""
+    db = str(tmp_path / "old.db")
+    store_clock(monkeypatch, T0 + 12 * HOUR)
+    store = open_store(db)
+    try:
+        _fill(store, seed=2)
+    finally:
+        store.close()
+    w = Window(T0 + 1800, T0 + 5 * HOUR)
+    conn = connect_reader(db)
+    try:
+        with_sums = AS.active_summaries(conn, w, {METRIC: METRIC})[METRIC]
+    finally:
+        conn.close()
+    execute(db, "DROP TABLE hourly_judge_decisions", "DROP TABLE hourly_judge_scores")
+    conn = connect_reader(db)
+    try:
+        _same_summary(AS.active_summaries(conn, w, {METRIC: METRIC})[METRIC], with_sums)
+    finally:
+        conn.close()
+    execute(db, "DROP TABLE judge_decisions")
+    conn = connect_reader(db)
+    try:
+        assert AS.active_summaries(conn, w, {METRIC: METRIC}) == {}
+    finally:
+        conn.close()

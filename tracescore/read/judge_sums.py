@@ -97,7 +97,12 @@ def totals(conn: Any, metric: str, names: Iterable[str], window: Window,
 
 
 def metrics_in(conn: Any, window: Window) -> list[str]:
-    """The metrics with decisions in the window (from the hourly sums where it has them)."""
+    """The metrics with decisions in the window (from the hourly sums where it has them;
+    none on a database from before the judge budget)."""
+    from ..store.compat import has_table
+
+    if not has_table(conn, "judge_decisions"):
+        return []
     if not has_rollup(conn):
         lo, hi = window.bounds()
         return sorted({str(r[0]) for r in conn.execute(
