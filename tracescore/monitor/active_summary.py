@@ -12,9 +12,14 @@ is written moments later). Each decided record is one term of the estimate:
   left out and counted (the estimate then assumes those are missing at random);
 - otherwise: its proxy, π, and the judge's score when judged.
 
-Reads every decision row of the window (N rows of four numbers: the estimate's line fit
-needs them; at 10⁶ decisions a window about 30 MB and a second). Blocking reads on the
-caller's connection (SQLite or PostgreSQL, through the same SQL).
+How it is read: the estimate is a function of additive sums (:mod:`tracescore.stats.
+active_totals`), kept per hour and segment as the decisions and the judge's scores are
+written (:mod:`tracescore.store.judge_rollup`); a window reads its whole hours' sums and the
+raw rows of the hours its edges cut (:mod:`tracescore.read.judge_sums`) — O(hours), not
+O(decisions). :func:`summary_from_rows` is the row path (every decision row of the window,
+the estimator :func:`~tracescore.stats.active.active_mean` on them): the tests' oracle, equal
+within float rounding. Blocking reads on the caller's connection (SQLite or PostgreSQL,
+through the same SQL).
 """
 
 from __future__ import annotations
@@ -25,15 +30,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..read import decisions as D
+from ..read import judge_sums as JS
 from ..read import query as Q
 from ..stats import Estimate, Moments, mean_ci
 from ..stats.active import ActiveMean, active_mean
+from ..stats.active_totals import ActiveTotals, active_from_totals
 
 #: what the judged records' plain mean speaks for (biased under adaptive selection)
 JUDGED = "judged records (biased)"
 
 __all__ = ["ActiveSummary", "active_summaries", "adaptive_metrics", "apply_active",
-           "without_figure"]
+           "summary_from_rows", "summary_from_totals", "without_figure"]
 
 
 @dataclass(frozen=True)
@@ -63,11 +70,39 @@ class ActiveSummary:
 def adaptive_metrics(conn: Any, window: Q.Window) -> list[str]:
     """The metrics with judge decisions in the window (:func:`tracescore.read.decisions.
     adaptive_metrics`)."""
-    return D.adaptive_metrics(conn, window)
+    return JS.metrics_in(conn, window)
 
 
-def _summary(conn: Any, metric: str, name: str, window: Q.Window, ids: set[int] | None
+def _notes(n_unrep: int, n_rest: int, note: str, n_missing: int) -> tuple[str, ...]:
+    notes = []
+    if n_unrep:
+        notes.append(f"{n_unrep} records came after the day's judge budget was spent "
+                     "(pi = 0): not represented, the estimate speaks for the other "
+                     f"{n_rest}")
+    if note:
+        notes.append(note)
+    if n_missing:
+        notes.append(f"{n_missing} selected records have no ok score (judge error or still "
+                     "pending): left out, assumed missing at random")
+    return tuple(notes)
+
+
+def summary_from_totals(name: str, metric: str, t: ActiveTotals) -> ActiveSummary | None:
+    """The summary of the decisions ``t`` sums (None without a decision)."""
+    if not t.decided:
+        return None
+    est = active_from_totals(t)
+    plain = dataclasses.replace(
+        mean_ci(Moments(t.n, t.sy, t.syy)) if t.n else Estimate(0, None, None, None, ""),
+        population=JUDGED)
+    return ActiveSummary(name, metric, est, plain, t.decided, t.n, t.unrep, t.missing,
+                         _notes(t.unrep, t.decided - t.unrep, est.estimate.note, t.missing))
+
+
+def summary_from_rows(conn: Any, metric: str, name: str, window: Q.Window, ids: set[int] | None
              ) -> ActiveSummary | None:
+    """The row path: every decision row of the window and :func:`active_mean` on them (the
+    readers' code before the hourly sums; the tests' oracle of :func:`summary_from_totals`)."""
     import numpy as np
 
     rows = D.decisions(conn, name, metric, window, ids)
@@ -86,19 +121,10 @@ def _summary(conn: Any, metric: str, name: str, window: Q.Window, ids: set[int] 
     plain = dataclasses.replace(
         mean_ci(Moments.from_values(judged_y.tolist())) if judged_y.size
         else Estimate(0, None, None, None, ""), population=JUDGED)
-    notes = []
     n_unrep, n_missing = int(unrepresented.sum()), int(missing.sum())
-    if n_unrep:
-        notes.append(f"{n_unrep} records came after the day's judge budget was spent "
-                     "(pi = 0): not represented, the estimate speaks for the other "
-                     f"{int((~unrepresented).sum())}")
-    if est.estimate.note:
-        notes.append(est.estimate.note)
-    if n_missing:
-        notes.append(f"{n_missing} selected records have no ok score (judge error or still "
-                     "pending): left out, assumed missing at random")
     return ActiveSummary(name, metric, est, plain, int(len(rows)), int((sel & ok).sum()),
-                         n_unrep, n_missing, tuple(notes))
+                         n_unrep, n_missing, _notes(n_unrep, int((~unrepresented).sum()),
+                                                    est.estimate.note, n_missing))
 
 
 def active_summaries(conn: Any, window: Q.Window, names: Mapping[str, str], *,
@@ -111,13 +137,17 @@ def active_summaries(conn: Any, window: Q.Window, names: Mapping[str, str], *,
         return {}
     seg = seg or Q.SegmentIndex(conn)
     ids = seg.matching(where)
-    out = {}
+    by_metric: dict[str, list[str]] = {}
     for name, metric in sorted(names.items()):
         if metric in metrics:
-            s = _summary(conn, metric, name, window, ids)
+            by_metric.setdefault(metric, []).append(name)
+    out = {}
+    for metric, ns in sorted(by_metric.items()):
+        for name, t in JS.totals(conn, metric, ns, window, ids).items():
+            s = summary_from_totals(name, metric, t)
             if s is not None:
                 out[name] = s
-    return out
+    return dict(sorted(out.items()))
 
 
 def apply_active(m: Any, a: ActiveSummary) -> Any:
@@ -150,13 +180,32 @@ def active_timeline(conn: Any, name: str, metric: str, *, bucket_s: float,
     """The active estimate per ``bucket_s`` of decision time, with its 95 % interval: the
     HTML timeline of a budgeted judge metric (the judged records' mean per bucket would be
     biased). ``count`` is the bucket's judged records; a bucket with fewer than 2 judged has
-    no estimate and no point. One read of the window's decisions."""
+    no estimate and no point. Buckets of whole hours read the hourly sums
+    (:func:`tracescore.read.judge_sums.timeline_totals`); others one read of the window's
+    decisions."""
+    from ..read.model import TimeBucket
+
+    seg = seg or Q.SegmentIndex(conn)
+    ids = seg.matching(where)
+    sums = JS.timeline_totals(conn, name, metric, bucket_s, since, ids)
+    if sums is None:
+        return timeline_from_rows(conn, name, metric, bucket_s=bucket_s, since=since, ids=ids)
+    out = []
+    for t, tot in sorted(sums.items()):
+        est = active_from_totals(tot).estimate
+        if est.value is not None:
+            out.append(TimeBucket(t, est.n, est.value, 0, 0, est.lo, est.hi))
+    return out
+
+
+def timeline_from_rows(conn: Any, name: str, metric: str, *, bucket_s: float,
+                       since: float | None, ids: set[int] | None) -> list[Any]:
+    """:func:`active_timeline` from every decision row since ``since`` (the row path)."""
     import numpy as np
 
     from ..read.model import TimeBucket
 
-    seg = seg or Q.SegmentIndex(conn)
-    rows = D.decisions_since(conn, name, metric, since, seg.matching(where))
+    rows = D.decisions_since(conn, name, metric, since, ids)
     buckets: dict[float, list[Any]] = {}
     for r in rows:
         buckets.setdefault(float(int(float(r[0]) // bucket_s) * bucket_s), []).append(r)

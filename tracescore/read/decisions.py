@@ -1,7 +1,9 @@
 """The adaptive judge's decisions (``judge_decisions``, issue 33) as the report and the trend
 page read them: which metrics were judged within a budget in a window, and each decision of a
-metric with the score it led to. The active estimates over them are computed by
-:mod:`tracescore.stats.active` and :mod:`tracescore.monitor.active_summary`. Blocking I/O.
+metric with the score it led to — the row path. The readers estimate from the hourly sums
+instead (:mod:`.judge_sums`); these rows are the tests' oracle of them
+(:func:`tracescore.monitor.active_summary.summary_from_rows`) and the timeline's reader for
+buckets that are not whole hours. Blocking I/O.
 """
 
 from __future__ import annotations

@@ -67,7 +67,11 @@ class ActiveMean:
 
 def fit_line(f: Any, y: Any, pi: Any) -> tuple[float, float]:
     """Weighted least squares y ≈ a + b·f over judged records, weights (1 − π)/π² (1/π where
-    every π is 1: a census has no variance to minimise)."""
+    every π is 1: a census has no variance to minimise). Where the records of positive
+    weight have one proxy value (the normal equations are singular: e.g. one judged record
+    with π < 1 beside records judged with π = 1, whose weight is 0) the line is flat at
+    their weighted mean — as :mod:`.active_totals` computes it from sums (not the
+    least-norm line of the singular system)."""
     import numpy as np
 
     v = (1.0 - pi) / (pi * pi)
@@ -75,7 +79,7 @@ def fit_line(f: Any, y: Any, pi: Any) -> tuple[float, float]:
         v = 1.0 / pi
     sw = np.sqrt(v)
     x = np.column_stack([np.ones_like(f), f])
-    if f.size == 0 or np.ptp(f) == 0.0:
+    if f.size == 0 or np.ptp(f[v > 0]) == 0.0:
         return float(np.dot(v, y) / v.sum()) if v.sum() > 0 else 0.0, 0.0
     coef, *_ = np.linalg.lstsq(x * sw[:, None], y * sw, rcond=None)
     return float(coef[0]), float(coef[1])

@@ -13,7 +13,8 @@ second time (counters would double). Blocking; for the CLI.
 
 Segments and rollups: each source segment is matched to the target's by its canonical key
 (created there when missing), so ``seg_id`` is re-issued like the other ids and every record,
-score and ``hourly_*`` row points at the target's segment. The source's hourly rollups (which
+score and ``hourly_*`` row (the adaptive judge's ``hourly_judge_*`` sums too) points at the
+target's segment. The source's hourly rollups (which
 include its pruned hours) are *added* to the target's: a record already in the target (left
 as it is) is then counted twice in the rollups — copy into a target that does not hold the
 same records.
@@ -105,6 +106,35 @@ _APPENDED = (
     # open sessions stay open in the target (their turns and own records are records above)
     ("sessions", "", "ON CONFLICT (session_id) DO NOTHING"),
 )
+
+
+def _copy_judge_sums(src: sqlite3.Connection, dst: Any, tables: Any,
+                     seg_map: dict[int, int]) -> int:
+    """The adaptive judge's hourly sums (:mod:`.judge_rollup`) added to the target's, their
+    segments mapped: the source's tables (which include its pruned hours), or — a source
+    from before them — the sums of its decision and score rows. The row count added."""
+    from .judge_rollup import DECISION_FIELDS, JUDGED_FIELDS, JudgeDelta, sums_from_rows
+    from .rollup import QmarkConnection
+
+    if "judge_decisions" not in tables:
+        return 0
+    if "hourly_judge_decisions" in tables:
+        got = JudgeDelta()
+        for r in src.execute(f"SELECT hour, metric, seg_id, {', '.join(DECISION_FIELDS)}"
+                             " FROM hourly_judge_decisions").fetchall():
+            got.decisions[(int(r[0]), str(r[1]), int(r[2]))] = list(r[3:])
+        for r in src.execute(f"SELECT hour, metric, name, seg_id, {', '.join(JUDGED_FIELDS)}"
+                             " FROM hourly_judge_scores").fetchall():
+            got.judged[(int(r[0]), str(r[1]), str(r[2]), int(r[3]))] = list(r[4:])
+    else:
+        got = sums_from_rows(src, "sqlite")
+    out = JudgeDelta()
+    for (h, m, sid), a in got.decisions.items():
+        out._add(out.decisions, (h, m, seg_map.get(sid, sid)), a, 1)
+    for (h, m, name, sid), a in got.judged.items():
+        out._add(out.judged, (h, m, name, seg_map.get(sid, sid)), a, 1)
+    out.write(QmarkConnection(dst))
+    return len(out.decisions) + len(out.judged)
 
 
 def _copy_segments(src: sqlite3.Connection, dst: Any,
@@ -226,6 +256,7 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
                         delta.merge_raw(table, tuple(k), list(r[nkey:]))
                     delta.write(QmarkConnection(dst.conn))
                     counts[f"hourly_{table}"] = counts.get(f"hourly_{table}", 0) + len(rows)
+            counts["hourly_judge"] = _copy_judge_sums(src, dst.conn, tables, seg_map)
             counters = dict(src.execute("SELECT name, value FROM counters").fetchall())
             dst.bump_counters(counters)
             counts["counters"] = len(counters)

@@ -12,6 +12,9 @@ PostgreSQL it runs through :func:`.rollup.qmark`).
   represented) and whether it was judged. The read side (:mod:`tracescore.monitor.active_summary`)
   weights the judged records by 1/π; the selector learns the proxy's error from them.
 
+Each decision stored or reopened also changes the hourly sums the readers estimate from
+(:mod:`.judge_rollup`), in the same transaction.
+
 Blocking, like every store method: the scoring worker calls them on its loop's connection.
 """
 
@@ -22,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import judge_rollup as JR
 from .rollup import qmark, qmark_tx
 
 __all__ = ["CACHED", "FORCED", "Decided", "day_of", "ddl", "decide", "decision_sums", "recent_seen",
@@ -107,8 +111,10 @@ def decide(store: Any, metric: str, record_id: str, proxy: float, bin_: int,
         if old is not None:
             if old[0] or not forced:
                 return Decided(bool(old[0]), float(old[1]), float(old[2]), True, old[3])
+            before = _sums_of(conn, record_id, metric)
             conn.execute("UPDATE judge_decisions SET selected = 1, pi = 1.0, reason = ?"
                          " WHERE record_id = ? AND metric = ?", (FORCED, record_id, metric))
+            _sums_changed(conn, record_id, metric, before)
             conn.execute("UPDATE judge_budget SET spent = spent + 1 WHERE metric = ?"
                          " AND day = ?", (metric, day))
             return Decided(True, 1.0, float(old[2]), False, FORCED)
@@ -140,7 +146,33 @@ def decide(store: Any, metric: str, record_id: str, proxy: float, bin_: int,
                       " pi, selected, reason) VALUES (?,?,?,?,?,?,?,?)",
                       (record_id, metric, now, float(proxy), int(bin_), float(pi),
                        1 if selected else 0, reason))
+        _sums_changed(conn, record_id, metric, (None, {}))
     return Decided(selected, float(pi), float(proxy), False, reason)
+
+
+_Sums = tuple["JR.DecisionRow | None", "dict[tuple[str, str, str], JR.JudgedRow]"]
+
+
+def _sums_of(conn: Any, record_id: str, metric: str) -> _Sums:
+    """The decision's terms in the hourly judge sums (:mod:`.judge_rollup`): its decision row
+    and its judged rows."""
+    return (JR.decision_row(conn, record_id, metric),
+            JR.judged_snapshot(conn, [record_id], metric))
+
+
+def _sums_changed(conn: Any, record_id: str, metric: str, before: _Sums) -> None:
+    """Apply the change of the decision's terms since ``before`` to the hourly judge sums
+    (in the decision's transaction)."""
+    old_dec, old_judged = before
+    new_dec, new_judged = _sums_of(conn, record_id, metric)
+    delta = JR.JudgeDelta()
+    if old_dec != new_dec:
+        if old_dec is not None:
+            delta.add_decision(*old_dec, sign=-1)
+        if new_dec is not None:
+            delta.add_decision(*new_dec)
+    delta.change(old_judged, new_judged)
+    delta.write(conn)
 
 
 def not_judged_metrics(store: Any, record_id: str) -> set[str]:

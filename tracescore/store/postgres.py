@@ -69,7 +69,8 @@ __all__ = ["PostgresEmbeddingCache", "PostgresStore", "connect", "open_jobs"]
 TABLES = ("records", "jobs", "scores", "counters", "metrics", "judge_cache", "judge_calls",
           "feedback", "judge_health", "embedding_cache", "rate_limits", "meta",
           "segments", "segment_values", "hourly_records", "hourly_scores", "hourly_bins",
-          "hourly_skips", "labels", "label_plan", "judge_canary")
+          "hourly_skips", "hourly_judge_decisions", "hourly_judge_scores", "labels",
+          "label_plan", "judge_canary")
 
 
 

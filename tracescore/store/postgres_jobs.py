@@ -13,6 +13,7 @@ from typing import Any
 from .._internal.secrets import scrub_score
 from ..record import RagRecord
 from ..score import Score
+from .judge_rollup import JudgeDelta, judged_snapshot
 from .migrations import OPEN_JOBS
 from .postgres_sql import _LEASE, _LEASE_LOST, _nul_free
 from .rollup import Delta, QmarkConnection
@@ -89,12 +90,18 @@ class PgJobs:
         # rollup rows in key order: every writer takes its locks in this order.
         now = time.time()
         facts = self._record_facts((job.record_id for job, _, _ in items), lock=True)
+        qconn = QmarkConnection(self.conn)
+        judged_before = judged_snapshot(qconn, (job.record_id for job, _, _ in items))
         delta = Delta()
         out: list[list[tuple[int, Score]] | None] = []
         for job, scores, judge_model in items:
             out.append(self._complete(job, owner, scores, delivery, judge_model, now,
                                       facts.get(job.record_id, (0.0, NONE_SEG))[1], delta))
-        delta.write(QmarkConnection(self.conn))
+        delta.write(qconn)
+        judge_sums = JudgeDelta()  # the adaptive judge's hourly sums (.judge_rollup)
+        judge_sums.change(judged_before,
+                          judged_snapshot(qconn, (job.record_id for job, _, _ in items)))
+        judge_sums.write(qconn)
         return out
 
     def _complete(self, job: Job, owner: str, scores: Sequence[Score], delivery: str | None,

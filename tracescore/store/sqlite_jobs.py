@@ -15,6 +15,7 @@ from ..record import RagRecord
 from ..sampling import Decision
 from ..score import Score
 from .compat import trace_records
+from .judge_rollup import JudgeDelta, judged_snapshot
 from .migrations import OPEN_JOBS
 from .rollup import Delta, count_skips
 from .rows import (
@@ -329,6 +330,7 @@ class SqliteJobs:
         # (inside the caller's transaction, which is exclusive on SQLite)
         now = time.time()
         delta = Delta()
+        judged_before = judged_snapshot(self.conn, (job.record_id for job, _, _ in items))
         out: list[list[tuple[int, Score]] | None] = []
         owned: set[int] | None = None
         if len(items) > 1:  # one statement marks them all; it says which were still ours
@@ -356,6 +358,10 @@ class SqliteJobs:
             out.append(self._insert_scores(job.job_id, job.record_id, job.metric, scores,
                                            judge_model, delivery, now, delta))
         delta.write(self.conn)
+        judge_sums = JudgeDelta()  # the adaptive judge's hourly sums (.judge_rollup)
+        judge_sums.change(judged_before,
+                          judged_snapshot(self.conn, (job.record_id for job, _, _ in items)))
+        judge_sums.write(self.conn)
         return out
 
     def _scored_on_write(self, scored: Sequence[tuple[NewJob, Sequence[Score]]],

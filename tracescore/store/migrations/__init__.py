@@ -35,6 +35,7 @@ from .steps import (  # noqa: F401 (re-exported: the steps are named from here t
     _has_table,
     _intake,
     _judge_budget,
+    _judge_rollup,
     _keyset,
     _monitor_ddl,
     _pg_statements,
@@ -104,6 +105,8 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
               lambda s: _sessions(s, "sqlite")),
     Migration(12, "records: an agent run's tool calls and offered tools",
               lambda s: _agent_column(s, "sqlite")),
+    Migration(13, "hourly sums of the adaptive judge's decisions (active estimates per hour)",
+              lambda s: _judge_rollup(s, "sqlite")),
 )
 
 
@@ -168,6 +171,8 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
               lambda s: _sessions(s, "postgres")),
     Migration(11, "records: an agent run's tool calls and offered tools",
               lambda s: _agent_column(s, "postgres")),
+    Migration(12, "hourly sums of the adaptive judge's decisions (active estimates per hour)",
+              lambda s: _judge_rollup(s, "postgres")),
 )
 
 #: pg_advisory_xact_lock key: "tracescore" as an int

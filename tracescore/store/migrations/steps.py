@@ -260,6 +260,17 @@ def _agent_column(store: Any, dialect: str) -> None:
         store.conn.execute("ALTER TABLE records ADD COLUMN agent TEXT")
 
 
+def _judge_rollup(store: Any, dialect: str) -> None:
+    """SQLite 13 / PostgreSQL 12: the hourly sums of the adaptive judge's decisions
+    (:mod:`.judge_rollup`), filled from the decisions and scores already stored."""
+    from ..judge_rollup import backfill, ddl
+    from ..rollup import QmarkConnection
+
+    for stmt in ddl(dialect):
+        store.conn.execute(stmt)
+    backfill(QmarkConnection(store.conn) if dialect == "postgres" else store.conn, dialect)
+
+
 def _keyset(conn: Any, select: str, key: str) -> Any:
     """Every row of ``select`` (which must start with ``key``), FOLD_CHUNK at a time (keyset
     pagination: PostgreSQL's client cursor would otherwise hold the whole table)."""
