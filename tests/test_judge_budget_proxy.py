@@ -172,12 +172,15 @@ def test_with_the_local_embedder_the_proxy_learns_what_words_miss(tmp_path):
                 ts.log_record(query=f"Tell me about the Cargo, {i}.", contexts=CONTEXTS,
                               answer=answers[i % len(answers)], metadata=FORCE)
             assert ts.flush(180)
+            # (a forced record decided once 40 others are judged uses the fit too: count
+            # from here, when the learning records are all decided)
+            before = dict(ts.worker.judging.counts)
             for batch in (range(48, 49), range(49, 60)):
                 for i in batch:
                     ts.log_record(query=f"Tell me about the Cargo, {i}.", contexts=CONTEXTS,
                                   answer=answers[i % len(answers)])
                 assert ts.flush(180)
-            counts = dict(ts.worker.judging.counts)
+            counts = {k: v - before.get(k, 0) for k, v in ts.worker.judging.counts.items()}
         finally:
             ts.shutdown()
     decisions, records = _decisions(db), _records(db)
