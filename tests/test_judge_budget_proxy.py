@@ -230,13 +230,14 @@ def test_a_feature_that_tracks_the_judge_is_learned(db):
                               answer=f"The Cargo has a 750 Wh battery, {kinds[i % 2]} {i}.",
                               metadata=FORCE)
             assert ts.flush(120)
+            before = dict(ts.worker.judging.counts)  # (see the test above)
             # the first decision fits; decisions made while a fit runs use the last one
             for batch in (range(48, 49), range(49, 60)):
                 for i in batch:
                     ts.log_record(query=f"What battery, {i}?", contexts=CONTEXTS,
                                   answer=f"The Cargo has a 750 Wh battery, {kinds[i % 2]} {i}.")
                 assert ts.flush(120)
-            counts = dict(ts.worker.judging.counts)
+            counts = {k: v - before.get(k, 0) for k, v in ts.worker.judging.counts.items()}
         finally:
             ts.shutdown()
     decisions, scores, records = _decisions(db), _scores(db), _records(db)
