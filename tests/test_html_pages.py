@@ -179,7 +179,14 @@ def metric(name: str, **kw: Any) -> MetricSummary:
                                 labelled=200, errors=2, skipped=3, threshold=0.5,
                                 lo=0.7902, hi=0.8348, ci_method="t", error_rate=0.0099)
     base.update(kw)
-    return MetricSummary(**base)
+    est = Estimate(base["count"], base.pop("mean"), base.pop("lo"), base.pop("hi"),
+                   base.pop("ci_method"))
+    return MetricSummary(**base, estimate=est)
+
+
+def bucket(start: float, n: int, mean: float, failed: int, labelled: int, lo: float | None,
+           hi: float | None) -> TimeBucket:
+    return TimeBucket(start, Estimate(n, mean, lo, hi, "t"), failed, labelled)
 
 
 def report_page(*, monitors: bool = True, by: bool = True) -> ReportPage:
@@ -213,9 +220,9 @@ def report_page(*, monitors: bool = True, by: bool = True) -> ReportPage:
                     by="release" if by else None, groups=groups)
     hist = Histogram(0.0, 1.0, [0, 0, 0, 0, 0, 10, 20, 40, 60, 50], [5, 5, 5, 5, 0, 0, 0, 0,
                                                                       0, 0], [0] * 10)
-    buckets = [TimeBucket(T0 + i * HOUR, 20, 0.8 + 0.01 * i, 2, 20, 0.75 + 0.01 * i,
+    buckets = [bucket(T0 + i * HOUR, 20, 0.8 + 0.01 * i, 2, 20, 0.75 + 0.01 * i,
                           0.85 + 0.01 * i) for i in (0, 1, 2, 5, 6)]
-    buckets.append(TimeBucket(T0 + 8 * HOUR, 1, 0.9, 0, 1, None, None))  # one value: no band
+    buckets.append(bucket(T0 + 8 * HOUR, 1, 0.9, 0, 1, None, None))  # one value: no band
     records = {"rec-1": {
         "record_id": "rec-1", "trace_id": "ab" * 16, "created_at": T0, "latency_ms": 12.5,
         "model": "m", "error": None, "query": NASTY, "answer": "an <i>answer</i>",
@@ -233,7 +240,7 @@ def report_page(*, monitors: bool = True, by: bool = True) -> ReportPage:
                        "answer_length": Histogram(0.0, 1.0, [0] * 10, [0] * 10,
                                                   [0] * 9 + [200])},
                       {"faithfulness": buckets, "exact_match": buckets[:3],
-                       "answer_length": [TimeBucket(T0, 200, 42.5, 0, 0, 39.0, 46.0)]},
+                       "answer_length": [bucket(T0, 200, 42.5, 0, 0, 39.0, 46.0)]},
                       usage, records)
 
 

@@ -157,7 +157,7 @@ def apply_active(m: Any, a: ActiveSummary) -> Any:
     from dataclasses import replace
 
     e = a.active.estimate
-    return replace(m, mean=e.value, lo=e.lo, hi=e.hi, ci_method=e.method, p10=None, p50=None,
+    return replace(m, estimate=e, p10=None, p50=None,
                    p90=None, fail_rate=None, rate=e.value if m.binary else m.rate,
                    estimator="active", judged_mean=a.judged_plain.value,
                    proxied=a.active.n_proxied)
@@ -169,7 +169,7 @@ def without_figure(m: Any) -> Any:
     judged records' plain mean would be read as the population's."""
     from dataclasses import replace
 
-    return replace(m, mean=None, lo=None, hi=None, ci_method="", p10=None, p50=None,
+    return replace(m, estimate=Estimate.missing("", n=m.count), p10=None, p50=None,
                    p90=None, fail_rate=None, rate=None if m.binary else m.rate,
                    estimator="active", judged_mean=m.mean, proxied=None)
 
@@ -194,7 +194,7 @@ def active_timeline(conn: Any, name: str, metric: str, *, bucket_s: float,
     for t, tot in sorted(sums.items()):
         est = active_from_totals(tot).estimate
         if est.value is not None:
-            out.append(TimeBucket(t, est.n, est.value, 0, 0, est.lo, est.hi))
+            out.append(TimeBucket(t, est))
     return out
 
 
@@ -219,5 +219,5 @@ def timeline_from_rows(conn: Any, name: str, metric: str, *, bucket_s: float,
         est = active_mean(np.array([float(r[1]) for r in rs])[keep], pi[keep], sel[keep],
                           y[keep]).estimate
         if est.value is not None:
-            out.append(TimeBucket(t, est.n, est.value, 0, 0, est.lo, est.hi))
+            out.append(TimeBucket(t, est))
     return out

@@ -19,14 +19,17 @@ __all__ = ["FeedbackSummary", "GroupSummary", "Histogram", "JudgeUsage", "Metric
 
 
 @dataclass(frozen=True, slots=True)
-class MetricSummary:
+class MetricSummary(CarriesEstimate):
     """One score name (``scores.name``); a metric such as rouge emits several."""
 
     name: str
     metric: str
     higher_is_better: bool | None  # None: the metric declares no direction (no "worst")
     count: int  # ok scores
-    mean: float | None
+    #: the mean (a yes/no metric: the rate) with its 95 % interval — Student t, Wilson, or
+    #: the active-inference estimate of a budgeted judge metric — (``mean``, ``lo``, ``hi``,
+    #: ``ci_method`` read through it)
+    estimate: Estimate
     p10: float | None
     p50: float | None
     p90: float | None
@@ -41,10 +44,6 @@ class MetricSummary:
     rate: float | None = None  # binary only: yes / count
     #: why records were skipped, most frequent first: (reason, records)
     skip_reasons: tuple[tuple[str, int], ...] = ()
-    #: the 95 % interval of the mean (Student t) or, for a yes/no metric, of the rate (Wilson)
-    lo: float | None = None
-    hi: float | None = None
-    ci_method: str = ""
     #: jobs that ended in an error / were skipped, over every job of the score (with Wilson
     #: intervals in to_json): a release that errors more has regressed, whatever its mean
     error_rate: float | None = None
@@ -56,18 +55,33 @@ class MetricSummary:
     proxied: int | None = None
 
     @property
+    def mean(self) -> float | None:
+        return self.estimate.value
+
+    @property
+    def ci_method(self) -> str:
+        return self.estimate.method
+
+    @property
     def mostly_skipped(self) -> bool:
         """More than half of the metric's jobs in the window were skipped."""
         return self.skipped * 2 > self.skipped + self.count + self.errors
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: v for k, v in asdict(self).items() if k not in ("name", "skip_reasons")}
+        out = {k: getattr(self, k) for k in _SUMMARY_KEYS}
         out["skip_reasons"] = [{"reason": r, "records": n} for r, n in self.skip_reasons]
         out["mostly_skipped"] = self.mostly_skipped
         # reports.inclusion: weighted to all records; monitor.active_summary: budgeted judge metrics
         out["population"] = ("all decided records (active inference)"
                              if self.estimator == "active" else "scored records")
         return out
+
+
+#: :meth:`MetricSummary.to_json`'s keys, in the order of the flat fields it had before it
+#: carried an :class:`Estimate` (the JSON of ``report``/``compare`` is unchanged)
+_SUMMARY_KEYS = ("metric", "higher_is_better", "count", "mean", "p10", "p50", "p90", "fail_rate",
+                 "labelled", "errors", "skipped", "threshold", "binary", "yes", "rate", "lo",
+                 "hi", "ci_method", "error_rate", "estimator", "judged_mean", "proxied")
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,15 +227,22 @@ class Histogram:
         return [p + f + u for p, f, u in zip(self.passed, self.failed, self.unlabelled)]
 
 @dataclass(frozen=True, slots=True)
-class TimeBucket:
+class TimeBucket(CarriesEstimate):
     start: float  # unix seconds, a multiple of the bucket size (UTC-aligned)
-    count: int
-    mean: float
-    failed: int
-    labelled: int
-    #: the 95 % interval of the bucket's mean (None with fewer than 2 values)
-    lo: float | None = None
-    hi: float | None = None
+    #: the bucket's mean (or active estimate) with its 95 % interval (None with fewer than 2
+    #: values); ``count`` is its n (``mean``, ``lo``, ``hi`` read through it)
+    estimate: Estimate
+    failed: int = 0
+    labelled: int = 0
+
+    @property
+    def count(self) -> int:
+        return self.estimate.n
+
+    @property
+    def mean(self) -> float:
+        value = self.estimate.value
+        return math.nan if value is None else value
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from ..read.model import (
     TimeBucket,
 )
 from ..read.pipeline import usage_summary
+from ..stats.estimate import Estimate
 from ..store.rollup import bin_mid
 
 __all__ = ["BUCKETS", "DEFAULT_WORST", "build_page", "build_report", "histogram",
@@ -64,7 +65,8 @@ def summarise(a: Q.Agg, info: MetricInfo, skipped: int = 0,
     jobs = a.n_ok + a.n_error
     return MetricSummary(
         name=a.name, metric=a.metric, higher_is_better=info.higher_is_better(a.metric),
-        count=a.n_ok, mean=a.mean,
+        count=a.n_ok,
+        estimate=Estimate(a.n_ok, a.mean, est.lo, est.hi, est.method if a.n_ok else ""),
         p10=None if binary or not has_bins else a.percentile(0.1),
         p50=None if binary or not has_bins else a.percentile(0.5),
         p90=None if binary or not has_bins else a.percentile(0.9),
@@ -72,7 +74,7 @@ def summarise(a: Q.Agg, info: MetricInfo, skipped: int = 0,
         labelled=a.n_labelled, errors=a.n_error, skipped=skipped,
         threshold=info.threshold(a.metric), binary=binary, yes=yes,
         rate=yes / a.n_ok if yes is not None and a.n_ok else None,
-        skip_reasons=reasons, lo=est.lo, hi=est.hi, ci_method=est.method if a.n_ok else "",
+        skip_reasons=reasons,
         error_rate=a.n_error / jobs if jobs else None,
     )
 
@@ -223,7 +225,8 @@ def timeline(conn: Any, name: str, *, bucket_s: float, since: float | None = Non
 
 def _bucket(t: float, a: Q.Agg, binary: bool = False) -> TimeBucket:
     est = a.estimate(binary)
-    return TimeBucket(float(t), a.n_ok, a.s / a.n_ok, a.n_fail, a.n_labelled, est.lo, est.hi)
+    return TimeBucket(float(t), Estimate(a.n_ok, a.s / a.n_ok, est.lo, est.hi, est.method),
+                      a.n_fail, a.n_labelled)
 
 
 def build_page(conn: Any, report: Report, *, bins: int = 10) -> ReportPage:
