@@ -246,7 +246,7 @@ class Tracescore(Feedback, Lifecycle):
             s, self.worker, self.db_path, self.metrics, self.export_metrics)
         if self.attacher is not None:
             self.attacher.bind_tracer(self.tracer)
-            self.attacher.on_delivered = self.worker.note_delivered
+            self.attacher.on_delivered = self.worker.deliveries.note
             if isinstance(plan.span_exporter, CountingSpanExporter):
                 # tracescore's own exporter: a score is delivered once its span was exported
                 plan.span_exporter.on_result = self.attacher.exported

@@ -70,7 +70,7 @@ class Lifecycle:
         if self.attacher is not None:
             ok = flush_within(self.attacher.force_flush, deadline - time.monotonic(), "spans")
             # exported spans confirmed their scores' delivery: have the worker write that down
-            ok = self.worker.sync_delivered(deadline - time.monotonic()) and ok
+            ok = self.worker.deliveries.sync(deadline - time.monotonic()) and ok
         if self.telemetry.enabled:
             ok = flush_within(self.telemetry.force_flush, deadline - time.monotonic(),
                               "logs-metrics") and ok
