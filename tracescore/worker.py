@@ -36,6 +36,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from ._internal.errors import record_internal_error
+from ._internal.service import Service
 from .judge.base import RetryLater
 from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor, ScoreRef
@@ -135,7 +136,7 @@ class ScoringWorker:
         #: delivery marks from the span attacher, and the redelivery sweep
         self.deliveries = DeliveryLedger(
             db_path, attacher, owner=lambda: self.owner, wake=partial(self.wake, False),
-            running=lambda: self._thread is not None and self._thread.is_alive(),
+            running=lambda: self._service.alive,
             db_fault=writer.db_fault, db_ok=writer.db_ok)
         #: what stats() shows of the database, read by this thread (never the caller's)
         self.db_snapshot: dict[str, Any] = {}
@@ -152,7 +153,6 @@ class ScoringWorker:
                                    stopping=lambda: self._stopping, refill=self._refill)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
         self.stop_grace_s = 5.0
         self._idle = threading.Event()
         self._started = threading.Event()
@@ -165,17 +165,21 @@ class ScoringWorker:
         #: backoff, a bounded number of times in a row, then stays dead (scoring/supervisor.py)
         self.supervisor = Supervisor()
         self._loop_running = False
-        self._halt = threading.Event()
-        os.register_at_fork(after_in_child=self._after_fork)
+        #: the thread: start, stop with a deadline, after-fork (_internal/service.py); its
+        #: step is one run of the loop under the supervisor, until the worker stops or it dies
+        self._service = Service("tracescore-scorer", partial(
+            self.supervisor.step, self._run, died=self._died, restarted=self._restarted,
+            stopping=lambda: self._stopping, end=lambda: self._service.stop(0)),
+            interval_s=3600.0, on_exit=self._thread_ended, restart_after_fork=True,
+            on_fork=self._after_fork)
 
     def _after_fork(self) -> None:
-        """``os.fork()`` after init (gunicorn ``--preload``): the child has no scoring thread.
-        Start one of its own, with its own lease owner, event loop and connections."""
-        was_running = self._thread is not None and not self._stopping
+        """``os.fork()`` after init (gunicorn ``--preload``): the child has no scoring thread;
+        before the service starts one of its own there (if one ran in the parent), the loop
+        gets its own lease owner, event loop and connections."""
         self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self._loop = None
         self._wake = None
-        self._thread = None
         self._executor = None
         self._idle = threading.Event()
         self._started = threading.Event()
@@ -183,30 +187,29 @@ class ScoringWorker:
         self.deliveries.after_fork()
         self.writer.reset()
         self._loop_running = False
-        self._halt = threading.Event()
         self.returns.reset()
         self._lease_hint = True
         self.batches.open = set()
         self.lost.reset()
+        self.supervisor.reset()
         if self.judge_session is not None:
             self.judge_session.after_fork()
-        if was_running:
-            self._stopping = False
-            self._spawn()
+        if self.supervisor.gave_up and not self._stopping:
+            self._service.start()  # (a loop that gave up in the parent: the child tries again)
 
-    def _spawn(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="tracescore-scorer", daemon=True)
-        self._thread.start()
+    @property
+    def _thread(self) -> threading.Thread | None:
+        return self._service.thread
 
     # -- control (any thread) ----------------------------------------------------------------
     def start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
+        if self._service.alive:
             return
         self._stopping = False
         self.supervisor.gave_up = False
-        self._halt.clear()
+        self.supervisor.reset()
         self._started.clear()
-        self._spawn()
+        self._service.start()
         self._started.wait(10)
 
     def wake(self, jobs: bool = True) -> None:
@@ -224,10 +227,8 @@ class ScoringWorker:
         # in-flight jobs get part of the timeout to finish; the rest are given back
         self.stop_grace_s = max(0.0, min(5.0, timeout * 0.5))
         self._stopping = True
-        self._halt.set()
         self.wake()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._service.stop(timeout)
 
     # -- scores on write (the part the writer thread calls; see scoring/on_write.py) ---------
     def _open_on_write(self) -> bool:
@@ -251,7 +252,7 @@ class ScoringWorker:
     def alive(self) -> bool:
         """The scoring loop is running (False before start, after stop, while it waits to be
         restarted, and once it gave up)."""
-        return self._loop_running and self._thread is not None and self._thread.is_alive()
+        return self._loop_running and self._service.alive
 
     def health(self) -> dict[str, Any]:
         """The scorer's health for ``stats()`` and ``/readyz`` (any thread; plain reads)."""
@@ -290,20 +291,19 @@ class ScoringWorker:
     scored_on_write, errors_on_write = _part("on_write", "scored"), _part("on_write", "errors")
 
     # -- the loop ---------------------------------------------------------------------------
-    def _run(self) -> None:
-        """The thread's body: runs the loop under the supervisor (scoring/supervisor.py),
-        with OpenTelemetry instrumentation suppressed."""
+    def _run(self, restarted: bool) -> None:
+        """One run of the loop (the supervisor's step calls it on the service's thread), with
+        OpenTelemetry instrumentation suppressed."""
         token = otel_context.attach(
-            otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True)
-        )
+            otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True))
         try:
-            self.supervisor.run(lambda restarted: asyncio.run(self._main(restarted=restarted)),
-                                died=self._died, restarted=self._restarted,
-                                stopping=lambda: self._stopping, halt=self._halt)
+            asyncio.run(self._main(restarted=restarted))
         finally:
-            self._loop_running = False
-            self._started.set()  # a start() waiting for a loop that died at once
             otel_context.detach(token)
+
+    def _thread_ended(self) -> None:
+        self._loop_running = False
+        self._started.set()  # a start() waiting for a loop that died at once
 
     def _died(self) -> None:
         """A run of the loop died: what it held goes back now."""
