@@ -29,6 +29,19 @@ The loop::
   way, and :meth:`~Service.stop` still ends the wait after it (a restart's backoff). Registered once for all services
   through a weak set, so a service that is dropped is not kept alive by the fork hook.
 
+Not a Service (yet): the queue's writer thread (queue.RecordQueue._run). What it needs that
+the base does not give: (1) the app's ``put`` wakes it with one ``Event.set()`` on the request
+path, on an event the queue owns and replaces at fork (the base would have to take the event
+from its holder, or hand its own out, so that no call layer is added there); (2) its step
+needs to know whether a wake or the interval ended the wait (only a wake by a sampled record
+of a busy stream lingers ``linger_s`` for more records to join the transaction) and a second
+signal, "write now" (a flush, a full batch, shutdown), that ends the linger; (3) a stop drains:
+the loop goes on stepping after the stop until the buffer is empty or the database refuses
+(the base stops after the step in progress); (4) a backoff after a refused write is not cut
+short by wakes, only by the stop (each put and flush wakes it). (4) fits in a step (wait out
+the rest of a backoff); (1)–(3) are changes to the base: a holder-given wake event, a
+``woken`` argument or a second event, and a ``drain_on_stop`` mode.
+
 Nothing here runs on the app's request path: :meth:`~Service.start`, :meth:`~Service.wake` and
 :meth:`~Service.stop` may be called from any thread, and ``wake`` only sets an event.
 """
