@@ -78,6 +78,8 @@ class ScoringWorker:
     on-write scorer and the supervisor — and the settings and figures they own are read and
     set on it as before (``worker.straggle_s``, ``worker.scored`` ...)."""
 
+    _service: Service
+
     def __init__(
         self,
         db_path: str,
@@ -261,8 +263,7 @@ class ScoringWorker:
                 "last_error": sup.last_error, "last_error_at": sup.last_error_at}
 
     # -- the parts' settings and figures, where callers have always read them ---------------
-    #: the limits (shared by the worker and its parts; ``judge_max_wait_s``: how long a job
-    #: may wait for the judge — breaker open, budget — before it fails)
+    #: the limits, shared with the parts (scoring/limits.py)
     concurrency, max_attempts, metric_timeout_s, judge_max_wait_s = _parts(
         "limits", "concurrency max_attempts metric_timeout_s judge_max_wait_s")
     #: the completion writer's: the app's ``redact``, the exporter's ``on_scores``, the judge

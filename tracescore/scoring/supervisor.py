@@ -44,7 +44,7 @@ class Supervisor:
 
     def step(self, run: Callable[[bool], None], *, died: Callable[[], None],
              restarted: Callable[[], None], stopping: Callable[[], bool],
-             end: Callable[[], None]) -> float | None:
+             end: Callable[[], object]) -> float | None:
         """The step of the scorer's service: ``run(restarted)`` until it returns (stopped) or
         raises. When it raises: ``died()`` (give back what the run held) and the backoff is
         returned (the service waits it; a stop cuts it short), unless ``stopping()`` or the
