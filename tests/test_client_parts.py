@@ -26,9 +26,43 @@ def test_no_module_of_the_library_or_the_adapters_is_over_600_lines() -> None:
     assert not long, f"over {MAX_LINES} lines (issue 35: split by composition): {long}"
 
 
-def test_the_client_composes_its_parts_rather_than_mixing_new_ones_in() -> None:
-    # Feedback and Lifecycle are the mixins that were there before issue 35; no new ones
-    assert [c.__name__ for c in Tracescore.__mro__[1:-1]] == ["Feedback", "Lifecycle"]
+def test_the_client_composes_its_parts_rather_than_mixing_them_in() -> None:
+    assert Tracescore.__mro__ == (Tracescore, object)
+
+
+@pytest.mark.parametrize("name,part", [
+    ("trace_id_of", "feedback"), ("add_ground_truth", "feedback"), ("add_feedback", "feedback"),
+    ("add_label", "feedback"), ("flush", "lifecycle"), ("close_sessions", "lifecycle"),
+    ("shutdown", "lifecycle"), ("stats", "lifecycle")])
+def test_the_documented_methods_keep_their_part_s_text_and_signature(name: str,
+                                                                     part: str) -> None:
+    import inspect
+
+    from tracescore._client.feedback import Feedback
+    from tracescore._client.lifecycle import Lifecycle
+
+    method = getattr(Tracescore, name)
+    done_by = getattr({"feedback": Feedback, "lifecycle": Lifecycle}[part], name)
+    assert method.__doc__ and method.__doc__ == done_by.__doc__
+    assert list(inspect.signature(method).parameters)[1:] == \
+        list(inspect.signature(done_by).parameters)[1:]
+
+
+def test_a_client_s_parts_see_what_it_says_and_does(make_ts: Any) -> None:
+    ts, _ = make_ts(metrics=["token_f1"])
+    with ts.run(ground_truths=["Ada"]):
+        ts.log_record(query="who?", answer="Ada", trace_id="ef" * 16)
+    ts.add_ground_truth("ef" * 16, ["Ada Lovelace"])
+    ts.add_feedback("ef" * 16, "up", comment="fine")
+    assert ts.flush(30)
+    st = ts.stats()
+    assert st["records_seen"] == ts.records_seen == 1 and st["scorer"]["alive"]
+    assert st["written"] == 1 and st["scored_jobs"] >= 1
+    assert ts.shutdown(10) and ts._closed
+    assert ts.submit(RagRecord(trace_id="12" * 16, span_id="34" * 8, query="q")) is None
+    with pytest.raises(TypeError):
+        with ts.run(ground_truths="not a list"):
+            pass
 
 
 @pytest.mark.parametrize("name,part", [

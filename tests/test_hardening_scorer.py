@@ -149,6 +149,33 @@ def test_a_scorer_that_keeps_dying_gives_up_visibly(make_ts: Any) -> None:
         server.server_close()
 
 
+def test_a_stop_during_the_restart_backoff_ends_it_and_the_thread(make_ts: Any) -> None:
+    """The scorer's thread is a background service (issue 35): a loop that died waits its
+    backoff there, and ``stop()`` ends that wait — no restart, the thread gone, well inside
+    the backoff."""
+    ts, _ = make_ts(metrics=["token_f1"])
+    worker = ts.worker
+    worker.restart_backoff_s = (60.0, 60.0)
+    assert _wait(lambda: worker.alive)
+
+    def boom(_store: Any) -> None:
+        raise KeyboardInterrupt("injected")
+
+    worker.db_snapshot_every_s = 0.0
+    worker._read_snapshot = boom
+    assert _wait(lambda: worker.last_error == "KeyboardInterrupt: injected"
+                 and not worker.alive)
+    thread = worker._thread
+    assert thread is not None and thread.name == "tracescore-scorer" and thread.is_alive()
+    t0 = time.monotonic()
+    worker.stop(30)
+    assert not thread.is_alive() and time.monotonic() - t0 < 30  # (the backoff: 60 s)
+    assert worker.restarts == 0 and not worker.gave_up
+    del worker._read_snapshot
+    worker.start()  # and it starts again, with a loop of its own
+    assert _wait(lambda: worker.alive) and worker._thread is not thread
+
+
 def _get(port: int, path: str) -> int:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
     try:

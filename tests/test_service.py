@@ -171,8 +171,10 @@ FORK = textwrap.dedent("""
     from tracescore._internal.service import Service
 
     steps = {"again": [], "reset": []}
+    forked = []
     again = Service("again", lambda: steps["again"].append(os.getpid()) or None,
-                    interval_s=0.01, restart_after_fork=True)
+                    interval_s=0.01, restart_after_fork=True,
+                    on_fork=lambda: forked.append((os.getpid(), again.thread is None)))
     reset = Service("reset", lambda: steps["reset"].append(os.getpid()) or None,
                     interval_s=0.01)
     again.start(); reset.start()
@@ -185,7 +187,8 @@ FORK = textwrap.dedent("""
             time.sleep(0.01)
         out = {"again_alive": again.alive, "reset_alive": reset.alive,
                "again_ran": os.getpid() in steps["again"],
-               "reset_ran": os.getpid() in steps["reset"]}
+               "reset_ran": os.getpid() in steps["reset"],
+               "on_fork_before_restart": forked == [(os.getpid(), True)]}
         reset.start()  # a reset service starts again when asked
         while os.getpid() not in steps["reset"] and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -207,4 +210,5 @@ def test_after_fork_the_child_restarts_or_resets(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     child: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     assert child == {"again_alive": True, "reset_alive": False, "again_ran": True,
-                     "reset_ran": False, "reset_restarted": True, "stopped": True}
+                     "reset_ran": False, "reset_restarted": True, "stopped": True,
+                     "on_fork_before_restart": True}

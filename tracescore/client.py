@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from functools import partial
+from typing import Any, TypeVar
+from uuid import UUID
 
 from opentelemetry.sdk._logs.export import LogRecordExporter
 from opentelemetry.sdk.metrics.export import MetricReader
@@ -24,6 +25,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from . import __version__ as _version
+from ._client import frameworks
 from ._client.feedback import Feedback
 from ._client.lifecycle import Lifecycle
 from ._client.manual import (  # (the bounds: documented here, as tracescore.client's)
@@ -51,7 +53,7 @@ from .lazy_record import LazyRecord
 from .metrics.base import Metric
 from .queue import RecordQueue
 from .record import Context, RagRecord
-from .runs import RunIds, RunScope, current_scope, enter_scope, exit_scope
+from .runs import RunIds, RunScope, current_scope, run_scope
 from .sampling import DEFAULT_RULES, Decision, Rule, Sampler
 from .settings import Settings
 from .store.retention import Retention, RetentionThread
@@ -66,8 +68,19 @@ DEFAULT_METRICS = ("rouge", "bleu", "token_f1", "exact_match", "rgb_accuracy", "
 #: Span attribute values (contexts, answers) longer than this are cut, with a content hash.
 DEFAULT_MAX_ATTRIBUTE_CHARS = 4000
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+_Self = TypeVar("_Self", bound="Tracescore")
 
-class Tracescore(Feedback, Lifecycle):
+
+def _doc(documented: Callable[..., Any]) -> Callable[[_F], _F]:
+    """A documented method of the client that delegates to a part: its text is the part's."""
+    def copy(method: _F) -> _F:
+        method.__doc__ = documented.__doc__
+        return method
+    return copy
+
+
+class Tracescore:
     """A running tracescore pipeline. Create it with :func:`tracescore.init`.
 
     Thread-safe. Methods that the app's request path calls (the framework handlers, and
@@ -246,7 +259,7 @@ class Tracescore(Feedback, Lifecycle):
             s, self.worker, self.db_path, self.metrics, self.export_metrics)
         if self.attacher is not None:
             self.attacher.bind_tracer(self.tracer)
-            self.attacher.on_delivered = self.worker.note_delivered
+            self.attacher.on_delivered = self.worker.deliveries.note
             if isinstance(plan.span_exporter, CountingSpanExporter):
                 # tracescore's own exporter: a score is delivered once its span was exported
                 plan.span_exporter.on_result = self.attacher.exported
@@ -273,7 +286,17 @@ class Tracescore(Feedback, Lifecycle):
         self.retention, self.monitors, self.sessions = start_services(
             s, self.db_path, telemetry=self.telemetry, embedder=self.embedder,
             wake=self.worker.wake if s.score else None)
-        self.export_metrics.bind(self._snapshot)
+        self._closed = False
+        #: flush, shutdown, stats (the client's documented methods delegate to it)
+        self.lifecycle = Lifecycle(
+            self.db_path, self._metric_names, queue=self.queue, worker=self.worker,
+            attacher=self.attacher, telemetry=self.telemetry, losses=self.losses,
+            export_loss=self.export_loss, judge_session=self.judge_session,
+            services=(self.retention, self.monitors, self.sessions), embedder=self.embedder,
+            adopted=self._adopted, scoring=lambda: self.scoring,
+            counts=lambda: (self.records_seen, self.records_sampled, self.drops.count),
+            closing=partial(setattr, self, "_closed", True), uninstrument=self._uninstrument)
+        self.export_metrics.bind(self.lifecycle.snapshot)
         if s.score:
             self.worker.start()
         self._langchain_handler: Any = None
@@ -283,13 +306,12 @@ class Tracescore(Feedback, Lifecycle):
         if s.capture == "otel":
             from .intake.otel import attach
 
-            self.otel_capture = attach(self, s.tracer_provider)
+            self.otel_capture = self.lifecycle.otel_capture = attach(self, s.tracer_provider)
         #: app run id (``config={"run_id": ...}``) → trace id, for feedback by run id
         self.run_ids = RunIds()
-        self._closed = False
-        self._lock = threading.Lock()
-        #: flush()'s connection per flushing thread (see Lifecycle._open_jobs)
-        self._flush_readers = threading.local()
+        #: ground truths, feedback, labels (the client's documented methods delegate to it)
+        self.feedback = Feedback(self.run_ids, self.queue, self.metrics,
+                                 capture_content=s.capture_content, redact=s.redact)
 
     @property
     def contexts_dropped(self) -> int:
@@ -305,53 +327,77 @@ class Tracescore(Feedback, Lifecycle):
         p = self.tracer_provider
         return type(p) is not OwnProvider or p.processors > 0
 
-    # -- framework entry points ----------------------------------------------------------------
+    # -- framework entry points (tracescore/_client/frameworks.py) ----------------------------
+    @_doc(frameworks.langchain_handler)
     def langchain_handler(self) -> Any:
-        """A LangChain callback handler bound to this pipeline (one per Tracescore)."""
-        if self._langchain_handler is None:
-            from .integrations.langchain import TracescoreCallbackHandler
+        return frameworks.langchain_handler(self)
 
-            self._langchain_handler = TracescoreCallbackHandler(self)
-        return self._langchain_handler
-
+    @_doc(frameworks.instrument_langchain)
     def instrument_langchain(self) -> None:
-        """Trace every LangChain run in the process (through langchain_core's configure hook).
-
-        Without LangChain: an ImportError that says ``pip install 'tracescore[langchain]'``."""
-        from .integrations.langchain import instrument
-
-        instrument(self.langchain_handler())
+        frameworks.instrument_langchain(self)
 
     def uninstrument_langchain(self) -> None:
-        from .integrations.langchain import uninstrument
+        frameworks.uninstrument_langchain(self)
 
-        uninstrument(self._langchain_handler)
-
+    @_doc(frameworks.instrument_llama_index)
     def instrument_llama_index(self) -> None:
-        """Trace every LlamaIndex query, retrieval and LLM call (root instrumentation dispatcher).
-
-        Without LlamaIndex: an ImportError that says ``pip install 'tracescore[llama-index]'``."""
-        from .integrations.llama_index import instrument
-
-        self._llama_index = instrument(self)
+        frameworks.instrument_llama_index(self)
 
     def uninstrument_llama_index(self) -> None:
-        if self._llama_index is not None:
-            from .integrations.llama_index import uninstrument
+        frameworks.uninstrument_llama_index(self)
 
-            uninstrument(self._llama_index)
-            self._llama_index = None
-
+    @_doc(frameworks.instrument)
     def instrument(self) -> list[str]:
-        """Instrument every supported framework that is installed; returns their names."""
-        done = []
-        if _installed("langchain_core"):
-            self.instrument_langchain()
-            done.append("langchain")
-        if _installed("llama_index.core"):
-            self.instrument_llama_index()
-            done.append("llama_index")
-        return done
+        return frameworks.instrument(self)
+
+    def _uninstrument(self) -> None:
+        """At shutdown: the frameworks this client instrumented are left alone again."""
+        if self._langchain_handler is not None:
+            self.uninstrument_langchain()
+        self.uninstrument_llama_index()
+
+    # -- what arrives after a run (tracescore/_client/feedback.py) -------------------------
+    @_doc(Feedback.trace_id_of)
+    def trace_id_of(self, run_id: str | UUID) -> str | None:
+        return self.feedback.trace_id_of(run_id)
+
+    @_doc(Feedback.add_ground_truth)
+    def add_ground_truth(self, trace_id: str | UUID, ground_truths: Sequence[str]) -> None:
+        self.feedback.add_ground_truth(trace_id, ground_truths)
+
+    @_doc(Feedback.add_feedback)
+    def add_feedback(self, trace_id: str | UUID, value: float | bool | str | None = None, *,
+                     label: str | None = None, name: str = "user",
+                     comment: str | None = None) -> None:
+        self.feedback.add_feedback(trace_id, value, label=label, name=name, comment=comment)
+
+    @_doc(Feedback.add_label)
+    def add_label(self, trace_id: str | UUID, score_name: str, value: Any,
+                  annotator: str | None = None, comment: str | None = None) -> None:
+        self.feedback.add_label(trace_id, score_name, value, annotator, comment)
+
+    # -- life cycle (tracescore/_client/lifecycle.py) --------------------------------------
+    @_doc(Lifecycle.flush)
+    def flush(self, timeout: float = 30.0) -> bool:
+        return self.lifecycle.flush(timeout)
+
+    @_doc(Lifecycle.close_sessions)
+    def close_sessions(self, now: float | None = None) -> Any:
+        return self.lifecycle.close_sessions(now)
+
+    @_doc(Lifecycle.shutdown)
+    def shutdown(self, timeout: float = 30.0) -> bool:
+        return self.lifecycle.shutdown(timeout)
+
+    @_doc(Lifecycle.stats)
+    def stats(self) -> dict[str, Any]:
+        return self.lifecycle.stats()
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
 
     # -- the hot path -------------------------------------------------------------------------
     def submit(self, record: RagRecord, *, hold_span: bool = True,
@@ -519,72 +565,31 @@ class Tracescore(Feedback, Lifecycle):
         self.submit(self.prepare(record), hold_span=span_id is not None)
         return record
 
+    # (the request path calls the bound methods of the privacy part, set on the instance)
+    @_doc(Privacy.prepare)
     def prepare(self, record: RagRecord) -> RagRecord:
-        """Apply content capture/redaction to a record before anything stores or exports it.
+        return self.privacy.prepare(record)
 
-        ``capture_content=False`` keeps no free text: query, answer, contexts, ground truths
-        and prompt are dropped; the error keeps only the exception type; metadata keeps its
-        keys, numbers and booleans, each string becomes ``"<redacted: N chars>"``; the user id
-        becomes a hash (``sha256:`` + 16 hex). Kept as they are: trace/span ids, session id,
-        tags, model, timings and token counts. With ``redact``, the function is applied to
-        every one of those strings instead (metadata values, the error, the user id and each
-        context's metadata included).
-        """
-        return self.privacy.prepare(record)  # (an instance attribute: the part's own)
-
+    @_doc(Privacy.redact_text)
     def redact_text(self, text: str) -> str | None:
-        """What may go on a span for ``text`` (None when content capture is off)."""
         return self.privacy.redact_text(text)
 
+    @_doc(Privacy.redact_value)
     def redact_value(self, value: Any) -> Any:
-        """Metadata as it may be stored or exported: every string redacted (capture off: each
-        string replaced by its length). Containers are walked to a bounded depth."""
         return self.privacy.redact_value(value)
 
+    @_doc(Privacy.redact_id)
     def redact_id(self, user_id: str | None) -> str | None:
-        """A user id as it may be stored or exported (capture off: a hash of it)."""
         return self.privacy.redact_id(user_id)
 
+    @_doc(Privacy.redact_error)
     def redact_error(self, error: BaseException) -> str:
-        """An exception as it may go on a span status or in the database."""
         return self.privacy.redact_error(error)
 
-    @contextmanager
-    def run(
-        self,
-        *,
-        ground_truths: Sequence[str] = (),
-        metadata: Mapping[str, Any] | None = None,
-        session_id: str | None = None,
-        user_id: str | None = None,
-    ) -> Iterator[RunScope]:
-        """Scope for the app's next run(s): what they carry, and their trace ids.
-
-        ``with ts.run(ground_truths=["ref"]) as run: chain.invoke(q)`` — the record of every
-        run captured in the block (LangChain, LangGraph, LlamaIndex) gets these ground truths,
-        metadata, session and user; ``run.trace_id`` is the trace id of the run (the latest
-        one, if several) for a later :meth:`add_ground_truth` or :meth:`add_feedback`. A
-        ``ContextVar``: concurrent requests each see their own scope. Never blocks.
-        """
-        if isinstance(ground_truths, str) or not all(isinstance(g, str) for g in ground_truths):
-            raise TypeError("ground_truths must be a sequence of str")
-        for name, value in (("session_id", session_id), ("user_id", user_id)):
-            if value is not None and not isinstance(value, str):
-                raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
-        if metadata is not None and not isinstance(metadata, Mapping):
-            raise TypeError(f"metadata must be a mapping, got {type(metadata).__name__}")
-        scope = RunScope(tuple(ground_truths), metadata or {}, session_id, user_id)
-        token = enter_scope(scope)
-        try:
-            yield scope
-        finally:
-            exit_scope(token)
-
-def _installed(module: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # the parent package is missing
-        return False
+    @_doc(run_scope)
+    def run(self, *, ground_truths: Sequence[str] = (), metadata: Mapping[str, Any] | None = None,
+            session_id: str | None = None, user_id: str | None = None
+            ) -> AbstractContextManager[RunScope]:
+        return run_scope(ground_truths=ground_truths, metadata=metadata,
+                         session_id=session_id, user_id=user_id)
 

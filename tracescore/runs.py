@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 from uuid import UUID
@@ -103,3 +104,34 @@ class RunIds:
 
 def _key(run_id: UUID | str) -> str:
     return run_id.hex if isinstance(run_id, UUID) else str(run_id).replace("-", "").lower()
+
+
+@contextmanager
+def run_scope(
+    *,
+    ground_truths: Sequence[str] = (),
+    metadata: Mapping[str, Any] | None = None,
+    session_id: str | None = None,
+    user_id: str | None = None,
+) -> Iterator[RunScope]:
+    """Scope for the app's next run(s): what they carry, and their trace ids.
+
+    ``with ts.run(ground_truths=["ref"]) as run: chain.invoke(q)`` — the record of every
+    run captured in the block (LangChain, LangGraph, LlamaIndex) gets these ground truths,
+    metadata, session and user; ``run.trace_id`` is the trace id of the run (the latest
+    one, if several) for a later :meth:`add_ground_truth` or :meth:`add_feedback`. A
+    ``ContextVar``: concurrent requests each see their own scope. Never blocks.
+    """
+    if isinstance(ground_truths, str) or not all(isinstance(g, str) for g in ground_truths):
+        raise TypeError("ground_truths must be a sequence of str")
+    for name, value in (("session_id", session_id), ("user_id", user_id)):
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata must be a mapping, got {type(metadata).__name__}")
+    scope = RunScope(tuple(ground_truths), metadata or {}, session_id, user_id)
+    token = enter_scope(scope)
+    try:
+        yield scope
+    finally:
+        exit_scope(token)

@@ -12,10 +12,9 @@ leases it by itself and nothing beside it), so a job that kills its process ever
 its own ``max_attempts`` and ends in a "gave up" error score, not the attempts of the jobs
 leased with it.
 
-Its parts live in :mod:`tracescore.scoring`: local jobs scored in batches, completions,
-deliveries to the span attacher, and scores on write (the background writer scores cheap
-built-in local metrics itself as it stores a sampled record, with this worker's metrics,
-redaction, exporter and attacher; the worker scores everything else).
+It holds its parts (:mod:`tracescore.scoring`): the batch runner of local jobs, the completion
+writer, deliveries to the span attacher, and scores on write (the background writer scores
+cheap built-in local metrics as it stores a sampled record; the worker everything else).
 
 Everything here runs with OpenTelemetry instrumentation suppressed: the judge's own LLM calls are
 never traced, captured and scored in a loop.
@@ -37,21 +36,22 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from ._internal.errors import record_internal_error
+from ._internal.service import Service
 from .judge.base import RetryLater
-from .judge.session import JudgeSession
 from .metrics.base import Metric
 from .processor import ScoreAttachingProcessor, ScoreRef
 from .record import RagRecord
 from .score import Score
-from .scoring.batches import LocalBatches, _free_slots
+from .scoring.batches import BatchRunner, _free_slots, early_scores, local_scores
 from .scoring.calls import (
     _refused,
     canary_once,
     score_metric,
 )
-from .scoring.completions import Completions
+from .scoring.completions import CompletionWriter
 from .scoring.deliveries import DeliveryLedger
 from .scoring.failing import FailingMetrics
+from .scoring.limits import Limits
 from .scoring.lost import LostJobs
 from .scoring.on_write import ScoresOnWrite
 from .scoring.returns import JobReturns
@@ -67,7 +67,19 @@ def _part(part: str, name: str) -> Any:
                     lambda self, value: setattr(getattr(self, part), name, value))
 
 
-class ScoringWorker(LocalBatches, Completions):
+def _parts(part: str, names: str) -> Any:
+    """:func:`_part` for each of ``names`` (space-separated, the part's own names)."""
+    return tuple(_part(part, name) for name in names.split())
+
+
+class ScoringWorker:
+    """The scoring loop (see the module doc). It holds its parts — the batch runner of local
+    jobs, the completion writer, the delivery ledger, the job returns, the lost jobs, the
+    on-write scorer and the supervisor — and the settings and figures they own are read and
+    set on it as before (``worker.straggle_s``, ``worker.scored`` ...)."""
+
+    _service: Service
+
     def __init__(
         self,
         db_path: str,
@@ -84,24 +96,18 @@ class ScoringWorker(LocalBatches, Completions):
         self.db_path = db_path
         self.metrics: Mapping[str, Metric] = {m.name: m for m in metrics}
         self.attacher = attacher
-        self.concurrency = max(1, concurrency)
+        #: concurrency, max_attempts, metric_timeout_s, judge_max_wait_s (shared with the parts)
+        self.limits = Limits(concurrency, max_attempts, metric_timeout_s)
         self.lease_seconds = lease_seconds
-        self.max_attempts = max_attempts
-        self.metric_timeout_s = metric_timeout_s
         self.poll_seconds = poll_seconds
-        #: Called once per stored job with its scores (export: log records, histogram points).
-        self.on_scores = on_scores
         self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-        #: the app's redaction function (Tracescore sets it)
-        self.redact: Callable[[str], str] | None = None
-        #: jobs scored (and error scores among them) by this loop; scored on write: their own
-        #: counters (another thread), ``scored``/``errors`` sum both
-        self._scored = 0
-        self._errors = 0
+        self._stopping = False
         #: metrics that have failed on every record so far (said once, in stats())
         self.failing = FailingMetrics()
-        #: The judge session of judge metrics (its SQLite connection lives on this loop).
-        self.judge_session: JudgeSession | None = None
+        #: stores scores, tells the exporter and the attacher (scoring/completions.py)
+        self.writer = CompletionWriter(db_path, self.metrics, self.failing, attacher=attacher,
+                                       owner=lambda: self.owner,
+                                       stopping=lambda: self._stopping, on_scores=on_scores)
         #: judge budgets: which records of a budgeted judge metric go to the judge
         #: (:class:`tracescore.budget.selector.AdaptiveJudging`), or None
         self.judging: Any = None
@@ -110,72 +116,45 @@ class ScoringWorker(LocalBatches, Completions):
         #: verdict before reporting, such as the demo
         self.canary_done = threading.Event()
         self.judge_timeout_s = 600.0
-        #: how long a job may wait for the judge (breaker open, budget) before it fails
-        self.judge_max_wait_s = 6 * 3600.0
         #: judge jobs leased per unit of concurrency (they wait far more than they compute)
         self.judge_window = 8
-        #: Local jobs leased together are scored together (one executor call, one commit):
-        #: one asyncio task and one executor hop per job cost the scorer more than most local
-        #: metrics themselves. ``concurrency`` still bounds the local jobs in flight.
-        self._local_open: set[int] = set()
         self._loop_state: Any = None
-        #: local jobs leased per unit of ``concurrency`` (at most ``concurrency`` run at
-        #: once whatever it is). Larger windows make fewer, larger batches: the scorer loop's
-        #: CPU per record −40 % at 16, and, since a lease costs no attempt and a job whose
-        #: lease ran out runs alone (see the module docstring), a worker killed while holding
-        #: the window spends at most one attempt of each job it held and not run, once. Kept
-        #: at 1: at 16 the scorer's larger batches starved the writer thread of the GIL under
-        #: a sustained ``log_record`` load (issue 19, bench/pipeline_rate.py: 3 of 5 rounds
-        #: stored 4,800–7,500 records/s instead of ~13,300, more dropped).
-        self.local_window = 1
         #: lost jobs (their lease ran out) run alone: scoring/lost.py
-        self.lost = LostJobs(db_fault=self._db_fault,
+        self.lost = LostJobs(db_fault=self.writer.db_fault,
                              leased_ok=lambda: setattr(self, "db_ok_at", time.time()),
                              lease_again=partial(setattr, self, "_lease_hint", True))
-        #: a batch's metric running this long: the scores ready so far are stored, and
-        #: another pool thread takes the batch's next metrics (``first_call_straggle_s`` for
-        #: a metric's first call here: it imports its libraries, and two threads importing
-        #: one library at once can see it half-initialised)
-        self.straggle_s = 0.05
-        self.first_call_straggle_s = 5.0
         #: a wake that may mean new jobs (a write, a flush): the loop leases at its next turn;
         #: a wake for deliveries only does not (an empty lease is a write transaction)
         self._lease_hint = True
-        self._batchable: dict[str, bool] = {}
         #: metrics that have run once here (see ``first_call_straggle_s``)
         self._warm: set[str] = set()
+        writer, limits = self.writer, self.limits
         #: the writer thread's scorer of cheap local jobs (the queue's port hands it over)
         self.on_write = ScoresOnWrite(
             self.metrics, warm=self._warm, live=self._open_on_write,
-            convert=lambda m, result: [self._clean(s) for s in self._local_scores(m, result)],
-            done=self._stored_on_write, attached=attacher is not None)
-        self._completions: list[tuple[Job, list[Score], asyncio.Future[Any]]] = []
-        self._running_jobs = 0
+            convert=lambda m, result: [writer.clean(s) for s in
+                                       local_scores(m, result, limits.metric_timeout_s)],
+            done=writer.stored_on_write, attached=attacher is not None)
         #: delivery marks from the span attacher, and the redelivery sweep
         self.deliveries = DeliveryLedger(
             db_path, attacher, owner=lambda: self.owner, wake=partial(self.wake, False),
-            running=lambda: self._thread is not None and self._thread.is_alive(),
-            db_fault=self._db_fault, db_ok=self._db_ok)
+            running=lambda: self._service.alive,
+            db_fault=writer.db_fault, db_ok=writer.db_ok)
         #: what stats() shows of the database, read by this thread (never the caller's)
         self.db_snapshot: dict[str, Any] = {}
         self.db_snapshot_every_s = 1.0
         #: how long one statement waits for another process's lock; then the worker moves on
         #: (a refused release is retried each loop, a refused lease at the next wake)
         self.busy_timeout_s = 5.0
-        #: the database error that stopped the last read/write here, or None
-        self.db_unavailable: str | None = None
-        #: a write refused for a reason that passes (disk full, I/O error, lock) and not yet
-        #: followed by one that passed: scores wait in memory meanwhile (see _store_scores)
-        self._write_fault: str | None = None
-        self._recovered_at = 0.0
         #: jobs held, given back, and give-backs the database refused (scoring/returns.py)
-        self.returns = JobReturns(db_path, owner=lambda: self.owner, db_fault=self._db_fault,
-                                  refused=partial(setattr, self, "db_unavailable"),
+        self.returns = JobReturns(db_path, owner=lambda: self.owner, db_fault=writer.db_fault,
+                                  refused=partial(setattr, writer, "db_unavailable"),
                                   busy_timeout_s=lambda: self.busy_timeout_s)
+        #: local jobs leased together are scored together (scoring/batches.py)
+        self.batches = BatchRunner(self.metrics, writer, self.returns, limits, warm=self._warm,
+                                   stopping=lambda: self._stopping, refill=self._refill)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping = False
         self.stop_grace_s = 5.0
         self._idle = threading.Event()
         self._started = threading.Event()
@@ -184,53 +163,55 @@ class ScoringWorker(LocalBatches, Completions):
         #: (liveness and readiness of a `tracescore worker`)
         self.heartbeat = 0.0
         self.db_ok_at = 0.0
-        #: Supervision of the scoring loop (scoring/supervisor.py): anything escaping it ends
-        #: that run of the loop; the thread starts it again after a backoff, a bounded number
-        #: of times in a row, then stays dead.
+        #: anything escaping a run of the loop ends it; the thread starts it again after a
+        #: backoff, a bounded number of times in a row, then stays dead (scoring/supervisor.py)
         self.supervisor = Supervisor()
         self._loop_running = False
-        self._halt = threading.Event()
-        os.register_at_fork(after_in_child=self._after_fork)
+        #: the thread: start, stop with a deadline, after-fork (_internal/service.py); its
+        #: step is one run of the loop under the supervisor, until the worker stops or it dies
+        self._service = Service("tracescore-scorer", partial(
+            self.supervisor.step, self._run, died=self._died, restarted=self._restarted,
+            stopping=lambda: self._stopping, end=lambda: self._service.stop(0)),
+            interval_s=3600.0, on_exit=self._thread_ended, restart_after_fork=True,
+            on_fork=self._after_fork)
 
     def _after_fork(self) -> None:
-        """``os.fork()`` after init (gunicorn ``--preload``): the child has no scoring thread.
-        Start one of its own, with its own lease owner, event loop and connections."""
-        was_running = self._thread is not None and not self._stopping
+        """``os.fork()`` after init (gunicorn ``--preload``): the child has no scoring thread;
+        before the service starts one of its own there (if one ran in the parent), the loop
+        gets its own lease owner, event loop and connections."""
         self.owner = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self._loop = None
         self._wake = None
-        self._thread = None
         self._executor = None
         self._idle = threading.Event()
         self._started = threading.Event()
         self.on_write.after_fork()
         self.deliveries.after_fork()
-        self._completions = []
-        self._running_jobs = 0
+        self.writer.reset()
         self._loop_running = False
-        self._halt = threading.Event()
         self.returns.reset()
         self._lease_hint = True
-        self._local_open = set()
+        self.batches.open = set()
         self.lost.reset()
+        self.supervisor.reset()
         if self.judge_session is not None:
             self.judge_session.after_fork()
-        if was_running:
-            self._stopping = False
-            self._thread = threading.Thread(target=self._run, name="tracescore-scorer",
-                                            daemon=True)
-            self._thread.start()
+        if self.supervisor.gave_up and not self._stopping:
+            self._service.start()  # (a loop that gave up in the parent: the child tries again)
+
+    @property
+    def _thread(self) -> threading.Thread | None:
+        return self._service.thread
 
     # -- control (any thread) ----------------------------------------------------------------
     def start(self) -> None:
-        if self._thread is not None and self._thread.is_alive():
+        if self._service.alive:
             return
         self._stopping = False
         self.supervisor.gave_up = False
-        self._halt.clear()
+        self.supervisor.reset()
         self._started.clear()
-        self._thread = threading.Thread(target=self._run, name="tracescore-scorer", daemon=True)
-        self._thread.start()
+        self._service.start()
         self._started.wait(10)
 
     def wake(self, jobs: bool = True) -> None:
@@ -248,34 +229,22 @@ class ScoringWorker(LocalBatches, Completions):
         # in-flight jobs get part of the timeout to finish; the rest are given back
         self.stop_grace_s = max(0.0, min(5.0, timeout * 0.5))
         self._stopping = True
-        self._halt.set()
         self.wake()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._service.stop(timeout)
 
     # -- scores on write (the part the writer thread calls; see scoring/on_write.py) ---------
     def _open_on_write(self) -> bool:
         return self.alive and not self._stopping
 
-    def _stored_on_write(self, record_id: str, scores: Sequence[Score],
-                         refs: Sequence[ScoreRef]) -> None:
-        self.failing.note(scores)
-        self._stored(record_id, refs)
-        if self.attacher is not None:
-            try:
-                self.attacher.job_done(record_id, refs)
-            except Exception as exc:
-                record_internal_error("worker.job_done", exc)
-
     @property
     def scored(self) -> int:
         """Jobs scored in this process (by the loop, and on write)."""
-        return self._scored + self.scored_on_write
+        return self.writer.scored + self.on_write.scored
 
     @property
     def errors(self) -> int:
         """Error scores among them."""
-        return self._errors + self.errors_on_write
+        return self.writer.errors + self.on_write.errors
 
     @property
     def idle(self) -> bool:
@@ -285,7 +254,7 @@ class ScoringWorker(LocalBatches, Completions):
     def alive(self) -> bool:
         """The scoring loop is running (False before start, after stop, while it waits to be
         restarted, and once it gave up)."""
-        return self._loop_running and self._thread is not None and self._thread.is_alive()
+        return self._loop_running and self._service.alive
 
     def health(self) -> dict[str, Any]:
         """The scorer's health for ``stats()`` and ``/readyz`` (any thread; plain reads)."""
@@ -294,57 +263,48 @@ class ScoringWorker(LocalBatches, Completions):
                 "last_error": sup.last_error, "last_error_at": sup.last_error_at}
 
     # -- the parts' settings and figures, where callers have always read them ---------------
+    #: the limits, shared with the parts (scoring/limits.py)
+    concurrency, max_attempts, metric_timeout_s, judge_max_wait_s = _parts(
+        "limits", "concurrency max_attempts metric_timeout_s judge_max_wait_s")
+    #: the completion writer's: the app's ``redact``, the exporter's ``on_scores``, the judge
+    #: session of judge metrics (its SQLite connection lives on this loop), the database
+    #: error that stopped the last read/write here (or None), and its figures
+    redact, on_scores, judge_session, db_unavailable = _parts(
+        "writer", "redact on_scores judge_session db_unavailable")
+    _scored, _errors, _running_jobs = _parts("writer", "scored errors running")
+    #: the batch runner's (local jobs in flight, their window, the straggler settings)
+    _local_open = _part("batches", "open")
+    local_window, straggle_s, first_call_straggle_s = _parts(
+        "batches", "local_window straggle_s first_call_straggle_s")
     #: the supervisor's (``gave_up``: the loop died ``max_restarts`` times in a row and is
     #: not restarted any more)
-    restarts = _part("supervisor", "restarts")
-    last_error = _part("supervisor", "last_error")
-    last_error_at = _part("supervisor", "last_error_at")
-    max_restarts = _part("supervisor", "max_restarts")
-    restart_backoff_s = _part("supervisor", "restart_backoff_s")
-    healthy_after_s = _part("supervisor", "healthy_after_s")
-    gave_up = _part("supervisor", "gave_up")
-    #: the delivery ledger's
-    redeliver_after_s = _part("deliveries", "redeliver_after_s")
-    redeliver_backoff_s = _part("deliveries", "redeliver_backoff_s")
-    export_confirm_timeout_s = _part("deliveries", "export_confirm_timeout_s")
-    redelivered = _part("deliveries", "redelivered")
-    #: the give-backs' (jobs deferred to wait for the judge)
+    restarts, last_error, last_error_at, max_restarts, restart_backoff_s, healthy_after_s, \
+        gave_up = _parts("supervisor", "restarts last_error last_error_at max_restarts "
+                         "restart_backoff_s healthy_after_s gave_up")
+    #: the delivery ledger's, and the give-backs' (jobs deferred to wait for the judge)
+    redeliver_after_s, redeliver_backoff_s, export_confirm_timeout_s, redelivered, bad_ids = \
+        _parts("deliveries", "redeliver_after_s redeliver_backoff_s export_confirm_timeout_s "
+               "redelivered bad_ids")
     deferred = _part("returns", "deferred")
-    bad_ids = _part("deliveries", "bad_ids")
     #: the on-write scorer's (``score_on_write`` False: the writer scores nothing)
     score_on_write = _part("on_write", "enabled")
-    on_write_budget_s = _part("on_write", "budget_s")
-    on_write_slow_s = _part("on_write", "slow_s")
-    scored_on_write = _part("on_write", "scored")
-    errors_on_write = _part("on_write", "errors")
-
-    def note_delivered(self, score_ids: list[int], how: str) -> None:
-        """The attacher's ``on_delivered`` (any thread)."""
-        self.deliveries.note(score_ids, how)
-
-    def sync_delivered(self, timeout: float) -> bool:
-        """Wait until every delivery noted so far is written to the database."""
-        return self.deliveries.sync(timeout)
-
-    def write_delivered(self) -> None:
-        """After :meth:`stop`: write the deliveries noted since (spans flushed at the end)."""
-        self.deliveries.write_after_stop()
+    on_write_budget_s, on_write_slow_s = _parts("on_write", "budget_s slow_s")
+    scored_on_write, errors_on_write = _part("on_write", "scored"), _part("on_write", "errors")
 
     # -- the loop ---------------------------------------------------------------------------
-    def _run(self) -> None:
-        """The thread's body: runs the loop under the supervisor (scoring/supervisor.py),
-        with OpenTelemetry instrumentation suppressed."""
+    def _run(self, restarted: bool) -> None:
+        """One run of the loop (the supervisor's step calls it on the service's thread), with
+        OpenTelemetry instrumentation suppressed."""
         token = otel_context.attach(
-            otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True)
-        )
+            otel_context.set_value(otel_context._SUPPRESS_INSTRUMENTATION_KEY, True))
         try:
-            self.supervisor.run(lambda restarted: asyncio.run(self._main(restarted=restarted)),
-                                died=self._died, restarted=self._restarted,
-                                stopping=lambda: self._stopping, halt=self._halt)
+            asyncio.run(self._main(restarted=restarted))
         finally:
-            self._loop_running = False
-            self._started.set()  # a start() waiting for a loop that died at once
             otel_context.detach(token)
+
+    def _thread_ended(self) -> None:
+        self._loop_running = False
+        self._started.set()  # a start() waiting for a loop that died at once
 
     def _died(self) -> None:
         """A run of the loop died: what it held goes back now."""
@@ -353,8 +313,7 @@ class ScoringWorker(LocalBatches, Completions):
 
     def _restarted(self) -> None:
         """Before the next run: the dead run's state goes."""
-        self._completions = []
-        self._running_jobs = 0
+        self.writer.reset()
         if self.judge_session is not None:
             try:  # its locks, slots and client belong to the dead loop
                 self.judge_session.after_fork()
@@ -363,10 +322,13 @@ class ScoringWorker(LocalBatches, Completions):
 
     async def _main(self, *, restarted: bool = False) -> None:
         self._loop = asyncio.get_running_loop()
-        self._local_open = set()  # (a restarted loop: the dead one's batches are gone)
+        batches = self.batches
+        batches.open = set()  # (a restarted loop: the dead one's batches are gone)
         self.lost.alone = set()
         self._wake = asyncio.Event()
         self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tracescore-m")
+        self.writer.loop = batches.loop = self._loop
+        batches.executor = self._executor
         store = open_store(self.db_path, timeout_s=self.busy_timeout_s)
         self._loop_running = True
         self._started.set()
@@ -375,7 +337,8 @@ class ScoringWorker(LocalBatches, Completions):
         # Judge jobs mostly wait (on the judge, or on a step another job of the same record
         # already asked for), so they get a wider window than CPU-bound local jobs; the judge
         # session caps the calls in flight at `concurrency` (JudgeSession.max_concurrency).
-        # Local jobs are leased ``local_batch`` at a time, each lease one task (:meth:`_batch`).
+        # Local jobs are leased ``local_batch`` at a time, each lease one task
+        # (:meth:`BatchRunner.run`).
         pools: list[tuple[list[str], int, set[asyncio.Task[None]], bool]] = [
             (sorted(n for n, m in self.metrics.items() if m.kind != "judge"),
              self.concurrency, set(), True),
@@ -424,20 +387,19 @@ class ScoringWorker(LocalBatches, Completions):
                     if self.lost.alone or self._lost_turn(store, pools, inflight_jobs, leased):
                         lease_now = False  # nothing beside a lost job
                 for names, limit, tasks, batched in pools:
-                    free = (limit * self.local_window - len(self._local_open) if batched
-                            else limit - len(tasks))
+                    free = batches.free() if batched else limit - len(tasks)
                     if free > 0 and names and lease_now:
                         want = free
                         try:
                             got = store.lease_jobs(self.owner, want, self.lease_seconds, names)
                             self.db_ok_at = time.time()
                         except Exception as exc:
-                            if not self._db_fault(store, exc):
+                            if not self.writer.db_fault(store, exc):
                                 record_internal_error("worker.lease", exc)
                             more = True  # (tried again at the loop's next turn)
                             continue
                         if got:
-                            self._db_ok()  # (an empty lease writes nothing: proves nothing)
+                            self.writer.db_ok()  # (an empty lease writes nothing: proves nothing)
                         more = more or len(got) >= want
                         if batched:
                             local_full = len(got) >= want
@@ -461,7 +423,7 @@ class ScoringWorker(LocalBatches, Completions):
                     try:
                         store.renew_leases(self.owner, list(inflight_jobs), self.lease_seconds)
                     except Exception as exc:
-                        if not self._db_fault(store, exc):
+                        if not self.writer.db_fault(store, exc):
                             record_internal_error("worker.renew", exc)
                 if leased:
                     self._idle.clear()
@@ -469,22 +431,23 @@ class ScoringWorker(LocalBatches, Completions):
                     batch: list[Job] = []
                     for job, tasks, batched in leased:
                         self.returns.held.add(job.job_id)
-                        if batched and self._in_batch(job.metric):
+                        if batched and batches.in_batch(job.metric):
                             batch.append(job)
                             continue
                         self.returns.spawn(self._job(store, job, records.get(job.record_id)), [job],
                                     tasks, inflight, inflight_jobs)
                     if batch:
                         ids = [j.job_id for j in batch]
-                        self._local_open.update(ids)
-                        self.returns.spawn(self._batch(store, batch, records, local_full), batch,
-                                    pools[0][2], inflight, inflight_jobs).add_done_callback(
-                            partial(_free_slots, self._local_open, ids))
+                        batches.open.update(ids)
+                        self.returns.spawn(batches.run(store, batch, records, local_full), batch,
+                                           pools[0][2], inflight, inflight_jobs
+                                           ).add_done_callback(
+                            partial(_free_slots, batches.open, ids))
                     for job, _, _ in leased:
                         if job.job_id in self.lost.alone:
                             inflight_jobs[job.job_id].add_done_callback(
                                 partial(self.lost.done, job.job_id))
-                    if more and any(names and (len(self._local_open) < limit * self.local_window
+                    if more and any(names and (batches.free() > 0
                                                if batched else len(tasks) < limit)
                                     for names, limit, tasks, batched in pools):
                         continue
@@ -527,11 +490,52 @@ class ScoringWorker(LocalBatches, Completions):
         leased.append((got, pool[2], pool[3]))
         return True
 
+    def _refill(self, store: StoreAPI) -> None:
+        """Lease local jobs into the batch runner's free slots and start their batch (loop
+        thread; what the loop does at its next turn, done now: the runner calls it when a
+        full batch's metrics are done). A failure leaves it to the loop."""
+        state, batches = self._loop_state, self.batches
+        if state is None or self._stopping or self.lost.waiting:
+            return  # (lost jobs wait: they run alone, see scoring/lost.py)
+        (names, _, tasks, _), inflight, inflight_jobs = state
+        free = batches.free()
+        if free <= 0 or not names:
+            return
+        try:
+            got = store.lease_jobs(self.owner, free, self.lease_seconds, names)
+            self.db_ok_at = time.time()
+            batch = [j for j in got if j.job_id not in inflight_jobs
+                     or j.job_id in self.returns.given_back]
+            if not batch:
+                return
+            records = store.load_records(j.record_id for j in batch)
+        except Exception as exc:
+            if not self.writer.db_fault(store, exc):
+                record_internal_error("worker.lease", exc)
+            self._lease_hint = True
+            return
+        self._idle.clear()
+        plain = [j for j in batch if batches.in_batch(j.metric)]
+        for job in batch:
+            self.returns.given_back.discard(job.job_id)
+            self.returns.held.add(job.job_id)
+            if job not in plain:
+                self.returns.spawn(self._job(store, job, records.get(job.record_id)), [job],
+                                   tasks, inflight, inflight_jobs)
+        if plain:
+            ids = [j.job_id for j in plain]
+            batches.open.update(ids)
+            self.returns.spawn(batches.run(store, plain, records, len(got) >= free), plain,
+                               tasks, inflight, inflight_jobs).add_done_callback(
+                partial(_free_slots, batches.open, ids))
+        if len(got) >= free:
+            self._lease_hint = True  # (more may wait: the loop looks at its next turn)
+
     def _read_snapshot(self, store: StoreAPI) -> None:
         try:
             self.db_snapshot = {"open_jobs": store.open_job_count(list(self.metrics)),
                                 "counters": store.counters(), "checked_at": time.time()}
-            self.db_unavailable = self._write_fault  # (reads pass on a full disk)
+            self.db_unavailable = self.writer.write_fault  # (reads pass on a full disk)
         except Exception as exc:  # locked or broken: stats() shows the last good read
             self.db_unavailable = f"{type(exc).__name__}: {exc}"
 
@@ -547,7 +551,7 @@ class ScoringWorker(LocalBatches, Completions):
     async def _job_body(self, store: StoreAPI, job: Job, record: RagRecord | None) -> None:
         try:
             metric = self.metrics[job.metric]
-            early = self._early_scores(job, metric, record)
+            early = early_scores(job, metric, record, self.max_attempts)
             if early is None and self.judging is not None and job.metric in self.judging:
                 assert record is not None
                 decided = await self.judging.decide_async(store, metric, job.record_id, record)
@@ -565,11 +569,11 @@ class ScoringWorker(LocalBatches, Completions):
                     if waited is None:
                         return
                     scores = waited
-            scores = [self._clean(s) for s in scores]
-            refs = await self._store_scores(store, job, scores)
+            scores = [self.writer.clean(s) for s in scores]
+            refs = await self.writer.store_scores(store, job, scores)
             if refs is None:
                 return  # the lease went to another process, which stores the scores
-            self._scores_stored(job, scores, refs)
+            self.writer.scores_stored(job, scores, refs)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
             if isinstance(exc, Exception) and _refused(store, exc):
                 # stopping while the database refuses the write (full disk): the job waits

@@ -1,28 +1,41 @@
-"""What arrives after a run (:class:`Feedback`, mixed into :class:`tracescore.client.Tracescore`):
-ground truths, user feedback and human labels, by trace id or LangChain run id. Each call
-checks its input and queues the update for the writer; none blocks the request path."""
+"""What arrives after a run (:class:`Feedback`, a part :class:`tracescore.client.Tracescore`
+holds; its documented methods delegate here and carry these docstrings): ground truths, user
+feedback and human labels, by trace id or LangChain run id. Each call checks its input and
+queues the update for the writer; none blocks the request path."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from uuid import UUID
 
 from .._internal.validate import (
     check_id,
 )
-from ..queue import FeedbackUpdate, GroundTruthUpdate
+from ..metrics.base import Metric
+from ..queue import FeedbackUpdate, GroundTruthUpdate, RecordQueue
+from ..runs import RunIds
 
 
 class Feedback:
-    """Ground truths, feedback and labels of a traced run (state lives on the client)."""
+    """Ground truths, feedback and labels of a traced run. Explicit inputs: the client's
+    ``run_ids`` (app run id → trace id), ``queue`` (the updates go to its writer),
+    ``metrics`` (the scales of labels), ``capture_content`` and ``redact``."""
+
+    def __init__(self, run_ids: RunIds, queue: RecordQueue, metrics: Sequence[Metric], *,
+                 capture_content: bool, redact: Callable[[str], str] | None) -> None:
+        self.run_ids = run_ids
+        self.queue = queue
+        self.metrics = metrics
+        self.capture_content = capture_content
+        self.redact = redact
 
     def trace_id_of(self, run_id: str | UUID) -> str | None:
         """The trace id of the root run with this LangChain run id (``config["run_id"]``), if
         it is among the process's most recent 10,000 root runs."""
         return self.run_ids.resolve(run_id)
 
-    def _trace_id(self, trace_id: str | UUID) -> str:
+    def trace_id(self, trace_id: str | UUID) -> str:
         """A 32-hex trace id, or an app run id (UUID) mapped to its trace id."""
         if isinstance(trace_id, UUID) or (isinstance(trace_id, str) and len(trace_id) == 36):
             found = self.run_ids.resolve(trace_id)
@@ -44,7 +57,7 @@ class Feedback:
         applied by the writer, after records already queued; a root span still held for its
         scores waits for the jobs this schedules too.
         """
-        trace_id = self._trace_id(trace_id)
+        trace_id = self.trace_id(trace_id)
         if isinstance(ground_truths, str) or not all(isinstance(g, str) for g in ground_truths):
             raise TypeError("ground_truths must be a sequence of str")
         if not self.capture_content:
@@ -71,7 +84,7 @@ class Feedback:
         """
         import time
 
-        trace_id = self._trace_id(trace_id)
+        trace_id = self.trace_id(trace_id)
         if comment is not None and not isinstance(comment, str):
             raise TypeError(f"comment must be a str or None, got {type(comment).__name__}")
         v: float | None
@@ -117,7 +130,7 @@ class Feedback:
 
         from ..labels import LabelUpdate, check_text, label_value, scale_for
 
-        trace_id = self._trace_id(trace_id)
+        trace_id = self.trace_id(trace_id)
         from ..sessions.metrics import session_score_names
 
         # (the session scores this process's sessions can have: labels on them too)

@@ -1,25 +1,62 @@
-"""The pipeline's life cycle (:class:`Lifecycle`, mixed into :class:`tracescore.client.Tracescore`):
-``flush`` (wait until every record is stored and scored and its spans exported), ``shutdown``
-and ``stats``. ``flush`` and ``shutdown`` block the calling thread (never call them on the
-request path); ``stats`` reads in-memory counters and a cached database snapshot."""
+"""The pipeline's life cycle (:class:`Lifecycle`, a part :class:`tracescore.client.Tracescore`
+holds; its documented methods delegate here and carry these docstrings): ``flush`` (wait until
+every record is stored and scored and its spans exported), ``shutdown`` and ``stats``.
+``flush`` and ``shutdown`` block the calling thread (never call them on the request path);
+``stats`` reads in-memory counters and a cached database snapshot."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import Any, TypeVar
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .._internal import capture_degraded as _degraded
 from .._internal.errors import record_internal_error
-from ..processor import release_processors
+from .._internal.losses import Losses
+from ..export import ExportLoss
+from ..processor import ScoreAttachingProcessor, release_processors
+from ..queue import RecordQueue
 from ..store import open_store
-from ..telemetry import PipelineSnapshot, flush_within, open_jobs
+from ..telemetry import PipelineSnapshot, Telemetry, flush_within, open_jobs
 
-_Self = TypeVar("_Self", bound="Lifecycle")
+if TYPE_CHECKING:  # (the worker is a stage above the client's parts)
+    from ..worker import ScoringWorker
 
 
 class Lifecycle:
-    """Flush, shutdown and stats (state lives on the client)."""
+    """Flush, shutdown and stats of one client, with explicit inputs: the stages it waits
+    for and stops (``queue``, ``worker``, ``attacher``, ``telemetry``, the background
+    services ``retention``, ``monitors``, ``sessions``, the ``embedder``), what ``stats()``
+    reads (``losses``, ``export_loss``, ``judge_session``, and ``counts()``: the client's
+    records seen, sampled, contexts dropped — plain ints the request path bumps), and
+    callbacks into the client: ``scoring()`` (whether this process scores: a ``tracescore
+    worker`` turns it off before its shutdown), ``closing()`` (the client takes no more
+    records; under the shutdown lock) and ``uninstrument()``. ``otel_capture`` is set once
+    ``capture="otel"`` has attached."""
+
+    def __init__(self, db_path: str, metric_names: Sequence[str], *, queue: RecordQueue,
+                 worker: ScoringWorker, attacher: ScoreAttachingProcessor | None,
+                 telemetry: Telemetry, losses: Losses, export_loss: ExportLoss,
+                 judge_session: Any, services: tuple[Any, Any, Any], embedder: Any,
+                 adopted: bool, scoring: Callable[[], bool],
+                 counts: Callable[[], tuple[int, int, int]], closing: Callable[[], None],
+                 uninstrument: Callable[[], None]) -> None:
+        self.db_path = db_path
+        self._metric_names = metric_names
+        self.queue, self.worker, self.attacher = queue, worker, attacher
+        self.telemetry, self.losses, self.export_loss = telemetry, losses, export_loss
+        self.judge_session = judge_session
+        self.retention, self.monitors, self.sessions = services
+        self.embedder = embedder
+        self._adopted = adopted
+        self.scoring, self.counts = scoring, counts
+        self.closing, self.uninstrument = closing, uninstrument
+        self.otel_capture: Any = None
+        self._closed = False
+        self._lock = threading.Lock()
+        #: flush()'s connection per flushing thread (see _open_jobs)
+        self._flush_readers = threading.local()
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Block until everything submitted so far is stored, scored and exported.
@@ -29,7 +66,7 @@ class Lifecycle:
         import time
 
         deadline = time.monotonic() + timeout
-        otel = getattr(self, "otel_capture", None)
+        otel = self.otel_capture
         if otel is not None:  # capture="otel": the traces still waiting become records now
             otel.assemble_all()
         if not self.queue.flush(timeout):
@@ -41,7 +78,7 @@ class Lifecycle:
         # them while a 43k-job backlog drained); the database is asked when the scorer
         # looks idle — a job deferred for the judge, leased by another process or committed
         # after the scorer's last look is still open — at widening intervals while it stays so.
-        if self.scoring:
+        if self.scoring():
             self.worker.wake()
             pause, db_gap, next_check, was_idle = 0.002, 0.005, 0.0, False
             while True:
@@ -70,7 +107,7 @@ class Lifecycle:
         if self.attacher is not None:
             ok = flush_within(self.attacher.force_flush, deadline - time.monotonic(), "spans")
             # exported spans confirmed their scores' delivery: have the worker write that down
-            ok = self.worker.sync_delivered(deadline - time.monotonic()) and ok
+            ok = self.worker.deliveries.sync(deadline - time.monotonic()) and ok
         if self.telemetry.enabled:
             ok = flush_within(self.telemetry.force_flush, deadline - time.monotonic(),
                               "logs-metrics") and ok
@@ -123,7 +160,7 @@ class Lifecycle:
         (:class:`~tracescore.sessions.closer.CloseResult`). The background closer does the
         same every few seconds; this is for tests (a clock moved on instead of a sleep) and
         scripts. Blocking; raises ``RuntimeError`` without ``session_idle``."""
-        closer = getattr(self, "sessions", None)
+        closer = self.sessions
         if closer is None:
             raise RuntimeError("sessions are not closed here: pass session_idle to init "
                                "(and score=True on PostgreSQL)")
@@ -154,14 +191,13 @@ class Lifecycle:
                 return True
             ok = self.flush(timeout)
             self._closed = True
-        if self._langchain_handler is not None:
-            self.uninstrument_langchain()
-        self.uninstrument_llama_index()
+            self.closing()
+        self.uninstrument()
         if self.retention is not None:
             self.retention.stop(left())
         if self.monitors is not None:
             self.monitors.stop(min(5.0, left()))
-        if getattr(self, "sessions", None) is not None:
+        if self.sessions is not None:
             self.sessions.stop(min(5.0, left()))
         # (what the writer could not store by then is counted as lost when it stops)
         ok = self.queue.shutdown(left()) and ok
@@ -206,6 +242,7 @@ class Lifecycle:
 
     def _stats(self) -> dict[str, Any]:
         db = self.worker.db_snapshot
+        seen, sampled, contexts_dropped = self.counts()
         lost = self.losses.snapshot()
         # drops at the full buffer: under the database fault that filled it (``disk_full``,
         # ``db_io_error``, ``db_unavailable``), else ``queue_full`` (the app outpaced the writer)
@@ -239,9 +276,9 @@ class Lifecycle:
             # {"errors": n, "reason": the first error}}
             "failing_metrics": self.worker.failing.snapshot(),
             "open_jobs": db.get("open_jobs"),
-            "records_seen": self.records_seen,
-            "records_sampled": self.records_sampled,
-            "contexts_dropped": self.contexts_dropped,
+            "records_seen": seen,
+            "records_sampled": sampled,
+            "contexts_dropped": contexts_dropped,
             "export_failures": sum(self.export_loss.failures.values()),
             "export_lost": self.export_loss.lost,
             # scores whose span failed to export (they stay undelivered), and scores sent
@@ -258,29 +295,24 @@ class Lifecycle:
                               **self.worker.judging.counts}),
             # the scoring loop's health (None in a capture-only process): alive, restarts
             # (it is restarted after a fault), gave_up, last_error
-            "scorer": self.worker.health() if self.scoring else None,
+            "scorer": self.worker.health() if self.scoring() else None,
             # the session closer of this process (None without session_idle): sessions closed,
             # passes made (docs/sessions.md)
-            "sessions": None if getattr(self, "sessions", None) is None else {
+            "sessions": None if self.sessions is None else {
                 "closed": self.sessions.closed, "passes": self.sessions.passes},
             "db_counters": dict(db.get("counters") or {}),
             "db_checked_at": db.get("checked_at"),
         }
 
-    def _snapshot(self) -> PipelineSnapshot:
+    def snapshot(self) -> PipelineSnapshot:
         """For the observable metrics (metric reader thread): counters plus one SQL query."""
         n_open, lag = open_jobs(self.db_path, self._metric_names)
+        seen, sampled, _ = self.counts()
         return PipelineSnapshot(
-            records_seen=self.records_seen, records_sampled=self.records_sampled,
+            records_seen=seen, records_sampled=sampled,
             records_dropped=self.queue.dropped, queue_depth=self.queue.depth,
             open_jobs=n_open, scoring_lag_s=lag,
         )
-
-    def __enter__(self: _Self) -> _Self:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
 
 
 def _returning_true(stop: Callable[[int], Any]) -> Callable[[int], bool]:

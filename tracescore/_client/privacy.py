@@ -24,7 +24,16 @@ class Privacy:
         self.redact = redact
 
     def prepare(self, record: RagRecord) -> RagRecord:
-        """See :meth:`tracescore.client.Tracescore.prepare`."""
+        """Apply content capture/redaction to a record before anything stores or exports it.
+
+        ``capture_content=False`` keeps no free text: query, answer, contexts, ground truths
+        and prompt are dropped; the error keeps only the exception type; metadata keeps its
+        keys, numbers and booleans, each string becomes ``"<redacted: N chars>"``; the user id
+        becomes a hash (``sha256:`` + 16 hex). Kept as they are: trace/span ids, session id,
+        tags, model, timings and token counts. With ``redact``, the function is applied to
+        every one of those strings instead (metadata values, the error, the user id and each
+        context's metadata included).
+        """
         if not isinstance(record, RagRecord):
             return record  # submit counts it
         if not self.capture_content:

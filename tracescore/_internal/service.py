@@ -1,7 +1,7 @@
 """One background service: a daemon thread that runs a step now and then, written once.
 
 Every loop of tracescore that runs on its own thread (retention, the sessions closer, the
-monitor runner, the notifier, the holds reaper) HOLDS one :class:`Service` — composed, not
+monitor runner, the notifier, the holds reaper, the scoring worker) HOLDS one :class:`Service` — composed, not
 inherited, the way the OpenTelemetry SDK's ``BatchProcessor`` is written once and held by its
 span, log and metric processors. The service owns the thread, the stop and wake events, the
 interval, the deadline of :meth:`Service.stop`, what happens at ``os.fork()``, and what
@@ -21,9 +21,26 @@ The loop::
   returns (None: ``interval_s``). ``on_exit`` runs on the thread when the loop ends (closing
   what the step opened), also after an error.
 - After ``os.fork()`` the child has no thread and the parent's events may hold locks taken at
-  fork time: the service gets fresh events and no thread; with ``restart_after_fork=True`` one
-  that was running in the parent starts again in the child. Registered once for all services
+  fork time: the service gets fresh events and no thread, then ``on_fork()`` runs (the holder
+  resets what its thread held: connections, loops, leases); with ``restart_after_fork=True``
+  one that was running in the parent starts again in the child.
+- A step may run for the life of the thread (the scoring worker's step is one run of its
+  asyncio loop, which ends when the worker stops or raises): the holder then wakes it its own
+  way, and :meth:`~Service.stop` still ends the wait after it (a restart's backoff). Registered once for all services
   through a weak set, so a service that is dropped is not kept alive by the fork hook.
+
+Not a Service (yet): the queue's writer thread (queue.RecordQueue._run). What it needs that
+the base does not give: (1) the app's ``put`` wakes it with one ``Event.set()`` on the request
+path, on an event the queue owns and replaces at fork (the base would have to take the event
+from its holder, or hand its own out, so that no call layer is added there); (2) its step
+needs to know whether a wake or the interval ended the wait (only a wake by a sampled record
+of a busy stream lingers ``linger_s`` for more records to join the transaction) and a second
+signal, "write now" (a flush, a full batch, shutdown), that ends the linger; (3) a stop drains:
+the loop goes on stepping after the stop until the buffer is empty or the database refuses
+(the base stops after the step in progress); (4) a backoff after a refused write is not cut
+short by wakes, only by the stop (each put and flush wakes it). (4) fits in a step (wait out
+the rest of a backoff); (1)–(3) are changes to the base: a holder-given wake event, a
+``woken`` argument or a second event, and a ``drain_on_stop`` mode.
 
 Nothing here runs on the app's request path: :meth:`~Service.start`, :meth:`~Service.wake` and
 :meth:`~Service.stop` may be called from any thread, and ``wake`` only sets an event.
@@ -69,13 +86,15 @@ class Service:
     ``first_wait_s``: the wait before the first step (0: at once). ``on_error(exc)`` returns
     the wait after a failed step (None: ``interval_s``); by default the error goes to the
     internal-error funnel under ``name``. ``on_exit()`` runs on the thread as the loop ends.
+    ``on_fork()`` runs in a forked child, after the reset and before a restart.
     """
 
     def __init__(self, name: str, step: Callable[[], float | None], *,
                  interval_s: float, first_wait_s: float = 0.0,
                  on_error: Callable[[Exception], float | None] | None = None,
                  on_exit: Callable[[], Any] | None = None,
-                 restart_after_fork: bool = False) -> None:
+                 restart_after_fork: bool = False,
+                 on_fork: Callable[[], Any] | None = None) -> None:
         self.name = name
         self.step = step
         self.interval_s = float(interval_s)
@@ -83,6 +102,7 @@ class Service:
         self.on_error = on_error
         self.on_exit = on_exit
         self.restart_after_fork = restart_after_fork
+        self.on_fork = on_fork
         #: steps that returned, steps that raised, and the last one's error (scrubbed)
         self.runs = 0
         self.errors = 0
@@ -106,6 +126,12 @@ class Service:
     def alive(self) -> bool:
         t = self._thread
         return t is not None and t.is_alive()
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The thread of the last :meth:`start` in this process (None before, and after a
+        fork until it starts again)."""
+        return self._thread
 
     @property
     def started(self) -> bool:
@@ -179,6 +205,11 @@ class Service:
     def _after_fork(self) -> None:
         was_running = self._thread is not None and not self._stop.is_set()
         self._reset()
+        if self.on_fork is not None:
+            try:
+                self.on_fork()
+            except Exception as exc:
+                record_internal_error(f"{self.name}.fork", exc)
         if was_running and self.restart_after_fork:
             self.start()
 

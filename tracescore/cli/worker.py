@@ -353,5 +353,5 @@ def _stop(ts: Any, stop_timeout: float) -> None:
     ts.scoring = False  # the shutdown's flush must not wait for the fleet's queue
     if ts.attacher is not None:
         ts.attacher.force_flush(max(1, int((stop_timeout + 10) * 1000)))
-        ts.worker.write_delivered()  # the carriers just exported
+        ts.worker.deliveries.write_after_stop()  # the carriers just exported
     ts.shutdown(timeout=max(1.0, stop_timeout + 10.0 - (time.monotonic() - t0)))

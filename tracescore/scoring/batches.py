@@ -1,4 +1,4 @@
-"""Local jobs scored together (:class:`LocalBatches`, mixed into the scoring worker).
+"""Local jobs scored together (:class:`BatchRunner`, a part the scoring worker holds).
 
 The jobs of plain (not coroutine) local metrics leased in one go run one after the other in one
 executor call and their scores are stored in one transaction: one asyncio task and one executor
@@ -15,8 +15,8 @@ import contextvars
 import inspect
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping
-from functools import partial
+from collections.abc import AsyncIterator, Callable, Mapping
+from concurrent.futures import Executor
 from typing import Any
 
 from .._internal.errors import record_internal_error
@@ -27,19 +27,66 @@ from ..record import RagRecord
 from ..score import Score
 from ..store import Job, StoreAPI
 from .calls import MetricAborted, _aborted, _normalise, _refused, skipped_scores
+from .completions import CompletionWriter
+from .limits import Limits
+from .returns import JobReturns
 
 
-class LocalBatches:
-    """The worker's local-batch methods (state lives on the worker: ``_local_open``,
-    ``local_window``, ``straggle_s``; see :class:`tracescore.worker.ScoringWorker`)."""
+class BatchRunner:
+    """Scores batches of local jobs on the worker's loop (see the module doc).
 
-    def _done_local(self, job_id: int) -> None:
+    Explicit inputs: ``metrics`` (by name); ``writer``, the worker's
+    :class:`~.completions.CompletionWriter` (stores the scores); ``returns``, its
+    :class:`~.returns.JobReturns` (jobs held and given back); ``limits``, its
+    :class:`~.limits.Limits`; ``warm``, the names of the metrics that have run once in this
+    process (shared with the on-write scorer); ``stopping()``; ``refill(store)``, the worker's
+    lease of the next local jobs, called when a full batch's metrics are done. Set by the loop
+    at each run: ``loop`` and ``executor``. Its own state: the local jobs in flight (``open``,
+    at most ``concurrency * local_window``) and its settings (``local_window``,
+    ``straggle_s``, ``first_call_straggle_s``)."""
+
+    def __init__(self, metrics: Mapping[str, Metric], writer: CompletionWriter,
+                 returns: JobReturns, limits: Limits, *, warm: set[str],
+                 stopping: Callable[[], bool], refill: Callable[[StoreAPI], None]) -> None:
+        self.metrics = metrics
+        self.writer = writer
+        self.returns = returns
+        self.limits = limits
+        self.warm = warm
+        self.stopping = stopping
+        self.refill = refill
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.executor: Executor | None = None
+        #: the local jobs leased and not finished (their slots)
+        self.open: set[int] = set()
+        self._batchable: dict[str, bool] = {}
+        #: local jobs leased per unit of ``concurrency`` (at most ``concurrency`` run at
+        #: once whatever it is). Larger windows make fewer, larger batches: the scorer loop's
+        #: CPU per record −40 % at 16, and, since a lease costs no attempt and a job whose
+        #: lease ran out runs alone (see the worker's module docstring), a worker killed while
+        #: holding the window spends at most one attempt of each job it held and not run,
+        #: once. Kept at 1: at 16 the scorer's larger batches starved the writer thread of the
+        #: GIL under a sustained ``log_record`` load (issue 19, bench/pipeline_rate.py: 3 of 5
+        #: rounds stored 4,800–7,500 records/s instead of ~13,300, more dropped).
+        self.local_window = 1
+        #: a batch's metric running this long: the scores ready so far are stored, and
+        #: another pool thread takes the batch's next metrics (``first_call_straggle_s`` for
+        #: a metric's first call here: it imports its libraries, and two threads importing
+        #: one library at once can see it half-initialised)
+        self.straggle_s = 0.05
+        self.first_call_straggle_s = 5.0
+
+    def free(self) -> int:
+        """Local jobs that may be leased now."""
+        return self.limits.concurrency * self.local_window - len(self.open)
+
+    def done_local(self, job_id: int) -> None:
         """A batched job is finished (stored, given back or taken over): its slot is free."""
         self.returns.held.discard(job_id)
-        self._local_open.discard(job_id)
+        self.open.discard(job_id)
 
-    def _in_batch(self, metric: str) -> bool:
-        """A plain (not coroutine) local metric: scored in :meth:`_batch`."""
+    def in_batch(self, metric: str) -> bool:
+        """A plain (not coroutine) local metric: scored in :meth:`run`."""
         ok = self._batchable.get(metric)
         if ok is None:
             m = self.metrics.get(metric)
@@ -48,9 +95,9 @@ class LocalBatches:
             self._batchable[metric] = ok
         return ok
 
-    async def _batch(self, store: StoreAPI, jobs: list[Job],
-                     records: Mapping[str, RagRecord], refill: bool = False) -> None:
-        """What :meth:`_job` does, for several jobs of plain local metrics at once: their
+    async def run(self, store: StoreAPI, jobs: list[Job],
+                  records: Mapping[str, RagRecord], refill: bool = False) -> None:
+        """What the worker's ``_job`` does, for several jobs of plain local metrics at once: their
         metrics run one after the other on a pool thread (:meth:`_run_local`: the per-metric
         timeout holds, and a slow metric neither holds back the scores of the others nor
         keeps them from running), their scores are stored in one transaction. A metric that
@@ -63,7 +110,7 @@ class LocalBatches:
                 try:
                     metric = self.metrics[job.metric]
                     record = records.get(job.record_id)
-                    early = self._early_scores(job, metric, record)
+                    early = early_scores(job, metric, record, self.limits.max_attempts)
                 except Exception as exc:
                     failed.append((job, exc))
                     continue
@@ -87,8 +134,8 @@ class LocalBatches:
                         # before these scores commit (the pool is never empty between two
                         # batches while jobs wait: a process killed then holds leases). Only
                         # after a full lease: else no job was left waiting.
-                        self._local_open.difference_update(j.job_id for j, _ in more)
-                        self._refill(store)
+                        self.open.difference_update(j.job_id for j, _ in more)
+                        self.refill(store)
                     failed.extend(await self._store_batch(store, more))
             elif done:
                 done, more = [], done
@@ -98,7 +145,7 @@ class LocalBatches:
                 for job in jobs:  # stopping while the database refuses: as in _job_body
                     if job.job_id in self.returns.held:
                         self.returns.release(store, job, 0.0, f"database unavailable: {exc}"[:500])
-                        self._done_local(job.job_id)
+                        self.done_local(job.job_id)
                 return
             failed.extend((job, exc) for job in jobs if job.job_id in self.returns.held
                           and all(job is not j for j, _ in failed))
@@ -108,88 +155,32 @@ class LocalBatches:
             # up" score).
             for _, err in failed:
                 record_internal_error("worker.job", err)
-            if not self._stopping:
+            if not self.stopping():
                 worst = max(job.attempts for job, _ in failed)
                 await asyncio.sleep(min(0.1 * 2 ** min(worst + 1, 6), 5.0))
             for job, err in failed:
                 self.returns.release(store, job, None, f"{type(err).__name__}: {err}"[:500])
-                self._done_local(job.job_id)
+                self.done_local(job.job_id)
 
     def _local_result(self, store: StoreAPI, job: Job, metric: Metric,
                       res: tuple[bool, Any, float],
                       failed: list[tuple[Job, BaseException]]) -> list[Score] | None:
         """A batched job's cleaned scores, or None: deferred (``RetryLater``, as
-        :meth:`_job_body` does) or failed (added to ``failed``)."""
+        the worker's ``_job_body`` does) or failed (added to ``failed``)."""
         try:
             try:
-                scores = self._local_scores(metric, res)
+                scores = local_scores(metric, res, self.limits.metric_timeout_s)
             except RetryLater as later:
                 waited = self.returns.wait_for_judge(store, job, metric, later,
-                                                         self.judge_max_wait_s)
+                                                     self.limits.judge_max_wait_s)
                 if waited is None:
-                    self._done_local(job.job_id)
+                    self.done_local(job.job_id)
                     return None
                 scores = waited
-            return [self._clean(s) for s in scores]
+            return [self.writer.clean(s) for s in scores]
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # ours, or the app's redact
             failed.append((job, exc))
             return None
-
-    def _refill(self, store: StoreAPI) -> None:
-        """Lease local jobs into the free slots and start their batch (loop thread; what the
-        loop does at its next turn, done now). A failure leaves it to the loop."""
-        state = self._loop_state
-        if state is None or self._stopping or self.lost.waiting:
-            return  # (lost jobs wait: they run alone, see scoring/lost.py)
-        (names, limit, tasks, _), inflight, inflight_jobs = state
-        free = limit * self.local_window - len(self._local_open)
-        if free <= 0 or not names:
-            return
-        try:
-            got = store.lease_jobs(self.owner, free, self.lease_seconds, names)
-            self.db_ok_at = time.time()
-            batch = [j for j in got if j.job_id not in inflight_jobs
-                     or j.job_id in self.returns.given_back]
-            if not batch:
-                return
-            records = store.load_records(j.record_id for j in batch)
-        except Exception as exc:
-            if not self._db_fault(store, exc):
-                record_internal_error("worker.lease", exc)
-            self._lease_hint = True
-            return
-        self._idle.clear()
-        plain = [j for j in batch if self._in_batch(j.metric)]
-        for job in batch:
-            self.returns.given_back.discard(job.job_id)
-            self.returns.held.add(job.job_id)
-            if job not in plain:
-                self.returns.spawn(self._job(store, job, records.get(job.record_id)), [job], tasks,
-                            inflight, inflight_jobs)
-        if plain:
-            ids = [j.job_id for j in plain]
-            self._local_open.update(ids)
-            self.returns.spawn(self._batch(store, plain, records, len(got) >= free), plain, tasks,
-                        inflight, inflight_jobs).add_done_callback(
-                partial(_free_slots, self._local_open, ids))
-        if len(got) >= free:
-            self._lease_hint = True  # (more may wait: the loop looks at its next turn)
-
-    def _early_scores(self, job: Job, metric: Metric,
-                      record: RagRecord | None) -> list[Score] | None:
-        """The scores of a job that needs no metric run (its record is gone, its attempts are
-        spent, or the record lacks the metric's inputs), or None (:meth:`_job_body` too).
-        ``job.attempts`` counts its runs that ended without scores: lost with their process
-        (or their lease), or failed in the worker; ``max_attempts`` of them and it gives up."""
-        if record is None:
-            return [Score.failed(n, "record not found in the database", metric=job.metric)
-                    for n in metric.names()]
-        if job.attempts >= self.max_attempts:
-            return [Score.failed(
-                n, f"gave up after {job.attempts} attempts: the process died or the "
-                "lease expired while scoring", metric=metric.name,
-                metric_version=metric.version) for n in metric.names()]
-        return skipped_scores(metric, record)
 
     async def _run_local(self, items: list[tuple[Metric, RagRecord]]
                          ) -> AsyncIterator[list[tuple[int, tuple[bool, Any, float]]]]:
@@ -199,17 +190,17 @@ class LocalBatches:
         has been on its metric for ``straggle_s``, another takes the next items (up to
         ``concurrency``). A metric still running ``metric_timeout_s`` after it started gets
         a timeout result and its thread is left behind, as a timed-out metric's is in
-        :meth:`score`."""
-        loop = self._loop
+        :meth:`ScoringWorker.score`."""
+        loop = self.loop
         assert loop is not None
-        run = _LocalRun(items, contextvars.copy_context(), self._warm)
-        timeout, straggle = self.metric_timeout_s, self.straggle_s
+        run = _LocalRun(items, contextvars.copy_context(), self.warm)
+        timeout, straggle = self.limits.metric_timeout_s, self.straggle_s
         futs: set[asyncio.Future[None]] = set()
 
         def add_runner() -> None:
             runner = _Runner()
             run.runners.append(runner)
-            futs.add(loop.run_in_executor(self._executor, _score_local, run, runner))
+            futs.add(loop.run_in_executor(self.executor, _score_local, run, runner))
 
         add_runner()
         given = 0
@@ -245,7 +236,7 @@ class LocalBatches:
                             fresh = fresh or now - r.started < (
                                 straggle if run.items[r.index][0].name in run.warm
                                 else self.first_call_straggle_s)
-                    if run.next < len(items) and not fresh and live < self.concurrency:
+                    if run.next < len(items) and not fresh and live < self.limits.concurrency:
                         need = True
                     ready = run.ready[given:]
                 if need:
@@ -258,66 +249,86 @@ class LocalBatches:
                 for r in run.runners:
                     r.abandoned = True
 
-    def _local_scores(self, metric: Metric, result: tuple[bool, Any, float]) -> list[Score]:
-        """One metric's scores from its :meth:`_run_local` result, as :meth:`score` makes
-        them (raises ``RetryLater`` as it does)."""
-        ok, out, ms = result
-        if ok:
-            try:
-                return _normalise(metric, out, ms)
-            except Exception as exc:
-                out = exc
-        if isinstance(out, RetryLater):
-            raise out
-        if out is _TIMED_OUT:
-            reason = f"timed out after {self.metric_timeout_s:g}s"
-        elif isinstance(out, MetricAborted):
-            reason = str(out)
-        else:
-            reason = f"{type(out).__name__}: {out}"[:2000]
-        return [Score.failed(n, reason, metric=metric.name, metric_version=metric.version,
-                             duration_ms=ms) for n in metric.names()]
-
     async def _store_batch(self, store: StoreAPI, done: list[tuple[Job, list[Score]]]
                            ) -> list[tuple[Job, BaseException]]:
         """Store the jobs' scores in one transaction (retried while the database refuses
-        the write, as :meth:`_store_scores`; one job at a time if the batch fails otherwise),
+        the write, as :meth:`CompletionWriter.store_scores`; one job at a time if the batch fails otherwise),
         then tell the exporter and the attacher; returns the jobs that failed."""
-        delivery = None if self.attacher is not None else "none"
-        models = {j.job_id: self.model_of(j, s) for j, s in done}
+        w = self.writer
+        delivery = None if w.attacher is not None else "none"
+        models = {j.job_id: w.model_of(j, s) for j, s in done}
         pause = 0.1
         results: list[Any]
         while True:
             try:
-                results = list(store.complete_jobs(self.owner, done, delivery,
+                results = list(store.complete_jobs(w.owner(), done, delivery,
                                                    judge_models=models))
             except Exception as exc:
-                if self._stopping and _refused(store, exc):
+                if self.stopping() and _refused(store, exc):
                     raise
-                if not self._stopping and self._db_fault(store, exc):
+                if not self.stopping() and w.db_fault(store, exc):
                     await asyncio.sleep(pause)
                     pause = min(pause * 2, 2.0)
                     continue
                 results = []
                 for j, s in done:  # one bad job must not fail the others
                     try:
-                        results.append(store.complete_job(j, self.owner, s, delivery,
+                        results.append(store.complete_job(j, w.owner(), s, delivery,
                                                           judge_model=models[j.job_id]))
                     except Exception as one_exc:
                         results.append(one_exc)
             else:
-                self._db_ok()
+                w.db_ok()
             break
         failed: list[tuple[Job, BaseException]] = []
         for (job, scores), refs in zip(done, results):
             if isinstance(refs, Exception):
                 failed.append((job, refs))
                 continue
-            self._done_local(job.job_id)
+            self.done_local(job.job_id)
             if refs is None:
                 continue  # the lease went to another process, which stores the scores
-            self._scores_stored(job, scores, refs)
+            w.scores_stored(job, scores, refs)
         return failed
+
+
+def early_scores(job: Job, metric: Metric, record: RagRecord | None,
+                 max_attempts: int) -> list[Score] | None:
+    """The scores of a job that needs no metric run (its record is gone, its attempts are
+    spent, or the record lacks the metric's inputs), or None (the worker's ``_job_body`` too).
+    ``job.attempts`` counts its runs that ended without scores: lost with their process
+    (or their lease), or failed in the worker; ``max_attempts`` of them and it gives up."""
+    if record is None:
+        return [Score.failed(n, "record not found in the database", metric=job.metric)
+                for n in metric.names()]
+    if job.attempts >= max_attempts:
+        return [Score.failed(
+            n, f"gave up after {job.attempts} attempts: the process died or the "
+            "lease expired while scoring", metric=metric.name,
+            metric_version=metric.version) for n in metric.names()]
+    return skipped_scores(metric, record)
+
+
+def local_scores(metric: Metric, result: tuple[bool, Any, float],
+                 timeout_s: float) -> list[Score]:
+    """One metric's scores from its :meth:`_run_local` result, as :meth:`score` makes
+    them (raises ``RetryLater`` as it does)."""
+    ok, out, ms = result
+    if ok:
+        try:
+            return _normalise(metric, out, ms)
+        except Exception as exc:
+            out = exc
+    if isinstance(out, RetryLater):
+        raise out
+    if out is _TIMED_OUT:
+        reason = f"timed out after {timeout_s:g}s"
+    elif isinstance(out, MetricAborted):
+        reason = str(out)
+    else:
+        reason = f"{type(out).__name__}: {out}"[:2000]
+    return [Score.failed(n, reason, metric=metric.name, metric_version=metric.version,
+                         duration_ms=ms) for n in metric.names()]
 
 
 def _free_slots(open_jobs: set[int], job_ids: list[int], task: Any) -> None:
@@ -326,7 +337,7 @@ def _free_slots(open_jobs: set[int], job_ids: list[int], task: Any) -> None:
 
 
 class _LocalRun:
-    """The shared state of :meth:`ScoringWorker._run_local`: the items, the next one to
+    """The shared state of :meth:`BatchRunner._run_local`: the items, the next one to
     take, the results and the order they became ready in, and the threads on it."""
 
     __slots__ = ("items", "context", "warm", "lock", "next", "results", "ready", "runners")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from .._internal.secrets import scrub_score
 from ..record import RagRecord
@@ -27,10 +28,25 @@ from .rows import (
 )
 from .segments import NONE_SEG
 
+if TYPE_CHECKING:
+    import psycopg
+
 
 class PgJobs:
     """The worker's leases and completions (:class:`~.roles.RecordsJobs`), scores and their
     delivery (:class:`~.roles.Scores`) on PostgreSQL."""
+
+    # The host's (:class:`~.postgres.PostgresStore`), declared so type checkers see what this
+    # role reads of it: the connection, its statement helpers, the transaction, record facts.
+    if TYPE_CHECKING:
+        @property
+        def conn(self) -> psycopg.Connection[Any]: ...
+        def _x(self, sql: str, args: Sequence[Any] | Mapping[str, Any] = ()
+               ) -> psycopg.Cursor[Any]: ...
+        def _row(self, sql: str, args: Sequence[Any] | Mapping[str, Any] = ()) -> Any: ...
+        def transaction(self) -> AbstractContextManager[psycopg.Connection[Any]]: ...
+        def _record_facts(self, ids: Iterable[str], *, lock: bool = False
+                          ) -> dict[str, tuple[float, int]]: ...
 
     # -- worker side ---------------------------------------------------------------------------
     def lease_jobs(self, owner: str, limit: int, lease_s: float,

@@ -8,7 +8,8 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from .._internal.secrets import scrub, scrub_score
 from ..record import RagRecord
@@ -34,7 +35,7 @@ from .rows import (
     record_row,
     row_to_record,
 )
-from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentSpec
+from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
 from .sessions import note_turns
 from .sqlite_sql import _insert_keyed, _insert_rows, _score_values
 
@@ -43,8 +44,13 @@ class SqliteJobs:
     """Records and jobs (:class:`~.roles.RecordsJobs`), scores and their delivery
     (:class:`~.roles.Scores`) on SQLite."""
 
+    # The host's (:class:`~.sqlite.Store`), declared so type checkers see what this role
+    # reads of it: the connection, the database path, the segment resolver, the transaction.
     conn: sqlite3.Connection
     path: str
+    segmenter: SegmentResolver
+    if TYPE_CHECKING:
+        def transaction(self) -> AbstractContextManager[Any]: ...
 
     # -- writer side ------------------------------------------------------------------------
     def write_batch(
