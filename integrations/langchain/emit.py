@@ -28,7 +28,7 @@ from . import agent as G
 from . import messages as M
 from .live import live_handlers
 from .runs import _Root, _Run, _seq, streamed_text
-from .span_text import set_text, text_of
+from .span_text import set_text
 
 if TYPE_CHECKING:
     from tracescore.client import Tracescore
@@ -80,13 +80,12 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
     ctx = span.get_span_context()
     trace_id = root.trace_hex or format(ctx.trace_id, "032x")
     span_hex = format(ctx.span_id, "016x")
-    u = trace_fraction(trace_id)
+    u = root.fraction if root.trace_hex else trace_fraction(trace_id)
     session, user = root.session, root.user
     if session is None and root.config_session is not None:
         session = root.config_session
         span.set_attribute(A.SESSION_ID, session)
-    if root.agent is not None and root.agent.unresolved():  # replies the last model call
-        G.tool_replies(root.agent, outputs)                 # (or nobody) saw
+    G.note(root, G.final_replies, root, outputs)
     err = f"{type(error).__name__}: {error}" if error is not None else None
     scope = root.scope
     build = partial(_build, root, answer, structured, err, cut, end, trace_id, span_hex,
@@ -103,6 +102,7 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
         sampled: bool | None = False
     elif settled and err is None and ts.sampled_by_rate(u):
         # sampled: what its decision and span hold need now, the record on the writer
+        G.settle(root)  # (a sample rate changed since the root started: its plan reads them)
         record = ts.prepare(_plan_record(root, answer, cut, trace_id, span_hex))
         decision = ts.decide(record, u)
         finish = build
@@ -121,9 +121,7 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
         span.set_status(Status(StatusCode.ERROR, "incomplete: the client stopped reading the "
                                f"stream after {len(answer or '')} characters"))
     if error is None and (outputs is not None or cut):
-        text = text_of(ts, answer if answer is not None else outputs)
-        if text is not None:
-            span.set_attribute(A.OUTPUT_VALUE, text)
+        set_text(ts, span, A.OUTPUT_VALUE, answer if answer is not None else outputs)
     if inputs is not None and root.query is not None:  # streamed: the full input now
         set_text(ts, span, A.INPUT_VALUE, root.query)
     elif root.inputs is not None:
@@ -189,6 +187,8 @@ def _build(root: _Root, answer: str | None, structured: Any, error: str | None, 
     if scope is not None:
         metadata.update(scope.metadata)
         ground_truths = scope.ground_truths + ground_truths
+    if full:
+        G.settle(root)  # (the agent events a request expected to be stored compact logged)
     agent = root.agent.build(root.model_calls) if root.agent is not None and full else None
     return RagRecord(
         trace_id=trace_id, span_id=span_id,

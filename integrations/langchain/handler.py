@@ -45,6 +45,7 @@ from tracescore._internal.errors import (
 from tracescore._internal.text import clip, json_attr
 from tracescore.record import Context
 from tracescore.runs import current_scope
+from tracescore.sampling import trace_fraction
 
 from .._owner import current_owner
 from .._record import NODE, RETRIEVER, TOOL, enclose
@@ -195,6 +196,9 @@ class TracescoreCallbackHandler(LiveRuns):
                 span = self.tracer.start_span(name, attributes=attrs, start_time=now)
             root.span = span
             root.trace_hex = trace_hex = format(span.get_span_context().trace_id, "032x")
+            root.fraction = u = trace_fraction(trace_hex)
+            if root.guest_of is not None or not self.ts.text_needed(u):
+                root.agent_log = []  # no full record expected: agent events kept for later
             if scope is not None and root.guest_of is None:
                 scope.trace_ids.append(trace_hex)
             self.ts.run_ids.note(run_id, trace_hex)
@@ -385,7 +389,7 @@ class TracescoreCallbackHandler(LiveRuns):
         span = run.span
         if ctxs and span is not NO_SPAN and self.ts.capture_content:
             if type(span) is _PendingSpan:
-                span.lazy.append(partial(_dict_of, self.document_attrs, ctxs))
+                span.later(partial(_dict_of, self.document_attrs, ctxs))
             else:
                 span.set_attributes(dict(self.document_attrs(ctxs)))
 
@@ -447,7 +451,7 @@ class TracescoreCallbackHandler(LiveRuns):
         run = self._start(run_id, parent, name, A.KIND_LLM, metadata, tags, attrs)
         set_text(self.ts, run.span, A.INPUT_VALUE, prompt)
         root = run.root
-        G.model_start(root, run, params, prompt)
+        G.note(root, G.model_start, root, run, params, prompt)
         if run.retriever is None:  # a compressor's or filter's model is not the answering one
             # the answering call is the last one: its prompt and model are the record's (a
             # failed primary before a fallback, a query rewriter before the answer are not)
@@ -486,7 +490,7 @@ class TracescoreCallbackHandler(LiveRuns):
         try:
             run = self._runs.get(getattr(run_id, "int", run_id))
             if run is not None:
-                G.model_end(run, response)
+                G.note(run.root, G.model_end, run, response)
                 text, usage, model = M.llm_result_parts(response)
                 span = run.span
                 if text is not None:
@@ -543,7 +547,7 @@ class TracescoreCallbackHandler(LiveRuns):
                 if isinstance(call, str):  # langchain-core < 1.2: known from the ToolMessage
                     _late_tool_call(run, call)
             if run is not None:
-                G.tool_end(run, output)
+                G.note(run.root, G.tool_end, run, output)
                 docs = M.artifact_documents(output)
                 if docs:
                     self._add_documents(run, docs, TOOL)
@@ -559,7 +563,7 @@ class TracescoreCallbackHandler(LiveRuns):
         try:
             run = self._runs.get(getattr(run_id, "int", run_id))
             if run is not None:
-                G.tool_error(run, error)
+                G.note(run.root, G.tool_error, run, error)
             self._finish(run_id, None, error)
         except Exception as exc:
             _fault("langchain.on_tool_error", exc)

@@ -68,6 +68,7 @@ class _Root:
     #: The root span's trace id (32 hex), and its sampling fraction (``sampling.trace_fraction``,
     #: computed once, at the root's start).
     trace_hex: str = ""
+    fraction: float = 0.0
     #: False: spans go nowhere (no exporter): child steps get no span (``_spans.NO_SPAN``).
     spans: bool = True
     #: LangGraph's stream queue (``stream_mode="messages"``), found at the answering model's
@@ -81,6 +82,9 @@ class _Root:
     model_calls: int = 0
     steps: int = 0
     agent: AgentTrace | None = None
+    #: Agent events not applied yet (:func:`.agent.note`): a request its trace fraction
+    #: leaves unsampled keeps them for a full build; None: applied as they come.
+    agent_log: list[tuple[Any, tuple[Any, ...]]] | None = None
 
 
 class _Run:
