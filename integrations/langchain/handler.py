@@ -61,7 +61,15 @@ from . import agent as G
 from . import messages as M
 from .emit import emit_record
 from .live import LiveRuns, active_retriever
-from .runs import MAX_STREAM_TOKENS, _Root, _Run, _seq, find_stream_queue, new_retrieval
+from .runs import (
+    MAX_STREAM_TOKENS,
+    DocumentContexts,
+    _Root,
+    _Run,
+    _seq,
+    find_stream_queue,
+    new_retrieval,
+)
 from .span_text import set_text, text_of
 from .vectorstores import patch_vector_stores
 
@@ -316,8 +324,9 @@ class TracescoreCallbackHandler(LiveRuns):
                 for key, docs in M.state_updates(outputs):
                     self._add_documents(run, docs, NODE, loop_key=f"state:{key or run.name}")
                 llm = run.root.last_llm
-                if llm is not None and llm.node_run is run and not M.ends_with_answer(outputs):
-                    llm.not_answer = True  # a rewriter's question, a grader's verdict
+                if llm is not None and llm.node_run is run:
+                    llm.node_update = outputs  # (a rewriter's question, a grader's verdict:
+                    # not the answer; read only if the stream is cut, see runs.streamed_text)
             self._finish(run_id, outputs, None, inputs, streamed)
         except Exception as exc:
             _fault("langchain.on_chain_end", exc)
@@ -379,8 +388,7 @@ class TracescoreCallbackHandler(LiveRuns):
         enclosed become its inner candidates (see :mod:`.._record`).
         """
         name = run.name
-        to_context = M.document_context
-        ctxs = [to_context(d, name) for d in documents]
+        ctxs = DocumentContexts(documents, name)  # (made by the writer, see DocumentContexts)
         root = run.root
         if root.retrievals:
             enclose(root.retrievals, run.seq, name)

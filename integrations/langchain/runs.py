@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,12 +22,14 @@ from tracescore.runs import RunScope
 from .._owner import Owner
 from .._record import Retrieval
 from .._spans import _PendingSpan
-from .messages import is_map
+from .messages import document_context, ends_with_answer, is_map
 
 #: Sequence numbers: start order of runs, and the order of document steps.
 _seq = itertools.count()
 #: Streamed tokens kept per LLM run (for the text a cut-off stream's client received).
 MAX_STREAM_TOKENS = 100_000
+#: :attr:`_Run.node_update` of a run whose graph node has not ended.
+NO_UPDATE: Any = object()
 
 
 @dataclass(slots=True)
@@ -110,9 +112,11 @@ class _Run:
     tokens: list[str] | None = None  # an LLM run's streamed tokens
     #: An LLM run's streamed message id (LangGraph's "messages" stream queues chunks by it).
     msg_id: Any = None
-    #: An LLM run's node ended with an update whose last message is not a final AI message
-    #: (a rewriter's user message, a grader's structured output): not the answering call.
-    not_answer: bool = False
+    #: The state update an LLM run's LangGraph node ended with (:data:`NO_UPDATE`: its node
+    #: has not ended): an update whose last message is not a final AI message (a rewriter's
+    #: user message, a grader's structured output) means it is not the answering call —
+    #: looked at only for a stream cut off (:func:`streamed_text`), not at every node's end.
+    node_update: Any = NO_UPDATE
     #: A tool run (its ``tool_call`` is its own call's id).
     is_tool: bool = False
     #: A LangGraph node run: its superstep (``langgraph_step``) and, for a ``Send`` task, its
@@ -138,7 +142,49 @@ class _Run:
         self.node = False
 
 
-def new_retrieval(run: _Run, source: str, ctxs: list[Context], kind: str, seq: int,
+class DocumentContexts(Sequence[Context]):
+    """A document step's documents as the record's :class:`Context` objects, made on first
+    use (:func:`.messages.document_context`; memoised): by the writer, which builds the
+    record and the step's span, not by the request's thread. The documents are the
+    framework's objects, read after the step (the list itself is copied at once)."""
+
+    __slots__ = ("docs", "source", "_contexts")
+
+    def __init__(self, docs: Sequence[Any], source: str) -> None:
+        self.docs = tuple(docs)
+        self.source = source
+        self._contexts: list[Context] | None = None
+
+    def _all(self) -> list[Context]:
+        contexts = self._contexts
+        if contexts is None:
+            for attempt in range(3):
+                try:
+                    contexts = [document_context(d, self.source) for d in self.docs]
+                    break
+                except RuntimeError:  # (a document's metadata changed while copied:
+                    if attempt == 2:  # the app's thread is still at work on it)
+                        raise
+            self._contexts = contexts
+        return contexts  # type: ignore[return-value]
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def __bool__(self) -> bool:
+        return bool(self.docs)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._all()[i]
+
+    def __iter__(self) -> Iterator[Context]:
+        return iter(self._all())
+
+    def __repr__(self) -> str:
+        return f"DocumentContexts({self._all()!r})"
+
+
+def new_retrieval(run: _Run, source: str, ctxs: Sequence[Context], kind: str, seq: int,
                   loop_key: str | None = None) -> Retrieval:
     """A document step of ``run``: inside a graph node, a later run of that node (a later
     superstep; not a parallel ``Send`` branch of the same step) or, for a state update, a
@@ -177,7 +223,9 @@ def streamed_text(root: _Root) -> str | None:
     stream still held at the cut were produced but never handed to the client.
     """
     llm = root.last_llm
-    if llm is None or not llm.tokens or llm.not_answer:
+    if llm is None or not llm.tokens:
+        return None
+    if llm.node_update is not NO_UPDATE and not ends_with_answer(llm.node_update):
         return None
     if any(r.seq > llm.seq for r in root.retrievals):
         return None
