@@ -187,3 +187,22 @@ def test_the_pending_roots_text_is_built_when_the_span_is(make_ts: Any) -> None:
     assert "[product]" in root.attributes[A.INPUT_VALUE]
     assert "Cargo" not in root.attributes[A.INPUT_VALUE]
     assert seen and threading.current_thread().name not in seen
+
+
+def test_the_roots_text_is_the_requests_though_the_app_appends_to_its_messages(
+        make_ts: Any) -> None:
+    """A chat app appends its next turn to the list it passed in (or got back) as soon as the
+    request returns; the root span, built by the writer afterwards, shows the request's
+    messages. The writer is kept busy until the app has appended."""
+    ts, exp = make_ts(sample_rate=0.0)
+    gate = threading.Event()
+    assert ts.defer(lambda: gate.wait(30))
+    messages: list[Any] = [("user", AGENT_Q)]
+    state = {"messages": messages}
+    artifact_agent().invoke(state, config={"callbacks": [ts.langchain_handler()]})
+    messages.append(("user", "And the Cruiser?"))
+    gate.set()
+    assert ts.flush(60)
+    (root,) = rag_roots(exp)
+    assert AGENT_Q in root.attributes[A.INPUT_VALUE]
+    assert "Cruiser" not in root.attributes[A.INPUT_VALUE]

@@ -28,7 +28,7 @@ from . import agent as G
 from . import messages as M
 from .live import live_handlers
 from .runs import _Root, _Run, _seq, streamed_text
-from .span_text import set_text
+from .span_text import set_text, snapshot
 
 if TYPE_CHECKING:
     from tracescore.client import Tracescore
@@ -85,7 +85,8 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
     if session is None and root.config_session is not None:
         session = root.config_session
         span.set_attribute(A.SESSION_ID, session)
-    G.note(root, G.final_replies, root, outputs)
+    G.note(root, G.final_replies, root,  # (logged: of the app's final state as it is now)
+           outputs if root.agent_log is None else snapshot(outputs))
     err = f"{type(error).__name__}: {error}" if error is not None else None
     scope = root.scope
     build = partial(_build, root, answer, structured, err, cut, end, trace_id, span_hex,
@@ -120,12 +121,14 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
         span.set_attribute(A.ANSWER_COMPLETE, False)
         span.set_status(Status(StatusCode.ERROR, "incomplete: the client stopped reading the "
                                f"stream after {len(answer or '')} characters"))
+    # (the root's texts: built with its span, by the writer when no step outlives it — of the
+    # app's values as they are now)
     if error is None and (outputs is not None or cut):
-        set_text(ts, span, A.OUTPUT_VALUE, answer if answer is not None else outputs)
+        set_text(ts, span, A.OUTPUT_VALUE, answer if answer is not None else snapshot(outputs))
     if inputs is not None and root.query is not None:  # streamed: the full input now
         set_text(ts, span, A.INPUT_VALUE, root.query)
     elif root.inputs is not None:
-        set_text(ts, span, A.INPUT_VALUE, root.inputs)
+        set_text(ts, span, A.INPUT_VALUE, snapshot(root.inputs))
     root.inputs = root.stream_queue = None  # (the app's objects the record does not need)
     if sampled is None and ts.submit(record, decision=decision, finish=finish) is not None:
         sampled = decision.sampled

@@ -508,7 +508,9 @@ class TracescoreCallbackHandler(LiveRuns):
                     if run.root.last_llm is run:
                         run.root.model = model
                 if usage is not None:
-                    if span is not NO_SPAN:
+                    if type(span) is _PendingSpan:  # (built with the span, by the writer)
+                        span.later(partial(usage_attributes, usage))
+                    elif span is not NO_SPAN:
                         span.set_attributes(usage_attributes(usage))
                     root = run.root
                     root.usage = usage if root.usage is None else root.usage + usage

@@ -36,3 +36,14 @@ def set_text(ts: Tracescore, span: Any, key: str, value: Any) -> None:
         text = text_of(ts, value)
         if text is not None:
             span.set_attribute(key, text)
+
+
+def snapshot(value: Any) -> Any:
+    """``value`` as it is now, for a text built later (by the writer): a dict's or list's
+    top-level lists copied — a chat app may append to its ``messages`` once the request has
+    returned, and the span shows the request's. (Message objects are not copied.)"""
+    if type(value) is dict:
+        return {k: list(v) if type(v) is list else v for k, v in value.items()}
+    if type(value) is list:
+        return list(value)
+    return value
