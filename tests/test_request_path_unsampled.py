@@ -206,3 +206,30 @@ def test_the_roots_text_is_the_requests_though_the_app_appends_to_its_messages(
     (root,) = rag_roots(exp)
     assert AGENT_Q in root.attributes[A.INPUT_VALUE]
     assert "Cruiser" not in root.attributes[A.INPUT_VALUE]
+
+
+def test_a_sampled_roots_span_wakes_the_writer_it_missed(make_ts: Any, monkeypatch: Any
+                                                         ) -> None:
+    """Scores on the span: the writer, woken by a sampled record, may write it (and score it
+    on write) before the request's thread has handed over the root span's build (a thread
+    descheduled between the two, on a loaded machine). The span's build then wakes the writer
+    itself instead of waiting for the next batch (here: never, the interval is 60 s)."""
+    ts, exp = make_ts(sample_rate=1.0, metrics=["token_f1"], hold_seconds=3600)
+    config: dict[str, Any] = {"metadata": {"ground_truth": "45 minutes"}}
+    build_chain().invoke(Q, config={"callbacks": [ts.langchain_handler()], **config})  # warm
+    assert ts.flush(60)
+    exp.clear()
+    ts.queue.interval_s = 60.0
+    assert ts.flush(60)  # (the writer now waits up to 60 s unless woken)
+    h = ts.langchain_handler()
+    emit = type(h)._emit_record
+
+    def descheduled(self: Any, *a: Any) -> bool:
+        held = emit(self, *a)
+        wait_for(lambda: ts.queue.depth == 0)  # the writer took the record first
+        return held
+
+    monkeypatch.setattr(type(h), "_emit_record", descheduled)
+    build_chain().invoke(Q, config={"callbacks": [h], **config})
+    wait_for(lambda: any(k.startswith(A.SCORE_PREFIX) for r in rag_roots(exp)
+                         for k in r.attributes), timeout=20)

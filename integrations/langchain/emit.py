@@ -44,7 +44,8 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
     The request's thread does only what the root span needs (its answer, ids, sampling
     decision); a request no metric samples and no rule forces has its record built on the
     writer thread (:meth:`~tracescore.client.Tracescore.offer_unbuilt`) when no step of it is
-    still open (nothing can change the root any more).
+    still open (nothing can change the root any more). True: sampled (its root span is held
+    for the scores).
     """
     root = run.root
     if root.owner is not None:
@@ -134,7 +135,7 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
         sampled = decision.sampled
     if sampled is not None:
         span.set_attribute(A.SAMPLED, sampled)
-    return record is None
+    return sampled is True
 
 
 def _found(root: _Root, answer_seq: int | None, candidates: bool

@@ -260,8 +260,9 @@ class TracescoreCallbackHandler(LiveRuns):
         if run.node_run is run:
             run.node_run = None
         if run.is_root:
+            held = False
             with handle_internal_errors("langchain.record"):
-                self._emit_record(run, outputs, None if cut else error, inputs, end, cut)
+                held = self._emit_record(run, outputs, None if cut else error, inputs, end, cut)
             root.last_llm = None
             span.end(end_time=end)
             root.done = True
@@ -271,8 +272,9 @@ class TracescoreCallbackHandler(LiveRuns):
                     pending.insert(0, span)  # scores are awaited: the hold came first)
                 else:  # (steps that outlive it may end any time: they need it now)
                     span.materialize(self.tracer)
-            if pending:
-                self.ts.defer(partial(_materialize_all, self.tracer, pending))
+            if pending:  # (a sampled root's scores wait for it: the writer may have
+                # written its record already, and would otherwise take it with the next batch)
+                self.ts.defer(partial(_materialize_all, self.tracer, pending), wake=held)
             return
         root.open -= 1
         span.end(end_time=end)
@@ -282,7 +284,7 @@ class TracescoreCallbackHandler(LiveRuns):
     def _emit_record(self, run: _Run, outputs: Any, error: BaseException | None, inputs: Any,
                      end: int, cut: bool = False) -> bool:
         """The root's record (:func:`.emit.emit_record`); one method, so a fault injected
-        here is the "record" stage's. True: the record is built on the writer (unsampled)."""
+        here is the "record" stage's. True: sampled (its root span waits for scores)."""
         return emit_record(self.ts, run, outputs, error, inputs, end, cut)
 
     # -- chains -----------------------------------------------------------------------------
