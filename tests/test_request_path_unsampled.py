@@ -206,6 +206,9 @@ def test_the_roots_text_is_the_requests_though_the_app_appends_to_its_messages(
     (root,) = rag_roots(exp)
     assert AGENT_Q in root.attributes[A.INPUT_VALUE]
     assert "Cruiser" not in root.attributes[A.INPUT_VALUE]
+    # the query, found by the writer for the compact record (its length and hash)
+    (rec,) = records(ts.db_path)
+    assert rec["text_kept"] == 0 and rec["query_chars"] == len(AGENT_Q)
 
 
 def test_a_sampled_roots_span_wakes_the_writer_it_missed(make_ts: Any, monkeypatch: Any

@@ -27,7 +27,7 @@ from .._record import EXTERNAL, Retrieval, assemble
 from . import agent as G
 from . import messages as M
 from .live import live_handlers
-from .runs import _Root, _Run, _seq, streamed_text
+from .runs import _Root, _Run, _seq, settle_query, streamed_text
 from .span_text import set_text, snapshot
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
     if root.owner is not None:
         root.owner.live = False
     if inputs is not None:  # streamed runs only know their full input at the end
+        settle_query(root)
         q = M.extract_query(inputs)
         if q:
             root.query = q
@@ -64,7 +65,11 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
         answer = root.offered_answer
     if answer is not None and type(answer) is not str:
         answer = str(answer)  # (langchain-core's TextAccessor: a plain str is what is stored)
-    if root.query is not None and type(root.query) is not str:
+    snap = None
+    if root.query_of is not None:  # (found when the record is built: in the inputs as now)
+        if root.query_of is root.inputs:
+            snap = root.query_of = snapshot(root.inputs)
+    elif root.query is not None and type(root.query) is not str:
         root.query = str(root.query)
     llm = root.last_llm
     answer_seq = None if llm is None else llm.seq
@@ -105,6 +110,7 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
     elif settled and err is None and ts.sampled_by_rate(u):
         # sampled: what its decision and span hold need now, the record on the writer
         G.settle(root)  # (a sample rate changed since the root started: its plan reads them)
+        settle_query(root)
         record = ts.prepare(_plan_record(root, answer, cut, trace_id, span_hex))
         decision = ts.decide(record, u)
         finish = build
@@ -129,7 +135,7 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
     if inputs is not None and root.query is not None:  # streamed: the full input now
         set_text(ts, span, A.INPUT_VALUE, root.query)
     elif root.inputs is not None:
-        set_text(ts, span, A.INPUT_VALUE, snapshot(root.inputs))
+        set_text(ts, span, A.INPUT_VALUE, snap if snap is not None else snapshot(root.inputs))
     root.inputs = root.stream_queue = None  # (the app's objects the record does not need)
     if sampled is None and ts.submit(record, decision=decision, finish=finish) is not None:
         sampled = decision.sampled
@@ -191,6 +197,7 @@ def _build(root: _Root, answer: str | None, structured: Any, error: str | None, 
     if scope is not None:
         metadata.update(scope.metadata)
         ground_truths = scope.ground_truths + ground_truths
+    settle_query(root)
     if full:
         G.settle(root)  # (the agent events a request expected to be stored compact logged)
     agent = root.agent.build(root.model_calls) if root.agent is not None and full else None

@@ -298,8 +298,12 @@ class TracescoreCallbackHandler(LiveRuns):
             name = kwargs.get("name") or M._name(serialized) or "chain"
             run = self._start(run_id, parent, name, A.KIND_CHAIN, metadata, tags, {})
             if parent is None:
-                run.root.query = M.extract_query(inputs)
-                run.root.inputs = inputs  # input.value is built when the root ends
+                root = run.root
+                if root.agent_log is None:
+                    root.query = M.extract_query(inputs)
+                else:  # (stored compact, unless forced: found when the record is built)
+                    root.query_of = inputs
+                root.inputs = inputs  # input.value is built when the root ends
             elif metadata and metadata.get("langgraph_node") == name:
                 run.node = True
                 run.node_run = run

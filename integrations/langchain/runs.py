@@ -22,7 +22,7 @@ from tracescore.runs import RunScope
 from .._owner import Owner
 from .._record import Retrieval
 from .._spans import _PendingSpan
-from .messages import document_context, ends_with_answer, is_map
+from .messages import document_context, ends_with_answer, extract_query, is_map
 
 #: Sequence numbers: start order of runs, and the order of document steps.
 _seq = itertools.count()
@@ -84,6 +84,9 @@ class _Root:
     model_calls: int = 0
     steps: int = 0
     agent: AgentTrace | None = None
+    #: The root's inputs its query is still to be found in (:func:`settle_query`): a request
+    #: its trace fraction leaves unsampled finds it when its record is built (the writer).
+    query_of: Any = None
     #: Agent events not applied yet (:func:`.agent.note`): a request its trace fraction
     #: leaves unsampled keeps them for a full build; None: applied as they come.
     agent_log: list[tuple[Any, tuple[Any, ...]]] | None = None
@@ -182,6 +185,16 @@ class DocumentContexts(Sequence[Context]):
 
     def __repr__(self) -> str:
         return f"DocumentContexts({self._all()!r})"
+
+
+def settle_query(root: _Root) -> None:
+    """The root's query from its inputs, if still to be found (``query_of``), as a string."""
+    src = root.query_of
+    if src is not None:
+        root.query_of = None
+        root.query = extract_query(src)
+    if root.query is not None and type(root.query) is not str:
+        root.query = str(root.query)
 
 
 def new_retrieval(run: _Run, source: str, ctxs: Sequence[Context], kind: str, seq: int,
