@@ -66,6 +66,14 @@ def _clean_attrs(attrs: dict[str, Any]) -> None:
         elif isinstance(v, (list, tuple)):
             attrs[k] = type(v)(clean_text(x) if isinstance(x, str) else x for x in v)
 
+def _apply_lazy(attrs: dict[str, Any], lazy: list[Callable[[], Mapping[str, Any]]]) -> None:
+    """Build a pending span's lazy attributes into ``attrs``, in the order they were set (a
+    failing one loses its own attributes, not the span)."""
+    for build in lazy:
+        with handle_internal_errors("spans.lazy_attributes", reraise=False):
+            attrs.update(build())
+
+
 class _PendingSpan:
     """A child step's span as plain data, materialised off the request path."""
 
@@ -80,8 +88,17 @@ class _PendingSpan:
         self.status: Status | None = None
         self.real: Span | ReadableSpan | None = None
         #: Attributes whose values cost something to build (JSON of inputs, documents): built
-        #: at materialisation, off the request path.
-        self.lazy: list[Callable[[], Mapping[str, Any]]] = []
+        #: at materialisation, off the request path (:meth:`later`; None: none yet — most
+        #: steps have none, and a list per step is one more object for the collector).
+        self.lazy: list[Callable[[], Mapping[str, Any]]] | None = None
+
+    def later(self, build: Callable[[], Mapping[str, Any]]) -> None:
+        """Add the attributes ``build()`` returns when the span is materialised."""
+        lazy = self.lazy
+        if lazy is None:
+            self.lazy = [build]
+        else:
+            lazy.append(build)
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.attrs[key] = value
@@ -103,9 +120,8 @@ class _PendingSpan:
         if parent is None:
             return  # the parent was never materialised (abandoned run)
         attrs = self.attrs
-        for build in self.lazy:
-            with handle_internal_errors("spans.lazy_attributes", reraise=False):
-                attrs.update(build())
+        if self.lazy is not None:
+            _apply_lazy(attrs, self.lazy)
         # Strings valid as UTF-8 here (lone surrogates escaped, as the processor would), so
         # the processor need not scan the span again when it ends (processor.end_clean).
         _clean_attrs(attrs)
@@ -313,6 +329,17 @@ class _PendingRoot(trace_api.Span):
         self.end_ns: int | None = None
         self.status: Status | None = None
         self.real: ReadableSpan | None = None
+        #: Text attributes built when the span is (by the writer, for a root no step
+        #: outlives: the root's input and output JSON off the request path).
+        self.lazy: list[Callable[[], Mapping[str, Any]]] | None = None
+
+    def later(self, build: Callable[[], Mapping[str, Any]]) -> None:
+        """Add the attributes ``build()`` returns when the span is materialised."""
+        lazy = self.lazy
+        if lazy is None:
+            self.lazy = [build]
+        else:
+            lazy.append(build)
 
     # (the Span interface: other frameworks' spans may nest under it, see .._owner)
     def get_span_context(self) -> SpanContext:
@@ -353,6 +380,9 @@ class _PendingRoot(trace_api.Span):
         if self.real is not None:
             return
         attrs = self.attrs
+        if self.lazy is not None:
+            _apply_lazy(attrs, self.lazy)
+            self.lazy = None
         if None in attrs.values():  # (the SDK keeps no attribute set to None)
             attrs = {k: v for k, v in attrs.items() if v is not None}
         _clean_attrs(attrs)  # (valid UTF-8, so the processor need not scan it again)

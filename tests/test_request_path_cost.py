@@ -132,9 +132,9 @@ def test_no_exporter_no_child_spans_until_a_processor_is_added(tmp_path: Path) -
         deferred: list[Any] = []
         defer = ts.defer
 
-        def spy(task: Any) -> bool:
+        def spy(task: Any, **kw: Any) -> bool:
             deferred.append(task)
-            return bool(defer(task))
+            return bool(defer(task, **kw))
 
         ts.defer = spy  # type: ignore[method-assign]
         seen = _capture(ts)

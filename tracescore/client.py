@@ -506,12 +506,13 @@ class Tracescore:
         for that many."""
         self.planner.recount_hold(partial, record, decision)
 
-    def defer(self, task: Callable[[], None]) -> bool:
+    def defer(self, task: Callable[[], None], wake: bool = False) -> bool:
         """Run ``task`` on the background writer thread (hot path: never blocks; a full queue
-        drops it and counts)."""
+        drops it and counts). ``wake``: at once (a held span's, whose scores wait for it);
+        else with the next batch."""
         if self._closed:
             return False
-        return self.queue.put(task, record=False)
+        return self.queue.put(task, record=False, wake=wake)
 
     def log_record(
         self,

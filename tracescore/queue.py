@@ -139,11 +139,13 @@ class RecordQueue:
         self._lock = threading.Lock()
 
     # -- hot path -----------------------------------------------------------------------------
-    def put(self, item: Any, *, record: bool = True) -> bool:
+    def put(self, item: Any, *, record: bool = True, wake: bool = False) -> bool:
         """Enqueue without blocking; returns False (and counts a drop) when full.
 
         ``record=False`` for everything that is not a record (deferred span work, ground-truth
-        and feedback updates): their drops are counted apart, not as dropped records. A record
+        and feedback updates): their drops are counted apart, not as dropped records.
+        ``wake``: wake the writer for it, as for a sampled record (span work a held span
+        waits for: its record may have been written before this came). A record
         is a ``(record, decision)`` pair, or a :class:`RagRecord` alone when no metric sampled
         it and no rule forced it (its decision is made again on the writer:
         :class:`~tracescore.store.batch.Pairs`).
@@ -184,8 +186,8 @@ class RecordQueue:
         if len(self._buf) >= self.batch_size:
             self._now.set()
             self._event.set()
-        elif record and (item[1].metrics if type(item) is tuple else
-                         type(item) is LazyRecord and item.decision is not None) \
+        elif (wake or record and (item[1].metrics if type(item) is tuple else
+                                  type(item) is LazyRecord and item.decision is not None)) \
                 and not self._event.is_set():  # (already woken: no lock, no syscall)
             self._event.set()
         return True

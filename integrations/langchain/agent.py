@@ -26,6 +26,43 @@ from .runs import _Root, _Run
 
 #: Messages scanned backwards for tool replies in one prompt.
 MAX_SCAN = 256
+#: Agent events a request stored compact keeps for later (:func:`note`); past it they are
+#: applied at once (a long agent run's log stays bounded, as its trace is).
+MAX_LOG = 512
+
+
+def note(root: _Root, fn: Any, *args: Any) -> None:
+    """Apply an agent event ``fn(*args)`` now, or — a request its trace fraction leaves
+    unsampled (stored compact, whose record keeps no agent part) — log it: :func:`settle`
+    applies the log, in order, only if the record is built in full after all (a rule forced
+    it, ``keep_full_text``; on the writer thread for a record built there). Request path:
+    one tuple appended instead of the tool-call bookkeeping."""
+    log = root.agent_log
+    if log is None:
+        fn(*args)
+    elif len(log) < MAX_LOG:
+        log.append((fn, args))
+    else:
+        settle(root)
+        fn(*args)
+
+
+def settle(root: _Root) -> None:
+    """Apply the logged agent events (:func:`note`); later events are applied at once."""
+    log = root.agent_log
+    if log is None:
+        return
+    root.agent_log = None
+    for fn, args in log:
+        fn(*args)
+
+
+def final_replies(root: _Root, outputs: Any) -> None:
+    """At the root's end: outcomes of calls still pending from the run's final messages
+    (the replies the last model call, or nobody, saw)."""
+    agent = root.agent
+    if agent is not None and agent.unresolved():
+        tool_replies(agent, outputs)
 
 
 def _trace(root: _Root) -> AgentTrace:

@@ -27,8 +27,8 @@ from .._record import EXTERNAL, Retrieval, assemble
 from . import agent as G
 from . import messages as M
 from .live import live_handlers
-from .runs import _Root, _Run, _seq, streamed_text
-from .span_text import set_text, text_of
+from .runs import _Root, _Run, _seq, settle_query, streamed_text
+from .span_text import set_text, snapshot
 
 if TYPE_CHECKING:
     from tracescore.client import Tracescore
@@ -44,12 +44,14 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
     The request's thread does only what the root span needs (its answer, ids, sampling
     decision); a request no metric samples and no rule forces has its record built on the
     writer thread (:meth:`~tracescore.client.Tracescore.offer_unbuilt`) when no step of it is
-    still open (nothing can change the root any more).
+    still open (nothing can change the root any more). True: sampled (its root span is held
+    for the scores).
     """
     root = run.root
     if root.owner is not None:
         root.owner.live = False
     if inputs is not None:  # streamed runs only know their full input at the end
+        settle_query(root)
         q = M.extract_query(inputs)
         if q:
             root.query = q
@@ -63,7 +65,11 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
         answer = root.offered_answer
     if answer is not None and type(answer) is not str:
         answer = str(answer)  # (langchain-core's TextAccessor: a plain str is what is stored)
-    if root.query is not None and type(root.query) is not str:
+    snap = None
+    if root.query_of is not None:  # (found when the record is built: in the inputs as now)
+        if root.query_of is root.inputs:
+            snap = root.query_of = snapshot(root.inputs)
+    elif root.query is not None and type(root.query) is not str:
         root.query = str(root.query)
     llm = root.last_llm
     answer_seq = None if llm is None else llm.seq
@@ -80,13 +86,13 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
     ctx = span.get_span_context()
     trace_id = root.trace_hex or format(ctx.trace_id, "032x")
     span_hex = format(ctx.span_id, "016x")
-    u = trace_fraction(trace_id)
+    u = root.fraction if root.trace_hex else trace_fraction(trace_id)
     session, user = root.session, root.user
     if session is None and root.config_session is not None:
         session = root.config_session
         span.set_attribute(A.SESSION_ID, session)
-    if root.agent is not None and root.agent.unresolved():  # replies the last model call
-        G.tool_replies(root.agent, outputs)                 # (or nobody) saw
+    G.note(root, G.final_replies, root,  # (logged: of the app's final state as it is now)
+           outputs if root.agent_log is None else snapshot(outputs))
     err = f"{type(error).__name__}: {error}" if error is not None else None
     scope = root.scope
     build = partial(_build, root, answer, structured, err, cut, end, trace_id, span_hex,
@@ -103,6 +109,8 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
         sampled: bool | None = False
     elif settled and err is None and ts.sampled_by_rate(u):
         # sampled: what its decision and span hold need now, the record on the writer
+        G.settle(root)  # (a sample rate changed since the root started: its plan reads them)
+        settle_query(root)
         record = ts.prepare(_plan_record(root, answer, cut, trace_id, span_hex))
         decision = ts.decide(record, u)
         finish = build
@@ -120,20 +128,20 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
         span.set_attribute(A.ANSWER_COMPLETE, False)
         span.set_status(Status(StatusCode.ERROR, "incomplete: the client stopped reading the "
                                f"stream after {len(answer or '')} characters"))
+    # (the root's texts: built with its span, by the writer when no step outlives it — of the
+    # app's values as they are now)
     if error is None and (outputs is not None or cut):
-        text = text_of(ts, answer if answer is not None else outputs)
-        if text is not None:
-            span.set_attribute(A.OUTPUT_VALUE, text)
+        set_text(ts, span, A.OUTPUT_VALUE, answer if answer is not None else snapshot(outputs))
     if inputs is not None and root.query is not None:  # streamed: the full input now
         set_text(ts, span, A.INPUT_VALUE, root.query)
     elif root.inputs is not None:
-        set_text(ts, span, A.INPUT_VALUE, root.inputs)
+        set_text(ts, span, A.INPUT_VALUE, snap if snap is not None else snapshot(root.inputs))
     root.inputs = root.stream_queue = None  # (the app's objects the record does not need)
     if sampled is None and ts.submit(record, decision=decision, finish=finish) is not None:
         sampled = decision.sampled
     if sampled is not None:
         span.set_attribute(A.SAMPLED, sampled)
-    return record is None
+    return sampled is True
 
 
 def _found(root: _Root, answer_seq: int | None, candidates: bool
@@ -189,6 +197,9 @@ def _build(root: _Root, answer: str | None, structured: Any, error: str | None, 
     if scope is not None:
         metadata.update(scope.metadata)
         ground_truths = scope.ground_truths + ground_truths
+    settle_query(root)
+    if full:
+        G.settle(root)  # (the agent events a request expected to be stored compact logged)
     agent = root.agent.build(root.model_calls) if root.agent is not None and full else None
     return RagRecord(
         trace_id=trace_id, span_id=span_id,

@@ -45,6 +45,7 @@ from tracescore._internal.errors import (
 from tracescore._internal.text import clip, json_attr
 from tracescore.record import Context
 from tracescore.runs import current_scope
+from tracescore.sampling import trace_fraction
 
 from .._owner import current_owner
 from .._record import NODE, RETRIEVER, TOOL, enclose
@@ -60,7 +61,15 @@ from . import agent as G
 from . import messages as M
 from .emit import emit_record
 from .live import LiveRuns, active_retriever
-from .runs import MAX_STREAM_TOKENS, _Root, _Run, _seq, find_stream_queue, new_retrieval
+from .runs import (
+    MAX_STREAM_TOKENS,
+    DocumentContexts,
+    _Root,
+    _Run,
+    _seq,
+    find_stream_queue,
+    new_retrieval,
+)
 from .span_text import set_text, text_of
 from .vectorstores import patch_vector_stores
 
@@ -195,6 +204,9 @@ class TracescoreCallbackHandler(LiveRuns):
                 span = self.tracer.start_span(name, attributes=attrs, start_time=now)
             root.span = span
             root.trace_hex = trace_hex = format(span.get_span_context().trace_id, "032x")
+            root.fraction = u = trace_fraction(trace_hex)
+            if root.guest_of is not None or not self.ts.text_needed(u):
+                root.agent_log = []  # no full record expected: agent events kept for later
             if scope is not None and root.guest_of is None:
                 scope.trace_ids.append(trace_hex)
             self.ts.run_ids.note(run_id, trace_hex)
@@ -248,8 +260,9 @@ class TracescoreCallbackHandler(LiveRuns):
         if run.node_run is run:
             run.node_run = None
         if run.is_root:
+            held = False
             with handle_internal_errors("langchain.record"):
-                self._emit_record(run, outputs, None if cut else error, inputs, end, cut)
+                held = self._emit_record(run, outputs, None if cut else error, inputs, end, cut)
             root.last_llm = None
             span.end(end_time=end)
             root.done = True
@@ -259,8 +272,9 @@ class TracescoreCallbackHandler(LiveRuns):
                     pending.insert(0, span)  # scores are awaited: the hold came first)
                 else:  # (steps that outlive it may end any time: they need it now)
                     span.materialize(self.tracer)
-            if pending:
-                self.ts.defer(partial(_materialize_all, self.tracer, pending))
+            if pending:  # (a sampled root's scores wait for it: the writer may have
+                # written its record already, and would otherwise take it with the next batch)
+                self.ts.defer(partial(_materialize_all, self.tracer, pending), wake=held)
             return
         root.open -= 1
         span.end(end_time=end)
@@ -270,7 +284,7 @@ class TracescoreCallbackHandler(LiveRuns):
     def _emit_record(self, run: _Run, outputs: Any, error: BaseException | None, inputs: Any,
                      end: int, cut: bool = False) -> bool:
         """The root's record (:func:`.emit.emit_record`); one method, so a fault injected
-        here is the "record" stage's. True: the record is built on the writer (unsampled)."""
+        here is the "record" stage's. True: sampled (its root span waits for scores)."""
         return emit_record(self.ts, run, outputs, error, inputs, end, cut)
 
     # -- chains -----------------------------------------------------------------------------
@@ -284,8 +298,12 @@ class TracescoreCallbackHandler(LiveRuns):
             name = kwargs.get("name") or M._name(serialized) or "chain"
             run = self._start(run_id, parent, name, A.KIND_CHAIN, metadata, tags, {})
             if parent is None:
-                run.root.query = M.extract_query(inputs)
-                run.root.inputs = inputs  # input.value is built when the root ends
+                root = run.root
+                if root.agent_log is None:
+                    root.query = M.extract_query(inputs)
+                else:  # (stored compact, unless forced: found when the record is built)
+                    root.query_of = inputs
+                root.inputs = inputs  # input.value is built when the root ends
             elif metadata and metadata.get("langgraph_node") == name:
                 run.node = True
                 run.node_run = run
@@ -312,8 +330,9 @@ class TracescoreCallbackHandler(LiveRuns):
                 for key, docs in M.state_updates(outputs):
                     self._add_documents(run, docs, NODE, loop_key=f"state:{key or run.name}")
                 llm = run.root.last_llm
-                if llm is not None and llm.node_run is run and not M.ends_with_answer(outputs):
-                    llm.not_answer = True  # a rewriter's question, a grader's verdict
+                if llm is not None and llm.node_run is run:
+                    llm.node_update = outputs  # (a rewriter's question, a grader's verdict:
+                    # not the answer; read only if the stream is cut, see runs.streamed_text)
             self._finish(run_id, outputs, None, inputs, streamed)
         except Exception as exc:
             _fault("langchain.on_chain_end", exc)
@@ -375,8 +394,7 @@ class TracescoreCallbackHandler(LiveRuns):
         enclosed become its inner candidates (see :mod:`.._record`).
         """
         name = run.name
-        to_context = M.document_context
-        ctxs = [to_context(d, name) for d in documents]
+        ctxs = DocumentContexts(documents, name)  # (made by the writer, see DocumentContexts)
         root = run.root
         if root.retrievals:
             enclose(root.retrievals, run.seq, name)
@@ -385,7 +403,7 @@ class TracescoreCallbackHandler(LiveRuns):
         span = run.span
         if ctxs and span is not NO_SPAN and self.ts.capture_content:
             if type(span) is _PendingSpan:
-                span.lazy.append(partial(_dict_of, self.document_attrs, ctxs))
+                span.later(partial(_dict_of, self.document_attrs, ctxs))
             else:
                 span.set_attributes(dict(self.document_attrs(ctxs)))
 
@@ -447,7 +465,7 @@ class TracescoreCallbackHandler(LiveRuns):
         run = self._start(run_id, parent, name, A.KIND_LLM, metadata, tags, attrs)
         set_text(self.ts, run.span, A.INPUT_VALUE, prompt)
         root = run.root
-        G.model_start(root, run, params, prompt)
+        G.note(root, G.model_start, root, run, params, prompt)
         if run.retriever is None:  # a compressor's or filter's model is not the answering one
             # the answering call is the last one: its prompt and model are the record's (a
             # failed primary before a fallback, a query rewriter before the answer are not)
@@ -486,7 +504,7 @@ class TracescoreCallbackHandler(LiveRuns):
         try:
             run = self._runs.get(getattr(run_id, "int", run_id))
             if run is not None:
-                G.model_end(run, response)
+                G.note(run.root, G.model_end, run, response)
                 text, usage, model = M.llm_result_parts(response)
                 span = run.span
                 if text is not None:
@@ -496,7 +514,9 @@ class TracescoreCallbackHandler(LiveRuns):
                     if run.root.last_llm is run:
                         run.root.model = model
                 if usage is not None:
-                    if span is not NO_SPAN:
+                    if type(span) is _PendingSpan:  # (built with the span, by the writer)
+                        span.later(partial(usage_attributes, usage))
+                    elif span is not NO_SPAN:
                         span.set_attributes(usage_attributes(usage))
                     root = run.root
                     root.usage = usage if root.usage is None else root.usage + usage
@@ -543,7 +563,7 @@ class TracescoreCallbackHandler(LiveRuns):
                 if isinstance(call, str):  # langchain-core < 1.2: known from the ToolMessage
                     _late_tool_call(run, call)
             if run is not None:
-                G.tool_end(run, output)
+                G.note(run.root, G.tool_end, run, output)
                 docs = M.artifact_documents(output)
                 if docs:
                     self._add_documents(run, docs, TOOL)
@@ -559,7 +579,7 @@ class TracescoreCallbackHandler(LiveRuns):
         try:
             run = self._runs.get(getattr(run_id, "int", run_id))
             if run is not None:
-                G.tool_error(run, error)
+                G.note(run.root, G.tool_error, run, error)
             self._finish(run_id, None, error)
         except Exception as exc:
             _fault("langchain.on_tool_error", exc)

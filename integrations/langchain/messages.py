@@ -347,8 +347,11 @@ def _config_session() -> str | None:
 
 
 def _session_user(md: Mapping[str, Any], scope: RunScope | None) -> tuple[str | None, str | None]:
-    session = next((md[k] for k in SESSION_KEYS if isinstance(md.get(k), str)), None)
-    user = md.get("user_id") if isinstance(md.get("user_id"), str) else None
+    if md:
+        session = next((md[k] for k in SESSION_KEYS if isinstance(md.get(k), str)), None)
+        user = md.get("user_id") if isinstance(md.get("user_id"), str) else None
+    else:  # (most runs: no metadata)
+        session = user = None
     if scope is not None:
         session = scope.session_id or session
         user = scope.user_id or user

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,12 +22,14 @@ from tracescore.runs import RunScope
 from .._owner import Owner
 from .._record import Retrieval
 from .._spans import _PendingSpan
-from .messages import is_map
+from .messages import document_context, ends_with_answer, extract_query, is_map
 
 #: Sequence numbers: start order of runs, and the order of document steps.
 _seq = itertools.count()
 #: Streamed tokens kept per LLM run (for the text a cut-off stream's client received).
 MAX_STREAM_TOKENS = 100_000
+#: :attr:`_Run.node_update` of a run whose graph node has not ended.
+NO_UPDATE: Any = object()
 
 
 @dataclass(slots=True)
@@ -68,6 +70,7 @@ class _Root:
     #: The root span's trace id (32 hex), and its sampling fraction (``sampling.trace_fraction``,
     #: computed once, at the root's start).
     trace_hex: str = ""
+    fraction: float = 0.0
     #: False: spans go nowhere (no exporter): child steps get no span (``_spans.NO_SPAN``).
     spans: bool = True
     #: LangGraph's stream queue (``stream_mode="messages"``), found at the answering model's
@@ -81,6 +84,12 @@ class _Root:
     model_calls: int = 0
     steps: int = 0
     agent: AgentTrace | None = None
+    #: The root's inputs its query is still to be found in (:func:`settle_query`): a request
+    #: its trace fraction leaves unsampled finds it when its record is built (the writer).
+    query_of: Any = None
+    #: Agent events not applied yet (:func:`.agent.note`): a request its trace fraction
+    #: leaves unsampled keeps them for a full build; None: applied as they come.
+    agent_log: list[tuple[Any, tuple[Any, ...]]] | None = None
 
 
 class _Run:
@@ -106,9 +115,11 @@ class _Run:
     tokens: list[str] | None = None  # an LLM run's streamed tokens
     #: An LLM run's streamed message id (LangGraph's "messages" stream queues chunks by it).
     msg_id: Any = None
-    #: An LLM run's node ended with an update whose last message is not a final AI message
-    #: (a rewriter's user message, a grader's structured output): not the answering call.
-    not_answer: bool = False
+    #: The state update an LLM run's LangGraph node ended with (:data:`NO_UPDATE`: its node
+    #: has not ended): an update whose last message is not a final AI message (a rewriter's
+    #: user message, a grader's structured output) means it is not the answering call —
+    #: looked at only for a stream cut off (:func:`streamed_text`), not at every node's end.
+    node_update: Any = NO_UPDATE
     #: A tool run (its ``tool_call`` is its own call's id).
     is_tool: bool = False
     #: A LangGraph node run: its superstep (``langgraph_step``) and, for a ``Send`` task, its
@@ -134,7 +145,59 @@ class _Run:
         self.node = False
 
 
-def new_retrieval(run: _Run, source: str, ctxs: list[Context], kind: str, seq: int,
+class DocumentContexts(Sequence[Context]):
+    """A document step's documents as the record's :class:`Context` objects, made on first
+    use (:func:`.messages.document_context`; memoised): by the writer, which builds the
+    record and the step's span, not by the request's thread. The documents are the
+    framework's objects, read after the step (the list itself is copied at once)."""
+
+    __slots__ = ("docs", "source", "_contexts")
+
+    def __init__(self, docs: Sequence[Any], source: str) -> None:
+        self.docs = tuple(docs)
+        self.source = source
+        self._contexts: list[Context] | None = None
+
+    def _all(self) -> list[Context]:
+        contexts = self._contexts
+        if contexts is None:
+            for attempt in range(3):
+                try:
+                    contexts = [document_context(d, self.source) for d in self.docs]
+                    break
+                except RuntimeError:  # (a document's metadata changed while copied:
+                    if attempt == 2:  # the app's thread is still at work on it)
+                        raise
+            self._contexts = contexts
+        return contexts  # type: ignore[return-value]
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def __bool__(self) -> bool:
+        return bool(self.docs)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._all()[i]
+
+    def __iter__(self) -> Iterator[Context]:
+        return iter(self._all())
+
+    def __repr__(self) -> str:
+        return f"DocumentContexts({self._all()!r})"
+
+
+def settle_query(root: _Root) -> None:
+    """The root's query from its inputs, if still to be found (``query_of``), as a string."""
+    src = root.query_of
+    if src is not None:
+        root.query_of = None
+        root.query = extract_query(src)
+    if root.query is not None and type(root.query) is not str:
+        root.query = str(root.query)
+
+
+def new_retrieval(run: _Run, source: str, ctxs: Sequence[Context], kind: str, seq: int,
                   loop_key: str | None = None) -> Retrieval:
     """A document step of ``run``: inside a graph node, a later run of that node (a later
     superstep; not a parallel ``Send`` branch of the same step) or, for a state update, a
@@ -173,7 +236,9 @@ def streamed_text(root: _Root) -> str | None:
     stream still held at the cut were produced but never handed to the client.
     """
     llm = root.last_llm
-    if llm is None or not llm.tokens or llm.not_answer:
+    if llm is None or not llm.tokens:
+        return None
+    if llm.node_update is not NO_UPDATE and not ends_with_answer(llm.node_update):
         return None
     if any(r.seq > llm.seq for r in root.retrievals):
         return None

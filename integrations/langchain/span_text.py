@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracescore._internal.text import clip, to_text
 
-from .._spans import NO_SPAN, _only, _PendingSpan
+from .._spans import NO_SPAN, _only, _PendingRoot, _PendingSpan
 
 if TYPE_CHECKING:
     from tracescore.client import Tracescore
@@ -28,11 +28,22 @@ def set_text(ts: Tracescore, span: Any, key: str, value: Any) -> None:
     """Set a text attribute; on a pending span, build it later, off the request path."""
     if not ts.capture_content or span is NO_SPAN:
         return
-    if type(span) is _PendingSpan:
+    if type(span) is _PendingSpan or type(span) is _PendingRoot:
         # (a partial of the plain function, not a closure: two objects for the collector,
         # not five)
-        span.lazy.append(partial(_text_attr, ts, key, value))
+        span.later(partial(_text_attr, ts, key, value))
     else:
         text = text_of(ts, value)
         if text is not None:
             span.set_attribute(key, text)
+
+
+def snapshot(value: Any) -> Any:
+    """``value`` as it is now, for a text built later (by the writer): a dict's or list's
+    top-level lists copied — a chat app may append to its ``messages`` once the request has
+    returned, and the span shows the request's. (Message objects are not copied.)"""
+    if type(value) is dict:
+        return {k: list(v) if type(v) is list else v for k, v in value.items()}
+    if type(value) is list:
+        return list(value)
+    return value

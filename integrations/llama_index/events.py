@@ -76,7 +76,7 @@ class EventsMixin:
         if span is NO_SPAN:
             return
         if isinstance(span, _PendingSpan):
-            span.lazy.append(partial(type(self)._text_attr, self, key, value))
+            span.later(partial(type(self)._text_attr, self, key, value))
         else:
             text = self._text(value)
             if text is not None:
@@ -137,7 +137,7 @@ class EventsMixin:
         span = node.span
         if self.ts.capture_content and span is not None and span is not NO_SPAN:
             if isinstance(span, _PendingSpan):
-                span.lazy.append(partial(dict_of, self._document_attrs, nodes))
+                span.later(partial(dict_of, self._document_attrs, nodes))
             else:
                 span.set_attributes(dict(self._document_attrs(nodes)))
 
