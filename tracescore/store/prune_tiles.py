@@ -36,22 +36,7 @@ from .prune_batches import NO_KEYS, Batch, Keys
 #: holds records of several slices (~5 records a page of ``records``, ~8 of ``scores``, ~13
 #: of ``jobs`` at bench/prune.py's data), so past this the tables cost more than the random
 #: indexes save (bench/prune.py, BENCHMARKS.md "Session 14").
-MAX_SLICES = 4
-
-#: Random-index pages per table page of the backlog (bench/prune.py's data: the three
-#: record-id indexes ~7,300 leaf pages, the backlog's rows ~14,800 table pages at 60k records).
-INDEX_SHARE = 0.5
-
-
-def slices_for(left: int, per_tx: int) -> int:
-    """How many record-id slices a slab of ``left`` records (``per_tx`` a transaction) is cut
-    into. With ``b`` slices, ``n = left / per_tx`` transactions write the random indexes'
-    ``L`` pages ``n / b`` times and the ``T`` table pages about ``b`` times (while ``b`` is
-    below the rows a page holds): least at ``b = sqrt(n L / T)``; at most :data:`MAX_SLICES`."""
-    if per_tx <= 0 or left <= per_tx:
-        return 1
-    return max(1, min(MAX_SLICES, round(math.sqrt(INDEX_SHARE * left / per_tx))))
-
+MAX_SLICES = 8
 
 #: One batch: (cutoff, keys, keyset start) → what it did.
 BatchFn = Callable[[float, Keys, float], Batch]
@@ -66,7 +51,8 @@ def prune_tiles(conn: Any, batch: BatchFn, since: float, cutoff: float,
     per_tx = 0
     while more():
         if per_tx:
-            slices = slices_for(_count(conn, since, cutoff), per_tx)
+            left = _count(conn, since, cutoff)
+            slices = min(MAX_SLICES, math.ceil(left / per_tx))
         else:
             slices = 1
         if slices <= 1:  # (the first batch, or one may take the rest: time order)
