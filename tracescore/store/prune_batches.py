@@ -37,28 +37,16 @@ def _lock(store: Any) -> str:
 #: label on their trace (labels and labelled traces are the calibration set: kept).
 #: Keyset continuation (``created_at >= ?``, the last batch's newest record): the records a
 #: batch skipped (held) are not read again by every later batch of the run.
-_ELIGIBLE_RANGE = (
+_ELIGIBLE = (
     "SELECT r.record_id, r.created_at FROM records r WHERE r.created_at < ?"
     " AND r.created_at >= ?"
-)
-_ELIGIBLE_FREE = (
     " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.record_id = r.record_id"
     " AND j.status IN ('pending', 'leased'))"
     " AND NOT EXISTS (SELECT 1 FROM scores s WHERE s.record_id = r.record_id"
     " AND s.delivery IS NULL)"
     " AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.trace_id = r.trace_id)"  # calibration set
+    " ORDER BY r.created_at LIMIT ?"
 )
-_ELIGIBLE = _ELIGIBLE_RANGE + _ELIGIBLE_FREE
-_ORDER = " ORDER BY r.created_at LIMIT ?"
-#: A key range's terms (:mod:`.prune_tiles`): ``record_id >= lo``, ``record_id < hi``, tested
-#: on the rows the ``created_at`` range reads, before the other conditions (``|| ''``: the
-#: planner must not walk the record-id index instead, which would read the whole key range
-#: and sort it).
-_FROM_KEY = " AND r.record_id || '' >= ?"
-_TO_KEY = " AND r.record_id || '' < ?"
-#: A batch's key range: (lowest record_id, highest excluded); None: no bound.
-Keys = tuple[str | None, str | None]
-NO_KEYS: Keys = (None, None)
 
 
 def _marks(n: int) -> str:
@@ -68,15 +56,14 @@ def _marks(n: int) -> str:
 def prune_batch(store: Any, cutoff: float, limit: int, result: PruneResult,
                 since: float = float("-inf"), *, hold_s: float = 0.0,
                 max_records: int | None = None, commit_s: float = 0.0,
-                waited_hold_s: float | None = None, keys: Keys = NO_KEYS) -> Batch:
+                waited_hold_s: float | None = None) -> Batch:
     """Delete eligible records with ``since <= created_at < cutoff`` (their rollups stay) in
     one transaction, in chunks of ``limit``: after the first, more chunks while the
     transaction, with one more chunk as long as the last and its commit (``commit_s``, the
     last batch's), holds the lock for at most ``hold_s``, and no connection of this process
     (SQLite: the app's writer, the scorer) would by then have waited for the lock longer than
     ``waited_hold_s`` (default ``hold_s``; a long idle batch lets them in after the current
-    chunk), the last chunk was full, and fewer than ``max_records`` went. ``keys``: only
-    records whose ``record_id`` is in that range (a tile of :mod:`.prune_tiles`). Returns a
+    chunk), the last chunk was full, and fewer than ``max_records`` went. Returns a
     :class:`Batch`.
 
     Fewer, larger transactions write less (issue 33): each one appends every page it
@@ -95,7 +82,7 @@ def prune_batch(store: Any, cutoff: float, limit: int, result: PruneResult,
         while True:
             t = time.perf_counter()
             step = limit if max_records is None else min(limit, max_records - n)
-            got, since = _delete_chunk(store, conn, cutoff, step, since, result, keys)
+            got, since = _delete_chunk(store, conn, cutoff, step, since, result)
             n += got
             full = got == step
             now = time.perf_counter()
@@ -131,15 +118,9 @@ class Batch(NamedTuple):
 
 
 def _delete_chunk(store: Any, conn: Any, cutoff: float, limit: int, since: float,
-                  result: PruneResult, keys: Keys = NO_KEYS) -> tuple[int, float]:
+                  result: PruneResult) -> tuple[int, float]:
     """One chunk of :func:`prune_batch`, inside its transaction: (records deleted, since)."""
-    sql, args = _ELIGIBLE_RANGE, [cutoff, since]
-    for term, key in zip((_FROM_KEY, _TO_KEY), keys):
-        if key is not None:
-            sql += term
-            args.append(key)
-    rows = conn.execute(sql + _ELIGIBLE_FREE + _ORDER + _lock(store),
-                        (*args, limit)).fetchall()
+    rows = conn.execute(_ELIGIBLE + _lock(store), (cutoff, since, limit)).fetchall()
     if not rows:
         return 0, since
     ids = [r[0] for r in rows]

@@ -69,16 +69,7 @@ from .._internal.service import Service
 from .compact import compact_stored_contexts, text_facts
 from .compat import trace_join
 from .migrations import REBUILT_INDEXES, ensure_rebuilt_indexes
-from .prune_batches import (  # (a run calls retention.prune_batch)
-    NO_KEYS,
-    Batch,
-    Keys,
-    _is_pg,
-    _lock,
-    _tx,
-    prune_batch,
-)
-from .prune_tiles import prune_tiles
+from .prune_batches import _is_pg, _lock, _tx, prune_batch  # (a run calls retention.prune_batch)
 from .retention_policy import (  # noqa: F401 (the policy's names: retention's too)
     DAY,
     MIN_AGE_S,
@@ -345,37 +336,28 @@ def _prune_rows(store: Any, policy: Retention, now: float, res: PruneResult,
     size = policy.batch_size
     commit_s = 0.0
 
-    def batch(cutoff: float, limit: int, hold_s: float, keys: Keys = NO_KEYS,
-              start: float | None = None) -> Batch:
+    def batch(cutoff: float, limit: int, hold_s: float) -> tuple[int, bool]:
         nonlocal since, size, commit_s
         t = time.perf_counter()
-        done = prune_batch(store, cutoff, limit, res, since if start is None else start,
-                           hold_s=hold_s, commit_s=commit_s, keys=keys,
+        done = prune_batch(store, cutoff, limit, res, since, hold_s=hold_s, commit_s=commit_s,
                            waited_hold_s=HOLD_TARGET * policy.max_hold_s)
         took = time.perf_counter() - t
-        if start is None:
-            since = done.since
+        since = done.since
         res.longest_hold_s = max(res.longest_hold_s, took)
         if done.n:
             size = _next_size(limit, done.n, took - done.commit_s, policy)
             commit_s = done.commit_s
             pauses(took)
-        return done
+        return done.n, done.more
 
-    def full(cutoff: float, keys: Keys, start: float) -> Batch:  # (sized by the hold)
-        return batch(cutoff, size, HOLD_TARGET * pauses.hold_s(policy.max_hold_s), keys, start)
+    def full(cutoff: float) -> bool:  # (a batch sized by the lock's hold: more may follow)
+        return batch(cutoff, size, HOLD_TARGET * pauses.hold_s(policy.max_hold_s))[1]
 
     if policy.max_age_s is not None:
         cutoff = now - policy.max_age_s
         with _bulk_mode(store, res, cutoff, bulk):
-            if _is_pg(store):
-                while more():
-                    done = full(cutoff, NO_KEYS, since)
-                    since = done.since
-                    if not done.more:
-                        break
-            else:  # (a backlog more than one batch takes: in tiles, :mod:`.prune_tiles`)
-                since = prune_tiles(store.conn, full, since, cutoff, more)
+            while more() and full(cutoff):
+                pass
     if policy.max_bytes is not None and _is_pg(store):
         res.notes.append(PG_NO_MAX_BYTES)
     elif policy.max_bytes is not None:
