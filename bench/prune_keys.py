@@ -222,7 +222,8 @@ def e2e(prepared: dict[str, Path], work: Path, now: str, runs: int, app_probe: f
             r["ratio"] = r["wrote_bytes"] / max(1, r["file_before"] - r["file_after"])
             out[layout].append(r)
             print(json.dumps({"layout": layout, **{k: r[k] for k in (
-                "ratio", "wrote_bytes", "records", "batches", "longest_hold_s", "wall")},
+                "ratio", "wrote_bytes", "records", "batches", "longest_hold_s", "wall",
+                "paused_s", "pauses_skipped", "rebuild_s", "vacuum_steps", "cpu")},
                 "app_probe": r["app_probe"], "probe": r.get("probe")}), flush=True)
     return out
 
