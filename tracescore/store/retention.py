@@ -121,7 +121,7 @@ PG_NO_MAX_BYTES = ("a size limit (max_bytes, --max-size) is not applied on Postg
 _COMPACTABLE = (
     "SELECT r.record_id, r.query, r.answer, r.contexts, r.created_at, r.seg_id FROM records r"
     " WHERE r.created_at < ? AND r.text_kept = 1 AND r.sampled = 0 AND r.content_captured = 1"
-    " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.record_id = r.record_id)"
+    " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.rec = r.seq)"
     " AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.trace_id = r.trace_id)"
     " ORDER BY r.created_at LIMIT ?"
 )

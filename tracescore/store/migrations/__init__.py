@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .record_seq import REC_OF, record_seq  # noqa: F401 (REC_OF: the writers')
 from .steps import (  # noqa: F401 (re-exported: the steps are named from here too)
     _PG_V1,
     _V3_COLUMNS,
@@ -104,6 +105,8 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
               lambda s: _sessions(s, "sqlite")),
     Migration(12, "records: an agent run's tool calls and offered tools",
               lambda s: _agent_column(s, "sqlite")),
+    Migration(13, "records: a sequence; scores and jobs keyed per record by it (issue 33)",
+              lambda s: record_seq(s, "sqlite")),
 )
 
 
@@ -168,6 +171,8 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
               lambda s: _sessions(s, "postgres")),
     Migration(11, "records: an agent run's tool calls and offered tools",
               lambda s: _agent_column(s, "postgres")),
+    Migration(12, "records: a sequence; scores and jobs keyed per record by it (issue 33)",
+              lambda s: record_seq(s, "postgres")),
 )
 
 #: pg_advisory_xact_lock key: "tracescore" as an int
