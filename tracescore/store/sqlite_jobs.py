@@ -79,11 +79,17 @@ class SqliteJobs:
             rows = [record_row(r, d, now, keep_full_text, spec, seg_id)
                     for (r, d), (seg_id, _) in zip(records, segs)]
             with self.transaction():
+                # (each record's sequence given here, the next after the stored ones: the
+                # records' insert trigger then does nothing, and this batch's jobs and scores
+                # get their ``rec`` without a lookup — a replayed record keeps its own)
+                top = int(self.conn.execute("SELECT coalesce(max(seq), 0) FROM records")
+                          .fetchone()[0])
                 inserted = self._insert_or_ignore(
                     "records", "record_id",
-                    "INSERT OR IGNORE INTO records(" + ",".join(_RECORD_COLS) + ") VALUES ("
-                    + ",".join("?" * len(_RECORD_COLS)) + ")",
-                    rows, lambda i: rows[i][0])
+                    "INSERT OR IGNORE INTO records(" + ",".join(_RECORD_COLS) + ", seq) VALUES ("
+                    + ",".join("?" * (len(_RECORD_COLS) + 1)) + ")",
+                    [(*row, top + 1 + i) for i, row in enumerate(rows)], lambda i: rows[i][0])
+                seq_of = {rows[i][0]: top + 1 + i for i in inserted}
                 delta = Delta()
                 overflow: dict[str, int] = {}
                 add, facts_of = delta.add_record, _FACTS_OF
@@ -92,10 +98,10 @@ class SqliteJobs:
                     for dim in segs[i][1]:
                         overflow[OVERFLOW_COUNTER + dim] = overflow.get(OVERFLOW_COUNTER + dim,
                                                                         0) + 1
-                created = self._insert_jobs(jobs, now)
+                created = self._insert_jobs(jobs, now, seq_of)
                 refs = self._scored_on_write(
                     scored, {rows[i][0]: rows[i][_SEG] for i in inserted} if scored else {},
-                    delivery, now, delta)
+                    delivery, now, delta, seq_of)
 
                 def record_facts(ids: Iterable[str]) -> dict[str, tuple[float, int]]:
                     # (only a batch with skipped jobs asks: no dict per record otherwise)
@@ -152,14 +158,18 @@ class SqliteJobs:
                 out[(rid, metric, version)] = (status, reason)
         return out
 
-    def _insert_jobs(self, jobs: Sequence[NewJob], now: float) -> list[NewJob]:
-        """INSERT OR IGNORE ``jobs`` (inside the caller's transaction); the ones created."""
+    def _insert_jobs(self, jobs: Sequence[NewJob], now: float,
+                     seq_of: Mapping[str, int] | None = None) -> list[NewJob]:
+        """INSERT OR IGNORE ``jobs`` (inside the caller's transaction); the ones created.
+        ``seq_of``: the sequence of records written in this transaction (the others' is
+        looked up)."""
+        seq = seq_of or {}
         inserted = self._insert_or_ignore(
             "jobs", "record_id, metric, metric_version",
             "INSERT OR IGNORE INTO jobs(record_id, rec, metric, metric_version, status, attempts,"
-            f" reason, created_at, updated_at) VALUES (?,{REC_OF},?,?,?,0,?,?,?)",
-            [(j.record_id, j.record_id, j.metric, j.metric_version, j.status, j.reason, now,
-              now) for j in jobs],
+            f" reason, created_at, updated_at) VALUES (?,coalesce(?,{REC_OF}),?,?,?,0,?,?,?)",
+            [(j.record_id, seq.get(j.record_id), j.record_id, j.metric, j.metric_version,
+              j.status, j.reason, now, now) for j in jobs],
             lambda i: (jobs[i].record_id, jobs[i].metric, jobs[i].metric_version))
         return [jobs[i] for i in inserted]
 
@@ -363,7 +373,8 @@ class SqliteJobs:
 
     def _scored_on_write(self, scored: Sequence[tuple[NewJob, Sequence[Score]]],
                          segs: Mapping[str, Any], delivery: str | None, now: float,
-                         delta: Delta) -> list[list[tuple[int, Score]] | None]:
+                         delta: Delta, seq_of: Mapping[str, int]
+                         ) -> list[list[tuple[int, Score]] | None]:
         """:meth:`write_batch`'s ``scored`` jobs, stored ``done`` with their scores (inside
         its transaction): two statements for the whole batch, not two per job (each
         statement lets go of the GIL and waits to get it back behind a busy app: see
@@ -374,10 +385,11 @@ class SqliteJobs:
             return refs
         made = _insert_keyed(
             self.conn, "INSERT OR IGNORE INTO jobs(record_id, rec, metric, metric_version,"
-            f" status, attempts, created_at, updated_at) VALUES (?,{REC_OF},?,?,'done',1,?,?)",
-            [(j.record_id, j.record_id, j.metric, j.metric_version, now, now)
-             for j, _ in scored],
-            "jobs", ("record_id", "metric", "metric_version"), (0, 2, 3))
+            " status, attempts, created_at, updated_at) VALUES"
+            f" (?,coalesce(?,{REC_OF}),?,?,'done',1,?,?)",
+            [(j.record_id, seq_of.get(j.record_id), j.record_id, j.metric, j.metric_version,
+              now, now) for j, _ in scored],
+            "jobs", ("record_id", "metric", "metric_version"), (0, 3, 4))
         rest = [j.record_id for j, _ in scored if j.record_id not in segs]
         facts = self._record_facts(rest) if rest else {}
         values: list[tuple[Any, ...]] = []
@@ -394,13 +406,15 @@ class SqliteJobs:
             # Keys out of the texts (as in _insert_scores)
             for sc in (scrub_score(x) for x in scores):
                 values.append((*_score_values(job_id, job.record_id, trace_id, job.metric, sc,
-                                              now, delivery), seg_id, "", job.record_id))
+                                              now, delivery), seg_id, "",
+                               seq_of.get(job.record_id), job.record_id))
                 where.append((i, sc, seg_id))
         ids = _insert_keyed(
             self.conn, "INSERT INTO scores(job_id, record_id, trace_id, name, metric,"
             " metric_version, value, label, explanation, status, error, duration_ms, details,"
             " created_at, delivery, seg_id, judge_model, rec) VALUES"
-            f" (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,{REC_OF}) ON CONFLICT(rec, name) DO NOTHING",
+            f" (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,coalesce(?,{REC_OF}))"
+            " ON CONFLICT(rec, name) DO NOTHING",
             values, "scores", ("record_id", "name"), (1, 3)) if values else {}
         for row, (i, sc, seg_id) in zip(values, where):
             score_id = ids.pop((row[1], row[3]), None)
