@@ -196,10 +196,12 @@ class PgJobs:
         return [row_to_record(dict(zip(cols, row))) for row in cur]
 
     def scores_for(self, record_id: str, undelivered_only: bool = False) -> list[dict[str, Any]]:
-        sql = "SELECT * FROM scores WHERE rec = (SELECT seq FROM records WHERE record_id = %s)"
+        # (a score whose record is not stored has no rec: found by its record id)
+        sql = ("SELECT * FROM scores WHERE (rec = (SELECT seq FROM records WHERE record_id = %s)"
+               " OR (rec IS NULL AND record_id = %s))")
         if undelivered_only:
             sql += " AND delivery IS NULL"
-        cur = self._x(sql + " ORDER BY score_id", (record_id,))
+        cur = self._x(sql + " ORDER BY score_id", (record_id, record_id))
         cols = [c.name for c in cur.description or ()]
         return [dict(zip(cols, row)) for row in cur]
 
@@ -229,7 +231,9 @@ class PgJobs:
         workers sweeping at once only one sends them: they are marked ``redelivering:<owner>``
         (the carrier's export then marks them delivered)."""
         cur = self._x(
-            "UPDATE scores SET delivery=%s WHERE rec = (SELECT seq FROM records WHERE record_id = %s) AND delivery IS NULL "
-            "AND created_at <= %s RETURNING *", (f"redelivering:{owner}", record_id, older_than))
+            "UPDATE scores SET delivery=%s WHERE (rec = (SELECT seq FROM records WHERE"
+            " record_id = %s) OR (rec IS NULL AND record_id = %s)) AND delivery IS NULL "
+            "AND created_at <= %s RETURNING *",
+            (f"redelivering:{owner}", record_id, record_id, older_than))
         cols = [c.name for c in cur.description or ()]
         return sorted((dict(zip(cols, row)) for row in cur), key=lambda r: r["score_id"])

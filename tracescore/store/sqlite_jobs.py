@@ -543,10 +543,12 @@ class SqliteJobs:
         return [row_to_record(dict(zip(cols, row))) for row in cur]
 
     def scores_for(self, record_id: str, undelivered_only: bool = False) -> list[dict[str, Any]]:
-        sql = f"SELECT * FROM scores WHERE rec = {REC_OF}"
+        # (a score whose record is not stored has no rec: found by its record id, among the
+        # few rows of no record)
+        sql = f"SELECT * FROM scores WHERE (rec = {REC_OF} OR (rec IS NULL AND record_id = ?))"
         if undelivered_only:
             sql += " AND delivery IS NULL"
-        cur = self.conn.execute(sql + " ORDER BY score_id", (record_id,))
+        cur = self.conn.execute(sql + " ORDER BY score_id", (record_id, record_id))
         cols = [c[0] for c in cur.description]
         return [dict(zip(cols, row)) for row in cur]
 
