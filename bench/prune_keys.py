@@ -52,7 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 DAY = 86400.0
 
 ELIGIBLE = (
-    "SELECT r.rowid, r.record_id, r.created_at FROM records r WHERE r.created_at < ? AND r.created_at >= ?"
+    "SELECT r.rowid, r.record_id, r.created_at FROM records r WHERE r.created_at < ?"
+    " AND r.created_at >= ?"
     " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.{jkey} = {jrec}"
     " AND j.status IN ('pending', 'leased'))"
     " AND NOT EXISTS (SELECT 1 FROM scores s WHERE s.{skey} = {srec} AND s.delivery IS NULL)"

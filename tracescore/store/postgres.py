@@ -437,7 +437,8 @@ class PostgresStore(PgJobs, LabelsMixin):
                 key = (j.record_id, j.metric, j.metric_version)
                 while True:
                     old = self._x("SELECT job_id, status, reason FROM jobs WHERE rec = (SELECT seq"
-                                  " FROM records WHERE record_id = %s) AND metric=%s AND metric_version=%s FOR UPDATE", key
+                                  " FROM records WHERE record_id = %s) AND metric=%s"
+                                  " AND metric_version=%s FOR UPDATE", key
                                   ).fetchone()
                     if old is None:
                         if self._x(

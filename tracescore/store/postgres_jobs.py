@@ -46,8 +46,8 @@ class PgJobs:
             if rows:
                 # A record's jobs go out together (as on SQLite: its judge jobs then share
                 # calls, judge/pairing.py): the rest of the leased records' open jobs.
-                rows += self._x(_LEASE.format(
-                    which="AND rec IN (SELECT seq FROM records WHERE record_id = ANY(%(records)s))"),
+                rows += self._x(_LEASE.format(which="AND rec IN (SELECT seq FROM records"
+                                              " WHERE record_id = ANY(%(records)s))"),
                                 {**args, "records": list({r[1] for r in rows})}).fetchall()
         return sorted((Job(*r) for r in rows), key=lambda j: j.job_id)
 
