@@ -275,9 +275,10 @@ def test_the_migration_fills_the_sums_of_an_existing_database(db: str,
     want = _table(db)
     assert want
     steps = migrations.POSTGRES_MIGRATIONS if is_pg(db) else migrations.SQLITE_MIGRATIONS
-    assert "judge's decisions" in steps[-1].description
+    at = next(i for i, s in enumerate(steps) if "judge's decisions" in s.description)
+    # back to the version before the sums' step (the steps after it run again: each may)
     execute(db, "DROP TABLE hourly_judge_decisions", "DROP TABLE hourly_judge_scores",
-            f"UPDATE meta SET value = '{steps[-2].version}' WHERE key = 'schema_version'")
+            f"UPDATE meta SET value = '{steps[at - 1].version}' WHERE key = 'schema_version'")
     open_store(db).close()
     assert rows(db, "SELECT value FROM meta WHERE key = 'schema_version'")[0]["value"] == str(
         steps[-1].version)

@@ -43,7 +43,8 @@ def decisions(conn: Any, name: str, metric: str, window: Window, ids: set[int] |
     join, seg_sql, seg_args = _segment_join(ids)
     return conn.execute(
         "SELECT d.proxy, d.pi, d.selected, s.value, s.status FROM judge_decisions d"
-        " LEFT JOIN scores s ON s.record_id = d.record_id AND s.name = ?" + join +
+        " LEFT JOIN records dr ON dr.record_id = d.record_id"
+        " LEFT JOIN scores s ON s.rec = dr.seq AND s.name = ?" + join +
         " WHERE d.metric = ? AND d.created_at >= ? AND d.created_at < ?" + seg_sql,
         (name, metric, lo, hi, *seg_args)).fetchall()
 
@@ -56,6 +57,7 @@ def decisions_since(conn: Any, name: str, metric: str, since: float | None,
     lo = _num(-math.inf if since is None else since)
     return conn.execute(
         "SELECT d.created_at, d.proxy, d.pi, d.selected, s.value, s.status FROM"
-        " judge_decisions d LEFT JOIN scores s ON s.record_id = d.record_id AND s.name = ?"
+        " judge_decisions d LEFT JOIN records dr ON dr.record_id = d.record_id"
+        " LEFT JOIN scores s ON s.rec = dr.seq AND s.name = ?"
         + join + " WHERE d.metric = ? AND d.created_at >= ?" + seg_sql,
         (name, metric, lo, *seg_args)).fetchall()

@@ -24,7 +24,7 @@ UNLABELLED = (
 #: the trace's newest record scored under the name, as a label by trace id. ``{of_trace}``:
 #: the trace's records (:func:`tracescore.store.compat.trace_records`).
 RECORD_OF_TRACE = (
-    "SELECT r.record_id FROM records r JOIN scores s ON s.record_id = r.record_id"
+    "SELECT r.record_id FROM records r JOIN scores s ON s.rec = r.seq"
     " AND s.name = ? WHERE {of_trace} ORDER BY r.created_at DESC, r.record_id DESC"
     " LIMIT 1")
 #: SQL true when record ``r`` has text to label (captured, not compact, not all redacted).

@@ -121,7 +121,7 @@ def decision_rows(conn: Any, score: str, metric: str, start: float, until: float
     return conn.execute(
         "SELECT d.created_at, d.record_id, d.proxy, d.pi, d.selected, s.value,"
         " s.status FROM judge_decisions d JOIN records r ON r.record_id = d.record_id"
-        " LEFT JOIN scores s ON s.record_id = d.record_id AND s.name = ?"
+        " LEFT JOIN scores s ON s.rec = r.seq AND s.name = ?"
         " WHERE d.metric = ? AND d.created_at >= ? AND d.created_at < ?"
         " AND (d.created_at > ? OR (d.created_at = ? AND d.record_id > ?))"
         + sql + " ORDER BY d.created_at, d.record_id LIMIT ?",

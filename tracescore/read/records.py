@@ -64,14 +64,16 @@ def record_details(conn: sqlite3.Connection, row: dict[str, Any]) -> dict[str, A
         {k: s[k] for k in ("name", "metric", "metric_version", "value", "label", "explanation",
                            "status", "error", "duration_ms", "created_at", "delivery")}
         for s in conn.execute(
-            "SELECT * FROM scores WHERE record_id = ? ORDER BY metric, score_id",
+            "SELECT * FROM scores WHERE rec = (SELECT seq FROM records WHERE record_id = ?)"
+            " ORDER BY metric, score_id",
             (rec["record_id"],),
         )
     ]
     rec["jobs"] = [
         dict(j) for j in conn.execute(
             "SELECT metric, metric_version, status, attempts, reason FROM jobs"
-            " WHERE record_id = ? AND status != 'done' ORDER BY metric", (rec["record_id"],),
+            " WHERE rec = (SELECT seq FROM records WHERE record_id = ?) AND status != 'done'"
+            " ORDER BY metric", (rec["record_id"],),
         )
     ]
     rec["feedback"] = feedback_for_trace(conn, rec.get("trace_id") or "")
@@ -99,7 +101,8 @@ def session_state(conn: Any, key: str) -> dict[str, Any] | None:
 def score_details(conn: Any, record_id: str) -> dict[str, Any]:
     """The details (decoded JSON; {} when unreadable) of each score of a record, by name."""
     details: dict[str, Any] = {}
-    for name, raw in conn.execute("SELECT name, details FROM scores WHERE record_id = ?",
+    for name, raw in conn.execute("SELECT name, details FROM scores WHERE"
+                                  " rec = (SELECT seq FROM records WHERE record_id = ?)",
                                   (record_id,)).fetchall():
         try:
             details[name] = json.loads(raw or "{}")

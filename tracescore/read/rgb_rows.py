@@ -25,7 +25,7 @@ def record_rows(conn: Any, names: Sequence[str], profile: str, *, since: float |
     cur = conn.execute(
         "SELECT r.record_id, r.n_contexts, r.content_captured, r.answer, r.ground_truths, "
         f"{pivot}, max(CASE WHEN s.name = '{profile}' THEN s.details END) AS profile "
-        "FROM records r LEFT JOIN scores s ON s.record_id = r.record_id AND s.status = 'ok' "
+        "FROM records r LEFT JOIN scores s ON s.rec = r.seq AND s.status = 'ok' "
         f"AND s.value IS NOT NULL AND s.name IN ({marks}) "
         "WHERE r.created_at >= ? GROUP BY r.record_id",
         (*names, cutoff),

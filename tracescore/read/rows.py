@@ -54,7 +54,7 @@ _SELECT = (
     " r.output_tokens, r.model, r.error, r.sampled, {segment},"
     " s.name, s.metric, s.value, s.label, s.explanation, s.status, s.error,"
     " s.metric_version, s.judge_model, s.duration_ms, s.created_at"
-    " FROM records r {join} JOIN scores s ON s.record_id = r.record_id{metric_filter}"
+    " FROM records r {join} JOIN scores s ON s.rec = r.seq{metric_filter}"
     "{segments} WHERE r.created_at >= ?"
     # created_at first so the records(created_at) index drives the scan: SQLite then only
     # sorts each record's few scores, never the whole result.

@@ -79,7 +79,7 @@ _LABELLED = "(SELECT DISTINCT trace_id FROM labels WHERE name = ? AND value IS N
 _SCORES = (
     "SELECT r.trace_id, s.record_id, s.score_id, s.value, s.metric_version, s.seg_id,"
     " s.judge_model, s.created_at, s.metric, r.created_at FROM " + _LABELLED + ") l"
-    " CROSS JOIN records r ON {join} CROSS JOIN scores s ON s.record_id = r.record_id"
+    " CROSS JOIN records r ON {join} CROSS JOIN scores s ON s.rec = r.seq"
     " AND s.name = ? AND s.status = 'ok' AND s.value IS NOT NULL")
 
 
@@ -87,7 +87,7 @@ _SCORES = (
 _JOBS = (
     "SELECT j.record_id, j.metric, j.metric_version, j.created_at, j.job_id FROM "
     + _LABELLED + " AND metric_version IS NULL) l CROSS JOIN records r ON {join}"
-    " CROSS JOIN jobs j ON j.record_id = r.record_id")
+    " CROSS JOIN jobs j ON j.rec = r.seq")
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +161,7 @@ def read_pairs(conn: Any, name: str, window: Q.Window = Q.Window(), *,
     eligible = {int(sid) for (sid,) in conn.execute(
         "SELECT s.score_id FROM scores s WHERE s.name = ? AND s.status = 'ok'"
         " AND s.value IS NOT NULL AND s.created_at >= ? AND s.created_at < ?"
-        " AND s.record_id IN (SELECT r.record_id FROM labels l CROSS JOIN records r ON "
+        " AND s.rec IN (SELECT r.seq FROM labels l CROSS JOIN records r ON "
         + join + " WHERE l.name = ?)" + seg_sql + dim_sql,
         (name, lo, hi, name, *seg_args, *dim_args)).fetchall()}
     # record -> annotator -> (value, bound version, source); the newest label of a key wins
@@ -218,7 +218,7 @@ def unmatched_labels(conn: Any, name: str) -> int:
         return 0
     return int(conn.execute(
         "SELECT count(*) FROM labels l WHERE l.name = ? AND l.value IS NOT NULL AND NOT EXISTS"
-        " (SELECT 1 FROM records r CROSS JOIN scores s ON s.record_id = r.record_id"
+        " (SELECT 1 FROM records r CROSS JOIN scores s ON s.rec = r.seq"
         " AND s.name = ? AND s.status = 'ok' AND s.value IS NOT NULL WHERE "
         + trace_join(conn, "l.trace_id") + " AND (l.record_id IS NULL"
         " OR r.record_id = l.record_id))",
@@ -232,7 +232,7 @@ def unmatched_labels(conn: Any, name: str) -> int:
 LABELLED_SCORES = (
     "SELECT s.record_id, s.created_at, s.details FROM (SELECT DISTINCT trace_id FROM labels"
     " WHERE name = ? AND value IS NOT NULL) l CROSS JOIN records r ON {join}"
-    " CROSS JOIN scores s ON s.record_id = r.record_id AND s.name = ? AND s.status = 'ok'")
+    " CROSS JOIN scores s ON s.rec = r.seq AND s.name = ? AND s.status = 'ok'")
 
 
 def labelled_score_details(conn: Any, name: str) -> list[tuple[Any, Any, Any]]:

@@ -157,13 +157,13 @@ def canned_queries(*, has_metrics_table: bool = True, metric: str = PREFERRED_ME
                 " CASE WHEN r.sampled = 0 THEN 'not sampled' ELSE 'sampled' END AS sampling,"
                 " (SELECT group_concat(j.metric || ': ' || j.status"
                 " || coalesce(' (' || j.reason || ')', ''), '; ')"
-                " FROM jobs j WHERE j.record_id = r.record_id) AS jobs,"
+                " FROM jobs j WHERE j.rec = r.seq) AS jobs,"
                 " (SELECT group_concat(s.name || ': ' || s.status"
                 " || coalesce(' (' || s.error || ')', ''), '; ')"
-                " FROM scores s WHERE s.record_id = r.record_id) AS scores,"
+                " FROM scores s WHERE s.rec = r.seq) AS scores,"
                 " r.trace_id, r.record_id"
                 " FROM records r WHERE NOT EXISTS (SELECT 1 FROM scores s"
-                " WHERE s.record_id = r.record_id AND s.status = 'ok')"
+                " WHERE s.rec = r.seq AND s.status = 'ok')"
                 " ORDER BY r.created_at DESC LIMIT 1000"
             ),
         },

@@ -213,7 +213,9 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
             for table, (_, tail) in natural.items():
                 if table not in tables:
                     continue
-                cols = _shared_columns(src, dst.conn, table)
+                # (a record's sequence is the target's own: given there; its scores' and
+                # jobs' ``rec`` filled from it by the target's trigger)
+                cols = _shared_columns(src, dst.conn, table, skip=("seq",))
                 for rows in _chunks(src, _select(cols, table)):
                     put(table, cols, tail, mapped(cols, rows))
             # jobs: new ids; open jobs arrive pending (their old leases mean nothing here)
@@ -222,14 +224,14 @@ def copy_sqlite_to_postgres(source: str | os.PathLike[str], url: str, *,
             for rows in _chunks(src, "SELECT record_id, metric, metric_version, CASE WHEN "
                                      "status = 'leased' THEN 'pending' ELSE status END, "
                                      "attempts, reason, created_at, updated_at FROM jobs"):
-                put("jobs", jcols, "ON CONFLICT (record_id, metric, metric_version) "
+                put("jobs", jcols, "ON CONFLICT (rec, metric, metric_version) "
                                    "DO NOTHING", rows)
-            scols = _shared_columns(src, dst.conn, "scores", skip=("score_id", "job_id"))
+            scols = _shared_columns(src, dst.conn, "scores", skip=("score_id", "job_id", "rec"))
             sel = ", ".join(f"s.{_sqlite_ident(c)}" for c in scols)
             score_insert = sql.SQL(
                 "INSERT INTO scores({}, job_id) VALUES ({}, (SELECT job_id FROM jobs WHERE "
-                "record_id=%s AND metric=%s AND metric_version=%s)) "
-                "ON CONFLICT (record_id, name) DO NOTHING").format(
+                "rec = (SELECT seq FROM records WHERE record_id=%s) AND metric=%s"
+                " AND metric_version=%s)) ON CONFLICT (rec, name) DO NOTHING").format(
                 sql.SQL(", ").join(sql.Identifier(c) for c in scols),
                 sql.SQL(", ").join(sql.Placeholder() for _ in scols))
             for rows in _chunks(src, f"SELECT {sel}, j.metric, j.metric_version FROM scores s "

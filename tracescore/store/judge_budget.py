@@ -214,7 +214,8 @@ def decision_sums(store: Any, metric: str, score_name: str, since: float
         " sum(CASE WHEN s.value IS NOT NULL THEN d.proxy * d.proxy / d.pi ELSE 0 END),"
         " sum(CASE WHEN s.value IS NOT NULL THEN d.proxy * s.value / d.pi ELSE 0 END),"
         " sum(CASE WHEN s.value IS NOT NULL THEN s.value * s.value / d.pi ELSE 0 END)"
-        " FROM judge_decisions d LEFT JOIN scores s ON s.record_id = d.record_id"
+        " FROM judge_decisions d LEFT JOIN records dr ON dr.record_id = d.record_id"
+        " LEFT JOIN scores s ON s.rec = dr.seq"
         " AND s.name = ? AND s.status = 'ok' AND d.selected = 1"
         " WHERE d.metric = ? AND d.created_at >= ? AND d.pi > 0 GROUP BY d.bin",
         (score_name, metric, since)).fetchall()

@@ -90,11 +90,12 @@ _UPSERT_LABEL = (
 #: records (:func:`.compat.trace_records`: a primary-key range on SQLite).
 _RECORD_OF_TRACE = (
     "SELECT r.record_id FROM records r WHERE {of_trace} ORDER BY EXISTS (SELECT 1 FROM"
-    " scores s WHERE s.record_id = r.record_id AND s.name = ?) DESC, r.created_at DESC,"
+    " scores s WHERE s.rec = r.seq AND s.name = ?) DESC, r.created_at DESC,"
     " r.record_id DESC LIMIT 1")
 #: The metric version of the record's stored score of that name (the newest).
 _SCORE_VERSION = (
-    "SELECT metric_version FROM scores WHERE record_id = ? AND name = ?"
+    "SELECT metric_version FROM scores WHERE rec = (SELECT seq FROM records"
+    " WHERE record_id = ?) AND name = ?"
     " ORDER BY created_at DESC, score_id DESC LIMIT 1")
 
 

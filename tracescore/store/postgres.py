@@ -437,8 +437,9 @@ class PostgresStore(PgJobs, LabelsMixin):
             for j in jobs:
                 key = (j.record_id, j.metric, j.metric_version)
                 while True:
-                    old = self._x("SELECT job_id, status, reason FROM jobs WHERE record_id=%s "
-                                  "AND metric=%s AND metric_version=%s FOR UPDATE", key
+                    old = self._x("SELECT job_id, status, reason FROM jobs WHERE rec = (SELECT seq"
+                                  " FROM records WHERE record_id = %s) AND metric=%s"
+                                  " AND metric_version=%s FOR UPDATE", key
                                   ).fetchone()
                     if old is None:
                         if self._x(

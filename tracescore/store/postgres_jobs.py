@@ -63,7 +63,8 @@ class PgJobs:
             if rows:
                 # A record's jobs go out together (as on SQLite: its judge jobs then share
                 # calls, judge/pairing.py): the rest of the leased records' open jobs.
-                rows += self._x(_LEASE.format(which="AND record_id = ANY(%(records)s)"),
+                rows += self._x(_LEASE.format(which="AND rec IN (SELECT seq FROM records"
+                                              " WHERE record_id = ANY(%(records)s))"),
                                 {**args, "records": list({r[1] for r in rows})}).fetchall()
         return sorted((Job(*r) for r in rows), key=lambda j: j.job_id)
 
@@ -153,7 +154,7 @@ class PgJobs:
                 "metric_version, value, label, explanation, status, error, duration_ms, "
                 "details, created_at, delivery, seg_id, judge_model) VALUES "
                 "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
-                "ON CONFLICT (record_id, name) DO UPDATE SET job_id=excluded.job_id, "
+                "ON CONFLICT (rec, name) DO UPDATE SET job_id=excluded.job_id, "
                 "metric_version=excluded.metric_version, value=excluded.value, "
                 "label=excluded.label, explanation=excluded.explanation, "
                 "status=excluded.status, error=excluded.error, "
@@ -198,8 +199,8 @@ class PgJobs:
         return int(self._row(sql + " AND metric = ANY(%s)", (list(metrics),))[0])
 
     def open_jobs_for(self, record_id: str) -> int:
-        return int(self._row(f"SELECT count(*) FROM jobs WHERE record_id=%s AND {OPEN_JOBS}",
-                             (record_id,))[0])
+        return int(self._row(f"SELECT count(*) FROM jobs WHERE rec = (SELECT seq FROM records"
+                             f" WHERE record_id = %s) AND {OPEN_JOBS}", (record_id,))[0])
 
     def load_records(self, record_ids: Iterable[str]) -> dict[str, RagRecord]:
         ids = list(dict.fromkeys(record_ids))
@@ -218,10 +219,12 @@ class PgJobs:
         return [row_to_record(dict(zip(cols, row))) for row in cur]
 
     def scores_for(self, record_id: str, undelivered_only: bool = False) -> list[dict[str, Any]]:
-        sql = "SELECT * FROM scores WHERE record_id=%s"
+        # (a score whose record is not stored has no rec: found by its record id)
+        sql = ("SELECT * FROM scores WHERE (rec = (SELECT seq FROM records WHERE record_id = %s)"
+               " OR (rec IS NULL AND record_id = %s))")
         if undelivered_only:
             sql += " AND delivery IS NULL"
-        cur = self._x(sql + " ORDER BY score_id", (record_id,))
+        cur = self._x(sql + " ORDER BY score_id", (record_id, record_id))
         cols = [c.name for c in cur.description or ()]
         return [dict(zip(cols, row)) for row in cur]
 
@@ -240,7 +243,7 @@ class PgJobs:
         rows = self._x(
             "SELECT DISTINCT s.record_id FROM scores s WHERE s.delivery IS NULL "
             "AND s.created_at <= %s AND NOT EXISTS (SELECT 1 FROM jobs j WHERE "
-            "j.record_id = s.record_id AND j.status IN ('pending','leased')) LIMIT %s",
+            "j.rec = s.rec AND j.status IN ('pending','leased')) LIMIT %s",
             (float("inf") if older_than is None else older_than, limit),
         ).fetchall()
         return [r[0] for r in rows]
@@ -251,7 +254,9 @@ class PgJobs:
         workers sweeping at once only one sends them: they are marked ``redelivering:<owner>``
         (the carrier's export then marks them delivered)."""
         cur = self._x(
-            "UPDATE scores SET delivery=%s WHERE record_id=%s AND delivery IS NULL "
-            "AND created_at <= %s RETURNING *", (f"redelivering:{owner}", record_id, older_than))
+            "UPDATE scores SET delivery=%s WHERE (rec = (SELECT seq FROM records WHERE"
+            " record_id = %s) OR (rec IS NULL AND record_id = %s)) AND delivery IS NULL "
+            "AND created_at <= %s RETURNING *",
+            (f"redelivering:{owner}", record_id, record_id, older_than))
         cols = [c.name for c in cur.description or ()]
         return sorted((dict(zip(cols, row)) for row in cur), key=lambda r: r["score_id"])

@@ -38,11 +38,11 @@ def _lock(store: Any) -> str:
 #: Keyset continuation (``created_at >= ?``, the last batch's newest record): the records a
 #: batch skipped (held) are not read again by every later batch of the run.
 _ELIGIBLE = (
-    "SELECT r.record_id, r.created_at FROM records r WHERE r.created_at < ?"
+    "SELECT r.record_id, r.created_at, r.seq FROM records r WHERE r.created_at < ?"
     " AND r.created_at >= ?"
-    " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.record_id = r.record_id"
+    " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.rec = r.seq"
     " AND j.status IN ('pending', 'leased'))"
-    " AND NOT EXISTS (SELECT 1 FROM scores s WHERE s.record_id = r.record_id"
+    " AND NOT EXISTS (SELECT 1 FROM scores s WHERE s.rec = r.seq"
     " AND s.delivery IS NULL)"
     " AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.trace_id = r.trace_id)"  # calibration set
     " ORDER BY r.created_at LIMIT ?"
@@ -67,9 +67,11 @@ def prune_batch(store: Any, cutoff: float, limit: int, result: PruneResult,
     :class:`Batch`.
 
     Fewer, larger transactions write less (issue 33): each one appends every page it
-    touches to the WAL, and a record's entries in the indexes keyed by its random
-    ``record_id`` (records, scores, jobs) are on randomly placed pages, so each transaction
-    rewrites most of those indexes' leaf pages once more, however few records it deletes.
+    touches to the WAL, and a record's entry in the records' random ``record_id`` key is on
+    a randomly placed page. Its scores and jobs are deleted by the record's sequence
+    (``rec``, schema 13 / PostgreSQL 12): their per-record indexes are in time order, so a
+    transaction touches only the pages it frees there (keyed by ``record_id`` they made each
+    transaction rewrite most of those indexes' leaf pages, however few records it deleted).
 
     Their judge-call log rows go in :func:`.retention._prune_unreferenced` (by ``created_at``, which is
     indexed): ``judge_calls.record_id`` has no index, so deleting them here scanned the whole
@@ -124,10 +126,10 @@ def _delete_chunk(store: Any, conn: Any, cutoff: float, limit: int, since: float
     if not rows:
         return 0, since
     ids = [r[0] for r in rows]
+    seqs = [r[2] for r in rows]  # (their scores and jobs by record sequence: time-ordered)
     m = _marks(len(ids))
-    result.scores += conn.execute(f"DELETE FROM scores WHERE record_id IN ({m})",
-                                  ids).rowcount
-    result.jobs += conn.execute(f"DELETE FROM jobs WHERE record_id IN ({m})", ids).rowcount
+    result.scores += conn.execute(f"DELETE FROM scores WHERE rec IN ({m})", seqs).rowcount
+    result.jobs += conn.execute(f"DELETE FROM jobs WHERE rec IN ({m})", seqs).rowcount
     # the judge budget's decisions go with their records (keyed by record: its primary
     # key's prefix), or they would grow by a row per candidate record for ever
     result.judge_decisions += conn.execute(

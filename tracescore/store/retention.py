@@ -31,9 +31,11 @@ new rows reuse them meanwhile. Batches (and vacuum steps) are sized to hold the 
 again after it (:func:`_bulk_mode`), and the WAL is checkpointed every 1 GiB at most.
 
 Write amplification (issue 33: a run wrote 6–16× the bytes it freed): every transaction
-appends each page it touches to the WAL, and the indexes keyed by the random record id
-(records, scores, jobs) put a batch's entries on most of their leaf pages, so the bytes
-written follow the number of transactions more than the records. A batch is therefore
+appends each page it touches to the WAL, and an index keyed by the random record id puts a
+batch's entries on most of its leaf pages, so the bytes written followed the number of
+transactions more than the records. Scores and jobs are keyed per record by the record's
+time-ordered sequence since schema 13 (:mod:`.migrations.record_seq`: 2–3× instead of 5–13×
+with a busy writer); the records' own record-id key remains. A batch is therefore
 chunks in one transaction (:func:`prune_batch`) for as long as it may hold the lock: about
 ``max_hold_s`` while others write, up to :data:`.vacuum.IDLE_HOLD` × that while nobody does
 (:meth:`.vacuum.Pauses.hold_s`), cut at 0.8 × ``max_hold_s`` once a writer of this process
@@ -121,7 +123,7 @@ PG_NO_MAX_BYTES = ("a size limit (max_bytes, --max-size) is not applied on Postg
 _COMPACTABLE = (
     "SELECT r.record_id, r.query, r.answer, r.contexts, r.created_at, r.seg_id FROM records r"
     " WHERE r.created_at < ? AND r.text_kept = 1 AND r.sampled = 0 AND r.content_captured = 1"
-    " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.record_id = r.record_id)"
+    " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.rec = r.seq)"
     " AND NOT EXISTS (SELECT 1 FROM labels l WHERE l.trace_id = r.trace_id)"
     " ORDER BY r.created_at LIMIT ?"
 )

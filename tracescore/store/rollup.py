@@ -342,9 +342,23 @@ def multi_row_sql(sql: str, k: int) -> str:
     """``sql`` (an ``INSERT … VALUES (…) …`` of one row) with ``k`` rows of values: one
     statement of many rows instead of an ``executemany`` (SQLite's writers: here and
     :mod:`.sqlite`)."""
-    head, _, rest = sql.partition(" VALUES (")
-    group, _, tail = rest.partition(")")
+    head, group, tail = values_group(sql)
     return head + " VALUES " + ",".join(["(" + group + ")"] * k) + tail
+
+
+def values_group(sql: str) -> tuple[str, str, str]:
+    """``sql`` (an ``INSERT … VALUES (…) …`` of one row) as (what precedes ``VALUES``, the
+    row's values, what follows them); a value may be a parenthesised subquery."""
+    head, _, rest = sql.partition(" VALUES (")
+    depth = 1
+    for i, ch in enumerate(rest):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+            if depth == 0:
+                return head, rest[:i], rest[i + 1:]
+    raise ValueError(f"no VALUES (…) in {sql!r}")
 
 
 def count_skips(delta: Delta, changes: Sequence[tuple[Any, Any]],

@@ -127,12 +127,14 @@ _NO_SEGMENTS = SegmentSpec()
 _INSERT_SCORE = (
     "INSERT INTO scores(job_id, record_id, trace_id, name, metric, metric_version, value, label,"
     " explanation, status, error, duration_ms, details, created_at, delivery, seg_id,"
-    " judge_model) SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-    " coalesce((SELECT seg_id FROM records WHERE record_id = ?), ?), ? WHERE true"
-    " ON CONFLICT(record_id, name) DO NOTHING RETURNING score_id, seg_id")
+    " judge_model, rec) SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+    " coalesce((SELECT seg_id FROM records WHERE record_id = ?), ?), ?,"
+    " (SELECT seq FROM records WHERE record_id = ?) WHERE true"
+    " ON CONFLICT(rec, name) DO NOTHING RETURNING score_id, seg_id")
 #: The stored scores of a record, as :meth:`.rollup.Delta.add_score` takes them.
 _OLD_SCORES = ("SELECT name, created_at, seg_id, metric_version, judge_model, metric, value,"
-               " label, status FROM scores WHERE record_id = ?")
+               " label, status FROM scores WHERE rec = (SELECT seq FROM records"
+               " WHERE record_id = ?)")
 
 
 def add_record_row(delta: Delta, row: Sequence[Any]) -> None:

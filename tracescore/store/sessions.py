@@ -191,7 +191,8 @@ def turn_scores(store: Any, record_ids: Sequence[str]) -> dict[str, list[dict[st
         chunk = list(record_ids[i:i + 500])
         for rid, name, metric, value, label, status in conn.execute(
                 "SELECT record_id, name, metric, value, label, status FROM scores WHERE"
-                " record_id IN (" + ",".join("?" * len(chunk)) + ")", chunk).fetchall():
+                " rec IN (SELECT seq FROM records WHERE record_id IN ("
+                + ",".join("?" * len(chunk)) + "))", chunk).fetchall():
             out[rid].append({"name": name, "metric": metric, "value": value, "label": label,
                              "status": status})
     return out
@@ -204,16 +205,18 @@ def open_turn_jobs(store: Any, record_ids: Sequence[str]) -> int:
     for i in range(0, len(record_ids), 500):
         chunk = list(record_ids[i:i + 500])
         n += int(conn.execute(
-            "SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased') AND record_id IN ("
-            + ",".join("?" * len(chunk)) + ")", chunk).fetchone()[0])
+            "SELECT count(*) FROM jobs WHERE status IN ('pending', 'leased') AND rec IN ("
+            "SELECT seq FROM records WHERE record_id IN ("
+            + ",".join("?" * len(chunk)) + "))", chunk).fetchone()[0])
     return n
 
 
 _UPSERT_SCORE = (
     "INSERT INTO scores (job_id, record_id, trace_id, name, metric, metric_version, value, label,"
     " explanation, status, error, duration_ms, details, created_at, delivery, seg_id,"
-    " judge_model) VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'')"
-    " ON CONFLICT (record_id, name) DO UPDATE SET job_id = NULL, metric = excluded.metric,"
+    " judge_model, rec) VALUES (NULL,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'',"
+    " (SELECT seq FROM records WHERE record_id = ?))"
+    " ON CONFLICT (rec, name) DO UPDATE SET job_id = NULL, metric = excluded.metric,"
     " metric_version = excluded.metric_version, value = excluded.value,"
     " label = excluded.label, explanation = excluded.explanation, status = excluded.status,"
     " error = excluded.error, duration_ms = excluded.duration_ms, details = excluded.details,"
@@ -259,14 +262,14 @@ def finish(store: Any, owner: str, c: Claim, record: RagRecord | None,
                 delta.add_score(old[1], old[0], old[2], old[3], old[4], old[5], old[6],
                                 old[7], old[8], -1)
             if old[0] not in names:
-                conn.execute("DELETE FROM scores WHERE record_id = ? AND name = ?",
-                             (rid, old[0]))
+                conn.execute("DELETE FROM scores WHERE rec = (SELECT seq FROM records"
+                             " WHERE record_id = ?) AND name = ?", (rid, old[0]))
         for s in scores:
             conn.execute(_UPSERT_SCORE, (
                 rid, record.trace_id, s.name, s.metric or s.name, s.metric_version, s.value,
                 s.label, clean_text(s.explanation) if s.explanation else None, s.status,
                 clean_text(s.error) if s.error else None, s.duration_ms,
-                dumps(_json_safe(dict(s.details))), now, "none", seg_id))
+                dumps(_json_safe(dict(s.details))), now, "none", seg_id, rid))
             delta.add_score(now, s.name, seg_id, s.metric_version, "", s.metric or s.name,
                             s.value, s.label, s.status)
         delta.write(conn)

@@ -17,7 +17,7 @@ from ..sampling import Decision
 from ..score import Score
 from .compat import trace_records
 from .judge_rollup import JudgeDelta, judged_snapshot
-from .migrations import OPEN_JOBS
+from .migrations import OPEN_JOBS, REC_OF
 from .rollup import Delta, count_skips
 from .rows import (
     _CREATED,
@@ -86,11 +86,17 @@ class SqliteJobs:
             rows = [record_row(r, d, now, keep_full_text, spec, seg_id)
                     for (r, d), (seg_id, _) in zip(records, segs)]
             with self.transaction():
+                # (each record's sequence given here, the next after the stored ones: the
+                # records' insert trigger then does nothing, and this batch's jobs and scores
+                # get their ``rec`` without a lookup — a replayed record keeps its own)
+                top = int(self.conn.execute("SELECT coalesce(max(seq), 0) FROM records")
+                          .fetchone()[0])
                 inserted = self._insert_or_ignore(
                     "records", "record_id",
-                    "INSERT OR IGNORE INTO records(" + ",".join(_RECORD_COLS) + ") VALUES ("
-                    + ",".join("?" * len(_RECORD_COLS)) + ")",
-                    rows, lambda i: rows[i][0])
+                    "INSERT OR IGNORE INTO records(" + ",".join(_RECORD_COLS) + ", seq) VALUES ("
+                    + ",".join("?" * (len(_RECORD_COLS) + 1)) + ")",
+                    [(*row, top + 1 + i) for i, row in enumerate(rows)], lambda i: rows[i][0])
+                seq_of = {rows[i][0]: top + 1 + i for i in inserted}
                 delta = Delta()
                 overflow: dict[str, int] = {}
                 add, facts_of = delta.add_record, _FACTS_OF
@@ -99,10 +105,10 @@ class SqliteJobs:
                     for dim in segs[i][1]:
                         overflow[OVERFLOW_COUNTER + dim] = overflow.get(OVERFLOW_COUNTER + dim,
                                                                         0) + 1
-                created = self._insert_jobs(jobs, now)
+                created = self._insert_jobs(jobs, now, seq_of)
                 refs = self._scored_on_write(
                     scored, {rows[i][0]: rows[i][_SEG] for i in inserted} if scored else {},
-                    delivery, now, delta)
+                    delivery, now, delta, seq_of)
 
                 def record_facts(ids: Iterable[str]) -> dict[str, tuple[float, int]]:
                     # (only a batch with skipped jobs asks: no dict per record otherwise)
@@ -154,18 +160,23 @@ class SqliteJobs:
         for chunk in _chunks(list(dict.fromkeys(j.record_id for j in jobs))):
             for rid, metric, version, status, reason in self.conn.execute(
                     "SELECT record_id, metric, metric_version, status, reason FROM jobs"
-                    " WHERE record_id IN (" + ",".join("?" * len(chunk)) + ")", chunk):
+                    " WHERE rec IN (SELECT seq FROM records WHERE record_id IN ("
+                    + ",".join("?" * len(chunk)) + "))", chunk):
                 out[(rid, metric, version)] = (status, reason)
         return out
 
-    def _insert_jobs(self, jobs: Sequence[NewJob], now: float) -> list[NewJob]:
-        """INSERT OR IGNORE ``jobs`` (inside the caller's transaction); the ones created."""
+    def _insert_jobs(self, jobs: Sequence[NewJob], now: float,
+                     seq_of: Mapping[str, int] | None = None) -> list[NewJob]:
+        """INSERT OR IGNORE ``jobs`` (inside the caller's transaction); the ones created.
+        ``seq_of``: the sequence of records written in this transaction (the others' is
+        looked up)."""
+        seq = seq_of or {}
         inserted = self._insert_or_ignore(
             "jobs", "record_id, metric, metric_version",
-            "INSERT OR IGNORE INTO jobs(record_id, metric, metric_version, status, attempts,"
-            " reason, created_at, updated_at) VALUES (?,?,?,?,0,?,?,?)",
-            [(j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now)
-             for j in jobs],
+            "INSERT OR IGNORE INTO jobs(record_id, rec, metric, metric_version, status, attempts,"
+            f" reason, created_at, updated_at) VALUES (?,coalesce(?,{REC_OF}),?,?,?,0,?,?,?)",
+            [(j.record_id, seq.get(j.record_id), j.record_id, j.metric, j.metric_version,
+              j.status, j.reason, now, now) for j in jobs],
             lambda i: (jobs[i].record_id, jobs[i].metric, jobs[i].metric_version))
         return [jobs[i] for i in inserted]
 
@@ -222,13 +233,14 @@ class SqliteJobs:
             existing = self._existing_jobs(jobs)
             for j in jobs:
                 cur = self.conn.execute(
-                    "INSERT INTO jobs(record_id, metric, metric_version, status, attempts, reason,"
-                    " created_at, updated_at) VALUES (?,?,?,?,0,?,?,?) "
-                    "ON CONFLICT(record_id, metric, metric_version) DO UPDATE SET "
+                    "INSERT INTO jobs(record_id, rec, metric, metric_version, status, attempts,"
+                    f" reason, created_at, updated_at) VALUES (?,{REC_OF},?,?,?,0,?,?,?) "
+                    "ON CONFLICT(rec, metric, metric_version) DO UPDATE SET "
                     "status = excluded.status, reason = excluded.reason, attempts = 0, "
                     "lease_owner = NULL, lease_until = NULL, updated_at = excluded.updated_at "
                     "WHERE jobs.status IN ('skipped', 'done')",
-                    (j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now),
+                    (j.record_id, j.record_id, j.metric, j.metric_version, j.status, j.reason,
+                     now, now),
                 )
                 if cur.rowcount > 0:
                     key = (j.record_id, j.metric, j.metric_version)
@@ -271,8 +283,9 @@ class SqliteJobs:
                 for chunk in _chunks(list(dict.fromkeys(r[1] for r in rows))):
                     rows += self.conn.execute(
                         "UPDATE jobs SET status='leased', lease_owner=?, lease_until=?, "
-                        "updated_at=? WHERE record_id IN (" + ",".join("?" * len(chunk))
-                        + ") AND metric IN (" + marks + ") AND status='pending' AND "
+                        "updated_at=? WHERE rec IN (SELECT seq FROM records WHERE record_id IN ("
+                        + ",".join("?" * len(chunk))
+                        + ")) AND metric IN (" + marks + ") AND status='pending' AND "
                         "(lease_until IS NULL OR lease_until <= ?) RETURNING job_id, "
                         "record_id, metric, metric_version, attempts, created_at",
                         (owner, now + lease_s, now, *chunk, *metrics, now)).fetchall()
@@ -372,7 +385,8 @@ class SqliteJobs:
 
     def _scored_on_write(self, scored: Sequence[tuple[NewJob, Sequence[Score]]],
                          segs: Mapping[str, Any], delivery: str | None, now: float,
-                         delta: Delta) -> list[list[tuple[int, Score]] | None]:
+                         delta: Delta, seq_of: Mapping[str, int]
+                         ) -> list[list[tuple[int, Score]] | None]:
         """:meth:`write_batch`'s ``scored`` jobs, stored ``done`` with their scores (inside
         its transaction): two statements for the whole batch, not two per job (each
         statement lets go of the GIL and waits to get it back behind a busy app: see
@@ -382,10 +396,12 @@ class SqliteJobs:
         if not scored:
             return refs
         made = _insert_keyed(
-            self.conn, "INSERT OR IGNORE INTO jobs(record_id, metric, metric_version, status,"
-            " attempts, created_at, updated_at) VALUES (?,?,?,'done',1,?,?)",
-            [(j.record_id, j.metric, j.metric_version, now, now) for j, _ in scored],
-            "jobs", ("record_id", "metric", "metric_version"), (0, 1, 2))
+            self.conn, "INSERT OR IGNORE INTO jobs(record_id, rec, metric, metric_version,"
+            " status, attempts, created_at, updated_at) VALUES"
+            f" (?,coalesce(?,{REC_OF}),?,?,'done',1,?,?)",
+            [(j.record_id, seq_of.get(j.record_id), j.record_id, j.metric, j.metric_version,
+              now, now) for j, _ in scored],
+            "jobs", ("record_id", "metric", "metric_version"), (0, 3, 4))
         rest = [j.record_id for j, _ in scored if j.record_id not in segs]
         facts = self._record_facts(rest) if rest else {}
         values: list[tuple[Any, ...]] = []
@@ -402,13 +418,15 @@ class SqliteJobs:
             # Keys out of the texts (as in _insert_scores)
             for sc in (scrub_score(x) for x in scores):
                 values.append((*_score_values(job_id, job.record_id, trace_id, job.metric, sc,
-                                              now, delivery), seg_id, ""))
+                                              now, delivery), seg_id, "",
+                               seq_of.get(job.record_id), job.record_id))
                 where.append((i, sc, seg_id))
         ids = _insert_keyed(
             self.conn, "INSERT INTO scores(job_id, record_id, trace_id, name, metric,"
             " metric_version, value, label, explanation, status, error, duration_ms, details,"
-            " created_at, delivery, seg_id, judge_model) VALUES"
-            " (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(record_id, name) DO NOTHING",
+            " created_at, delivery, seg_id, judge_model, rec) VALUES"
+            f" (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,coalesce(?,{REC_OF}))"
+            " ON CONFLICT(rec, name) DO NOTHING",
             values, "scores", ("record_id", "name"), (1, 3)) if values else {}
         for row, (i, sc, seg_id) in zip(values, where):
             score_id = ids.pop((row[1], row[3]), None)
@@ -437,7 +455,7 @@ class SqliteJobs:
             # The common case in one statement: a new (record, name) row, with its
             # record's segment looked up on the way (RETURNING tells both).
             row = self.conn.execute(_INSERT_SCORE, (*values, record_id, NONE_SEG,
-                                                    judge_model)).fetchone()
+                                                    judge_model, record_id)).fetchone()
             if row is None:  # the record has this score already: replace the row
                 row = self._replace_score(record_id, values, judge_model, delta)
             ids[s.name], seg_id = int(row[0]), int(row[1])
@@ -460,7 +478,7 @@ class SqliteJobs:
         row = self.conn.execute(
             "UPDATE scores SET job_id=?, metric_version=?, value=?, label=?, explanation=?,"
             " status=?, error=?, duration_ms=?, details=?, created_at=?, delivery=?, seg_id=?,"
-            " judge_model=? WHERE record_id=? AND name=? RETURNING score_id",
+            f" judge_model=? WHERE rec = {REC_OF} AND name=? RETURNING score_id",
             (values[0], *values[5:], seg_id, judge_model, record_id, name)).fetchone()
         return int(row[0]), seg_id
 
@@ -510,7 +528,7 @@ class SqliteJobs:
 
     def open_jobs_for(self, record_id: str) -> int:
         return int(self.conn.execute(
-            f"SELECT count(*) FROM jobs WHERE record_id=? AND {OPEN_JOBS}",
+            f"SELECT count(*) FROM jobs WHERE rec = {REC_OF} AND {OPEN_JOBS}",
             (record_id,),
         ).fetchone()[0])
 
@@ -537,10 +555,12 @@ class SqliteJobs:
         return [row_to_record(dict(zip(cols, row))) for row in cur]
 
     def scores_for(self, record_id: str, undelivered_only: bool = False) -> list[dict[str, Any]]:
-        sql = "SELECT * FROM scores WHERE record_id=?"
+        # (a score whose record is not stored has no rec: found by its record id, among the
+        # few rows of no record)
+        sql = f"SELECT * FROM scores WHERE (rec = {REC_OF} OR (rec IS NULL AND record_id = ?))"
         if undelivered_only:
             sql += " AND delivery IS NULL"
-        cur = self.conn.execute(sql + " ORDER BY score_id", (record_id,))
+        cur = self.conn.execute(sql + " ORDER BY score_id", (record_id, record_id))
         cols = [c[0] for c in cur.description]
         return [dict(zip(cols, row)) for row in cur]
 
@@ -562,7 +582,7 @@ class SqliteJobs:
         rows = self.conn.execute(
             "SELECT DISTINCT s.record_id FROM scores s WHERE s.delivery IS NULL "
             "AND s.created_at <= ? AND NOT EXISTS "
-            "(SELECT 1 FROM jobs j WHERE j.record_id = s.record_id AND j.status IN "
+            "(SELECT 1 FROM jobs j WHERE j.rec = s.rec AND j.status IN "
             "('pending','leased')) LIMIT ?",
             (float("inf") if older_than is None else older_than, limit),
         ).fetchall()

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from .._internal.db_faults import TIGHT
 from ..score import Score
-from .rollup import multi_row_sql
+from .rollup import multi_row_sql, values_group
 from .rows import (
     _json_safe,
     clean_text,
@@ -127,7 +127,7 @@ def _statements(sql: str, rows: Sequence[Sequence[Any]],
     rows left over go in one statement of the next size up, filled with copies of its last
     row (for statements that ignore a row whose key exists), else in one statement per power
     of two."""
-    width = max(1, sql.partition(" VALUES (")[2].partition(")")[0].count("?"))
+    width = max(1, values_group(sql)[1].count("?"))
     biggest = min(_MAX_ROWS, max(1, _MAX_VARIABLES // width))
     i = 0
     while i < len(rows):

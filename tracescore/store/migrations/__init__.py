@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .record_seq import REC_OF, record_seq  # noqa: F401 (REC_OF: the writers')
 from .steps import (  # noqa: F401 (re-exported: the steps are named from here too)
     _PG_V1,
     _V3_COLUMNS,
@@ -107,6 +108,8 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
               lambda s: _agent_column(s, "sqlite")),
     Migration(13, "hourly sums of the adaptive judge's decisions (active estimates per hour)",
               lambda s: _judge_rollup(s, "sqlite")),
+    Migration(14, "records: a sequence; scores and jobs keyed per record by it (issue 33)",
+              lambda s: record_seq(s, "sqlite")),
 )
 
 
@@ -173,6 +176,8 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
               lambda s: _agent_column(s, "postgres")),
     Migration(12, "hourly sums of the adaptive judge's decisions (active estimates per hour)",
               lambda s: _judge_rollup(s, "postgres")),
+    Migration(13, "records: a sequence; scores and jobs keyed per record by it (issue 33)",
+              lambda s: record_seq(s, "postgres")),
 )
 
 #: pg_advisory_xact_lock key: "tracescore" as an int
