@@ -45,7 +45,7 @@ def _rows_sums(conn: Any, metric: str, names: list[str], t0: float, t1: float,
     if not names:
         return dec, []
     judged = conn.execute(
-        f"SELECT s.name, {JUDGED_SQL}{JUDGED_FROM}{join} WHERE{JUDGED_WHERE}"
+        f"SELECT s.name, {JUDGED_SQL}{JUDGED_FROM} WHERE{JUDGED_WHERE}"  # (joins records r)
         " AND d.metric = ? AND d.created_at >= ? AND d.created_at < ?"
         f" AND s.name IN ({','.join('?' * len(names))})" + seg_sql + " GROUP BY s.name",
         (metric, _num(t0), _num(t1), *names, *seg_args)).fetchall()

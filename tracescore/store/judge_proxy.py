@@ -17,8 +17,9 @@ def judged_samples(store: Any, metric: str, score_name: str, since: float,
     """(record id, π, the judge's ok score) of the records of ``metric`` judged since
     ``since``, newest first, at most ``limit``."""
     rows = qmark(store).execute(
-        "SELECT d.record_id, d.pi, s.value FROM judge_decisions d JOIN scores s"
-        " ON s.record_id = d.record_id AND s.name = ? AND s.status = 'ok'"
+        "SELECT d.record_id, d.pi, s.value FROM judge_decisions d"
+        " JOIN records r ON r.record_id = d.record_id"
+        " JOIN scores s ON s.rec = r.seq AND s.name = ? AND s.status = 'ok'"
         " WHERE d.metric = ? AND d.selected = 1 AND d.pi > 0 AND d.created_at >= ?"
         " AND s.value IS NOT NULL ORDER BY d.created_at DESC LIMIT ?",
         (score_name, metric, since, int(limit))).fetchall()

@@ -1,4 +1,4 @@
-"""Hourly sums of the adaptive judge's decisions (schema: SQLite 13, PostgreSQL 12), from
+"""Hourly sums of the adaptive judge's decisions (schema: SQLite 14, PostgreSQL 13), from
 which a window's active-inference estimate is computed without its rows
 (:mod:`tracescore.stats.active_totals` says which sums and why they suffice).
 
@@ -135,8 +135,8 @@ class JudgeDelta:
 
 _JUDGED_ROWS = (
     "SELECT d.record_id, d.metric, s.name, d.created_at, coalesce(r.seg_id, ?), d.proxy, d.pi,"
-    " s.value FROM judge_decisions d JOIN scores s ON s.record_id = d.record_id"
-    " AND s.metric = d.metric LEFT JOIN records r ON r.record_id = d.record_id"
+    " s.value FROM judge_decisions d JOIN records r ON r.record_id = d.record_id"
+    " JOIN scores s ON s.rec = r.seq AND s.metric = d.metric"
     " WHERE d.selected = 1 AND d.pi > 0 AND s.status = 'ok' AND s.value IS NOT NULL")
 
 
@@ -196,9 +196,10 @@ JUDGED_SQL = _agg([
     *(f"sum({w}{t})" for w in (_V, _U)
       for t in ("", " * d.proxy", " * d.proxy * d.proxy", " * s.value",
                 " * d.proxy * s.value", " * s.value * s.value"))])
-#: the FROM of the judged sums (``s.metric = d.metric``: a score of the judged metric)
-JUDGED_FROM = (" FROM judge_decisions d JOIN scores s ON s.record_id = d.record_id"
-               " AND s.metric = d.metric")
+#: the FROM of the judged sums (``s.metric = d.metric``: a score of the judged metric; a
+#: record's scores are found by its sequence, ``scores(rec, name)``, through ``records r``)
+JUDGED_FROM = (" FROM judge_decisions d JOIN records r ON r.record_id = d.record_id"
+               " JOIN scores s ON s.rec = r.seq AND s.metric = d.metric")
 JUDGED_WHERE = " d.selected = 1 AND d.pi > 0 AND s.status = 'ok' AND s.value IS NOT NULL"
 
 
@@ -229,7 +230,7 @@ def sums_from_rows(conn: Any, dialect: str) -> JudgeDelta:
             DECISION_FIELDS, row[3:], DECISION_INTS)
     for row in conn.execute(
             f"SELECT {h}, d.metric, s.name, {seg}, {JUDGED_SQL}{JUDGED_FROM}"
-            f" LEFT JOIN records r ON r.record_id = d.record_id WHERE{JUDGED_WHERE}"
+            f" WHERE{JUDGED_WHERE}"
             f" GROUP BY {h}, d.metric, s.name, {seg}").fetchall():
         delta.judged[(int(row[0]), str(row[1]), str(row[2]), int(row[3]))] = _typed(
             JUDGED_FIELDS, row[4:], JUDGED_INTS)

@@ -106,10 +106,10 @@ SQLITE_MIGRATIONS: tuple[Migration, ...] = (
               lambda s: _sessions(s, "sqlite")),
     Migration(12, "records: an agent run's tool calls and offered tools",
               lambda s: _agent_column(s, "sqlite")),
-    Migration(13, "hourly sums of the adaptive judge's decisions (active estimates per hour)",
-              lambda s: _judge_rollup(s, "sqlite")),
-    Migration(14, "records: a sequence; scores and jobs keyed per record by it (issue 33)",
+    Migration(13, "records: a sequence; scores and jobs keyed per record by it (issue 33)",
               lambda s: record_seq(s, "sqlite")),
+    Migration(14, "hourly sums of the adaptive judge's decisions (active estimates per hour)",
+              lambda s: _judge_rollup(s, "sqlite")),
 )
 
 
@@ -174,10 +174,10 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
               lambda s: _sessions(s, "postgres")),
     Migration(11, "records: an agent run's tool calls and offered tools",
               lambda s: _agent_column(s, "postgres")),
-    Migration(12, "hourly sums of the adaptive judge's decisions (active estimates per hour)",
-              lambda s: _judge_rollup(s, "postgres")),
-    Migration(13, "records: a sequence; scores and jobs keyed per record by it (issue 33)",
+    Migration(12, "records: a sequence; scores and jobs keyed per record by it (issue 33)",
               lambda s: record_seq(s, "postgres")),
+    Migration(13, "hourly sums of the adaptive judge's decisions (active estimates per hour)",
+              lambda s: _judge_rollup(s, "postgres")),
 )
 
 #: pg_advisory_xact_lock key: "tracescore" as an int

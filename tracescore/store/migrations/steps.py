@@ -261,7 +261,7 @@ def _agent_column(store: Any, dialect: str) -> None:
 
 
 def _judge_rollup(store: Any, dialect: str) -> None:
-    """SQLite 13 / PostgreSQL 12: the hourly sums of the adaptive judge's decisions
+    """SQLite 14 / PostgreSQL 13: the hourly sums of the adaptive judge's decisions
     (:mod:`.judge_rollup`), filled from the decisions and scores already stored."""
     from ..judge_rollup import backfill, ddl
     from ..rollup import QmarkConnection
