@@ -2,10 +2,11 @@
 
 Every loop of tracescore that runs on its own thread (retention, the sessions closer, the
 monitor runner, the notifier, the holds reaper, the scoring worker, the queue's writer) HOLDS
-one :class:`Service` — composed, not inherited, the way the OpenTelemetry SDK's ``BatchProcessor`` is written once and held by its
-span, log and metric processors. The service owns the thread, the stop and wake events, the
-interval, the deadline of :meth:`Service.stop`, what happens at ``os.fork()``, and what
-happens when a step raises; the loop that holds it owns only its step.
+one :class:`Service` — composed, not inherited, the way the OpenTelemetry SDK's
+``BatchProcessor`` is written once and held by its span, log and metric processors. The
+service owns the thread, the stop and wake events, the interval, the deadline of
+:meth:`Service.stop`, what happens at ``os.fork()``, and what happens when a step raises;
+the loop that holds it owns only its step.
 
 The loop::
 
@@ -26,8 +27,9 @@ The loop::
   one that was running in the parent starts again in the child.
 - A step may run for the life of the thread (the scoring worker's step is one run of its
   asyncio loop, which ends when the worker stops or raises): the holder then wakes it its own
-  way, and :meth:`~Service.stop` still ends the wait after it (a restart's backoff). Registered once for all services
-  through a weak set, so a service that is dropped is not kept alive by the fork hook.
+  way, and :meth:`~Service.stop` still ends the wait after it (a restart's backoff).
+- Registered once for all services through a weak set, so a service that is dropped is not
+  kept alive by the fork hook.
 
 The queue's writer thread (:class:`~tracescore.queue.RecordQueue`) holds one too, with the
 three abilities the other loops do not use:
@@ -46,7 +48,8 @@ three abilities the other loops do not use:
   after it (the writer counts what is still buffered then as lost).
 
 Nothing here runs on the app's request path: :meth:`~Service.start`, :meth:`~Service.wake` and
-:meth:`~Service.stop` may be called from any thread, and ``wake`` only sets an event.
+:meth:`~Service.stop` may be called from any thread, and ``wake`` only sets an event (the
+one a holder on the request path sets itself: ``wake_event``).
 """
 
 from __future__ import annotations
