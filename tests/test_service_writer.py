@@ -227,3 +227,43 @@ def test_a_stop_writes_what_came_in_during_the_step_in_progress(tmp_path: Path) 
     assert q.written == 51 and q.losses.snapshot() == {} and not q._buf
     assert not q.put(rec(99))  # stopped: refused, counted
     assert q.dropped == 1
+
+
+PG_FORK = textwrap.dedent("""
+    import gc, json, os, sys
+    import tracescore
+    from tracescore.testing import ScriptedMetric
+
+    url = sys.argv[1]
+    ts = tracescore.init(db=url, metrics=[ScriptedMetric(lambda r: 1.0, name="m")])
+    ts.log_record(query="parent before", answer="a")
+    assert ts.flush(30)  # the writer holds its PostgreSQL connection now
+    pid = os.fork()
+    if pid == 0:
+        gc.collect()  # what the child dropped of the parent's writer must not end its session
+        for i in range(20):
+            ts.log_record(query=f"child {i}", answer="a")
+        ok = ts.flush(60)
+        print(json.dumps({"child_ok": ok}), flush=True)
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    ts.log_record(query="parent after", answer="a")  # on the parent's own connection
+    ok = ts.flush(60)
+    print(json.dumps({"child_status": status, "parent_ok": ok,
+                      "lost": ts.stats()["lost"]}), flush=True)
+    ts.shutdown(30)
+""")
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no os.fork")
+def test_a_forked_child_leaves_the_parents_postgres_writer_working(
+        pg_url: str, tmp_path: Path) -> None:
+    script = tmp_path / "pgfork.py"
+    script.write_text(PG_FORK)
+    out = subprocess.run([sys.executable, str(script), pg_url], capture_output=True,
+                         text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    lines = [json.loads(x) for x in out.stdout.strip().splitlines() if x.startswith("{")]
+    assert {"child_ok": True} in lines
+    assert lines[-1] == {"child_status": 0, "parent_ok": True, "lost": {}}
+    assert rows(pg_url, "SELECT count(*) AS n FROM records")[0]["n"] == 22
