@@ -267,3 +267,20 @@ def test_a_forked_child_leaves_the_parents_postgres_writer_working(
     assert {"child_ok": True} in lines
     assert lines[-1] == {"child_status": 0, "parent_ok": True, "lost": {}}
     assert rows(pg_url, "SELECT count(*) AS n FROM records")[0]["n"] == 22
+
+
+def test_a_stop_while_the_writer_waits_writes_the_buffer_in_its_drain(tmp_path: Path) -> None:
+    db = tmp_path / "w.db"
+    port = GatedPort()
+    port.gate.set()
+    q = RecordQueue(str(db), port, interval_s=3600, linger_s=0)
+    assert q.put((rec(0), Decision(u=0.0, metrics=("m",))))
+    wait_for(lambda: q.written == 1, what="the woken step")
+    runs = q._svc.runs
+    for i in range(1, 31):
+        assert q.put(rec(i))  # unsampled, far from a full batch: nothing wakes the writer
+    q._stop = True  # what shutdown does after its flush (no flush here: no step first)
+    assert q._svc.stop(30)
+    assert q._svc.runs == runs + 1  # no step: one pass of the drain wrote them
+    assert q.written == 31 and not q._buf and q.losses.snapshot() == {}
+    assert rows(db, "SELECT count(*) AS n FROM records")[0]["n"] == 31
