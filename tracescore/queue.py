@@ -23,7 +23,6 @@ one INFO when they resume (:data:`~tracescore._internal.db_faults.NOTICE`).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -34,6 +33,7 @@ from ._internal import capture_degraded as _degraded
 from ._internal.db_faults import DISK_FULL, IO_ERROR, NOTICE, TIGHT, storage_fault
 from ._internal.errors import record_internal_error
 from ._internal.losses import Losses
+from ._internal.service import Service
 from ._internal.validate import (
     InvalidRecord,
     is_sanitized,
@@ -53,6 +53,10 @@ TIGHT_BATCH = 16
 log = logging.getLogger("tracescore")
 
 
+#: writers' connections a forked child inherited: never used nor closed there (see _reset)
+_INHERITED: list[Any] = []
+
+
 class _Marker:
     """Put in the queue by :meth:`RecordQueue.flush`; set once everything before it is written."""
 
@@ -64,19 +68,10 @@ class RecordQueue:
     """The hot path's bounded buffer and the writer thread behind it. ``port``: everything
     the writer asks of the stages above it (:class:`~tracescore.write_port.WritePort`)."""
 
-    def __init__(
-        self,
-        db_path: str,
-        port: WritePort,
-        *,
-        max_size: int = 10_000,
-        batch_size: int = 512,
-        interval_s: float = 0.2,
-        linger_s: float = 0.03,
-        losses: Losses | None = None,
-        keep_full_text: bool = True,
-        segments: SegmentSpec | None = None,
-    ) -> None:
+    def __init__(self, db_path: str, port: WritePort, *, max_size: int = 10_000,
+                 batch_size: int = 512, interval_s: float = 0.2, linger_s: float = 0.03,
+                 losses: Losses | None = None, keep_full_text: bool = True,
+                 segments: SegmentSpec | None = None) -> None:
         self.db_path = db_path
         #: what records are segmented by (resolved by the store, on the writer thread)
         self.segments = segments
@@ -125,13 +120,26 @@ class RecordQueue:
         self._truncate_wal = False
         self._unsaved_drops = 0
         self._last_warn = 0.0
+        #: the writer's thread: waits on ``self._event`` (put sets it), runs ``_step``; after
+        #: a stop, ``_drain_on_stop`` until the buffer is empty or the stop's deadline passes
+        self._svc = Service("tracescore-writer", self._step, interval_s=interval_s,
+                            first_wait_s=interval_s, drain=self._drain_on_stop,
+                            on_exit=self._writer_ended, on_fork=self._reset)
+        self._store: StoreAPI | None = None
         self._reset()
-        os.register_at_fork(after_in_child=self._reset)
 
     def _reset(self) -> None:
-        # After fork the child has the deque and locks but no writer thread: start afresh.
+        # After fork (the service's on_fork; its fresh wake event is ours) the child has no
+        # writer thread: start afresh. The parent's connection is kept aside, never closed.
+        if self._store is not None:
+            _INHERITED.append(self._store)
+        self._store = None
+        self._backoff = 0.0
+        self._retry_at = 0.0
+        #: a write refused while stopping: what is buffered is lost (counted), no more tries
+        self._gave_up = False
         self._buf: deque[Any] = deque()
-        self._event = threading.Event()
+        self._event = self._svc.wake_event
         #: set for work that must not linger: a full batch, a flush, shutdown
         self._now = threading.Event()
         self._stop = False
@@ -200,9 +208,9 @@ class RecordQueue:
     def _start(self) -> None:
         with self._lock:
             if self._thread is None:
-                t = threading.Thread(target=self._run, name="tracescore-writer", daemon=True)
-                t.start()
-                self._thread = t
+                self._svc.first_wait_s = self.interval_s
+                self._svc.start()
+                self._thread = self._svc.thread
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until everything enqueued before this call is written. Not for the hot path."""
@@ -220,62 +228,70 @@ class RecordQueue:
         ok = self.flush(timeout)
         self._stop = True
         self._now.set()
-        self._event.set()
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._svc.stop(timeout)  # (wakes it; it drains the buffer up to the deadline)
         return ok
 
     # -- writer thread -------------------------------------------------------------------------
-    def _run(self) -> None:
-        store: StoreAPI | None = None
-        backoff = 0.0
-        retry_at = 0.0
-        while True:
-            woken = self._event.wait(max(self.interval_s, backoff))
+    def _step(self) -> float:  # (the service's step: linger, wait out a backoff, write)
+        if self._svc.woken and not self._backoff and self._may_linger():
+            # a sampled record of a busy stream woke us: let more join its transaction
+            self._now.wait(self.linger_s)
+        self._now.clear()
+        # (a new batch or a flush must not cut a backoff short: no retry storm)
+        while not self._stop and time.monotonic() < self._retry_at:
+            self._event.wait(self._retry_at - time.monotonic())
             self._event.clear()
-            if woken and not backoff and self._may_linger():
-                # a sampled record of a busy stream woke us: let more join its transaction
-                self._now.wait(self.linger_s)
-            self._now.clear()
-            # (a new batch or a flush must not cut a backoff short: no retry storm)
-            while not self._stop and time.monotonic() < retry_at:
-                self._event.wait(retry_at - time.monotonic())
-                self._event.clear()
-            try:
-                if store is None:
-                    store = self._open()
-                if self._drop_reason == DISK_FULL and self._buf:
-                    self._wal_absorbed(store)
-                self._drain(store)
-                backoff = 0.0
-                self._written_ok()  # (also when the buffer held only updates and markers)
-                if self._truncate_wal:
-                    self._give_back_wal(store)
-            except _DbUnavailable as exc:
-                # Locked, full, I/O error: the records are back at the front of the buffer
-                # (bounded: new ones are dropped and counted meanwhile); try again with backoff.
-                if store is not None and exc.kind in (DISK_FULL, IO_ERROR):
-                    self._recover(store)
-                self._fault(exc)
-                backoff = min(max(0.1, backoff * 2), 2.0)
-                retry_at = time.monotonic() + backoff
-                if self._stop:
-                    break  # shutting down: what is still buffered is counted as lost
-            except Exception as exc:  # the db is unusable now; try again on the next wake
-                record_internal_error("queue.writer", exc)
-                time.sleep(min(1.0, self.interval_s * 5))
-            if self._stop and not self._buf:
-                break
-        if any(type(item) is RagRecord or type(item) is LazyRecord or isinstance(item, tuple)
-               for item in self._buf):
-            self.lose_buffered()  # stopped with the database unavailable: counted, not silent
+        self._write_out()
+        return max(self.interval_s, self._backoff)
+
+    def _drain_on_stop(self) -> bool:
+        """The service's drain: True once the buffer is empty or a write was refused while
+        stopping (what is left is counted as lost at exit)."""
+        if not self._gave_up:
+            self._write_out()
+        return self._gave_up or not self._buf
+
+    def _write_out(self) -> None:
+        """Write what is buffered; a refusal that passes starts (or doubles) a backoff."""
+        try:
+            store = self._store
+            if store is None:
+                store = self._store = self._open()
+            if self._drop_reason == DISK_FULL and self._buf:
+                self._wal_absorbed(store)
+            self._drain(store)
+            self._backoff = 0.0
+            self._written_ok()  # (also when the buffer held only updates and markers)
+            if self._truncate_wal:
+                self._give_back_wal(store)
+        except _DbUnavailable as exc:
+            # Locked, full, I/O error: the records are back at the front of the buffer
+            # (bounded: new ones are dropped and counted meanwhile); try again with backoff.
+            if self._store is not None and exc.kind in (DISK_FULL, IO_ERROR):
+                self._recover(self._store)
+            self._fault(exc)
+            self._backoff = min(max(0.1, self._backoff * 2), 2.0)
+            self._retry_at = time.monotonic() + self._backoff
+            if self._stop:
+                self._gave_up = True  # shutting down: what is still buffered is counted as lost
+        except Exception as exc:  # the db is unusable now; try again on the next wake
+            record_internal_error("queue.writer", exc)
+            time.sleep(min(1.0, self.interval_s * 5))
+
+    def _writer_ended(self) -> None:
+        """The service's on_exit: what is still buffered (stopped with the database
+        unavailable, or at the stop's deadline) is counted as lost; the connection closed."""
+        self.lose_buffered()  # (nothing counted when no record is left)
+        store, self._store = self._store, None
         if store is not None:
             store.close()
 
     def _may_linger(self) -> bool:
         """Lingering is on, nothing asked for a write now (a full batch, a flush, shutdown),
         and the stream is busy."""
-        return self.linger_s > 0 and not self._now.is_set() and self._busy()
+        return self.linger_s > 0 and not self._now.is_set() and not self._stop \
+            and self._busy()
 
     def _busy(self) -> bool:
         """Records arrive faster than one per ``linger_s / 4``: by their mean gap, or by the

@@ -1,11 +1,12 @@
 """One background service: a daemon thread that runs a step now and then, written once.
 
 Every loop of tracescore that runs on its own thread (retention, the sessions closer, the
-monitor runner, the notifier, the holds reaper, the scoring worker) HOLDS one :class:`Service` — composed, not
-inherited, the way the OpenTelemetry SDK's ``BatchProcessor`` is written once and held by its
-span, log and metric processors. The service owns the thread, the stop and wake events, the
-interval, the deadline of :meth:`Service.stop`, what happens at ``os.fork()``, and what
-happens when a step raises; the loop that holds it owns only its step.
+monitor runner, the notifier, the holds reaper, the scoring worker, the queue's writer) HOLDS
+one :class:`Service` — composed, not inherited, the way the OpenTelemetry SDK's
+``BatchProcessor`` is written once and held by its span, log and metric processors. The
+service owns the thread, the stop and wake events, the interval, the deadline of
+:meth:`Service.stop`, what happens at ``os.fork()``, and what happens when a step raises;
+the loop that holds it owns only its step.
 
 The loop::
 
@@ -26,24 +27,29 @@ The loop::
   one that was running in the parent starts again in the child.
 - A step may run for the life of the thread (the scoring worker's step is one run of its
   asyncio loop, which ends when the worker stops or raises): the holder then wakes it its own
-  way, and :meth:`~Service.stop` still ends the wait after it (a restart's backoff). Registered once for all services
-  through a weak set, so a service that is dropped is not kept alive by the fork hook.
+  way, and :meth:`~Service.stop` still ends the wait after it (a restart's backoff).
+- Registered once for all services through a weak set, so a service that is dropped is not
+  kept alive by the fork hook.
 
-Not a Service (yet): the queue's writer thread (queue.RecordQueue._run). What it needs that
-the base does not give: (1) the app's ``put`` wakes it with one ``Event.set()`` on the request
-path, on an event the queue owns and replaces at fork (the base would have to take the event
-from its holder, or hand its own out, so that no call layer is added there); (2) its step
-needs to know whether a wake or the interval ended the wait (only a wake by a sampled record
-of a busy stream lingers ``linger_s`` for more records to join the transaction) and a second
-signal, "write now" (a flush, a full batch, shutdown), that ends the linger; (3) a stop drains:
-the loop goes on stepping after the stop until the buffer is empty or the database refuses
-(the base stops after the step in progress); (4) a backoff after a refused write is not cut
-short by wakes, only by the stop (each put and flush wakes it). (4) fits in a step (wait out
-the rest of a backoff); (1)–(3) are changes to the base: a holder-given wake event, a
-``woken`` argument or a second event, and a ``drain_on_stop`` mode.
+The queue's writer thread (:class:`~tracescore.queue.RecordQueue`) holds one too, with the
+three abilities the other loops do not use:
+
+- ``wake_event=``: the holder's own ``Event`` is the one the service waits on, so a request
+  path wakes it with a bare ``event.set()`` and no call layer (the queue's ``put``). After
+  ``os.fork()`` the service makes a fresh one (the parent's may hold a lock taken at fork
+  time); the holder reads it back from :attr:`Service.wake_event` in ``on_fork``.
+- :attr:`Service.woken`: whether a wake (True) or the end of the wait (False) started the
+  step in progress (the writer lingers only when a sampled record woke it). A second,
+  "write now" signal that cuts such a linger short, and a backoff that wakes must not cut
+  short, live in the step (the holder's own event, waited on there).
+- ``drain=``: a callable the thread runs after the stop was requested, instead of ending
+  after the step in progress: at least once, then again until it returns True (done) or the
+  deadline of :meth:`~Service.stop` passes (``timeout=None``: until done); ``on_exit`` runs
+  after it (the writer counts what is still buffered then as lost).
 
 Nothing here runs on the app's request path: :meth:`~Service.start`, :meth:`~Service.wake` and
-:meth:`~Service.stop` may be called from any thread, and ``wake`` only sets an event.
+:meth:`~Service.stop` may be called from any thread, and ``wake`` only sets an event (the
+one a holder on the request path sets itself: ``wake_event``).
 """
 
 from __future__ import annotations
@@ -87,6 +93,9 @@ class Service:
     the wait after a failed step (None: ``interval_s``); by default the error goes to the
     internal-error funnel under ``name``. ``on_exit()`` runs on the thread as the loop ends.
     ``on_fork()`` runs in a forked child, after the reset and before a restart.
+    ``wake_event``: the holder's ``Event`` to wait on (replaced by a fresh one at a fork:
+    :attr:`wake_event`). ``drain()``: run after a stop until it returns True or the stop's
+    deadline passes (see the module doc). :attr:`woken` tells a step what started it.
     """
 
     def __init__(self, name: str, step: Callable[[], float | None], *,
@@ -94,7 +103,9 @@ class Service:
                  on_error: Callable[[Exception], float | None] | None = None,
                  on_exit: Callable[[], Any] | None = None,
                  restart_after_fork: bool = False,
-                 on_fork: Callable[[], Any] | None = None) -> None:
+                 on_fork: Callable[[], Any] | None = None,
+                 wake_event: threading.Event | None = None,
+                 drain: Callable[[], bool] | None = None) -> None:
         self.name = name
         self.step = step
         self.interval_s = float(interval_s)
@@ -103,11 +114,16 @@ class Service:
         self.on_exit = on_exit
         self.restart_after_fork = restart_after_fork
         self.on_fork = on_fork
+        self.drain = drain
+        #: the step in progress was started by a wake (True) or by the end of its wait (False)
+        self.woken = False
         #: steps that returned, steps that raised, and the last one's error (scrubbed)
         self.runs = 0
         self.errors = 0
         self.last_error: str | None = None
         self._reset()
+        if wake_event is not None:
+            self._wake = wake_event
         _register(self)
 
     def _reset(self) -> None:
@@ -115,12 +131,20 @@ class Service:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        #: when the drain after a stop ends (time.monotonic(); None: when it is done)
+        self._deadline: float | None = None
 
     # -- control (any thread) ----------------------------------------------------------------
     @property
     def stopping(self) -> threading.Event:
         """Set once :meth:`stop` was called: a long step checks it to end early."""
         return self._stop
+
+    @property
+    def wake_event(self) -> threading.Event:
+        """The event the thread waits on: ``wake_event.set()`` is :meth:`wake` without the
+        call (for a holder on a request path). A fresh one after a fork."""
+        return self._wake
 
     @property
     def alive(self) -> bool:
@@ -155,8 +179,10 @@ class Service:
     run_now = wake
 
     def stop(self, timeout: float | None = 10.0) -> bool:
-        """Stop after the step in progress; wait up to ``timeout`` s (None: for ever) for the
-        thread. True when it has ended (or never ran)."""
+        """Stop after the step in progress (and the ``drain``, if any, bounded by ``timeout``);
+        wait up to ``timeout`` s (None: for ever) for the thread. True when it has ended (or
+        never ran)."""
+        self._deadline = None if timeout is None else time.monotonic() + timeout
         self._stop.set()
         self._wake.set()
         t = self._thread
@@ -171,7 +197,9 @@ class Service:
         try:
             while not stop.is_set():
                 if wait is None or wait > 0:
-                    wake.wait(wait)
+                    self.woken = wake.wait(wait)
+                else:
+                    self.woken = wake.is_set()
                 # cleared before the step: a wake during it makes the next one at once
                 wake.clear()
                 if stop.is_set():
@@ -185,12 +213,35 @@ class Service:
                     wait = self._failed(exc)
                 if wait is None:
                     wait = self.interval_s
+            if self.drain is not None:
+                self._drain_out(self.drain)
         finally:
             if self.on_exit is not None:
                 try:
                     self.on_exit()
                 except Exception as exc:
                     record_internal_error(f"{self.name}.exit", exc)
+
+    def _drain_out(self, drain: Callable[[], bool]) -> None:
+        """After the stop: ``drain()`` at least once, then until it is done or the deadline."""
+        self.woken = True
+        while True:
+            try:
+                done = drain()
+                self.runs += 1
+            except Exception as exc:
+                self.errors += 1
+                self.last_error = scrub(f"{type(exc).__name__}: {exc}")[:500]
+                wait = self._failed(exc)
+                left = deadline_left(self._deadline)
+                pause = self.interval_s if wait is None else wait
+                time.sleep(max(0.0, min(pause, left) if left is not None else pause))
+                done = False
+            if done:
+                return
+            left = deadline_left(self._deadline)
+            if left is not None and left <= 0:
+                return
 
     def _failed(self, exc: Exception) -> float | None:
         if self.on_error is None:
