@@ -16,7 +16,8 @@ Pure computation (numpy, lazily imported): a dot product of the record's vector 
 
 Validity: the neighbours are the judged records the last fit read, all judged before the
 decision the feature serves; a record is never its own neighbour (by record id at decision
-time, and every training row of the fit leaves itself out: :func:`loo_means`).
+time). A training row of the fit gets the feature its own decision could have had: from the
+records judged before it (:func:`ordered_means`), never from its own verdict.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["K", "KEYS", "Index", "loo_means", "means", "unit_vector"]
+__all__ = ["K", "KEYS", "MIN_PRIOR", "Index", "means", "ordered_means", "unit_vector"]
 
 #: neighbours per record
 K = 10
+#: earlier judged records a training record needs for its neighbour features
+MIN_PRIOR = 5
 #: the neighbour features, one per view of a record (module docstring)
 KEYS = ("nn_answer_contexts", "nn_question_answer")
 
@@ -72,15 +75,22 @@ def _weighted_top(sims: Any, y: Any, k: int) -> Any:
     return np.where(tot > 0, out, np.nan)
 
 
-def loo_means(vectors: Any, y: Any, k: int = K) -> Any:
-    """For each row of ``vectors`` (unit rows, n × d), the weighted mean judge score ``y`` of
-    its ``k`` nearest *other* rows: a record's own verdict never enters its feature."""
+def ordered_means(vectors: Any, y: Any, k: int = K, min_prior: int = MIN_PRIOR) -> Any:
+    """For each row of ``vectors`` (unit rows, n × d, oldest judged first), the weighted mean
+    judge score ``y`` of its ``k`` nearest *earlier* rows (NaN with fewer than ``min_prior``
+    earlier rows): what a record's decision would have seen. Its own verdict never enters
+    its feature, and neither does the choice of which of the others do (leaving the record
+    out of all the others would: in a small group its own class is then under-represented
+    among its neighbours, a feature anti-correlated with its verdict that fits noise)."""
     import numpy as np
 
     V = np.asarray(vectors, dtype=float)
+    n = V.shape[0]
     sims = V @ V.T
-    np.fill_diagonal(sims, -np.inf)
-    return _weighted_top(sims, np.asarray(y, dtype=float), k)
+    sims[np.triu_indices(n)] = -np.inf
+    out = _weighted_top(sims, np.asarray(y, dtype=float), k)
+    out[:min(n, max(1, min_prior))] = np.nan
+    return out
 
 
 def means(vectors: Any, y: Any, queries: Any, k: int = K, exclude: Any = None) -> Any:
@@ -105,7 +115,8 @@ class Index:
 
     @classmethod
     def build(cls, rows: Sequence[tuple[str, Mapping[str, Any], float]]) -> Index:
-        """From (record id, its vectors by feature name, judge score on [0, 1])."""
+        """From (record id, its vectors by feature name, judge score on [0, 1]), oldest
+        judged first."""
         import numpy as np
 
         out = cls()
@@ -119,10 +130,11 @@ class Index:
         return out
 
     def training(self) -> dict[str, dict[str, float]]:
-        """Each indexed record's neighbour features, leaving itself out (:func:`loo_means`)."""
+        """Each indexed record's neighbour features among the records judged before it
+        (:func:`ordered_means`)."""
         out: dict[str, dict[str, float]] = {}
         for key, ids in self.ids.items():
-            vals = loo_means(self.vectors[key], self.scores[key])
+            vals = ordered_means(self.vectors[key], self.scores[key])
             for rid, v in zip(ids, vals):
                 if math.isfinite(float(v)):
                     out.setdefault(rid, {})[key] = float(v)

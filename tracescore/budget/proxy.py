@@ -144,8 +144,8 @@ class ProxyModel:
                 rows.append((feats, overlap, pi, F.unit(metric, y)))
                 judged.append((rid, self.views(rid), F.unit(metric, y)))
                 await asyncio.sleep(0)  # (other jobs run between records)
-            # the neighbours' verdicts of each training record, itself left out
-            index = Index.build(judged)
+            # the neighbours' verdicts of each training record, from those judged before it
+            index = Index.build(judged[::-1])
             near = index.training()
             rows = [(F.merged(f, near.get(rid, {})), o, pi, y)
                     for (rid, _, _), (f, o, pi, y) in zip(judged, rows)]
