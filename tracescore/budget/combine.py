@@ -18,7 +18,9 @@ coefficient) first.
 The neighbours' verdicts (:mod:`.neighbours`, :data:`OPTIONAL`) are extra features of a set:
 the set is fitted with each subset of them and without them, and one with some of them is
 kept only when its leave-one-out error is :data:`MARGIN` below the fit without them (and the
-overlap line). A training record's neighbour feature leaves the record itself out.
+overlap line) and their coefficients are positive (the judge agreeing with its verdicts on
+similar records; a negative one only fits noise). A training record's neighbour features
+come from the records judged before it (:func:`.neighbours.ordered_means`).
 
 Validity: the fit uses only records judged before the decision it serves, and the value it
 gives is what the decision stores (``judge_decisions.proxy``); the estimate fits its own line
@@ -129,7 +131,11 @@ def fit_groups(samples: Sequence[Sample], min_fit: int = MIN_FIT,
             for sub in itertools.combinations(extra, r):
                 use = tuple(sorted((*plain, *sub)))
                 got = fit(use)
-                if got is not None and (nn is None or got[1] < nn[2]):
+                # (a similar record judged better making this one worse is noise: the
+                # neighbours' coefficients must be positive)
+                pos = got is not None and all(
+                    float(got[0][1 + i]) > 0 for i, k in enumerate(use) if k in sub)
+                if got is not None and pos and (nn is None or got[1] < nn[2]):
                     nn = (use, got[0], got[1])
         if nn is not None and nn[2] < (1.0 - MARGIN) * bar:
             best = nn
