@@ -15,7 +15,7 @@ from helpers import rows
 
 from tracescore.budget.combine import fit_groups
 from tracescore.budget.features import local_features
-from tracescore.budget.neighbours import K, KEYS, Index, means, ordered_means, unit_vector
+from tracescore.budget.neighbours import KEYS, Index, K, means, ordered_means, unit_vector
 from tracescore.judge.openai_judge import OpenAIJudge
 from tracescore.store import open_store
 from tracescore.testing import in_memory

@@ -86,6 +86,18 @@ def _wls_loo(X: Any, y: Any, w: Any, ridge: float) -> tuple[Any, float]:
     return beta, float((w * resid * resid).sum() / w.sum())
 
 
+def _fit(rows: Sequence[Sample], use: tuple[str, ...], y: Any, w: Any, ridge: float,
+         min_fit: int) -> tuple[Any, float] | None:
+    """:func:`_wls_loo` of the features ``use`` of ``rows`` (None: none, too few rows for
+    them, or not finite)."""
+    import numpy as np
+
+    if not use or len(rows) < max(min_fit, 8 * (len(use) + 1)):
+        return None
+    X = np.array([[1.0, *(float(f[k]) for k in use)] for f, _, _, _ in rows])
+    return _wls_loo(X, y, w, ridge) if np.isfinite(X).all() else None
+
+
 def fit_groups(samples: Sequence[Sample], min_fit: int = MIN_FIT,
                ridge: float = RIDGE, optional: Sequence[str] = OPTIONAL
                ) -> dict[tuple[str, ...], Combined]:
@@ -113,16 +125,10 @@ def fit_groups(samples: Sequence[Sample], min_fit: int = MIN_FIT,
             continue
         _, base_mse = _wls_loo(base, y, w, ridge)
 
-        def fit(use: tuple[str, ...]) -> tuple[Any, float] | None:
-            if not use or len(rows) < max(min_fit, 8 * (len(use) + 1)):
-                return None
-            X = np.array([[1.0, *(float(f[k]) for k in use)] for f, _, _, _ in rows])
-            return _wls_loo(X, y, w, ridge) if np.isfinite(X).all() else None
-
         plain = tuple(k for k in keys if k not in optional)
         extra = [k for k in keys if k in optional]
         best: tuple[tuple[str, ...], Any, float] | None = None
-        got = fit(plain)
+        got = _fit(rows, plain, y, w, ridge, min_fit)
         if got is not None and got[1] < (1.0 - MARGIN) * base_mse:
             best = (plain, got[0], got[1])
         bar = base_mse if got is None else min(base_mse, got[1])
@@ -130,7 +136,7 @@ def fit_groups(samples: Sequence[Sample], min_fit: int = MIN_FIT,
         for r in range(1, len(extra) + 1):
             for sub in itertools.combinations(extra, r):
                 use = tuple(sorted((*plain, *sub)))
-                got = fit(use)
+                got = _fit(rows, use, y, w, ridge, min_fit)
                 # (a similar record judged better making this one worse is noise: the
                 # neighbours' coefficients must be positive)
                 pos = got is not None and all(
