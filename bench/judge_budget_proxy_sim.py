@@ -258,6 +258,24 @@ def cost(n: int = 200) -> None:
         cold, warm = asyncio.run(run())
     print(f"features per record: lexical {1e6 * lexical:.0f} µs; MiniLM embeddings "
           f"(4 texts) first sight {1e3 * cold:.1f} ms, cached {1e3 * warm:.2f} ms")
+    # the neighbours' verdicts: 500 judged records, MiniLM's 384 dimensions, both views
+    from tracescore.budget.neighbours import KEYS as NN_KEYS
+    from tracescore.budget.neighbours import Index
+
+    rng = np.random.default_rng(1)
+    vecs = rng.normal(size=(501, 384))
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    rows = [(f"r{i}", {k: vecs[i] for k in NN_KEYS}, float(rng.random())) for i in range(500)]
+    t0 = time.perf_counter()
+    index = Index.build(rows)
+    index.training()
+    fit_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(n):
+        index.features("new", {k: vecs[500] for k in NN_KEYS})
+    per = (time.perf_counter() - t0) / n
+    print(f"neighbours' verdicts (500 judged, 384 dims, 2 views): per decision "
+          f"{1e6 * per:.0f} µs; per refit (index and training features) {1e3 * fit_s:.1f} ms")
 
 
 def main(argv: list[str] | None = None) -> int:

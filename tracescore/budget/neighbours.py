@@ -112,6 +112,7 @@ class Index:
     ids: dict[str, list[str]] = field(default_factory=dict)
     vectors: dict[str, Any] = field(default_factory=dict)
     scores: dict[str, Any] = field(default_factory=dict)
+    pos: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, rows: Sequence[tuple[str, Mapping[str, Any], float]]) -> Index:
@@ -125,6 +126,7 @@ class Index:
             if len(have) < 2:
                 continue
             out.ids[key] = [rid for rid, _, _ in have]
+            out.pos[key] = {rid: i for i, rid in enumerate(out.ids[key])}
             out.vectors[key] = np.array([v for _, v, _ in have], dtype=float)
             out.scores[key] = np.array([y for _, _, y in have], dtype=float)
         return out
@@ -145,14 +147,15 @@ class Index:
         import numpy as np
 
         out: dict[str, float] = {}
-        for key, ids in self.ids.items():
+        for key, V in self.vectors.items():
             q = vectors.get(key)
-            V = self.vectors[key]
             if q is None or len(q) != V.shape[1]:
                 continue
-            excl = np.array([[rid == record_id for rid in ids]])
-            v = float(means(V, self.scores[key], np.asarray(q, dtype=float)[None, :],
-                            exclude=excl)[0])
+            sims = V @ np.asarray(q, dtype=float)
+            at = self.pos[key].get(record_id)
+            if at is not None:
+                sims[at] = -np.inf
+            v = float(_weighted_top(sims[None, :], self.scores[key], K)[0])
             if math.isfinite(v):
                 out[key] = v
         return out
