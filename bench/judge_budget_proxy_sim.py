@@ -9,7 +9,17 @@ Each record has two features: a lexical score o = q + N(0, 0.25²) (the overlap 
   expectation, on a cosine-like scale), and 15 % of the records are exact repeats of an
   earlier record of the day (same content: same features, same judge score);
 - **informative, no repeats**: the same e, no repeats (the learned combination alone);
-- **not informative**: e ~ N(0.6, 0.15²) independent of everything, no repeats.
+- **not informative**: e ~ N(0.6, 0.15²) independent of everything, no repeats;
+- **topics** (the judge's verdicts on similar records, session 14): 100 topics, each with a
+  level of quality (30 % of them drawn as the bursts' lower one); q = the topic's level +
+  N(0, 0.05²); the lexical score and e are blind to q (o from an independent draw, e as in
+  *not informative*). Similar records get similar verdicts, and nothing but the neighbours
+  sees it;
+- **topics, verdicts not by topic**: the same topics and vectors, q independent of them (the
+  neighbours are useless).
+
+Every record has a question+answer vector: its topic's unit centre (32 dimensions) plus
+N(0, 0.1²) per dimension, normalised (cosine ~0.75 within a topic, ~0 across).
 
 Arms, at the same budget (2,000 judged records a day of ~40,000):
 
@@ -18,13 +28,17 @@ Arms, at the same budget (2,000 judged records a day of ~40,000):
 - **adaptive, rich**: the worker's proxy: a repeat of a judged record gets the judge's verdict
   (π = 1, judged free: no unit of the budget); else the combination of (o, e) fitted by
   ``tracescore.budget.combine.fit_groups`` on the newest 500 judged records, refitted every
-  hour (kept only when it beats the line through o by leave-one-out error); else f = o.
+  hour (kept only when it beats the line through o by leave-one-out error); else f = o;
+- **adaptive, rich + neighbours**: the same, with the neighbours' verdicts as one more
+  feature (``nn_question_answer``, :mod:`tracescore.budget.neighbours`): for a judged record
+  of the fit, from the records judged before it; for a decision, from the fit's judged
+  records (all judged before it). Kept only where it beats the fit without it.
 
 Reported per case and arm: coverage of the 95 % interval of the day's mean, mean width, width
 ratio against uniform (same days), bias, judged records (free ones included) and the budget's
 units used per day.
 
-Run:  python bench/judge_budget_proxy_sim.py [--quick] [--reps R] [--json out.json]
+Run:  python bench/judge_budget_proxy_sim.py [--quick] [--reps R] [--cases 4,5] [--json out.json]
 """
 
 from __future__ import annotations
