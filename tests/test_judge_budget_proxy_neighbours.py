@@ -54,8 +54,8 @@ def _marker_responder(step: str, data: Any, request: dict[str, Any]) -> dict[str
     return out
 
 
-def _run(db: str, responder: Any, answer: Any, learn: int = 64, later: int = 12
-         ) -> tuple[Any, dict[str, int]]:
+def _run(db: str, responder: Any, answer: Any, learn: int = 64, later: int = 12,
+         views_size: int | None = None) -> tuple[Any, dict[str, int]]:
     from tracescore.embeddings import OpenAIEmbedder
     from tracescore.testing.embeddings import ScriptedEmbeddingServer
 
@@ -68,6 +68,8 @@ def _run(db: str, responder: Any, answer: Any, learn: int = 64, later: int = 12
         try:
             model = ts.worker.judging.proxies
             model.refit_s = 0.0  # fit again at every decision
+            if views_size is not None:
+                model.views_size = views_size
             for i in range(learn):  # judged (forced: π = 1) to learn from
                 ts.log_record(query=f"What about the {TOPICS[i % 4]} model, {i}?",
                               contexts=CONTEXTS, answer=answer(i), metadata=FORCE)
@@ -99,8 +101,11 @@ def _decided(db: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 
 def test_verdicts_that_follow_topics_are_learned_from_the_neighbours(db):
+    # (few vectors remembered: a refit reads most judged records' vectors again, from the
+    # embedding cache)
     model, counts = _run(db, _topic_responder,
-                         lambda i: f"The Cargo has a 750 Wh battery, {TOPICS[i % 4]} {i}.")
+                         lambda i: f"The Cargo has a 750 Wh battery, {TOPICS[i % 4]} {i}.",
+                         views_size=8)
     learned, records = _decided(db)
     assert len(learned) == 12 and counts["proxy_fit"] == 12
     # the lexical features are the same for every record: they cannot tell the topics apart
@@ -115,6 +120,7 @@ def test_verdicts_that_follow_topics_are_learned_from_the_neighbours(db):
         rec = records[d["record_id"]]
         want = 1.0 if any(w in rec.answer for w in GOOD_TOPICS) else 0.0
         assert d["proxy"] == pytest.approx(want, abs=0.1)
+    assert len(model._views) <= 8
     # the neighbours are the judged records the fit read; no later record is among them
     assert set(index.ids[KEYS[1]]) <= {d for d in records} - {d["record_id"] for d in learned
                                                                 if not d["selected"]}

@@ -127,7 +127,7 @@ class Index:
                 continue
             out.ids[key] = [rid for rid, _, _ in have]
             out.pos[key] = {rid: i for i, rid in enumerate(out.ids[key])}
-            out.vectors[key] = np.array([v for _, v, _ in have], dtype=float)
+            out.vectors[key] = np.array([v for _, v, _ in have], dtype=np.float32)
             out.scores[key] = np.array([y for _, _, y in have], dtype=float)
         return out
 

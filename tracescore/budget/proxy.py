@@ -88,8 +88,11 @@ class ProxyModel:
         self.embedder = embedder
         self.refit_s, self.fit_limit, self.memo_size = refit_s, fit_limit, memo
         self._memo: OrderedDict[str, tuple[dict[str, float], float]] = OrderedDict()
-        #: the remembered records' vectors for the neighbour features (:mod:`.neighbours`)
-        self._views: dict[str, dict[str, Any]] = {}
+        #: the last records' vectors for the neighbour features (:mod:`.neighbours`; float32,
+        #: fewer than the features: a fit's records, the others read from the embedding
+        #: cache again)
+        self._views: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.views_size = max(1024, 2 * fit_limit)
         self._fits: dict[str, tuple[float, dict[tuple[str, ...], Combined], Index]] = {}
         self._fitting: set[str] = set()
         #: features that could not be computed (``embedding``) and proxies that fell back
@@ -107,14 +110,33 @@ class ProxyModel:
         out = (F.merged(F.local_features(record), emb), float(overlap_proxy(record)))
         if self.errors.get("embedding", 0) == failed:  # (a failed embedding is tried again)
             self._memo[record.record_id] = out
-            self._views[record.record_id] = views
             while len(self._memo) > self.memo_size:
-                self._views.pop(self._memo.popitem(last=False)[0], None)
+                self._memo.popitem(last=False)
+            self._remember_views(record.record_id, views)
         return out
+
+    def _remember_views(self, record_id: str, views: dict[str, Any]) -> None:
+        import numpy as np
+
+        self._views[record_id] = {k: np.asarray(v, dtype=np.float32) for k, v in views.items()}
+        while len(self._views) > self.views_size:
+            self._views.popitem(last=False)
 
     def views(self, record_id: str) -> dict[str, Any]:
         """A remembered record's vectors for the neighbour features (empty if none)."""
-        return self._views.get(record_id, {})
+        got = self._views.get(record_id)
+        if got is None:
+            return {}
+        self._views.move_to_end(record_id)
+        return got
+
+    async def _views_again(self, record: RagRecord) -> dict[str, Any]:
+        """A record's vectors read again (from the embedding cache, usually)."""
+        failed = self.errors.get("embedding", 0)
+        _, views = await F.embed_record(record, self.embedder, self.errors)
+        if self.errors.get("embedding", 0) == failed:
+            self._remember_views(record.record_id, views)
+        return self.views(record.record_id)
 
     async def fits(self, store: Any, metric: Metric, now: float
                    ) -> tuple[dict[tuple[str, ...], Combined], Index]:
@@ -129,7 +151,8 @@ class ProxyModel:
         try:
             samples = JP.judged_samples(store, metric.name, metric.names()[0],
                                         now - LEARN_DAYS * 86400.0, self.fit_limit)
-            need = [rid for rid, _, _ in samples if rid not in self._memo]
+            need = [rid for rid, _, _ in samples if rid not in self._memo
+                    or (self.embedder is not None and rid not in self._views)]
             records = store.load_records(need) if need else {}
             rows: list[tuple[dict[str, float], float, float, float]] = []
             judged: list[tuple[str, dict[str, Any], float]] = []
@@ -141,8 +164,11 @@ class ProxyModel:
                     feats, overlap = await self.features(rec)
                 else:
                     continue
+                views = self.views(rid)
+                if not views and rec is not None and self.embedder is not None:
+                    views = await self._views_again(rec)
                 rows.append((feats, overlap, pi, F.unit(metric, y)))
-                judged.append((rid, self.views(rid), F.unit(metric, y)))
+                judged.append((rid, views, F.unit(metric, y)))
                 await asyncio.sleep(0)  # (other jobs run between records)
             # the neighbours' verdicts of each training record, from those judged before it
             index = Index.build(judged[::-1])
@@ -166,9 +192,11 @@ class ProxyModel:
             if verdict is not None:
                 return Proxy(verdict, "cache")
             feats, overlap = await self.features(record)
+            views = self.views(record.record_id)  # (before a refit may forget them)
             fits, index = await self.fits(store, metric, now)
-            full = F.merged(feats, index.features(record.record_id,
-                                                  self.views(record.record_id)))
+            if not views and index.ids and any(k.startswith("emb_") for k in feats):
+                views = await self._views_again(record)
+            full = F.merged(feats, index.features(record.record_id, views))
             fit = fits.get(tuple(sorted(full))) or fits.get(tuple(sorted(feats)))
             if fit is not None:
                 return Proxy(fit.predict(full), "fit")
