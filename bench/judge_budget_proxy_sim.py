@@ -9,7 +9,17 @@ Each record has two features: a lexical score o = q + N(0, 0.25²) (the overlap 
   expectation, on a cosine-like scale), and 15 % of the records are exact repeats of an
   earlier record of the day (same content: same features, same judge score);
 - **informative, no repeats**: the same e, no repeats (the learned combination alone);
-- **not informative**: e ~ N(0.6, 0.15²) independent of everything, no repeats.
+- **not informative**: e ~ N(0.6, 0.15²) independent of everything, no repeats;
+- **topics** (the judge's verdicts on similar records, session 14): 100 topics, each with a
+  level of quality (30 % of them drawn as the bursts' lower one); q = the topic's level +
+  N(0, 0.05²); the lexical score and e are blind to q (o from an independent draw, e as in
+  *not informative*). Similar records get similar verdicts, and nothing but the neighbours
+  sees it;
+- **topics, verdicts not by topic**: the same topics and vectors, q independent of them (the
+  neighbours are useless).
+
+Every record has a question+answer vector: its topic's unit centre (32 dimensions) plus
+N(0, 0.1²) per dimension, normalised (cosine ~0.75 within a topic, ~0 across).
 
 Arms, at the same budget (2,000 judged records a day of ~40,000):
 
@@ -18,13 +28,17 @@ Arms, at the same budget (2,000 judged records a day of ~40,000):
 - **adaptive, rich**: the worker's proxy: a repeat of a judged record gets the judge's verdict
   (π = 1, judged free: no unit of the budget); else the combination of (o, e) fitted by
   ``tracescore.budget.combine.fit_groups`` on the newest 500 judged records, refitted every
-  hour (kept only when it beats the line through o by leave-one-out error); else f = o.
+  hour (kept only when it beats the line through o by leave-one-out error); else f = o;
+- **adaptive, rich + neighbours**: the same, with the neighbours' verdicts as one more
+  feature (``nn_question_answer``, :mod:`tracescore.budget.neighbours`): for a judged record
+  of the fit, from the records judged before it; for a decision, from the fit's judged
+  records (all judged before it). Kept only where it beats the fit without it.
 
 Reported per case and arm: coverage of the 95 % interval of the day's mean, mean width, width
 ratio against uniform (same days), bias, judged records (free ones included) and the budget's
 units used per day.
 
-Run:  python bench/judge_budget_proxy_sim.py [--quick] [--reps R] [--json out.json]
+Run:  python bench/judge_budget_proxy_sim.py [--quick] [--reps R] [--cases 4,5] [--json out.json]
 """
 
 from __future__ import annotations
@@ -44,15 +58,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from judge_budget_sim import SLOT, make_day  # noqa: E402
 
 from tracescore.budget.combine import fit_groups  # noqa: E402
+from tracescore.budget.neighbours import means, ordered_means  # noqa: E402
 from tracescore.budget.policy import BINS, ErrorModel, Pacer, inclusion  # noqa: E402
 from tracescore.stats.active import active_mean  # noqa: E402
 from tracescore.stats.weighted import hajek_mean  # noqa: E402
 
-CASES = ("informative", "informative, no repeats", "not informative")
-ARMS = ("uniform", "adaptive, overlap", "adaptive, rich")
+CASES = ("informative", "informative, no repeats", "not informative", "topics",
+         "topics, verdicts not by topic")
+ARMS = ("uniform", "adaptive, overlap", "adaptive, rich", "adaptive, rich + neighbours")
 REFIT_SLOTS = 12  # an hour
 FIT_LIMIT = 500
 KEYS = ("ctx_support", "emb_answer_contexts")
+NN = "nn_question_answer"
+KEYS_NN = (*KEYS, NN)
+TOPICS, DIMS, SPREAD = 100, 32, 0.1
 
 
 def make_case(rng: np.random.Generator, case: str, records: int) -> dict[str, np.ndarray]:
@@ -64,6 +83,23 @@ def make_case(rng: np.random.Generator, case: str, records: int) -> dict[str, np
         e = 0.3 + 0.6 * q + rng.normal(0, 0.04, n)
     else:
         e = rng.normal(0.6, 0.15, n)
+    # every record's question+answer vector: its topic's centre plus noise (cosine ~0.75
+    # within a topic, ~0 across)
+    centres = rng.normal(size=(TOPICS, DIMS))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    topic = rng.integers(0, TOPICS, n)
+    if case == "topics":
+        # verdicts follow the topic; the lexical score and the similarity are blind to it
+        level = np.where(rng.random(TOPICS) < 0.3, rng.beta(3, 2, TOPICS),
+                         rng.beta(6, 1.2, TOPICS))
+        q = np.clip(level[topic] + rng.normal(0, 0.05, n), 0.0, 1.0)
+        k = 1 + rng.poisson(3, n)
+        y = rng.binomial(k, q) / k
+        o = np.clip(rng.beta(6, 1.2, n) + rng.normal(0, 0.25, n), 0.0, 1.0)
+    if case.startswith("topics"):
+        e = rng.normal(0.6, 0.15, n)
+    v = centres[topic] + rng.normal(0, SPREAD, (n, DIMS))
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
     orig = np.full(n, -1)
     if case == "informative":
         # a repeat copies a record of an earlier slot (its content, features and verdict)
@@ -71,8 +107,8 @@ def make_case(rng: np.random.Generator, case: str, records: int) -> dict[str, np
         rep = (rng.random(n) < 0.15) & (first > 0)
         orig[rep] = (rng.random(int(rep.sum())) * first[rep]).astype(int)
         src = np.where(rep, orig, np.arange(n))
-        y, o, e = y[src], o[src], e[src]
-    return {**day, "y": y, "o": o, "e": e, "orig": orig}
+        y, o, e, v = y[src], o[src], e[src], v[src]
+    return {**day, "y": y, "o": o, "e": e, "v": v, "orig": orig}
 
 
 def run_arm(rng: np.random.Generator, day: dict[str, Any], arm: str, budget: float,
@@ -88,25 +124,42 @@ def run_arm(rng: np.random.Generator, day: dict[str, Any], arm: str, budget: flo
     spent = seen = start = 0
     started: float | None = None
     beta: tuple[float, ...] | None = None
+    keys: tuple[str, ...] = ()
+    near = np.empty(0, dtype=int)
+    rich = arm.startswith("adaptive, rich")
     u_all = rng.random(n)
     for s, c in enumerate(day["counts"]):
         if not c:
             continue
         idx = np.arange(start, start + c)
         start += c
-        if arm == "adaptive, rich" and s % REFIT_SLOTS == 0:
+        if rich and s % REFIT_SLOTS == 0:
             judged = np.flatnonzero(sel[:idx[0]])[-FIT_LIMIT:]
-            fits = fit_groups([({KEYS[0]: o[i], KEYS[1]: e[i]}, o[i], pi[i], y[i])
-                               for i in judged])
-            beta = fits[KEYS].beta if KEYS in fits else None
+            if arm == "adaptive, rich":
+                fits = fit_groups([({KEYS[0]: o[i], KEYS[1]: e[i]}, o[i], pi[i], y[i])
+                                   for i in judged])
+                beta, keys = (fits[KEYS].beta, KEYS) if KEYS in fits else (None, ())
+            elif judged.size >= 2:
+                # the neighbours' verdicts of each judged record, from those judged before it
+                nn = ordered_means(day["v"][judged], y[judged])
+                fits = fit_groups([({KEYS[0]: o[i], KEYS[1]: e[i],
+                                     **({NN: m} if np.isfinite(m) else {})}, o[i], pi[i], y[i])
+                                   for i, m in zip(judged, nn)])
+                got = fits.get(KEYS_NN)
+                beta, keys = (got.beta, got.keys) if got is not None else (None, ())
+                near = judged
         recent = float(day["counts"][max(0, s - int(pacer.recent_s // SLOT)):s].sum())
         started = s * SLOT if started is None else started
         r = pacer.rate(spent, seen, s * SLOT, yesterday, recent, started)
         cached = np.zeros(c, dtype=bool)
-        if arm == "adaptive, rich":
+        if rich:
             cached = (orig[idx] >= 0) & sel[np.maximum(orig[idx], 0)]
             if beta is not None:
-                f[idx] = np.clip(beta[0] + beta[1] * o[idx] + beta[2] * e[idx], 0.0, 1.0)
+                cols = {KEYS[0]: o[idx], KEYS[1]: e[idx]}
+                if NN in keys:  # among the judged records of the last fit (judged earlier)
+                    cols[NN] = means(day["v"][near], y[near], day["v"][idx])
+                f[idx] = np.clip(beta[0] + sum(b * cols[k] for b, k in zip(beta[1:], keys)),
+                                 0.0, 1.0)
             f[idx[cached]] = y[idx[cached]]
         bins = np.minimum(BINS - 1, (f[idx] * BINS).astype(int))
         if arm == "uniform":
@@ -144,9 +197,12 @@ def run_arm(rng: np.random.Generator, day: dict[str, Any], arm: str, budget: flo
             "n": n}
 
 
-def simulate(reps: int, records: int, budget: float, seed: int) -> dict[str, Any]:
-    out: dict[str, dict[str, list[dict[str, Any]]]] = {c: {a: [] for a in ARMS} for c in CASES}
+def simulate(reps: int, records: int, budget: float, seed: int,
+             cases: tuple[str, ...] = CASES) -> dict[str, Any]:
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {c: {a: [] for a in ARMS} for c in cases}
     for c_i, case in enumerate(CASES):
+        if case not in cases:
+            continue
         for rep in range(reps):
             rng = np.random.default_rng([seed, c_i, rep])
             day = make_case(rng, case, records)
@@ -216,6 +272,24 @@ def cost(n: int = 200) -> None:
         cold, warm = asyncio.run(run())
     print(f"features per record: lexical {1e6 * lexical:.0f} µs; MiniLM embeddings "
           f"(4 texts) first sight {1e3 * cold:.1f} ms, cached {1e3 * warm:.2f} ms")
+    # the neighbours' verdicts: 500 judged records, MiniLM's 384 dimensions, both views
+    from tracescore.budget.neighbours import KEYS as NN_KEYS
+    from tracescore.budget.neighbours import Index
+
+    rng = np.random.default_rng(1)
+    vecs = rng.normal(size=(501, 384))
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    rows = [(f"r{i}", {k: vecs[i] for k in NN_KEYS}, float(rng.random())) for i in range(500)]
+    t0 = time.perf_counter()
+    index = Index.build(rows)
+    index.training()
+    fit_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(n):
+        index.features("new", {k: vecs[500] for k in NN_KEYS})
+    per = (time.perf_counter() - t0) / n
+    print(f"neighbours' verdicts (500 judged, 384 dims, 2 views): per decision "
+          f"{1e6 * per:.0f} µs; per refit (index and training features) {1e3 * fit_s:.1f} ms")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=2000.0, help="judged records a day")
     ap.add_argument("--seed", type=int, default=34)
     ap.add_argument("--json", type=str, default=None)
+    ap.add_argument("--cases", type=str, default=None,
+                    help="comma-separated case numbers (1-based, in the order above)")
     ap.add_argument("--cost", action="store_true",
                     help="only time the features of one decision (lexical, MiniLM)")
     args = ap.parse_args(argv)
@@ -234,7 +310,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     reps = args.reps or (10 if args.quick else 200)
     t0 = time.perf_counter()
-    rows = summarise(simulate(reps, args.records, args.budget, args.seed))
+    cases = CASES if not args.cases else tuple(CASES[int(i) - 1]
+                                               for i in args.cases.split(","))
+    rows = summarise(simulate(reps, args.records, args.budget, args.seed, cases))
     print(f"judge budget, richer proxy: {reps} days per case, ~{args.records:,} records/day, "
           f"budget {args.budget:g}/day, {time.perf_counter() - t0:.0f} s")
     print(" | ".join(("case", "arm", "coverage", "width", "ratio vs uniform", "bias",

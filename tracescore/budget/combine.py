@@ -15,6 +15,13 @@ the hat matrix; at least :data:`MARGIN` lower): a feature set that does not help
 :func:`.proxy.overlap_proxy`. It needs :data:`MIN_FIT` judged records (and 8 per
 coefficient) first.
 
+The neighbours' verdicts (:mod:`.neighbours`, :data:`OPTIONAL`) are extra features of a set:
+the set is fitted with each subset of them and without them, and one with some of them is
+kept only when its leave-one-out error is :data:`MARGIN` below the fit without them (and the
+overlap line) and their coefficients are positive (the judge agreeing with its verdicts on
+similar records; a negative one only fits noise). A training record's neighbour features
+come from the records judged before it (:func:`.neighbours.ordered_means`).
+
 Validity: the fit uses only records judged before the decision it serves, and the value it
 gives is what the decision stores (``judge_decisions.proxy``); the estimate fits its own line
 through the stored values (:mod:`tracescore.stats.active`), so the proxy need not be
@@ -29,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MARGIN", "MIN_FIT", "RIDGE", "W_CAP", "Combined", "fit_groups"]
+__all__ = ["MARGIN", "MIN_FIT", "OPTIONAL", "RIDGE", "W_CAP", "Combined", "fit_groups"]
 
 #: judged records a feature set needs before it is fitted
 MIN_FIT = 40
@@ -40,6 +47,8 @@ RIDGE = 1e-3
 #: a fit is kept when its leave-one-out mean squared error is this much below the overlap
 #: proxy's line's (a feature that only fits noise does not get used)
 MARGIN = 0.02
+#: features a fit uses only when they beat the fit without them (:mod:`.neighbours`)
+OPTIONAL = ("nn_answer_contexts", "nn_question_answer")
 
 #: one judged record: (its features, its overlap proxy, π, the judge's score on [0, 1])
 Sample = tuple[Mapping[str, float], float, float, float]
@@ -77,9 +86,28 @@ def _wls_loo(X: Any, y: Any, w: Any, ridge: float) -> tuple[Any, float]:
     return beta, float((w * resid * resid).sum() / w.sum())
 
 
+def _fit(rows: Sequence[Sample], use: tuple[str, ...], y: Any, w: Any, ridge: float,
+         min_fit: int) -> tuple[Any, float] | None:
+    """:func:`_wls_loo` of the features ``use`` of ``rows`` (None: none, too few rows for
+    them, or not finite)."""
+    import numpy as np
+
+    if not use or len(rows) < max(min_fit, 8 * (len(use) + 1)):
+        return None
+    X = np.array([[1.0, *(float(f[k]) for k in use)] for f, _, _, _ in rows])
+    return _wls_loo(X, y, w, ridge) if np.isfinite(X).all() else None
+
+
 def fit_groups(samples: Sequence[Sample], min_fit: int = MIN_FIT,
-               ridge: float = RIDGE) -> dict[tuple[str, ...], Combined]:
-    """The kept fit of each feature set of ``samples`` (module docstring)."""
+               ridge: float = RIDGE, optional: Sequence[str] = OPTIONAL
+               ) -> dict[tuple[str, ...], Combined]:
+    """The kept fit of each feature set of ``samples`` (module docstring). A feature set with
+    ``optional`` features (the neighbours' verdicts) is fitted with each subset of them and
+    without them: one with some is kept only when its leave-one-out error is :data:`MARGIN`
+    below that of the fit without them (and of the overlap line); else the fit without them
+    (its ``keys`` leave them out) is that set's, when kept."""
+    import itertools
+
     import numpy as np
 
     groups: dict[tuple[str, ...], list[Sample]] = {}
@@ -88,18 +116,37 @@ def fit_groups(samples: Sequence[Sample], min_fit: int = MIN_FIT,
             groups.setdefault(tuple(sorted(s[0])), []).append(s)
     out: dict[tuple[str, ...], Combined] = {}
     for keys, rows in groups.items():
-        p = len(keys) + 1
-        if not keys or len(rows) < max(min_fit, 8 * p):
+        if not keys or len(rows) < max(min_fit, 16):
             continue
-        X = np.array([[1.0, *(float(f[k]) for k in keys)] for f, _, _, _ in rows])
         base = np.array([[1.0, float(o)] for _, o, _, _ in rows])
         y = np.array([float(r[3]) for r in rows])
         w = np.minimum(1.0 / np.array([float(r[2]) for r in rows]), W_CAP)
-        if not (np.isfinite(X).all() and np.isfinite(y).all()):
+        if not np.isfinite(y).all():
             continue
-        beta, mse = _wls_loo(X, y, w, ridge)
         _, base_mse = _wls_loo(base, y, w, ridge)
-        if mse < (1.0 - MARGIN) * base_mse:
-            out[keys] = Combined(keys, tuple(float(b) for b in beta), len(rows),
+
+        plain = tuple(k for k in keys if k not in optional)
+        extra = [k for k in keys if k in optional]
+        best: tuple[tuple[str, ...], Any, float] | None = None
+        got = _fit(rows, plain, y, w, ridge, min_fit)
+        if got is not None and got[1] < (1.0 - MARGIN) * base_mse:
+            best = (plain, got[0], got[1])
+        bar = base_mse if got is None else min(base_mse, got[1])
+        nn: tuple[tuple[str, ...], Any, float] | None = None
+        for r in range(1, len(extra) + 1):
+            for sub in itertools.combinations(extra, r):
+                use = tuple(sorted((*plain, *sub)))
+                got = _fit(rows, use, y, w, ridge, min_fit)
+                # (a similar record judged better making this one worse is noise: the
+                # neighbours' coefficients must be positive)
+                pos = got is not None and all(
+                    float(got[0][1 + i]) > 0 for i, k in enumerate(use) if k in sub)
+                if got is not None and pos and (nn is None or got[1] < nn[2]):
+                    nn = (use, got[0], got[1])
+        if nn is not None and nn[2] < (1.0 - MARGIN) * bar:
+            best = nn
+        if best is not None:
+            use, beta, mse = best
+            out[keys] = Combined(use, tuple(float(b) for b in beta), len(rows),
                                  math.sqrt(mse), math.sqrt(base_mse))
     return out

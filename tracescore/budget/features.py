@@ -14,6 +14,8 @@ features of the judge budget's proxy (:mod:`.combine`), cheapest first.
   the answer with its best context, with its best ground truth, and with the question. One
   ``embed`` call for the record's texts; the vectors are cached by content hash
   (:class:`tracescore.embeddings.CachedEmbedder`), so a refit reads them again for free.
+  :func:`embed_record` also gives the record's vectors for the neighbour features
+  (:mod:`.neighbours`: the judge's verdicts on similar records).
 
 Every function runs on the scoring worker's loop and never raises: a feature that cannot be
 computed is missing (and :func:`embedding_features` counts the failure).
@@ -31,8 +33,8 @@ from ..metrics.overlap import token_prf
 from ..metrics.text import answer_tokens
 from ..record import RagRecord
 
-__all__ = ["EMBED_TIMEOUT_S", "MAX_TEXTS", "embedding_features", "local_features",
-           "past_verdict", "unit"]
+__all__ = ["EMBED_TIMEOUT_S", "MAX_TEXTS", "embed_record", "embedding_features",
+           "local_features", "past_verdict", "unit"]
 
 #: contexts and ground truths embedded per record at most (the first ones)
 MAX_TEXTS = 8
@@ -122,32 +124,47 @@ async def embedding_features(record: RagRecord, embedder: Any,
     """Cosine similarities of the answer with its best context, best ground truth and the
     question (those the record has); empty without an embedder or an answer, or when the
     embedder fails (counted in ``errors["embedding"]``)."""
+    return (await embed_record(record, embedder, errors, timeout_s))[0]
+
+
+async def embed_record(record: RagRecord, embedder: Any,
+                       errors: dict[str, int] | None = None,
+                       timeout_s: float = EMBED_TIMEOUT_S
+                       ) -> tuple[dict[str, float], dict[str, Any]]:
+    """(:func:`embedding_features`, the record's vectors for the neighbour features by their
+    name, :mod:`.neighbours`), from one ``embed`` call."""
+    from .neighbours import unit_vector
+
     if embedder is None or not record.answer:
-        return {}
+        return {}, {}
     contexts = [c.text for c in record.contexts[:MAX_TEXTS] if c.text]
     gts = [g for g in record.ground_truths[:MAX_TEXTS] if g]
     query = record.query or ""
     if not (contexts or gts or query):
-        return {}
+        return {}, {}
     texts = [record.answer, *contexts, *gts, *([query] if query else [])]
     try:
         vecs = await asyncio.wait_for(embedder.embed(texts), timeout_s)
     except Exception:  # (a timeout included) the record goes without these features
         if errors is not None:
             errors["embedding"] = errors.get("embedding", 0) + 1
-        return {}
+        return {}, {}
     a = vecs[0]
     out: dict[str, float] = {}
+    views: dict[str, Any] = {}
     at = 1
     if contexts:
-        out["emb_answer_contexts"] = max(_cos(a, v) for v in vecs[at:at + len(contexts)])
+        ctx = vecs[at:at + len(contexts)]
+        out["emb_answer_contexts"] = max(_cos(a, v) for v in ctx)
+        views["nn_answer_contexts"] = unit_vector(a, unit_vector(*ctx))
         at += len(contexts)
     if gts:
         out["emb_answer_gt"] = max(_cos(a, v) for v in vecs[at:at + len(gts)])
         at += len(gts)
     if query:
         out["emb_query_answer"] = _cos(a, vecs[at])
-    return out
+        views["nn_question_answer"] = unit_vector(vecs[at], a)
+    return out, {k: v for k, v in views.items() if v is not None}
 
 
 def merged(*parts: Mapping[str, float]) -> dict[str, float]:

@@ -11,7 +11,9 @@ cheapest first:
    embedder, cosine similarities of the answer with its contexts, ground truths and question)
    fitted to the judge's scores of the last judged records (:mod:`.combine`), refitted every
    ``refit_s``; used only for a feature set where it predicts the judge better than the
-   overlap proxy (leave-one-out), once :data:`.combine.MIN_FIT` records were judged.
+   overlap proxy (leave-one-out), once :data:`.combine.MIN_FIT` records were judged. With
+   an embedder, the judge's verdicts on the most similar of those judged records
+   (:mod:`.neighbours`) are features too, used only where they beat the fit without them.
 3. ``overlap``: :func:`overlap_proxy` (pure Python, microseconds):
 
    - with ground truths: the SQuAD token F1 of the answer against the best one
@@ -45,6 +47,7 @@ from ..record import RagRecord
 from ..store import judge_proxy as JP
 from . import features as F
 from .combine import Combined, fit_groups
+from .neighbours import Index
 
 __all__ = ["KINDS", "Proxy", "ProxyModel", "overlap_proxy"]
 
@@ -85,7 +88,12 @@ class ProxyModel:
         self.embedder = embedder
         self.refit_s, self.fit_limit, self.memo_size = refit_s, fit_limit, memo
         self._memo: OrderedDict[str, tuple[dict[str, float], float]] = OrderedDict()
-        self._fits: dict[str, tuple[float, dict[tuple[str, ...], Combined]]] = {}
+        #: the last records' vectors for the neighbour features (:mod:`.neighbours`; float32,
+        #: fewer than the features: a fit's records, the others read from the embedding
+        #: cache again)
+        self._views: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.views_size = max(1024, 2 * fit_limit)
+        self._fits: dict[str, tuple[float, dict[tuple[str, ...], Combined], Index]] = {}
         self._fitting: set[str] = set()
         #: features that could not be computed (``embedding``) and proxies that fell back
         #: to the overlap proxy on an internal error (``internal``)
@@ -98,29 +106,56 @@ class ProxyModel:
             self._memo.move_to_end(record.record_id)
             return got
         failed = self.errors.get("embedding", 0)
-        emb = await F.embedding_features(record, self.embedder, self.errors)
+        emb, views = await F.embed_record(record, self.embedder, self.errors)
         out = (F.merged(F.local_features(record), emb), float(overlap_proxy(record)))
         if self.errors.get("embedding", 0) == failed:  # (a failed embedding is tried again)
             self._memo[record.record_id] = out
             while len(self._memo) > self.memo_size:
                 self._memo.popitem(last=False)
+            self._remember_views(record.record_id, views)
         return out
 
+    def _remember_views(self, record_id: str, views: dict[str, Any]) -> None:
+        import numpy as np
+
+        self._views[record_id] = {k: np.asarray(v, dtype=np.float32) for k, v in views.items()}
+        while len(self._views) > self.views_size:
+            self._views.popitem(last=False)
+
+    def views(self, record_id: str) -> dict[str, Any]:
+        """A remembered record's vectors for the neighbour features (empty if none)."""
+        got = self._views.get(record_id)
+        if got is None:
+            return {}
+        self._views.move_to_end(record_id)
+        return got
+
+    async def _views_again(self, record: RagRecord) -> dict[str, Any]:
+        """A record's vectors read again (from the embedding cache, usually)."""
+        failed = self.errors.get("embedding", 0)
+        _, views = await F.embed_record(record, self.embedder, self.errors)
+        if self.errors.get("embedding", 0) == failed:
+            self._remember_views(record.record_id, views)
+        return self.views(record.record_id)
+
     async def fits(self, store: Any, metric: Metric, now: float
-                   ) -> dict[tuple[str, ...], Combined]:
-        """The metric's current combinations, fitted again when ``refit_s`` old (one fit at
-        a time per metric: decisions meanwhile use the previous one)."""
+                   ) -> tuple[dict[tuple[str, ...], Combined], Index]:
+        """The metric's current combinations and the judged records they learned from (the
+        neighbours of the records they serve), fitted again when ``refit_s`` old (one fit
+        at a time per metric: decisions meanwhile use the previous one)."""
         got = self._fits.get(metric.name)
         if (got is not None and now - got[0] < self.refit_s) or metric.name in self._fitting:
-            return got[1] if got is not None else {}
+            return (got[1], got[2]) if got is not None else ({}, Index())
         self._fitting.add(metric.name)
-        fits = {} if got is None else got[1]
+        fits, index = ({}, Index()) if got is None else (got[1], got[2])
         try:
             samples = JP.judged_samples(store, metric.name, metric.names()[0],
                                         now - LEARN_DAYS * 86400.0, self.fit_limit)
-            need = [rid for rid, _, _ in samples if rid not in self._memo]
+            need = [rid for rid, _, _ in samples if rid not in self._memo
+                    or (self.embedder is not None and rid not in self._views)]
             records = store.load_records(need) if need else {}
-            rows = []
+            rows: list[tuple[dict[str, float], float, float, float]] = []
+            judged: list[tuple[str, dict[str, Any], float]] = []
             for rid, pi, y in samples:
                 rec = records.get(rid)
                 if rid in self._memo:
@@ -129,16 +164,25 @@ class ProxyModel:
                     feats, overlap = await self.features(rec)
                 else:
                     continue
+                views = self.views(rid)
+                if not views and rec is not None and self.embedder is not None:
+                    views = await self._views_again(rec)
                 rows.append((feats, overlap, pi, F.unit(metric, y)))
+                judged.append((rid, views, F.unit(metric, y)))
                 await asyncio.sleep(0)  # (other jobs run between records)
+            # the neighbours' verdicts of each training record, from those judged before it
+            index = Index.build(judged[::-1])
+            near = index.training()
+            rows = [(F.merged(f, near.get(rid, {})), o, pi, y)
+                    for (rid, _, _), (f, o, pi, y) in zip(judged, rows)]
             fits = fit_groups(rows)
         except Exception as exc:  # (the store): the previous fit stays until the next refit
             record_internal_error("budget.proxy.fit", exc)
             self.errors["fit"] = self.errors.get("fit", 0) + 1
         finally:
             self._fitting.discard(metric.name)
-        self._fits[metric.name] = (now, fits)
-        return fits
+        self._fits[metric.name] = (now, fits, index)
+        return fits, index
 
     async def proxy(self, store: Any, metric: Metric, record: RagRecord, now: float) -> Proxy:
         """The record's proxy for ``metric`` (module docstring). Never raises: an internal
@@ -148,9 +192,14 @@ class ProxyModel:
             if verdict is not None:
                 return Proxy(verdict, "cache")
             feats, overlap = await self.features(record)
-            fit = (await self.fits(store, metric, now)).get(tuple(sorted(feats)))
+            views = self.views(record.record_id)  # (before a refit may forget them)
+            fits, index = await self.fits(store, metric, now)
+            if not views and index.ids and any(k.startswith("emb_") for k in feats):
+                views = await self._views_again(record)
+            full = F.merged(feats, index.features(record.record_id, views))
+            fit = fits.get(tuple(sorted(full))) or fits.get(tuple(sorted(feats)))
             if fit is not None:
-                return Proxy(fit.predict(feats), "fit")
+                return Proxy(fit.predict(full), "fit")
             return Proxy(overlap, "overlap")
         except Exception as exc:
             record_internal_error("budget.proxy", exc)
