@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
+from typing import Any
 from pathlib import Path
 
 from ..store import SCHEMA_VERSION
@@ -19,6 +20,23 @@ __all__ = ["DatabaseError", "has_table", "open_db", "parse_duration", "parse_sin
 
 class DatabaseError(Exception):
     """The database is missing, unreadable or not a tracescore database."""
+
+
+#: The oldest schema the read commands can read: version 3 brought the hourly rollups every
+#: read stands on (both backends). A database an older tracescore wrote is upgraded in place
+#: the first time this version's store opens it (an app's ``init``, ``tracescore worker``);
+#: a read never writes, so it says so instead of failing on a missing table.
+MIN_READ_VERSION = 3
+
+
+def _too_old(where: str, version: Any, latest: int) -> DatabaseError:
+    return DatabaseError(
+        f"{where} has schema version {version}, written by an older tracescore: the read "
+        f"commands need version {MIN_READ_VERSION} or later (this tracescore writes "
+        f"{latest}). A read never writes; upgrade it in place once by opening it with this "
+        "version's store — start the app or `tracescore worker` on it, or run: python -c "
+        "\"from tracescore.store import open_store; open_store('DB').close()\" (DB: the "
+        "path or URL)")
 
 
 # -- opening ---------------------------------------------------------------------------------
@@ -53,6 +71,9 @@ def open_db(path: str | Path) -> sqlite3.Connection:
             f"{p} is not a tracescore database (no {', '.join(sorted(missing))} table)"
         )
     row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    if row is not None and int(row[0]) < MIN_READ_VERSION:
+        conn.close()
+        raise _too_old(str(p), row[0], SCHEMA_VERSION)
     if row is not None and int(row[0]) > SCHEMA_VERSION:
         conn.close()
         raise DatabaseError(
@@ -83,6 +104,9 @@ def _open_pg(url: str) -> sqlite3.Connection:
                             f"(no {', '.join(sorted(missing))} table)")
     row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     latest = POSTGRES_MIGRATIONS[-1].version
+    if row is not None and int(row[0]) < MIN_READ_VERSION:
+        conn.close()
+        raise _too_old(redact_url(url), row[0], latest)
     if row is not None and int(row[0]) > latest:
         conn.close()
         raise DatabaseError(f"{redact_url(url)} has schema version {row[0]}, newer than this "
