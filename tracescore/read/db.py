@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from ..store import SCHEMA_VERSION
 
