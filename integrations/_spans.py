@@ -81,7 +81,7 @@ class _PendingSpan:
 
     def __init__(self, name: str, parent: Any, attrs: dict[str, Any], start_ns: int) -> None:
         self.name = name
-        self.parent = parent  # a real Span (the root) or another _PendingSpan
+        self.parent = parent  # a real Span (the root), or a _PendingSpan (its .real)
         self.attrs = attrs
         self.start_ns = start_ns
         self.end_ns: int | None = None

@@ -53,7 +53,6 @@ from .._spans import (
     NO_SPAN,
     _materialize_all,
     _PendingRoot,
-    _PendingSpan,
     start_root,
     usage_attributes,
 )
@@ -67,6 +66,7 @@ from .runs import (
     _Root,
     _Run,
     _seq,
+    _Step,
     find_stream_queue,
     new_retrieval,
 )
@@ -216,14 +216,13 @@ class TracescoreCallbackHandler(LiveRuns):
             if not root.config_read:
                 root.config_read = True
                 root.config_session = M._config_session()
-            if root.spans:
-                pending: Any = _PendingSpan(name, parent.span, attrs, now)
-                root.pending.append(pending)
-            else:
-                pending = NO_SPAN  # spans go nowhere: a child step keeps none
+            if root.spans:  # (the run is its pending span: one object per step)
+                run = _Step(root, name, next(_seq), parent, attrs, now)
+                root.pending.append(run)
+            else:  # spans go nowhere: a child step keeps none
+                run = _Run(NO_SPAN, root, False, name, next(_seq), parent, parent.tool_call,
+                           parent.retriever, parent.node_run)
             root.open += 1
-            run = _Run(pending, root, False, name, next(_seq), parent, parent.tool_call,
-                       parent.retriever, parent.node_run)
         runs = self._runs
         if len(runs) >= MAX_OPEN_RUNS:  # runs that never ended (abandoned streams): bound them
             oldest = next(iter(runs))
@@ -402,7 +401,7 @@ class TracescoreCallbackHandler(LiveRuns):
                                              next(_seq) if seq is None else seq, loop_key))
         span = run.span
         if ctxs and span is not NO_SPAN and self.ts.capture_content:
-            if type(span) is _PendingSpan:
+            if type(span) is _Step:
                 span.later(partial(_dict_of, self.document_attrs, ctxs))
             else:
                 span.set_attributes(dict(self.document_attrs(ctxs)))
@@ -514,7 +513,7 @@ class TracescoreCallbackHandler(LiveRuns):
                     if run.root.last_llm is run:
                         run.root.model = model
                 if usage is not None:
-                    if type(span) is _PendingSpan:  # (built with the span, by the writer)
+                    if type(span) is _Step:  # (built with the span, by the writer)
                         span.later(partial(usage_attributes, usage))
                     elif span is not NO_SPAN:
                         span.set_attributes(usage_attributes(usage))
