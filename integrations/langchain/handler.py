@@ -81,8 +81,12 @@ MAX_OPEN_RUNS = 10_000
 CUT_OFF = (GeneratorExit, asyncio.CancelledError)
 
 
-def _dict_of(gen: Any, arg: Any) -> dict[str, Any]:
-    return dict(gen(arg))
+def _document_attrs(handler: TracescoreCallbackHandler, ctxs: Any, _: Any) -> dict[str, Any]:
+    return dict(handler.document_attrs(ctxs))
+
+
+def _usage_attrs(usage: Any, _b: Any, _c: Any) -> dict[str, Any]:
+    return usage_attributes(usage)
 
 
 _SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY
@@ -241,7 +245,7 @@ class TracescoreCallbackHandler(LiveRuns):
         run = self._runs.pop(getattr(run_id, "int", run_id), None)
         if run is None:
             return
-        span = run.span
+        span = run if type(run) is _Step else run.span  # (a step is its span: no property call)
         end = time.time_ns()
         root = run.root
         cut = run.is_root and ((error is not None and isinstance(error, CUT_OFF))
@@ -402,7 +406,7 @@ class TracescoreCallbackHandler(LiveRuns):
         span = run.span
         if ctxs and span is not NO_SPAN and self.ts.capture_content:
             if type(span) is _Step:
-                span.later(partial(_dict_of, self.document_attrs, ctxs))
+                span.later3(_document_attrs, self, ctxs, None)
             else:
                 span.set_attributes(dict(self.document_attrs(ctxs)))
 
@@ -514,7 +518,7 @@ class TracescoreCallbackHandler(LiveRuns):
                         run.root.model = model
                 if usage is not None:
                     if type(span) is _Step:  # (built with the span, by the writer)
-                        span.later(partial(usage_attributes, usage))
+                        span.later3(_usage_attrs, usage, None, None)
                     elif span is not NO_SPAN:
                         span.set_attributes(usage_attributes(usage))
                     root = run.root

@@ -3,7 +3,6 @@ span that is still pending (a :class:`~.runs._Step`, :class:`~.._spans._PendingR
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tracescore._internal.text import clip, to_text
@@ -30,9 +29,8 @@ def set_text(ts: Tracescore, span: Any, key: str, value: Any) -> None:
     if not ts.capture_content or span is NO_SPAN:
         return
     if type(span) is _Step or type(span) is _PendingRoot:
-        # (a partial of the plain function, not a closure: two objects for the collector,
-        # not five)
-        span.later(partial(_text_attr, ts, key, value))
+        # (flat in the span's lazy list: no object of its own for the collector)
+        span.later3(_text_attr, ts, key, value)
     else:
         text = text_of(ts, value)
         if text is not None:
