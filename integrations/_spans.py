@@ -40,7 +40,7 @@ try:  # (SDK internals the direct path relies on; without them every span takes 
 except ImportError:  # pragma: no cover - an older or newer SDK
     _DIRECT_POSSIBLE = False
 
-__all__ = ["NO_SPAN", "_NoSpan", "_PendingRoot", "_PendingSpan", "_materialize_all", "_only",
+__all__ = ["NO_SPAN", "SharedAttrs", "_NoSpan", "_PendingRoot", "_PendingSpan", "_materialize_all", "_only",
            "start_root", "usage_attributes"]
 
 
@@ -84,6 +84,14 @@ def _apply_lazy(attrs: dict[str, Any], lazy: Lazy) -> None:
             attrs.update(lazy[i](lazy[i + 1], lazy[i + 2], lazy[i + 3]))
 
 
+class SharedAttrs(dict):  # type: ignore[type-arg]
+    """Attributes many pending spans start with (a chain step's span kind alone): one dict
+    for all of them, copied by a span when it sets one of its own or is materialised — a
+    dict per step was one more object per callback for the collector."""
+
+    __slots__ = ()
+
+
 class _PendingSpan:
     """A child step's span as plain data, materialised off the request path."""
 
@@ -116,10 +124,16 @@ class _PendingSpan:
             lazy += (fn, a, b, c)
 
     def set_attribute(self, key: str, value: Any) -> None:
-        self.attrs[key] = value
+        attrs = self.attrs
+        if type(attrs) is SharedAttrs:
+            attrs = self.attrs = dict(attrs)
+        attrs[key] = value
 
     def set_attributes(self, attrs: Mapping[str, Any]) -> None:
-        self.attrs.update(attrs)
+        own = self.attrs
+        if type(own) is SharedAttrs:
+            own = self.attrs = dict(own)
+        own.update(attrs)
 
     def set_status(self, status: Status) -> None:
         self.status = status
@@ -135,6 +149,8 @@ class _PendingSpan:
         if parent is None:
             return  # the parent was never materialised (abandoned run)
         attrs = self.attrs
+        if type(attrs) is SharedAttrs:
+            attrs = self.attrs = dict(attrs)
         if self.lazy is not None:
             _apply_lazy(attrs, self.lazy)
         # Strings valid as UTF-8 here (lone surrogates escaped, as the processor would), so

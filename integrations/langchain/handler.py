@@ -51,6 +51,7 @@ from .._owner import current_owner
 from .._record import NODE, RETRIEVER, TOOL, enclose
 from .._spans import (
     NO_SPAN,
+    SharedAttrs,
     _materialize_all,
     _PendingRoot,
     start_root,
@@ -105,6 +106,9 @@ def _fault(where: str, exc: Exception) -> None:
     if raise_internal_errors():
         raise exc
 
+
+#: A child step's attributes when it has only its span kind (copied when it sets more).
+_KIND_ATTRS = {k: SharedAttrs({A.SPAN_KIND: k}) for k in (A.KIND_CHAIN, A.KIND_TOOL)}
 
 #: :meth:`TracescoreCallbackHandler._parent` of a suppressed root.
 _SKIP: Any = object()
@@ -184,9 +188,13 @@ class TracescoreCallbackHandler(LiveRuns):
     # -- run map ----------------------------------------------------------------------------
     def _start(self, run_id: UUID, parent: _Run | None, name: str, kind: str,
                metadata: Mapping[str, Any] | None, tags: Sequence[str] | None,
-               attrs: dict[str, Any]) -> _Run:
+               attrs: dict[str, Any] | None) -> _Run:
+        """``attrs`` None: the span kind alone (a child step's spans share that dict)."""
         now = time.time_ns()
-        attrs[A.SPAN_KIND] = kind
+        if attrs is None:
+            attrs = _KIND_ATTRS[kind] if parent is not None else {A.SPAN_KIND: kind}
+        else:
+            attrs[A.SPAN_KIND] = kind
         if parent is None:
             scope = current_scope()
             root = _Root(metadata=dict(metadata or {}), tags=tuple(tags or ()), start_ns=now,
@@ -299,7 +307,7 @@ class TracescoreCallbackHandler(LiveRuns):
             if parent is _SKIP:
                 return
             name = kwargs.get("name") or M._name(serialized) or "chain"
-            run = self._start(run_id, parent, name, A.KIND_CHAIN, metadata, tags, {})
+            run = self._start(run_id, parent, name, A.KIND_CHAIN, metadata, tags, None)
             if parent is None:
                 root = run.root
                 if root.agent_log is None:
@@ -544,7 +552,7 @@ class TracescoreCallbackHandler(LiveRuns):
             if parent is _SKIP:
                 return
             name = kwargs.get("name") or M._name(serialized) or "tool"
-            run = self._start(run_id, parent, name, A.KIND_TOOL, metadata, tags, {})
+            run = self._start(run_id, parent, name, A.KIND_TOOL, metadata, tags, None)
             run.is_tool = True
             call = kwargs.get("tool_call_id")
             if isinstance(call, str):
