@@ -40,7 +40,7 @@ try:  # (SDK internals the direct path relies on; without them every span takes 
 except ImportError:  # pragma: no cover - an older or newer SDK
     _DIRECT_POSSIBLE = False
 
-__all__ = ["NO_SPAN", "_NoSpan", "_PendingRoot", "_PendingSpan", "_materialize_all", "_only",
+__all__ = ["NO_SPAN", "SharedAttrs", "_NoSpan", "_PendingRoot", "_PendingSpan", "_materialize_all", "_only",
            "start_root", "usage_attributes"]
 
 
@@ -66,12 +66,30 @@ def _clean_attrs(attrs: dict[str, Any]) -> None:
         elif isinstance(v, (list, tuple)):
             attrs[k] = type(v)(clean_text(x) if isinstance(x, str) else x for x in v)
 
-def _apply_lazy(attrs: dict[str, Any], lazy: list[Callable[[], Mapping[str, Any]]]) -> None:
+#: A pending span's lazy attributes: flat, four entries per builder — ``fn, a, b, c``, built
+#: as ``fn(a, b, c)`` — so that deferring one costs the request no object of its own (a
+#: ``partial`` and its argument tuple were two more objects per attribute for the collector).
+Lazy = list[Any]
+
+
+def _call0(build: Callable[[], Mapping[str, Any]], _b: Any, _c: Any) -> Mapping[str, Any]:
+    return build()
+
+
+def _apply_lazy(attrs: dict[str, Any], lazy: Lazy) -> None:
     """Build a pending span's lazy attributes into ``attrs``, in the order they were set (a
     failing one loses its own attributes, not the span)."""
-    for build in lazy:
+    for i in range(0, len(lazy), 4):
         with handle_internal_errors("spans.lazy_attributes", reraise=False):
-            attrs.update(build())
+            attrs.update(lazy[i](lazy[i + 1], lazy[i + 2], lazy[i + 3]))
+
+
+class SharedAttrs(dict):  # type: ignore[type-arg]
+    """Attributes many pending spans start with (a chain step's span kind alone): one dict
+    for all of them, copied by a span when it sets one of its own or is materialised — a
+    dict per step was one more object per callback for the collector."""
+
+    __slots__ = ()
 
 
 class _PendingSpan:
@@ -81,7 +99,7 @@ class _PendingSpan:
 
     def __init__(self, name: str, parent: Any, attrs: dict[str, Any], start_ns: int) -> None:
         self.name = name
-        self.parent = parent  # a real Span (the root) or another _PendingSpan
+        self.parent = parent  # a real Span (the root), or a _PendingSpan (its .real)
         self.attrs = attrs
         self.start_ns = start_ns
         self.end_ns: int | None = None
@@ -90,21 +108,32 @@ class _PendingSpan:
         #: Attributes whose values cost something to build (JSON of inputs, documents): built
         #: at materialisation, off the request path (:meth:`later`; None: none yet — most
         #: steps have none, and a list per step is one more object for the collector).
-        self.lazy: list[Callable[[], Mapping[str, Any]]] | None = None
+        self.lazy: Lazy | None = None
 
     def later(self, build: Callable[[], Mapping[str, Any]]) -> None:
         """Add the attributes ``build()`` returns when the span is materialised."""
+        self.later3(_call0, build, None, None)
+
+    def later3(self, fn: Callable[[Any, Any, Any], Mapping[str, Any]], a: Any, b: Any,
+               c: Any) -> None:
+        """Add the attributes ``fn(a, b, c)`` returns when the span is materialised."""
         lazy = self.lazy
         if lazy is None:
-            self.lazy = [build]
+            self.lazy = [fn, a, b, c]
         else:
-            lazy.append(build)
+            lazy += (fn, a, b, c)
 
     def set_attribute(self, key: str, value: Any) -> None:
-        self.attrs[key] = value
+        attrs = self.attrs
+        if type(attrs) is SharedAttrs:
+            attrs = self.attrs = dict(attrs)
+        attrs[key] = value
 
     def set_attributes(self, attrs: Mapping[str, Any]) -> None:
-        self.attrs.update(attrs)
+        own = self.attrs
+        if type(own) is SharedAttrs:
+            own = self.attrs = dict(own)
+        own.update(attrs)
 
     def set_status(self, status: Status) -> None:
         self.status = status
@@ -120,6 +149,8 @@ class _PendingSpan:
         if parent is None:
             return  # the parent was never materialised (abandoned run)
         attrs = self.attrs
+        if type(attrs) is SharedAttrs:
+            attrs = self.attrs = dict(attrs)
         if self.lazy is not None:
             _apply_lazy(attrs, self.lazy)
         # Strings valid as UTF-8 here (lone surrogates escaped, as the processor would), so
@@ -331,15 +362,20 @@ class _PendingRoot(trace_api.Span):
         self.real: ReadableSpan | None = None
         #: Text attributes built when the span is (by the writer, for a root no step
         #: outlives: the root's input and output JSON off the request path).
-        self.lazy: list[Callable[[], Mapping[str, Any]]] | None = None
+        self.lazy: Lazy | None = None
 
     def later(self, build: Callable[[], Mapping[str, Any]]) -> None:
         """Add the attributes ``build()`` returns when the span is materialised."""
+        self.later3(_call0, build, None, None)
+
+    def later3(self, fn: Callable[[Any, Any, Any], Mapping[str, Any]], a: Any, b: Any,
+               c: Any) -> None:
+        """Add the attributes ``fn(a, b, c)`` returns when the span is materialised."""
         lazy = self.lazy
         if lazy is None:
-            self.lazy = [build]
+            self.lazy = [fn, a, b, c]
         else:
-            lazy.append(build)
+            lazy += (fn, a, b, c)
 
     # (the Span interface: other frameworks' spans may nest under it, see .._owner)
     def get_span_context(self) -> SpanContext:

@@ -82,6 +82,7 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
                    for c in candidates if not c.kept]
         owner.add_contexts(dropped, step=run.name, final=False)
         owner.offer_answer(answer)
+        root.agent_log = None  # (no record of ours: the log would only hold a cycle)
         return False
     ctx = span.get_span_context()
     trace_id = root.trace_hex or format(ctx.trace_id, "032x")
@@ -95,8 +96,9 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
            outputs if root.agent_log is None else snapshot(outputs))
     err = f"{type(error).__name__}: {error}" if error is not None else None
     scope = root.scope
-    build = partial(_build, root, answer, structured, err, cut, end, trace_id, span_hex,
-                    answer_seq, session, user)
+    args = (root, answer, structured, err, cut, end, trace_id, span_hex, answer_seq, session,
+            user)
+    build = partial(_build_last, *args)  # (the writer's: the record's one build)
     decision = None
     record = None
     finish = None
@@ -117,10 +119,11 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
         sampled = None
     else:
         full = ts.text_needed(u)
-        record = ts.prepare(build(full))
+        record = ts.prepare(_build(*args, full))
         decision = ts.decide(record, u)
         if decision.sampled and not full:  # forced by a rule (an error, a flag): the full one
-            record = ts.prepare(build(True))
+            record = ts.prepare(_build(*args, True))
+        root.agent_log = None  # (built: see _build_last)
         sampled = None
     span.set_attribute(A.RAG_ROOT, True)
     span.set_attribute(A.RECORD_ID, f"{trace_id}-{span_hex}")
@@ -178,6 +181,16 @@ def _plan_record(root: _Root, answer: str | None, cut: bool, trace_id: str, span
         contexts=_CONTEXTS_STANDIN if any(r.contexts for r in root.retrievals) else (),
         ground_truths=ground_truths, complete=not cut, source="langchain",
         agent=_AGENT_STANDIN if agent is not None and (agent.calls or agent.tools) else None)
+
+
+def _build_last(*args: Any) -> RagRecord:
+    """:func:`_build` for the record's last build (the writer's): then the agent events a
+    request stored compact logged are dropped — they hold the root (a reference cycle: the
+    request's objects would wait for the garbage collector instead of dying at once)."""
+    try:
+        return _build(*args)
+    finally:
+        args[0].agent_log = None
 
 
 def _build(root: _Root, answer: str | None, structured: Any, error: str | None, cut: bool,

@@ -51,9 +51,9 @@ from .._owner import current_owner
 from .._record import NODE, RETRIEVER, TOOL, enclose
 from .._spans import (
     NO_SPAN,
+    SharedAttrs,
     _materialize_all,
     _PendingRoot,
-    _PendingSpan,
     start_root,
     usage_attributes,
 )
@@ -67,6 +67,7 @@ from .runs import (
     _Root,
     _Run,
     _seq,
+    _Step,
     find_stream_queue,
     new_retrieval,
 )
@@ -81,8 +82,12 @@ MAX_OPEN_RUNS = 10_000
 CUT_OFF = (GeneratorExit, asyncio.CancelledError)
 
 
-def _dict_of(gen: Any, arg: Any) -> dict[str, Any]:
-    return dict(gen(arg))
+def _document_attrs(handler: TracescoreCallbackHandler, ctxs: Any, _: Any) -> dict[str, Any]:
+    return dict(handler.document_attrs(ctxs))
+
+
+def _usage_attrs(usage: Any, _b: Any, _c: Any) -> dict[str, Any]:
+    return usage_attributes(usage)
 
 
 _SUPPRESS_KEY = otel_context._SUPPRESS_INSTRUMENTATION_KEY
@@ -101,6 +106,9 @@ def _fault(where: str, exc: Exception) -> None:
     if raise_internal_errors():
         raise exc
 
+
+#: A child step's attributes when it has only its span kind (copied when it sets more).
+_KIND_ATTRS = {k: SharedAttrs({A.SPAN_KIND: k}) for k in (A.KIND_CHAIN, A.KIND_TOOL)}
 
 #: :meth:`TracescoreCallbackHandler._parent` of a suppressed root.
 _SKIP: Any = object()
@@ -180,9 +188,13 @@ class TracescoreCallbackHandler(LiveRuns):
     # -- run map ----------------------------------------------------------------------------
     def _start(self, run_id: UUID, parent: _Run | None, name: str, kind: str,
                metadata: Mapping[str, Any] | None, tags: Sequence[str] | None,
-               attrs: dict[str, Any]) -> _Run:
+               attrs: dict[str, Any] | None) -> _Run:
+        """``attrs`` None: the span kind alone (a child step's spans share that dict)."""
         now = time.time_ns()
-        attrs[A.SPAN_KIND] = kind
+        if attrs is None:
+            attrs = _KIND_ATTRS[kind] if parent is not None else {A.SPAN_KIND: kind}
+        else:
+            attrs[A.SPAN_KIND] = kind
         if parent is None:
             scope = current_scope()
             root = _Root(metadata=dict(metadata or {}), tags=tuple(tags or ()), start_ns=now,
@@ -216,14 +228,13 @@ class TracescoreCallbackHandler(LiveRuns):
             if not root.config_read:
                 root.config_read = True
                 root.config_session = M._config_session()
-            if root.spans:
-                pending: Any = _PendingSpan(name, parent.span, attrs, now)
-                root.pending.append(pending)
-            else:
-                pending = NO_SPAN  # spans go nowhere: a child step keeps none
+            if root.spans:  # (the run is its pending span: one object per step)
+                run = _Step(root, name, next(_seq), parent, attrs, now)
+                root.pending.append(run)
+            else:  # spans go nowhere: a child step keeps none
+                run = _Run(NO_SPAN, root, False, name, next(_seq), parent, parent.tool_call,
+                           parent.retriever, parent.node_run)
             root.open += 1
-            run = _Run(pending, root, False, name, next(_seq), parent, parent.tool_call,
-                       parent.retriever, parent.node_run)
         runs = self._runs
         if len(runs) >= MAX_OPEN_RUNS:  # runs that never ended (abandoned streams): bound them
             oldest = next(iter(runs))
@@ -242,7 +253,7 @@ class TracescoreCallbackHandler(LiveRuns):
         run = self._runs.pop(getattr(run_id, "int", run_id), None)
         if run is None:
             return
-        span = run.span
+        span = run if type(run) is _Step else run.span  # (a step is its span: no property call)
         end = time.time_ns()
         root = run.root
         cut = run.is_root and ((error is not None and isinstance(error, CUT_OFF))
@@ -296,7 +307,7 @@ class TracescoreCallbackHandler(LiveRuns):
             if parent is _SKIP:
                 return
             name = kwargs.get("name") or M._name(serialized) or "chain"
-            run = self._start(run_id, parent, name, A.KIND_CHAIN, metadata, tags, {})
+            run = self._start(run_id, parent, name, A.KIND_CHAIN, metadata, tags, None)
             if parent is None:
                 root = run.root
                 if root.agent_log is None:
@@ -402,8 +413,8 @@ class TracescoreCallbackHandler(LiveRuns):
                                              next(_seq) if seq is None else seq, loop_key))
         span = run.span
         if ctxs and span is not NO_SPAN and self.ts.capture_content:
-            if type(span) is _PendingSpan:
-                span.later(partial(_dict_of, self.document_attrs, ctxs))
+            if type(span) is _Step:
+                span.later3(_document_attrs, self, ctxs, None)
             else:
                 span.set_attributes(dict(self.document_attrs(ctxs)))
 
@@ -514,8 +525,8 @@ class TracescoreCallbackHandler(LiveRuns):
                     if run.root.last_llm is run:
                         run.root.model = model
                 if usage is not None:
-                    if type(span) is _PendingSpan:  # (built with the span, by the writer)
-                        span.later(partial(usage_attributes, usage))
+                    if type(span) is _Step:  # (built with the span, by the writer)
+                        span.later3(_usage_attrs, usage, None, None)
                     elif span is not NO_SPAN:
                         span.set_attributes(usage_attributes(usage))
                     root = run.root
@@ -541,7 +552,7 @@ class TracescoreCallbackHandler(LiveRuns):
             if parent is _SKIP:
                 return
             name = kwargs.get("name") or M._name(serialized) or "tool"
-            run = self._start(run_id, parent, name, A.KIND_TOOL, metadata, tags, {})
+            run = self._start(run_id, parent, name, A.KIND_TOOL, metadata, tags, None)
             run.is_tool = True
             call = kwargs.get("tool_call_id")
             if isinstance(call, str):

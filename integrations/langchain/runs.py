@@ -41,7 +41,7 @@ class _Root:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     tags: tuple[str, ...] = ()
     start_ns: int = 0
-    pending: list[_PendingSpan] = field(default_factory=list)
+    pending: list[_PendingSpan] = field(default_factory=list)  # (its _Step runs)
     inputs: Any = None
     prompt: Any = None  # the answering model's raw prompt (formatted when the record is built)
     done: bool = False  # the root ended: late child steps materialise at once
@@ -92,21 +92,26 @@ class _Root:
     agent_log: list[tuple[Any, tuple[Any, ...]]] | None = None
 
 
-class _Run:
+class _Run(_PendingSpan):
     """One live LangChain run. The fields every run sets are slots; the ones only some kinds
     of run set (a model's streamed tokens, a tool's input, a graph node's step) are class
     defaults, overridden in the instance's dict when set (a run per callback: a 17-field
-    dataclass cost the request ~0.5 µs more per run)."""
+    dataclass cost the request ~0.5 µs more per run).
 
-    __slots__ = ("span", "root", "is_root", "name", "seq", "parent", "tool_call", "retriever",
-                 "node_run", "node", "__dict__")
+    A root run (and a step whose spans go nowhere) is a plain ``_Run``: its span is another
+    object (``span``; also its ``real``: what its children's spans are parented on). A child
+    step whose span is pending is a :class:`_Step`: the run *is* its pending span (one object
+    per step on the request path, not a run and a ``_PendingSpan``)."""
 
-    span: Any  # the root's real Span, or a _PendingSpan for every other step
+    __slots__ = ("span", "root", "is_root", "seq", "tool_call", "retriever", "node_run",
+                 "node", "__dict__")
+
+    span: Any  # the root's real Span (or _PendingRoot); the step itself for a _Step
     root: _Root
     is_root: bool
     name: str
     seq: int
-    parent: _Run | None
+    parent: _Run | None  # (the parent run; for a _Step, also the parent of its span)
     tool_call: str | None  # the nearest enclosing tool run's tool-call id
     retriever: _Run | None  # the nearest enclosing retriever run (itself if one)
     node_run: _Run | None  # the nearest enclosing LangGraph node run (itself if one)
@@ -134,6 +139,7 @@ class _Run:
                  parent: _Run | None = None, tool_call: str | None = None,
                  retriever: _Run | None = None, node_run: _Run | None = None) -> None:
         self.span = span
+        self.real = span  # (its children's spans are parented on it)
         self.root = root
         self.is_root = is_root
         self.name = name
@@ -143,6 +149,35 @@ class _Run:
         self.retriever = retriever
         self.node_run = node_run
         self.node = False
+
+
+class _Step(_Run):
+    """A child step whose span is pending: the run and its :class:`_PendingSpan` in one
+    object (materialised by the writer; ``parent.real`` is its parent span)."""
+
+    __slots__ = ()
+
+    def __init__(self, root: _Root, name: str, seq: int, parent: _Run, attrs: dict[str, Any],
+                 start_ns: int) -> None:
+        self.name = name
+        self.parent = parent
+        self.attrs = attrs
+        self.start_ns = start_ns
+        self.end_ns = None
+        self.status = None
+        self.real = None
+        self.lazy = None
+        self.root = root
+        self.is_root = False
+        self.seq = seq
+        self.tool_call = parent.tool_call
+        self.retriever = parent.retriever
+        self.node_run = parent.node_run
+        self.node = False
+
+    @property  # type: ignore[override]
+    def span(self) -> _Step:
+        return self
 
 
 class DocumentContexts(Sequence[Context]):

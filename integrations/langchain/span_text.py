@@ -1,14 +1,14 @@
 """Text attributes on a run's spans: redacted, clipped, and built off the request path on a
-span that is still pending (:class:`~.._spans._PendingSpan`)."""
+span that is still pending (a :class:`~.runs._Step`, :class:`~.._spans._PendingRoot`)."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from tracescore._internal.text import clip, to_text
 
-from .._spans import NO_SPAN, _only, _PendingRoot, _PendingSpan
+from .._spans import NO_SPAN, _only, _PendingRoot
+from .runs import _Step
 
 if TYPE_CHECKING:
     from tracescore.client import Tracescore
@@ -28,10 +28,9 @@ def set_text(ts: Tracescore, span: Any, key: str, value: Any) -> None:
     """Set a text attribute; on a pending span, build it later, off the request path."""
     if not ts.capture_content or span is NO_SPAN:
         return
-    if type(span) is _PendingSpan or type(span) is _PendingRoot:
-        # (a partial of the plain function, not a closure: two objects for the collector,
-        # not five)
-        span.later(partial(_text_attr, ts, key, value))
+    if type(span) is _Step or type(span) is _PendingRoot:
+        # (flat in the span's lazy list: no object of its own for the collector)
+        span.later3(_text_attr, ts, key, value)
     else:
         text = text_of(ts, value)
         if text is not None:
