@@ -84,6 +84,23 @@ def _apply_lazy(attrs: dict[str, Any], lazy: Lazy) -> None:
             attrs.update(lazy[i](lazy[i + 1], lazy[i + 2], lazy[i + 3]))
 
 
+def _later(self: Any, build: Callable[[], Mapping[str, Any]]) -> None:
+    """Add the attributes ``build()`` returns when the span is materialised (a pending
+    span's and a pending root's ``later``)."""
+    self.later3(_call0, build, None, None)
+
+
+def _later3(self: Any, fn: Callable[[Any, Any, Any], Mapping[str, Any]], a: Any, b: Any,
+            c: Any) -> None:
+    """Add the attributes ``fn(a, b, c)`` returns when the span is materialised: four flat
+    entries of ``self.lazy`` (no closure or tuple per deferred attribute)."""
+    lazy = self.lazy
+    if lazy is None:
+        self.lazy = [fn, a, b, c]
+    else:
+        lazy += (fn, a, b, c)
+
+
 class SharedAttrs(dict):  # type: ignore[type-arg]
     """Attributes many pending spans start with (a chain step's span kind alone): one dict
     for all of them, copied by a span when it sets one of its own or is materialised — a
@@ -110,18 +127,8 @@ class _PendingSpan:
         #: steps have none, and a list per step is one more object for the collector).
         self.lazy: Lazy | None = None
 
-    def later(self, build: Callable[[], Mapping[str, Any]]) -> None:
-        """Add the attributes ``build()`` returns when the span is materialised."""
-        self.later3(_call0, build, None, None)
-
-    def later3(self, fn: Callable[[Any, Any, Any], Mapping[str, Any]], a: Any, b: Any,
-               c: Any) -> None:
-        """Add the attributes ``fn(a, b, c)`` returns when the span is materialised."""
-        lazy = self.lazy
-        if lazy is None:
-            self.lazy = [fn, a, b, c]
-        else:
-            lazy += (fn, a, b, c)
+    later = _later
+    later3 = _later3
 
     def set_attribute(self, key: str, value: Any) -> None:
         attrs = self.attrs
@@ -364,18 +371,8 @@ class _PendingRoot(trace_api.Span):
         #: outlives: the root's input and output JSON off the request path).
         self.lazy: Lazy | None = None
 
-    def later(self, build: Callable[[], Mapping[str, Any]]) -> None:
-        """Add the attributes ``build()`` returns when the span is materialised."""
-        self.later3(_call0, build, None, None)
-
-    def later3(self, fn: Callable[[Any, Any, Any], Mapping[str, Any]], a: Any, b: Any,
-               c: Any) -> None:
-        """Add the attributes ``fn(a, b, c)`` returns when the span is materialised."""
-        lazy = self.lazy
-        if lazy is None:
-            self.lazy = [fn, a, b, c]
-        else:
-            lazy += (fn, a, b, c)
+    later = _later
+    later3 = _later3
 
     # (the Span interface: other frameworks' spans may nest under it, see .._owner)
     def get_span_context(self) -> SpanContext:
