@@ -28,6 +28,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._internal.vectors import cosine_or_zero
 from ..metrics.base import Metric
 from ..metrics.overlap import token_prf
 from ..metrics.text import answer_tokens
@@ -110,14 +111,6 @@ def local_features(record: RagRecord) -> dict[str, float]:
     return out
 
 
-def _cos(u: Sequence[float], v: Sequence[float]) -> float:
-    nu = math.sqrt(sum(x * x for x in u))
-    nv = math.sqrt(sum(x * x for x in v))
-    if nu == 0.0 or nv == 0.0:
-        return 0.0
-    return sum(x * y for x, y in zip(u, v)) / (nu * nv)
-
-
 async def embedding_features(record: RagRecord, embedder: Any,
                              errors: dict[str, int] | None = None,
                              timeout_s: float = EMBED_TIMEOUT_S) -> dict[str, float]:
@@ -155,14 +148,14 @@ async def embed_record(record: RagRecord, embedder: Any,
     at = 1
     if contexts:
         ctx = vecs[at:at + len(contexts)]
-        out["emb_answer_contexts"] = max(_cos(a, v) for v in ctx)
+        out["emb_answer_contexts"] = max(cosine_or_zero(a, v) for v in ctx)
         views["nn_answer_contexts"] = unit_vector(a, unit_vector(*ctx))
         at += len(contexts)
     if gts:
-        out["emb_answer_gt"] = max(_cos(a, v) for v in vecs[at:at + len(gts)])
+        out["emb_answer_gt"] = max(cosine_or_zero(a, v) for v in vecs[at:at + len(gts)])
         at += len(gts)
     if query:
-        out["emb_query_answer"] = _cos(a, vecs[at])
+        out["emb_query_answer"] = cosine_or_zero(a, vecs[at])
         views["nn_question_answer"] = unit_vector(vecs[at], a)
     return out, {k: v for k, v in views.items() if v is not None}
 

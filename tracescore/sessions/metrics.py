@@ -21,12 +21,12 @@ Each is documented in docs/sessions.md with its definition and limits:
 
 from __future__ import annotations
 
-import math
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .._internal.vectors import cosine_or_zero
 from ..record import RagRecord
 from ..score import Score
 
@@ -83,14 +83,6 @@ def _jaccard(a: str, b: str) -> float:
     return len(wa & wb) / len(wa | wb)
 
 
-def _cosine(u: Sequence[float], v: Sequence[float]) -> float:
-    nu = math.sqrt(sum(x * x for x in u))
-    nv = math.sqrt(sum(x * x for x in v))
-    if nu == 0 or nv == 0:
-        return 0.0
-    return sum(x * y for x, y in zip(u, v)) / (nu * nv)
-
-
 def repeated_turns(questions: Sequence[str | None],
                    vectors: Sequence[Sequence[float]] | None = None
                    ) -> list[tuple[int, int, str]]:
@@ -111,7 +103,7 @@ def repeated_turns(questions: Sequence[str | None],
             elif min(len(norm[i].split()), len(norm[j].split())) >= 3 \
                     and _jaccard(norm[i], norm[j]) >= JACCARD_REPEAT:
                 how = "words"
-            elif vectors is not None and _cosine(vectors[i], vectors[j]) >= COSINE_REPEAT:
+            elif vectors is not None and cosine_or_zero(vectors[i], vectors[j]) >= COSINE_REPEAT:
                 how = "embedding"
             if how is not None:
                 out.append((i, j, how))
