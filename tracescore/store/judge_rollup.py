@@ -133,11 +133,15 @@ class JudgeDelta:
                 conn.executemany(sql, rows)
 
 
-_JUDGED_ROWS = (
-    "SELECT d.record_id, d.metric, s.name, d.created_at, coalesce(r.seg_id, ?), d.proxy, d.pi,"
-    " s.value FROM judge_decisions d JOIN records r ON r.record_id = d.record_id"
-    " JOIN scores s ON s.rec = r.seq AND s.metric = d.metric"
-    " WHERE d.selected = 1 AND d.pi > 0 AND s.status = 'ok' AND s.value IS NOT NULL")
+#: the FROM of the judged sums (``s.metric = d.metric``: a score of the judged metric; a
+#: record's scores are found by its sequence, ``scores(rec, name)``, through ``records r``)
+JUDGED_FROM = (" FROM judge_decisions d JOIN records r ON r.record_id = d.record_id"
+               " JOIN scores s ON s.rec = r.seq AND s.metric = d.metric")
+JUDGED_WHERE = " d.selected = 1 AND d.pi > 0 AND s.status = 'ok' AND s.value IS NOT NULL"
+#: one judged decision's row with its ok score (the write path's snapshot): the same FROM and
+#: WHERE as the sums
+_JUDGED_ROWS = ("SELECT d.record_id, d.metric, s.name, d.created_at, coalesce(r.seg_id, ?),"
+                " d.proxy, d.pi, s.value" + JUDGED_FROM + " WHERE" + JUDGED_WHERE)
 
 
 def judged_snapshot(conn: Any, record_ids: Iterable[str], metric: str | None = None
@@ -196,11 +200,6 @@ JUDGED_SQL = _agg([
     *(f"sum({w}{t})" for w in (_V, _U)
       for t in ("", " * d.proxy", " * d.proxy * d.proxy", " * s.value",
                 " * d.proxy * s.value", " * s.value * s.value"))])
-#: the FROM of the judged sums (``s.metric = d.metric``: a score of the judged metric; a
-#: record's scores are found by its sequence, ``scores(rec, name)``, through ``records r``)
-JUDGED_FROM = (" FROM judge_decisions d JOIN records r ON r.record_id = d.record_id"
-               " JOIN scores s ON s.rec = r.seq AND s.metric = d.metric")
-JUDGED_WHERE = " d.selected = 1 AND d.pi > 0 AND s.status = 'ok' AND s.value IS NOT NULL"
 
 
 def hour_expr(dialect: str) -> str:
