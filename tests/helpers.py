@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sqlite3
 import sys
 import threading
 import time
@@ -11,6 +12,22 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+
+def trace_statements(monkeypatch: Any) -> tuple[list[str], Callable[[], None]]:
+    """Every statement run on a SQLite connection opened from now on, in order (the
+    store's, the readers', the CLI's: ``sqlite3.connect`` traced); call the returned
+    function to stop opening traced connections."""
+    seen: list[str] = []
+    real_connect = sqlite3.connect
+
+    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = real_connect(*args, **kwargs)
+        conn.set_trace_callback(seen.append)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    return seen, lambda: monkeypatch.setattr(sqlite3, "connect", real_connect)
 
 
 def is_pg(db: Path | str) -> bool:

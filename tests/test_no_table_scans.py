@@ -12,10 +12,10 @@ from __future__ import annotations
 import re
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from helpers import trace_statements
 
 from tracescore.cli import main
 from tracescore.judge.openai_judge import OpenAIJudge
@@ -52,16 +52,8 @@ def _plans(db: str, statements: list[str]) -> dict[str, list[str]]:
 def test_a_working_day_scans_neither_scores_nor_jobs(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     db = str(tmp_path / "ts.db")
-    seen: list[str] = []
-    real_connect = sqlite3.connect
-
-    def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        conn = real_connect(*args, **kwargs)
-        conn.set_trace_callback(seen.append)
-        return conn
-
     open_store(db).close()  # (the schema's one-time steps are not a day's reads)
-    monkeypatch.setattr(sqlite3, "connect", traced)
+    seen, stop_tracing = trace_statements(monkeypatch)
     with ScriptedJudgeServer(lexical_responder) as srv:
         ts, _ = in_memory(db, metrics=["faithfulness", "token_f1"],
                           judge=OpenAIJudge("scripted", base_url=srv.base_url),
@@ -90,7 +82,7 @@ def test_a_working_day_scans_neither_scores_nor_jobs(tmp_path: Path,
                  ["prune", "--db", db, "--older-than", "1d"]):
         res = runner.invoke(main, args)
         assert res.exit_code in (0, 1), (args, res.output)
-    monkeypatch.setattr(sqlite3, "connect", real_connect)
+    stop_tracing()
     plans = _plans(db, seen)
     assert len(plans) >= 20, len(plans)  # (the day's statements were traced)
     scans = {sql: plan for sql, plan in plans.items()

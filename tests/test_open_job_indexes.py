@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import execute, is_pg, rows, run_cli
+from helpers import execute, is_pg, rows, run_cli, trace_statements
 
 import tracescore
 from tracescore.store import migrations, open_store
@@ -93,15 +93,7 @@ def test_every_reader_of_open_jobs_goes_through_an_index(tmp_path: Path,
     backlog gauge — is captured from every SQLite connection and explained: none scans the
     jobs table. (SQLite uses a partial index only when the query has its very term.)"""
     db = str(tmp_path / "ts.db")
-    seen: list[str] = []
-    real_connect = sqlite3.connect
-
-    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        conn = real_connect(*args, **kwargs)
-        conn.set_trace_callback(seen.append)
-        return conn
-
-    monkeypatch.setattr(sqlite3, "connect", connect)
+    seen, stop_tracing = trace_statements(monkeypatch)
     _pipeline(db, 6, score=False)  # pending jobs
     _pipeline(db, 6)  # leased, done
     store = open_store(db)
@@ -117,7 +109,7 @@ def test_every_reader_of_open_jobs_goes_through_an_index(tmp_path: Path,
     open_jobs(db, ["m", "exact_match"])
     assert run_cli("report", "--db", db).exit_code == 0
     assert run_cli("prune", "--db", db, "--older-than", "1d", "--dry-run").exit_code == 0
-    monkeypatch.setattr(sqlite3, "connect", real_connect)
+    stop_tracing()
 
     reads = {s for s in seen if re.search(r"\bjobs\b", s) and _OPEN_READ.search(s)}
     assert len(reads) >= 8, reads  # (the capture works: lease, lost, counts, report, prune)
@@ -125,7 +117,7 @@ def test_every_reader_of_open_jobs_goes_through_an_index(tmp_path: Path,
                    and re.search(r"delivery IS NULL", s, re.IGNORECASE)
                    and not s.lstrip().upper().startswith("UPDATE")}
     assert len(undelivered) >= 3, undelivered  # (undelivered ids, report, prune)
-    conn = real_connect(db)
+    conn = sqlite3.connect(db)  # (untraced again)
     try:
         for stmt in sorted(undelivered):
             plan = [r[3] for r in conn.execute(
