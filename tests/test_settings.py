@@ -42,12 +42,15 @@ BAD = [
 def test_a_bad_argument_fails_at_init_with_its_name(tmp_path, kwargs: dict[str, Any],
                                                     message: str) -> None:
     db = tmp_path / "a.db"
-    threads = threading.active_count()
+    # (the threads alive before, by identity: an earlier test's thread may end meanwhile,
+    # which a count would read as a change)
+    threads = set(threading.enumerate())
     args: dict[str, Any] = {"db": db, "metrics": ["rouge"], **kwargs}
     with pytest.raises((ValueError, TypeError), match=message):
         tracescore.init(**args)
     assert not db.exists()  # validated before the database was created
-    assert threading.active_count() == threads  # and before any thread started
+    started = set(threading.enumerate()) - threads
+    assert not started, started  # and before any thread started
 
 
 def test_settings_are_normalised_and_frozen(tmp_path) -> None:
