@@ -40,7 +40,8 @@ try:  # (SDK internals the direct path relies on; without them every span takes 
 except ImportError:  # pragma: no cover - an older or newer SDK
     _DIRECT_POSSIBLE = False
 
-__all__ = ["NO_SPAN", "SharedAttrs", "_NoSpan", "_PendingRoot", "_PendingSpan", "_materialize_all", "_only",
+__all__ = ["NO_SPAN", "SharedAttrs", "_NoSpan", "_PendingRoot", "_PendingSpan", "_materialize_all",
+           "_materialize_rows", "Rows", "_only",
            "start_root", "usage_attributes"]
 
 
@@ -158,28 +159,33 @@ class _PendingSpan:
         attrs = self.attrs
         if type(attrs) is SharedAttrs:
             attrs = self.attrs = dict(attrs)
-        if self.lazy is not None:
-            _apply_lazy(attrs, self.lazy)
-        # Strings valid as UTF-8 here (lone surrogates escaped, as the processor would), so
-        # the processor need not scan the span again when it ends (processor.end_clean).
-        _clean_attrs(attrs)
-        status = self.status
-        if status is not None and status.description is not None:
-            status = Status(status.status_code, clean_text(status.description))
-        name = clean_text(self.name)
-        if direct:
-            done = _finish_direct(tracer, parent, name, attrs, status, self.start_ns,
-                                  self.end_ns or self.start_ns)
-            if done is not None:
-                self.real = done
-                return
-        # (a parent built finished is a ReadableSpan: only its span context is read here)
-        span = tracer.start_span(name, context=trace_api.set_span_in_context(parent),  # type: ignore[arg-type]
-                                 attributes=attrs, start_time=self.start_ns)
-        if status is not None:
-            span.set_status(status)
-        self.real = span
-        end_clean(span, self.end_ns or self.start_ns)
+        self.real = _child_span(tracer, direct, parent, self.name, attrs, self.lazy,
+                                self.status, self.start_ns, self.end_ns)
+
+
+def _child_span(tracer: Any, direct: bool, parent: Any, name: str, attrs: dict[str, Any],
+                lazy: Lazy | None, status: Status | None, start_ns: int, end_ns: int | None
+                ) -> Span | ReadableSpan:
+    """A pending child span's real span, ended (``attrs``: its own dict, completed here)."""
+    if lazy is not None:
+        _apply_lazy(attrs, lazy)
+    # Strings valid as UTF-8 here (lone surrogates escaped, as the processor would), so
+    # the processor need not scan the span again when it ends (processor.end_clean).
+    _clean_attrs(attrs)
+    if status is not None and status.description is not None:
+        status = Status(status.status_code, clean_text(status.description))
+    name = clean_text(name)
+    if direct:
+        done = _finish_direct(tracer, parent, name, attrs, status, start_ns, end_ns or start_ns)
+        if done is not None:
+            return done
+    # (a parent built finished is a ReadableSpan: only its span context is read here)
+    span = tracer.start_span(name, context=trace_api.set_span_in_context(parent),
+                             attributes=attrs, start_time=start_ns)
+    if status is not None:
+        span.set_status(status)
+    end_clean(span, end_ns or start_ns)
+    return span
 
 
 class _NoSpan:
@@ -217,6 +223,33 @@ def _materialize_all(tracer: trace_api.Tracer, pending: list[_PendingSpan]) -> N
     for p in pending:  # in start order, so every parent exists before its children
         if p.end_ns is not None and p.real is None:
             p.materialize(tracer, direct)
+
+
+#: A root's pending child steps as plain data, one flat list of seven entries per step:
+#: ``name, parent, attrs, start_ns, end_ns, status, lazy`` (``parent``: the index of its
+#: parent's step, or -1 for the root's span). One list, its strings and ints and a plain dict
+#: of plain values per step are one object the garbage collector tracks while the request
+#: waits for the writer, not a dozen: a dozen per request promoted to the old generation
+#: brought a full collection of the app's whole heap, on the app's thread, every ~5,000
+#: requests of sustained traffic (bench/costs_side.py --sustained).
+Rows = list[Any]
+_ROW = 7
+
+
+def _materialize_rows(tracer: trace_api.Tracer, head: Any, root_span: Any, rows: Rows) -> None:
+    """:func:`_materialize_all` of a root's steps stored as :data:`Rows` (in start order):
+    ``head`` (a pending root built with them, or None) first; ``root_span``: what the steps
+    with parent -1 are parented on."""
+    direct = _direct_ok(tracer)
+    if head is not None and head.end_ns is not None and head.real is None:
+        head.materialize(tracer, direct)
+    reals: list[Any] = []
+    for i in range(0, len(rows), _ROW):
+        name, parent, attrs, start_ns, end_ns, status, lazy = rows[i:i + _ROW]
+        par = root_span if parent < 0 else reals[parent]
+        reals.append(None if par is None else  # (its parent was never materialised)
+                     _child_span(tracer, direct, par, name, attrs, lazy, status, start_ns,
+                                 end_ns))
 
 
 # -- the direct path ----------------------------------------------------------------------------

@@ -24,10 +24,11 @@ from tracescore.sampling import FORCE_SAMPLE_KEY, trace_fraction
 
 from .._owner import Owner, register_resolver
 from .._record import EXTERNAL, Retrieval, assemble
+from .._spans import _materialize_all, _materialize_rows, _PendingRoot
 from . import agent as G
 from . import messages as M
 from .live import live_handlers
-from .runs import _Root, _Run, _seq, settle_query, streamed_text
+from .runs import DONE_PENDING, _Root, _Run, _seq, settle_query, steps_as_rows, streamed_text
 from .span_text import set_text, snapshot
 
 if TYPE_CHECKING:
@@ -145,6 +146,27 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
     if sampled is not None:
         span.set_attribute(A.SAMPLED, sampled)
     return sampled is True
+
+
+def defer_steps(ts: Tracescore, tracer: Any, run: _Run, span: Any, held: bool) -> None:
+    """A root run that ended: its pending spans (its steps, and the root's own when it is
+    pending and no step outlives it) to the writer. ``held``: its span waits for scores (a
+    sampled root: the writer may have written its record already, and would otherwise take
+    the steps with the next batch)."""
+    root = run.root
+    pending, root.pending = root.pending, DONE_PENDING
+    head = span if type(span) is _PendingRoot else None
+    rows = steps_as_rows(run, pending) if root.open == 0 else None
+    if rows is not None:  # (plain rows: the step objects die now, see steps_as_rows)
+        ts.defer(partial(_materialize_rows, tracer, head, run.real, rows), wake=held)
+        return
+    if head is not None:
+        if root.open == 0:  # built by the writer, with its steps (held there if its
+            pending.insert(0, span)  # scores are awaited: the hold came first)
+        else:  # (steps that outlive it may end any time: they need it now)
+            span.materialize(tracer)
+    if pending:
+        ts.defer(partial(_materialize_all, tracer, pending), wake=held)
 
 
 def _found(root: _Root, answer_seq: int | None, candidates: bool

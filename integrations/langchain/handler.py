@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -52,14 +51,13 @@ from .._record import NODE, RETRIEVER, TOOL, enclose
 from .._spans import (
     NO_SPAN,
     SharedAttrs,
-    _materialize_all,
     _PendingRoot,
     start_root,
     usage_attributes,
 )
 from . import agent as G
 from . import messages as M
-from .emit import emit_record
+from .emit import defer_steps, emit_record
 from .live import LiveRuns, active_retriever
 from .runs import (
     MAX_STREAM_TOKENS,
@@ -277,15 +275,7 @@ class TracescoreCallbackHandler(LiveRuns):
             root.last_llm = None
             span.end(end_time=end)
             root.done = True
-            pending, root.pending = root.pending, []
-            if type(span) is _PendingRoot:
-                if root.open == 0:  # built by the writer, with its steps (held there if its
-                    pending.insert(0, span)  # scores are awaited: the hold came first)
-                else:  # (steps that outlive it may end any time: they need it now)
-                    span.materialize(self.tracer)
-            if pending:  # (a sampled root's scores wait for it: the writer may have
-                # written its record already, and would otherwise take it with the next batch)
-                self.ts.defer(partial(_materialize_all, self.tracer, pending), wake=held)
+            defer_steps(self.ts, self.tracer, run, span, held)
             return
         root.open -= 1
         span.end(end_time=end)

@@ -21,7 +21,7 @@ from tracescore.runs import RunScope
 
 from .._owner import Owner
 from .._record import Retrieval
-from .._spans import _PendingSpan
+from .._spans import Rows, SharedAttrs, _PendingSpan
 from .messages import document_context, ends_with_answer, extract_query, is_map
 
 #: Sequence numbers: start order of runs, and the order of document steps.
@@ -155,7 +155,7 @@ class _Step(_Run):
     """A child step whose span is pending: the run and its :class:`_PendingSpan` in one
     object (materialised by the writer; ``parent.real`` is its parent span)."""
 
-    __slots__ = ()
+    __slots__ = ("idx",)  # (its row's index, set by steps_as_rows)
 
     def __init__(self, root: _Root, name: str, seq: int, parent: _Run, attrs: dict[str, Any],
                  start_ns: int) -> None:
@@ -178,6 +178,44 @@ class _Step(_Run):
     @property  # type: ignore[override]
     def span(self) -> _Step:
         return self
+
+
+class _Discard(list):  # type: ignore[type-arg]
+    """A done root's ``pending``: a step that starts after its root ended materialises
+    itself at its end; one shared list that keeps nothing, not an empty list per request."""
+
+    __slots__ = ()
+
+    def append(self, item: Any) -> None:
+        pass
+
+
+DONE_PENDING: list[Any] = _Discard()
+
+
+def steps_as_rows(root_run: _Run, pending: list[Any]) -> Rows | None:
+    """A done root's ended steps as the writer's :data:`.._spans.Rows` (start order; a
+    step's parent is the root run or an earlier step of the list), so the step objects die
+    now, on the request's thread, instead of waiting for the writer as a dozen objects the
+    garbage collector tracks; None when some step does not fit (not ended, already built,
+    parented elsewhere): then the steps are materialised as they are."""
+    rows: Rows = []
+    for i, p in enumerate(pending):
+        if type(p) is not _Step or p.end_ns is None or p.real is not None:
+            return None
+        parent = p.parent
+        if parent is root_run:
+            j = -1
+        elif type(parent) is _Step and parent.root is p.root and parent.real is None:
+            j = parent.idx
+        else:
+            return None
+        p.idx = i
+        attrs = p.attrs
+        if type(attrs) is SharedAttrs:  # (a plain dict of plain values is not tracked by
+            attrs = {k: v for k, v in attrs.items()}  # the collector; a copy of a tracked
+        rows += (p.name, j, attrs, p.start_ns, p.end_ns, p.status, p.lazy)  # one would be)
+    return rows
 
 
 class DocumentContexts(Sequence[Context]):
