@@ -59,8 +59,9 @@ class Retrieval:
     source: str                   # the step's name (retriever class, tool, node, store search)
     contexts: Sequence[Context]
     kind: str = RETRIEVER
-    #: Sequence numbers of the runs enclosing the step (to find the steps inside an outer one).
-    ancestors: frozenset[int] = frozenset()
+    #: Sequence numbers of the runs enclosing the step (to find the steps inside an outer one;
+    #: a tuple of ints is not tracked by the garbage collector, a frozenset is).
+    ancestors: frozenset[int] | tuple[int, ...] = frozenset()
     #: The run that produced it (its own sequence number).
     run_seq: int = -1
     #: Set when an outer document-producing step encloses it: that step's name (and run).

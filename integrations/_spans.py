@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover - an older or newer SDK
     _DIRECT_POSSIBLE = False
 
 __all__ = ["NO_SPAN", "SharedAttrs", "_NoSpan", "_PendingRoot", "_PendingSpan", "_materialize_all",
-           "_materialize_rows", "Rows", "_only",
+           "_materialize_rows", "StepRows", "_only",
            "start_root", "usage_attributes"]
 
 
@@ -225,27 +225,39 @@ def _materialize_all(tracer: trace_api.Tracer, pending: list[_PendingSpan]) -> N
             p.materialize(tracer, direct)
 
 
-#: A root's pending child steps as plain data, one flat list of seven entries per step:
-#: ``name, parent, attrs, start_ns, end_ns, status, lazy`` (``parent``: the index of its
-#: parent's step, or -1 for the root's span). One list, its strings and ints and a plain dict
-#: of plain values per step are one object the garbage collector tracks while the request
-#: waits for the writer, not a dozen: a dozen per request promoted to the old generation
-#: brought a full collection of the app's whole heap, on the app's thread, every ~5,000
-#: requests of sustained traffic (bench/costs_side.py --sustained).
-Rows = list[Any]
-_ROW = 7
+class StepRows(list):  # type: ignore[type-arg]
+    """A root's pending child steps as plain data, for the writer to materialise (calling
+    it: :meth:`~tracescore.client.Tracescore.defer`'s task). One flat list: the tracer, the
+    pending root built with them (or None) and the span the top steps are parented on, then
+    seven entries per step, ``name, parent, attrs, start_ns, end_ns, status, n``, followed
+    by its ``n`` lazy entries (``parent``: the index of its parent's step, -1 for the root's
+    span). The list, its strings and ints and a plain dict of plain values per step are one
+    object the garbage collector tracks while the request waits for the writer, not a dozen
+    (a step object, its lazy list, a partial and its arguments): a dozen per request
+    promoted to the old generation brought a full collection of the app's whole heap, on
+    the app's thread, every few thousand requests of sustained traffic
+    (``bench/costs_side.py --sustained``)."""
+
+    __slots__ = ()
+
+    def __call__(self) -> None:
+        _materialize_rows(self)
 
 
-def _materialize_rows(tracer: trace_api.Tracer, head: Any, root_span: Any, rows: Rows) -> None:
-    """:func:`_materialize_all` of a root's steps stored as :data:`Rows` (in start order):
-    ``head`` (a pending root built with them, or None) first; ``root_span``: what the steps
-    with parent -1 are parented on."""
+def _materialize_rows(rows: StepRows) -> None:
+    """:func:`_materialize_all` of a root's steps stored as :class:`StepRows` (in start
+    order): the pending root first, if any."""
+    tracer, head, root_span = rows[0], rows[1], rows[2]
     direct = _direct_ok(tracer)
     if head is not None and head.end_ns is not None and head.real is None:
         head.materialize(tracer, direct)
     reals: list[Any] = []
-    for i in range(0, len(rows), _ROW):
-        name, parent, attrs, start_ns, end_ns, status, lazy = rows[i:i + _ROW]
+    i, n = 3, len(rows)
+    while i < n:
+        name, parent, attrs, start_ns, end_ns, status, k = rows[i:i + 7]
+        i += 7
+        lazy = rows[i:i + k] if k else None
+        i += k
         par = root_span if parent < 0 else reals[parent]
         reals.append(None if par is None else  # (its parent was never materialised)
                      _child_span(tracer, direct, par, name, attrs, lazy, status, start_ns,

@@ -24,7 +24,7 @@ from tracescore.sampling import FORCE_SAMPLE_KEY, trace_fraction
 
 from .._owner import Owner, register_resolver
 from .._record import EXTERNAL, Retrieval, assemble
-from .._spans import _materialize_all, _materialize_rows, _PendingRoot
+from .._spans import _materialize_all, _PendingRoot
 from . import agent as G
 from . import messages as M
 from .live import live_handlers
@@ -156,9 +156,9 @@ def defer_steps(ts: Tracescore, tracer: Any, run: _Run, span: Any, held: bool) -
     root = run.root
     pending, root.pending = root.pending, DONE_PENDING
     head = span if type(span) is _PendingRoot else None
-    rows = steps_as_rows(run, pending) if root.open == 0 else None
-    if rows is not None:  # (plain rows: the step objects die now, see steps_as_rows)
-        ts.defer(partial(_materialize_rows, tracer, head, run.real, rows), wake=held)
+    rows = steps_as_rows(tracer, run, head, pending) if root.open == 0 else None
+    if rows is not None:  # (plain data: the step objects die now, see steps_as_rows)
+        ts.defer(rows, wake=held)
         return
     if head is not None:
         if root.open == 0:  # built by the writer, with its steps (held there if its

@@ -364,7 +364,7 @@ class TracescoreCallbackHandler(LiveRuns):
             if parent is None:
                 run.root.query = query if isinstance(query, str) else None
             elif isinstance(query, str) and query:
-                run.root.retrieval_queries.append(query)
+                run.root.retrieval_queries += (query,)
         except Exception as exc:
             _fault("langchain.on_retriever_start", exc)
 
@@ -570,7 +570,7 @@ class TracescoreCallbackHandler(LiveRuns):
                     self._add_documents(run, docs, TOOL)
                     q = M.tool_query(run.tool_input)
                     if q and not run.is_root:
-                        run.root.retrieval_queries.append(q)
+                        run.root.retrieval_queries += (q,)
             self._finish(run_id, output, None)
         except Exception as exc:
             _fault("langchain.on_tool_end", exc)

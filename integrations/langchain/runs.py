@@ -21,7 +21,7 @@ from tracescore.runs import RunScope
 
 from .._owner import Owner
 from .._record import Retrieval
-from .._spans import Rows, SharedAttrs, _PendingSpan
+from .._spans import SharedAttrs, StepRows, _PendingSpan
 from .messages import document_context, ends_with_answer, extract_query, is_map
 
 #: Sequence numbers: start order of runs, and the order of document steps.
@@ -45,7 +45,8 @@ class _Root:
     inputs: Any = None
     prompt: Any = None  # the answering model's raw prompt (formatted when the record is built)
     done: bool = False  # the root ended: late child steps materialise at once
-    retrieval_queries: list[str] = field(default_factory=list)
+    #: (a tuple: of strings, the collector stops tracking it; a list it tracks)
+    retrieval_queries: tuple[str, ...] = ()
     scope: RunScope | None = None
     #: A session id only the run's config holds (``RunnableWithMessageHistory``'s
     #: ``configurable.session_id``), read once, when the root's first child starts.
@@ -193,13 +194,15 @@ class _Discard(list):  # type: ignore[type-arg]
 DONE_PENDING: list[Any] = _Discard()
 
 
-def steps_as_rows(root_run: _Run, pending: list[Any]) -> Rows | None:
-    """A done root's ended steps as the writer's :data:`.._spans.Rows` (start order; a
-    step's parent is the root run or an earlier step of the list), so the step objects die
-    now, on the request's thread, instead of waiting for the writer as a dozen objects the
-    garbage collector tracks; None when some step does not fit (not ended, already built,
-    parented elsewhere): then the steps are materialised as they are."""
-    rows: Rows = []
+def steps_as_rows(tracer: Any, root_run: _Run, head: Any, pending: list[Any]
+                  ) -> StepRows | None:
+    """A done root's ended steps (and ``head``, its pending root span or None) as the
+    writer's :class:`.._spans.StepRows` (start order; a step's parent is the root run or an
+    earlier step of the list), so the step objects die now, on the request's thread,
+    instead of waiting for the writer as a dozen objects the garbage collector tracks; None
+    when some step does not fit (not ended, already built, parented elsewhere): then the
+    steps are materialised as they are."""
+    rows = StepRows((tracer, head, root_run.real))
     for i, p in enumerate(pending):
         if type(p) is not _Step or p.end_ns is None or p.real is not None:
             return None
@@ -214,7 +217,12 @@ def steps_as_rows(root_run: _Run, pending: list[Any]) -> Rows | None:
         attrs = p.attrs
         if type(attrs) is SharedAttrs:  # (a plain dict of plain values is not tracked by
             attrs = {k: v for k, v in attrs.items()}  # the collector; a copy of a tracked
-        rows += (p.name, j, attrs, p.start_ns, p.end_ns, p.status, p.lazy)  # one would be)
+        lazy = p.lazy  # one would be)
+        if lazy is None:
+            rows += (p.name, j, attrs, p.start_ns, p.end_ns, p.status, 0)
+        else:
+            rows += (p.name, j, attrs, p.start_ns, p.end_ns, p.status, len(lazy))
+            rows += lazy
     return rows
 
 
@@ -293,7 +301,7 @@ def new_retrieval(run: _Run, source: str, ctxs: Sequence[Context], kind: str, se
             ancestors.append(r.seq)
     order.reverse()
     return Retrieval(seq=seq, source=source, contexts=ctxs, kind=kind,
-                     ancestors=frozenset(ancestors), run_seq=run.seq, loop_key=loop_key,
+                     ancestors=tuple(ancestors), run_seq=run.seq, loop_key=loop_key,
                      loop_round=tuple([s for s, _ in order]) if order else (run.seq,),
                      tool_call=run.tool_call, tool_calls=tuple(calls), order=tuple(order),
                      node=(node.seq, node.name) if node is not None else None)
