@@ -93,13 +93,18 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
     if session is None and root.config_session is not None:
         session = root.config_session
         span.set_attribute(A.SESSION_ID, session)
-    G.note(root, G.final_replies, root,  # (logged: of the app's final state as it is now)
-           outputs if root.agent_log is None else snapshot(outputs))
+    # A request stored compact (no metric samples it, no keep_full_text) never applies its
+    # logged agent events: if it is offered unbuilt, its log is dropped, not extended (nor
+    # its outputs snapshot); it holds step objects the collector would track meanwhile.
+    compact = root.agent_log is not None and not ts.queue.keep_full_text
+    if not compact:
+        G.note(root, G.final_replies, root,  # (logged: of the app's final state as it is now)
+               outputs if root.agent_log is None else snapshot(outputs))
     err = f"{type(error).__name__}: {error}" if error is not None else None
     scope = root.scope
-    args = (root, answer, structured, err, cut, end, trace_id, span_hex, answer_seq, session,
-            user)
-    build = partial(_build_last, *args)  # (the writer's: the record's one build)
+    # (the writer's: the record's one build)
+    args = build = _LastBuild((root, answer, structured, err, cut, end, trace_id, span_hex,
+                               answer_seq, session, user))
     decision = None
     record = None
     finish = None
@@ -108,6 +113,10 @@ def emit_record(ts: Tracescore, run: _Run, outputs: Any,
         scope is None or FORCE_SAMPLE_KEY not in scope.metadata))
     if settled:
         decision = ts.offer_unbuilt(u, err is not None, False, build)
+    if decision is not None and compact:  # (stored compact: the log is never applied)
+        root.agent_log = None
+    elif compact:  # (not offered: as above, before its record is built)
+        G.note(root, G.final_replies, root, snapshot(outputs))
     if decision is not None:  # stored unsampled: the writer builds the record
         sampled: bool | None = False
     elif settled and err is None and ts.sampled_by_rate(u):
@@ -203,6 +212,17 @@ def _plan_record(root: _Root, answer: str | None, cut: bool, trace_id: str, span
         contexts=_CONTEXTS_STANDIN if any(r.contexts for r in root.retrievals) else (),
         ground_truths=ground_truths, complete=not cut, source="langchain",
         agent=_AGENT_STANDIN if agent is not None and (agent.calls or agent.tools) else None)
+
+
+class _LastBuild(list):  # type: ignore[type-arg]
+    """The record's one build on the writer: :func:`_build_last` of the arguments it holds
+    (called with ``full``). One object the garbage collector tracks while the request
+    waits for the writer, not a ``partial`` and its arguments' tuple."""
+
+    __slots__ = ()
+
+    def __call__(self, full: bool) -> RagRecord:
+        return _build_last(*self, full)
 
 
 def _build_last(*args: Any) -> RagRecord:
