@@ -165,6 +165,8 @@ def defer_steps(ts: Tracescore, tracer: Any, run: _Run, span: Any, held: bool) -
     root = run.root
     pending, root.pending = root.pending, DONE_PENDING
     head = span if type(span) is _PendingRoot else None
+    if not pending and head is None:
+        return  # (spans go nowhere, or the SDK's root with no step: nothing to build)
     rows = steps_as_rows(tracer, run, head, pending) if root.open == 0 else None
     if rows is not None:  # (plain data: the step objects die now, see steps_as_rows)
         ts.defer(rows, wake=held)
