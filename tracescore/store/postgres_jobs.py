@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from .._internal.secrets import scrub_score
 from ..record import RagRecord
 from ..score import Score
-from .judge_rollup import JudgeDelta, judged_snapshot
+from .judge_rollup import JudgeDelta, judged_decisions, judged_scores
 from .migrations import OPEN_JOBS
 from .postgres_sql import _LEASE, _LEASE_LOST, _nul_free
 from .rollup import Delta, QmarkConnection
@@ -108,7 +108,9 @@ class PgJobs:
         now = time.time()
         facts = self._record_facts((job.record_id for job, _, _ in items), lock=True)
         qconn = QmarkConnection(self.conn)
-        judged_before = judged_snapshot(qconn, (job.record_id for job, _, _ in items))
+        # (a job's scores change neither the decisions nor their records: read once)
+        judged = judged_decisions(qconn, (job.record_id for job, _, _ in items))
+        judged_before = judged_scores(qconn, judged)
         delta = Delta()
         out: list[list[tuple[int, Score]] | None] = []
         for job, scores, judge_model in items:
@@ -117,7 +119,7 @@ class PgJobs:
         delta.write(qconn)
         judge_sums = JudgeDelta()  # the adaptive judge's hourly sums (.judge_rollup)
         judge_sums.change(judged_before,
-                          judged_snapshot(qconn, (job.record_id for job, _, _ in items)))
+                          judged_scores(qconn, judged))
         judge_sums.write(qconn)
         return out
 
