@@ -19,7 +19,10 @@ tree's own store (``open_store(url)``: its schema):
    (the judged batches whose sums the worker keeps): batches completed/s.
 
 Each phase reports its wall time, the client's CPU and the server backend's CPU (from
-``/proc/<backend pid>/stat``: the triggers and the upserts run there). A tree given as
+``/proc/<backend pid>/stat``: the triggers and the upserts run there). Each child's tables are
+young: autovacuum has not analyzed them yet (its first look comes a minute after the start), so
+PostgreSQL plans with default selectivities; ``--analyze`` runs ANALYZE before the jobs and the
+judged phases (untimed) to measure the plans of a database whose statistics are current. A tree given as
 ``NAME=PYTHON:PATH:nosums`` runs with the judge sums' reads and upserts stubbed out
 (the judged snapshot → nothing) — the same tree without them.
 
@@ -77,6 +80,11 @@ def child(url: str, args: argparse.Namespace) -> dict[str, Any]:
             pj.judged_snapshot = lambda *a, **k: {}  # type: ignore[attr-defined]
     store = open_store(url)
     out: dict[str, Any] = {}
+
+    def analyze() -> None:  # (--analyze: the statistics autovacuum would have by now)
+        if args.analyze:
+            with store.transaction():
+                store._x("ANALYZE")
     ctx = "passage " * 60
 
     def recs(prefix: int, n: int) -> list[Any]:
@@ -95,6 +103,7 @@ def child(url: str, args: argparse.Namespace) -> dict[str, Any]:
     out["records"] = clock.done(len(batch))
 
     # 2. jobs leased and completed, one ok score each
+    analyze()
     clock = Clock(store)
     done = 0
     while done < args.jobs:
@@ -120,6 +129,7 @@ def child(url: str, args: argparse.Namespace) -> dict[str, Any]:
             JB.decide(store, "faithfulness", r.record_id, (i % 10) / 10, i % 10, time.time(),
                       1e9, lambda spent, seen, first, i=i: (0.5, i % 2 == 0))
             decided += 1
+    analyze()
     clock = Clock(store)
     batches = 0
     while True:
@@ -150,6 +160,9 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=500, help="records per write_batch")
     ap.add_argument("--jobs", type=int, default=6000, help="jobs completed")
     ap.add_argument("--judged", type=int, default=1000, help="judged records")
+    ap.add_argument("--analyze", action="store_true",
+                    help="ANALYZE before the jobs and the judged phase (untimed): the plans of "
+                         "tables whose statistics are up to date, not of young tables")
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -178,7 +191,7 @@ def main() -> int:
                     env["PGW_NO_SUMS"] = "1"
                 cmd = [py, str(Path(__file__).resolve()), "--child", url, "--n", str(args.n),
                        "--batch", str(args.batch), "--jobs", str(args.jobs),
-                       "--judged", str(args.judged)]
+                       "--judged", str(args.judged)] + (["--analyze"] if args.analyze else [])
                 p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900,
                                    cwd=tempfile.gettempdir())
                 drop()

@@ -154,8 +154,9 @@ class PgJobs:
             row = self._row(
                 "INSERT INTO scores(job_id, record_id, trace_id, name, metric, "
                 "metric_version, value, label, explanation, status, error, duration_ms, "
-                "details, created_at, delivery, seg_id, judge_model) VALUES "
-                "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) "
+                "details, created_at, delivery, seg_id, judge_model, rec) VALUES "
+                "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,"
+                "(SELECT seq FROM records WHERE record_id = %s)) "
                 "ON CONFLICT (rec, name) DO UPDATE SET job_id=excluded.job_id, "
                 "metric_version=excluded.metric_version, value=excluded.value, "
                 "label=excluded.label, explanation=excluded.explanation, "
@@ -169,7 +170,7 @@ class PgJobs:
                  _nul_free(clean_text(s.explanation)) if s.explanation else None, s.status,
                  _nul_free(clean_text(s.error)) if s.error else None, s.duration_ms,
                  _nul_free(dumps(_json_safe(dict(s.details)))), now, delivery, seg_id,
-                 judge_model),
+                 judge_model, record_id),
             )
             ids[s.name] = int(row[0])
             delta.add_score(now, s.name, seg_id, s.metric_version, judge_model,
