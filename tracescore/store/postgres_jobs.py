@@ -63,10 +63,13 @@ class PgJobs:
             if rows:
                 # A record's jobs go out together (as on SQLite: its judge jobs then share
                 # calls, judge/pairing.py): the rest of the leased records' open jobs.
-                rows += self._x(_LEASE.format(which="AND rec IN (SELECT seq FROM records"
-                                              " WHERE record_id = ANY(%(records)s))"),
-                                {**args, "records": list({r[1] for r in rows})}).fetchall()
-        return sorted((Job(*r) for r in rows), key=lambda j: j.job_id)
+                # (by the records' seq the first statement returned: a lookup of the
+                # records by id inside it let a young table's generic plan probe the records
+                # once per open job — 13 ms a lease at 12,000 open jobs)
+                rows += self._x(_LEASE.format(which="AND rec = ANY(%(recs)s)"),
+                                {**args, "recs": sorted({r[6] for r in rows
+                                                         if r[6] is not None})}).fetchall()
+        return sorted((Job(*r[:6]) for r in rows), key=lambda j: j.job_id)
 
     def lease_lost_job(self, owner: str, lease_s: float, metrics: Sequence[str]) -> Job | None:
         """As :meth:`.sqlite.Store.lease_lost_job`: a job whose lease ran out (fewest
