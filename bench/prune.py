@@ -76,6 +76,39 @@ def timed(name, fn):
                            t - T0[0], time.perf_counter() - T0[0]))
     return wrapper
 R._prune_rows = timed("rows", R._prune_rows)
+_bulk = R._bulk_mode
+import contextlib
+@contextlib.contextmanager
+def _bulk_timed(*a, **k):  # (its exit rebuilds the indexes the backlog was deleted without)
+    cm = _bulk(*a, **k)
+    cm.__enter__()
+    try:
+        yield
+    except BaseException:
+        if not cm.__exit__(*sys.exc_info()):
+            raise
+    else:
+        t = time.perf_counter()
+        cm.__exit__(None, None, None)
+        phases.append(("index rebuild", t - T0[0], time.perf_counter() - T0[0]))
+R._bulk_mode = _bulk_timed
+holds = []  # every write transaction of the run that paused after it: (end, held s, paused s)
+class _TimedPauses(R.Pauses):
+    def __call__(self, busy_s):
+        t = time.perf_counter()
+        super().__call__(busy_s)
+        holds.append((round(t - T0[0], 3), round(busy_s, 3), round(time.perf_counter() - t, 3)))
+R.Pauses = _TimedPauses
+from tracescore.store import vacuum as V
+def _ckpt_timed(conn):  # (the give-back's end: vacuum.checkpoint_then_truncate, each step timed)
+    for mode in ("PASSIVE", "drop cache", "TRUNCATE"):
+        t = time.perf_counter()
+        if mode != "drop cache":
+            conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
+        elif hasattr(V, "drop_wal_cache"):
+            V.drop_wal_cache(sys.argv[1])
+        phases.append((f"give-back checkpoint {mode}", t - T0[0], time.perf_counter() - T0[0]))
+V.checkpoint_then_truncate = _ckpt_timed
 R.give_back_space = timed("give back", R.give_back_space)
 if hasattr(store, "checkpoint"):
     store.checkpoint = timed("checkpoint", store.checkpoint)
@@ -110,6 +143,9 @@ if len(sys.argv) > 3:  # an app writer thread in this process (its own store), a
             return [name for name, a, b in phases if a < t0 + w and b > t0] or ["between"]
         app["longest"] = [(round(t0, 3), round(w, 3), round(mb, 1), phase_of(t0, w))
                           for t0, w, mb in sorted(at, key=lambda x: -x[1])[:8]]
+        def holds_in(t0, w):  # the run's transactions that ended inside the wait (and just after)
+            return [h for h in holds if t0 - 0.05 < h[0] < t0 + w + 0.3]
+        app["longest_holds"] = [holds_in(t0, w) for t0, w, _ in sorted(at, key=lambda x: -x[1])[:4]]
     writer = threading.Thread(target=app_writes)
     writer.start()
     ready.wait(120)
@@ -140,7 +176,8 @@ print(json.dumps({"wall": wall, "cpu": cpu, "records": res.records, "scores": re
                   "pauses_skipped": getattr(res, "pauses_skipped", None), "app_probe": app,
                   "wrote_bytes": w1[0] - w0[0], "storage_write_bytes": w1[1] - w0[1],
                   "peak_rss_mb": hwm_mb(),
-                  "phases": [(n, round(a, 3), round(b, 3)) for n, a, b in phases]}))
+                  "phases": [(n, round(a, 3), round(b, 3)) for n, a, b in phases],
+                  "holds": holds}))
 """
 
 #: Before the timed runs: the tree opens its copy of the template (its migrations: the new
