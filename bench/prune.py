@@ -60,10 +60,67 @@ PRUNE = r"""
 import json, resource, sys, threading, time
 from tracescore.store import open_store
 from tracescore.store.retention import Retention, prune
+from tracescore.store import retention as R
 store = open_store(sys.argv[1])
 app = {}
+# The run's phases, time-stamped (the app writer's longest waits are placed in them): the rows'
+# batches, giving space back, each checkpoint the run asks for; and the WAL's size per write.
+phases, T0 = [], [time.perf_counter()]
+def timed(name, fn):
+    def wrapper(*a, **k):
+        t = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            phases.append((name + (f" {a[0]}" if name == "checkpoint" and a else ""),
+                           t - T0[0], time.perf_counter() - T0[0]))
+    return wrapper
+R._prune_rows = timed("rows", R._prune_rows)
+_bulk = R._bulk_mode
+import contextlib
+@contextlib.contextmanager
+def _bulk_timed(*a, **k):  # (its exit rebuilds the indexes the backlog was deleted without)
+    cm = _bulk(*a, **k)
+    cm.__enter__()
+    try:
+        yield
+    except BaseException:
+        if not cm.__exit__(*sys.exc_info()):
+            raise
+    else:
+        t = time.perf_counter()
+        cm.__exit__(None, None, None)
+        phases.append(("index rebuild", t - T0[0], time.perf_counter() - T0[0]))
+R._bulk_mode = _bulk_timed
+holds = []  # every write transaction of the run that paused after it: (end, held s, paused s)
+class _TimedPauses(R.Pauses):
+    def __call__(self, busy_s):
+        t = time.perf_counter()
+        super().__call__(busy_s)
+        holds.append((round(t - T0[0], 3), round(busy_s, 3), round(time.perf_counter() - t, 3)))
+R.Pauses = _TimedPauses
+from tracescore.store import vacuum as V
+def _ckpt_timed(conn):  # (the give-back's end: vacuum.checkpoint_then_truncate, each step timed)
+    for mode in ("PASSIVE", "drop cache", "TRUNCATE"):
+        t = time.perf_counter()
+        if mode != "drop cache":
+            conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
+        elif hasattr(V, "drop_wal_cache"):
+            V.drop_wal_cache(sys.argv[1])
+        phases.append((f"give-back checkpoint {mode}", t - T0[0], time.perf_counter() - T0[0]))
+V.checkpoint_then_truncate = _ckpt_timed
+R.give_back_space = timed("give back", R.give_back_space)
+if hasattr(store, "checkpoint"):
+    store.checkpoint = timed("checkpoint", store.checkpoint)
 if len(sys.argv) > 3:  # an app writer thread in this process (its own store), as in the app
     every, done, waits, ready = float(sys.argv[3]), threading.Event(), [], threading.Event()
+    at, wal = [], sys.argv[1] + "-wal"
+    def wal_mb():
+        try:
+            import os
+            return os.stat(wal).st_size / 2**20
+        except OSError:
+            return 0.0
     def app_writes():
         mine, n = open_store(sys.argv[1]), 0
         while not done.is_set():
@@ -72,6 +129,7 @@ if len(sys.argv) > 3:  # an app writer thread in this process (its own store), a
             t = time.perf_counter()
             with mine.transaction() as conn:
                 waits.append(time.perf_counter() - t)
+                at.append((t - T0[0], waits[-1], wal_mb()))
                 conn.execute("INSERT INTO counters(name, value) VALUES (?, ?)", (f"app-{n}", n))
             n += 1
             time.sleep(every)
@@ -81,6 +139,13 @@ if len(sys.argv) > 3:  # an app writer thread in this process (its own store), a
         q = lambda p: waits[min(len(waits) - 1, int(p * len(waits)))] if waits else None
         app.update(writes=n, stored=stored, wait_p50=q(0.5), wait_p99=q(0.99),
                    wait_max=q(1.0), over_300ms=sum(1 for w in waits if w > 0.3))
+        def phase_of(t0, w):  # the phases the wait overlapped
+            return [name for name, a, b in phases if a < t0 + w and b > t0] or ["between"]
+        app["longest"] = [(round(t0, 3), round(w, 3), round(mb, 1), phase_of(t0, w))
+                          for t0, w, mb in sorted(at, key=lambda x: -x[1])[:8]]
+        def holds_in(t0, w):  # the run's transactions that ended inside the wait (and just after)
+            return [h for h in holds if t0 - 0.05 < h[0] < t0 + w + 0.3]
+        app["longest_holds"] = [holds_in(t0, w) for t0, w, _ in sorted(at, key=lambda x: -x[1])[:4]]
     writer = threading.Thread(target=app_writes)
     writer.start()
     ready.wait(120)
@@ -92,6 +157,7 @@ def hwm_mb():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
 w0, c0, t0 = io(), time.process_time(), time.perf_counter()
+T0[0] = t0
 res = prune(store, Retention(max_age_s=30 * 86400), now=float(sys.argv[2]))
 wall, cpu = time.perf_counter() - t0, time.process_time() - c0
 w1 = io()
@@ -109,7 +175,9 @@ print(json.dumps({"wall": wall, "cpu": cpu, "records": res.records, "scores": re
                   "paused_s": getattr(res, "paused_s", None),
                   "pauses_skipped": getattr(res, "pauses_skipped", None), "app_probe": app,
                   "wrote_bytes": w1[0] - w0[0], "storage_write_bytes": w1[1] - w0[1],
-                  "peak_rss_mb": hwm_mb()}))
+                  "peak_rss_mb": hwm_mb(),
+                  "phases": [(n, round(a, 3), round(b, 3)) for n, a, b in phases],
+                  "holds": holds}))
 """
 
 #: Before the timed runs: the tree opens its copy of the template (its migrations: the new

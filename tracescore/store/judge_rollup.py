@@ -44,8 +44,9 @@ from .._internal.judge_terms import (
 from .rollup import hour_of
 from .segments import NONE_SEG
 
-__all__ = ["DECISION_FIELDS", "DECISIONS_SQL", "JUDGED_FIELDS", "JUDGED_SQL", "JudgeDelta", "backfill", "ddl", "judged_snapshot",
-           "decision_row", "sums_from_rows"]
+__all__ = ["DECISION_FIELDS", "DECISIONS_SQL", "JUDGED_FIELDS", "JUDGED_SQL", "JudgeDelta",
+           "backfill", "ddl", "decision_row", "judged_decisions", "judged_scores",
+           "judged_snapshot", "sums_from_rows"]
 
 _TYPES = {"sqlite": ("BIGINT", "DOUBLE PRECISION"),
           "postgres": ("bigint", "double precision")}
@@ -138,28 +139,79 @@ class JudgeDelta:
 JUDGED_FROM = (" FROM judge_decisions d JOIN records r ON r.record_id = d.record_id"
                " JOIN scores s ON s.rec = r.seq AND s.metric = d.metric")
 JUDGED_WHERE = " d.selected = 1 AND d.pi > 0 AND s.status = 'ok' AND s.value IS NOT NULL"
-#: one judged decision's row with its ok score (the write path's snapshot): the same FROM and
-#: WHERE as the sums
-_JUDGED_ROWS = ("SELECT d.record_id, d.metric, s.name, d.created_at, coalesce(r.seg_id, ?),"
-                " d.proxy, d.pi, s.value" + JUDGED_FROM + " WHERE" + JUDGED_WHERE)
+#: The write path's snapshot reads the same rows as :data:`JUDGED_FROM` / :data:`JUDGED_WHERE`
+#: in three single-table statements, each on a unique index (the decisions, their records, their
+#: records' scores), joined here: one statement joining the three let PostgreSQL's cached
+#: generic plan scan every score when the tables' statistics were young (14 ms a batch at 4,000
+#: scores, growing; BENCHMARKS "Session 15"), and a batch with no judged decision (every local
+#: metric's, every record without a budget) stops after the first, which finds nothing.
+_JUDGED_DECISIONS = ("SELECT record_id, metric, created_at, proxy, pi FROM judge_decisions"
+                     " WHERE selected = 1 AND pi > 0")
+_RECORD_SEQS = "SELECT record_id, seq, coalesce(seg_id, ?) FROM records WHERE record_id IN ("
+_OK_SCORES = ("SELECT rec, metric, name, value FROM scores WHERE status = 'ok'"
+              " AND value IS NOT NULL AND rec IN (")
+
+#: a judged decision whose record is stored: (record id, metric, created_at, seg_id, proxy,
+#: π, the record's seq)
+JudgedDecision = tuple[str, str, float, int, float, float, int]
+
+
+def _chunks(values: Sequence[Any], size: int = 500) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(values), size):
+        yield values[i:i + size]
+
+
+def judged_decisions(conn: Any, record_ids: Iterable[str], metric: str | None = None
+                     ) -> list[JudgedDecision]:
+    """The judged decisions (selected, π > 0) of ``record_ids`` (of ``metric`` only, if
+    given) whose record is stored, with the record's seq and segment: what
+    :func:`judged_scores` needs, read once for a batch (a job's scores change neither)."""
+    ids = sorted(set(record_ids))
+    extra, args = ("", []) if metric is None else (" AND metric = ?", [metric])
+    found: list[tuple[str, str, float, float, float]] = []
+    for chunk in _chunks(ids):
+        found += [(str(rid), str(m), float(created), float(proxy), float(pi))
+                  for rid, m, created, proxy, pi in conn.execute(
+                      _JUDGED_DECISIONS + extra + " AND record_id IN ("
+                      + ",".join("?" * len(chunk)) + ")", (*args, *chunk)).fetchall()]
+    if not found:
+        return []
+    seqs: dict[str, tuple[int, int]] = {}
+    for chunk in _chunks(sorted({f[0] for f in found})):
+        for rid, seq, seg in conn.execute(_RECORD_SEQS + ",".join("?" * len(chunk)) + ")",
+                                          (NONE_SEG, *chunk)).fetchall():
+            if seq is not None:
+                seqs[str(rid)] = (int(seq), int(seg))
+    return [(rid, m, created, seqs[rid][1], proxy, pi, seqs[rid][0])
+            for rid, m, created, proxy, pi in found if rid in seqs]
+
+
+def judged_scores(conn: Any, decisions: Sequence[JudgedDecision]
+                  ) -> dict[tuple[str, str, str], JudgedRow]:
+    """(record, metric, score name) → its judged row as :meth:`JudgeDelta.add_judged` takes
+    it (created_at, metric, name, seg_id, proxy, π, y): each of ``decisions`` with each ok
+    score of its metric on its record (the rows of :data:`JUDGED_FROM` / :data:`JUDGED_WHERE`)."""
+    if not decisions:
+        return {}
+    by_seq: dict[int, list[JudgedDecision]] = {}
+    for d in decisions:
+        by_seq.setdefault(d[6], []).append(d)
+    out: dict[tuple[str, str, str], JudgedRow] = {}
+    for chunk in _chunks(sorted(by_seq)):
+        for rec, m, name, y in conn.execute(_OK_SCORES + ",".join("?" * len(chunk)) + ")",
+                                            tuple(chunk)).fetchall():
+            for rid, dm, created, seg, proxy, pi, _ in by_seq.get(int(rec), ()):
+                if dm == m:
+                    out[(rid, dm, str(name))] = (created, dm, str(name), seg, proxy, pi,
+                                                 float(y))
+    return out
 
 
 def judged_snapshot(conn: Any, record_ids: Iterable[str], metric: str | None = None
                     ) -> dict[tuple[str, str, str], JudgedRow]:
-    """(record, metric, score name) → its judged row as :meth:`JudgeDelta.add_judged` takes
-    it (created_at, metric, name, seg_id, proxy, π, y), for the judged decisions of
-    ``record_ids`` (of ``metric`` only, if given) that have an ok score."""
-    ids = sorted(set(record_ids))
-    out: dict[tuple[str, str, str], JudgedRow] = {}
-    extra, args = ("", []) if metric is None else (" AND d.metric = ?", [metric])
-    for i in range(0, len(ids), 500):
-        chunk = ids[i:i + 500]
-        for rid, m, name, created, seg, proxy, pi, y in conn.execute(
-                _JUDGED_ROWS + extra + " AND d.record_id IN (" + ",".join("?" * len(chunk))
-                + ")", (NONE_SEG, *args, *chunk)).fetchall():
-            out[(str(rid), str(m), str(name))] = (float(created), str(m), str(name), int(seg),
-                                                 float(proxy), float(pi), float(y))
-    return out
+    """(record, metric, score name) → its judged row (:func:`judged_scores`), for the judged
+    decisions of ``record_ids`` (of ``metric`` only, if given) that have an ok score."""
+    return judged_scores(conn, judged_decisions(conn, record_ids, metric))
 
 
 DecisionRow = tuple[float, str, int, float, float, bool]

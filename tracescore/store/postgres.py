@@ -31,7 +31,7 @@ from ..sampling import Decision
 from ..score import Score
 from .compat import connect
 from .labels import LabelsMixin
-from .migrations import OPEN_JOBS, migrate_postgres
+from .migrations import OPEN_JOBS, REC_OF, migrate_postgres
 from .postgres_embeddings import PostgresEmbeddingCache
 from .postgres_jobs import PgJobs
 from .postgres_sql import (  # noqa: F401 (re-exported: their old home)
@@ -72,6 +72,9 @@ TABLES = ("records", "jobs", "scores", "counters", "metrics", "judge_cache", "ju
           "hourly_skips", "hourly_judge_decisions", "hourly_judge_scores", "labels",
           "label_plan", "judge_canary")
 
+
+#: a row's ``rec`` in its VALUES (the triggers fire only without it: schema 14)
+_REC_OF = REC_OF.replace("?", "%s")
 
 
 def open_jobs(url: str, metrics: Sequence[str] | None) -> tuple[int, float]:
@@ -343,10 +346,10 @@ class PostgresStore(PgJobs, LabelsMixin):
                     for job, scores in scored:
                         row = self._x(
                             "INSERT INTO jobs(record_id, metric, metric_version, status, "
-                            "attempts, created_at, updated_at) VALUES (%s,%s,%s,'done',1,%s,%s)"
-                            " ON CONFLICT DO NOTHING RETURNING job_id",
+                            "attempts, created_at, updated_at, rec) VALUES (%s,%s,%s,'done',1,"
+                            "%s,%s," + _REC_OF + ") ON CONFLICT DO NOTHING RETURNING job_id",
                             (job.record_id, job.metric, job.metric_version, now,
-                             now)).fetchone()
+                             now, job.record_id)).fetchone()
                         if row is None:
                             refs.append(None)
                             continue
@@ -383,10 +386,10 @@ class PostgresStore(PgJobs, LabelsMixin):
         self._hold_records(jobs)
         made = {tuple(r) for r in self._many_returning(
             "INSERT INTO jobs(record_id, metric, metric_version, status, attempts, reason, "
-            "created_at, updated_at) VALUES (%s,%s,%s,%s,0,%s,%s,%s) ON CONFLICT DO NOTHING "
-            "RETURNING record_id, metric, metric_version",
-            [(j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now)
-             for j in jobs])}
+            "created_at, updated_at, rec) VALUES (%s,%s,%s,%s,0,%s,%s,%s," + _REC_OF + ") "
+            "ON CONFLICT DO NOTHING RETURNING record_id, metric, metric_version",
+            [(j.record_id, j.metric, j.metric_version, j.status, j.reason, now, now,
+              j.record_id) for j in jobs])}
         created = []
         for j in jobs:
             key = (j.record_id, j.metric, j.metric_version)
@@ -444,9 +447,11 @@ class PostgresStore(PgJobs, LabelsMixin):
                     if old is None:
                         if self._x(
                                 "INSERT INTO jobs(record_id, metric, metric_version, status, "
-                                "attempts, reason, created_at, updated_at) VALUES "
-                                "(%s,%s,%s,%s,0,%s,%s,%s) ON CONFLICT DO NOTHING RETURNING 1",
-                                (*key, j.status, j.reason, now, now)).fetchone() is None:
+                                "attempts, reason, created_at, updated_at, rec) VALUES "
+                                "(%s,%s,%s,%s,0,%s,%s,%s," + _REC_OF + ") ON CONFLICT DO "
+                                "NOTHING RETURNING 1",
+                                (*key, j.status, j.reason, now, now, j.record_id)
+                        ).fetchone() is None:
                             continue  # inserted by another process just now: read it
                         changes.append((j, None))
                         n += 1

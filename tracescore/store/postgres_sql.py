@@ -28,7 +28,7 @@ _LEASE = (
     f"  AND {OPEN_JOBS}"
     "  AND (lease_until IS NULL OR lease_until <= %(now)s)"
     " {which} FOR UPDATE SKIP LOCKED) "
-    "RETURNING job_id, record_id, metric, metric_version, attempts, created_at")
+    "RETURNING job_id, record_id, metric, metric_version, attempts, created_at, rec")
 
 #: One job whose lease ran out (its holder died or hung), the lost run counted; fewest
 #: attempts first (see ``Store.lease_lost_job`` of .sqlite).

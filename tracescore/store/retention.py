@@ -82,7 +82,7 @@ from .retention_policy import (  # noqa: F401 (the policy's names: retention's t
     parse_size,
 )
 from .rollup import Delta
-from .vacuum import WAITING, Pauses, incremental_vacuum, quiet_at_open
+from .vacuum import WAITING, Pauses, drop_wal_cache, incremental_vacuum, quiet_at_open
 
 log = logging.getLogger("tracescore")
 
@@ -250,6 +250,7 @@ def _sqlite_pruning(store: Any, conn: sqlite3.Connection, batch: int) -> Iterato
         try:  # (the WAL keeps its size until truncated: also after a run without vacuum;
             # a PASSIVE checkpoint first copies it without holding the write lock)
             store.checkpoint("PASSIVE", wait_s=1.0)
+            drop_wal_cache(store.path)  # (outside the TRUNCATE's hold of the lock)
             store.checkpoint("TRUNCATE", wait_s=1.0)
         except sqlite3.Error:  # (best effort: a reader holds it; the next run truncates it)
             pass
@@ -312,6 +313,10 @@ def prune(store: Any, policy: Retention | None, *, now: float | None = None,
         _prune_rows(store, policy, now, res, more, stop, pauses, bulk=max_batches is None)
         # (also after a run that deleted nothing: the pages an earlier run's budget left)
         if vacuum and not res.stopped and (res.records or _free_pages_left(store)):
+            if res.rebuild_s:  # (the rebuild's hold, like a batch's, is followed by a pause:
+                # a writer of this process that waited through it got in only after the
+                # first vacuum step too — 1.2 s at 200k records, BENCHMARKS "Session 15")
+                pauses(res.rebuild_s)
             res.pages_given_back, res.vacuum_steps = give_back_space(
                 store, policy.vacuum_pages, pause_s=policy.pause_s, stop=stop,
                 budget_s=policy.vacuum_budget_s, result=res, max_hold_s=policy.max_hold_s,

@@ -16,7 +16,7 @@ from ..record import RagRecord
 from ..sampling import Decision
 from ..score import Score
 from .compat import trace_records
-from .judge_rollup import JudgeDelta, judged_snapshot
+from .judge_rollup import JudgeDelta, judged_decisions, judged_scores
 from .migrations import OPEN_JOBS, REC_OF
 from .rollup import Delta, count_skips
 from .rows import (
@@ -349,7 +349,9 @@ class SqliteJobs:
         # (inside the caller's transaction, which is exclusive on SQLite)
         now = time.time()
         delta = Delta()
-        judged_before = judged_snapshot(self.conn, (job.record_id for job, _, _ in items))
+        # (a job's scores change neither the decisions nor their records: read once)
+        judged = judged_decisions(self.conn, (job.record_id for job, _, _ in items))
+        judged_before = judged_scores(self.conn, judged)
         out: list[list[tuple[int, Score]] | None] = []
         owned: set[int] | None = None
         if len(items) > 1:  # one statement marks them all; it says which were still ours
@@ -379,7 +381,7 @@ class SqliteJobs:
         delta.write(self.conn)
         judge_sums = JudgeDelta()  # the adaptive judge's hourly sums (.judge_rollup)
         judge_sums.change(judged_before,
-                          judged_snapshot(self.conn, (job.record_id for job, _, _ in items)))
+                          judged_scores(self.conn, judged))
         judge_sums.write(self.conn)
         return out
 

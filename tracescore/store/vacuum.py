@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["WAITING", "Pauses", "checkpoint_then_truncate", "incremental_vacuum", "quiet_at_open",
+__all__ = ["WAITING", "Pauses", "checkpoint_then_truncate", "drop_wal_cache",
+           "incremental_vacuum", "quiet_at_open",
            "rest", "wal_mtime"]
 
 #: A run that saw no other connection commit for this long pauses only to let a writer that
@@ -226,6 +227,10 @@ class Pauses:
         self.slept_s += time.monotonic() - t
 
 
+#: The first step of an incremental vacuum with a hold bound (pages).
+FIRST_STEP_PAGES = 256
+
+
 def incremental_vacuum(conn: sqlite3.Connection, pages_per_step: int, *, pause_s: float,
                        stop: threading.Event | None = None, budget_s: float | None = None,
                        result: Any = None, max_hold_s: float | None = None,
@@ -250,7 +255,10 @@ def incremental_vacuum(conn: sqlite3.Connection, pages_per_step: int, *, pause_s
 
     done = steps = 0
     free = free_pages()
-    step = pages_per_step
+    # With a hold bound, the first step is small and the steps grow to the bound (×1.5 a
+    # step at most): a first step of ``pages_per_step`` held the lock 0.44 s at 200k records,
+    # twice ``max_hold_s`` (BENCHMARKS.md, "Session 15").
+    step = pages_per_step if max_hold_s is None else min(pages_per_step, FIRST_STEP_PAGES)
     t0 = time.perf_counter()
     while free and not (stop is not None and stop.is_set()):
         t = time.perf_counter()
@@ -286,4 +294,32 @@ def checkpoint_then_truncate(conn: sqlite3.Connection) -> None:
     other connections leave checkpoints to it, and a TRUNCATE of the whole run's WAL held
     the app's writer ~0.6 s at 60k records)."""
     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    row = conn.execute("PRAGMA database_list").fetchone()
+    if row is not None and row[2]:
+        drop_wal_cache(str(row[2]))
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+
+
+#: A WAL at least this large has its cached pages dropped before it is truncated.
+DROP_CACHE_BYTES = 64 << 20
+
+
+def drop_wal_cache(path: str) -> None:
+    """Drop the page cache of ``path``'s WAL (``POSIX_FADV_DONTNEED``), between the PASSIVE
+    checkpoint that copied it and the TRUNCATE that empties it. Truncating a large WAL frees
+    its cached pages inside the TRUNCATE, which holds the write lock: 0.26–0.42 s for a
+    756 MB WAL, 0.11 s after this (0.14 s, no lock held); the app's writer waited 0.45–0.63 s
+    for it at the end of a 200k-record prune (BENCHMARKS.md, "Session 15"). Only clean pages
+    go (the kernel writes dirty ones first): nothing is lost, a later read is from the disk.
+    Best effort (no ``posix_fadvise``, no WAL, an error: nothing)."""
+    wal = path + "-wal"
+    try:
+        if not hasattr(os, "posix_fadvise") or os.stat(wal).st_size < DROP_CACHE_BYTES:
+            return
+        fd = os.open(wal, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass

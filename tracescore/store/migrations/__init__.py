@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .record_seq import REC_OF, record_seq  # noqa: F401 (REC_OF: the writers')
+from .record_seq import REC_OF, rec_trigger_when, record_seq  # noqa: F401 (REC_OF: the writers')
 from .steps import (  # noqa: F401 (re-exported: the steps are named from here too)
     _PG_V1,
     _V3_COLUMNS,
@@ -178,6 +178,8 @@ POSTGRES_MIGRATIONS: tuple[Migration, ...] = (
               lambda s: record_seq(s, "postgres")),
     Migration(13, "hourly sums of the adaptive judge's decisions (active estimates per hour)",
               lambda s: _judge_rollup(s, "postgres")),
+    Migration(14, "scores, jobs: the rec triggers fire only for a row inserted without rec "
+              "(the store's inserts give it)", rec_trigger_when),
 )
 
 #: pg_advisory_xact_lock key: "tracescore" as an int

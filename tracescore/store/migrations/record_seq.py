@@ -88,3 +88,20 @@ def record_seq(store: Any, dialect: str) -> None:
                 store.conn.execute(f"ALTER TABLE {table} ADD COLUMN {col} INTEGER")
     for sql in _SQLITE if dialect == "sqlite" else _POSTGRES:
         store.conn.execute(sql)
+
+
+#: PostgreSQL 14: the safety-net triggers fire only for a row without its ``rec`` (``WHEN``,
+#: checked before any PL/pgSQL runs); the store's own inserts give ``rec`` in their VALUES
+#: (:data:`REC_OF`), as on SQLite. Before, the trigger function ran for every job and score row
+#: written (BENCHMARKS.md, "Session 15").
+_POSTGRES_WHEN = tuple(
+    sql for table in ("scores", "jobs") for sql in (
+        f"DROP TRIGGER IF EXISTS {table}_rec ON {table}",
+        f"CREATE TRIGGER {table}_rec BEFORE INSERT ON {table} FOR EACH ROW"
+        " WHEN (NEW.rec IS NULL) EXECUTE FUNCTION tracescore_rec()"))
+
+
+def rec_trigger_when(store: Any) -> None:
+    """PostgreSQL 14: :data:`_POSTGRES_WHEN`."""
+    for sql in _POSTGRES_WHEN:
+        store.conn.execute(sql)
