@@ -187,8 +187,10 @@ class ScoreAttachingProcessor(SpanProcessor):
         # Membership first, without the lock: a hold is registered on this same thread before
         # its span ends, so a span that is not in the dict now is never held.
         if span.context is None or span.context.span_id not in self._holds:
-            if self._queues:
-                self._count_full()
+            for queue, cap in self._queues:  # (inline: every span of every request)
+                if len(queue) >= cap:
+                    self._count_full()
+                    break
             self.inner.on_end(span)
             return
         release: _Hold | None = None
