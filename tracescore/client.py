@@ -226,7 +226,7 @@ class Tracescore:
         self._adopted = s.exporter == "app"
         self.tracer_provider, self.attacher = setup_tracing(
             s.tracer_provider, plan.span_exporter, s.span_processor, s.hold_seconds,
-            adopt=self._adopted,
+            adopt=self._adopted, loss=self.export_loss,
         )
         self.tracer = self.tracer_provider.get_tracer("tracescore", _version)
         # segments: release/environment from init, else the provider's resource, else the env

@@ -201,9 +201,17 @@ class ExportLoss:
         self._last_warn = 0.0
 
     def failed(self, signal: str, items: int, why: object) -> None:
+        """An export call failed: one failure, ``items`` lost."""
+        self._add(signal, items, why, failures=1)
+
+    def dropped(self, signal: str, items: int, why: object) -> None:
+        """Items lost before any export call (a batch processor's full queue)."""
+        self._add(signal, items, why, failures=0)
+
+    def _add(self, signal: str, items: int, why: object, *, failures: int) -> None:
         now = time.monotonic()
         with self._lock:
-            self._failures[signal] += 1
+            self._failures[signal] += failures
             self._lost[signal] += items
             warn = now - self._last_warn >= 10.0
             if warn:

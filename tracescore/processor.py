@@ -37,7 +37,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 from . import attributes as A
 from ._internal.errors import handle_internal_errors, record_internal_error
 from ._internal.service import Service
-from .export import clean_attributes, clean_span
+from .export import TRACES, ExportLoss, clean_attributes, clean_span
 from .score import Score
 
 #: Set (on the ending thread) while a span whose strings are known valid UTF-8 ends — the
@@ -103,6 +103,21 @@ class _Hold:
     scores: list[ScoreRef] = field(default_factory=list)
 
 
+def batch_queues(processor: Any) -> tuple[tuple[Any, int], ...]:
+    """The ``(queue, capacity)`` of each OpenTelemetry batch span processor ``processor`` is or
+    holds (an SDK multi-processor's members). A span handed to a full one is dropped by the SDK,
+    which only logs it ("Queue full", once): the attacher counts those drops. Reads the SDK's
+    private ``_batch_processor._queue`` (opentelemetry-sdk >= 1.34); anything else: ()."""
+    members = getattr(processor, "_span_processors", None)
+    found: list[tuple[Any, int]] = []
+    for p in members if isinstance(members, tuple) else (processor,):
+        batch = getattr(p, "_batch_processor", None)
+        queue, cap = getattr(batch, "_queue", None), getattr(batch, "_max_queue_size", None)
+        if queue is not None and isinstance(cap, int) and hasattr(queue, "__len__"):
+            found.append((queue, cap))
+    return tuple(found)
+
+
 class ScoreAttachingProcessor(SpanProcessor):
     def __init__(
         self,
@@ -110,8 +125,12 @@ class ScoreAttachingProcessor(SpanProcessor):
         *,
         hold_seconds: float = 10.0,
         on_delivered: Callable[[list[int], str], None] | None = None,
+        loss: ExportLoss | None = None,
     ) -> None:
         self.inner = inner
+        #: spans handed to a full batch queue are counted here (``stats()["export_lost"]``)
+        self.loss = loss
+        self._queues = batch_queues(inner) if loss is not None else ()
         self.hold_seconds = hold_seconds
         self.on_delivered = on_delivered
         self._holds: dict[int, _Hold] = {}
@@ -168,6 +187,10 @@ class ScoreAttachingProcessor(SpanProcessor):
         # Membership first, without the lock: a hold is registered on this same thread before
         # its span ends, so a span that is not in the dict now is never held.
         if span.context is None or span.context.span_id not in self._holds:
+            for queue, cap in self._queues:  # (inline: every span of every request)
+                if len(queue) >= cap:
+                    self._count_full()
+                    break
             self.inner.on_end(span)
             return
         release: _Hold | None = None
@@ -178,7 +201,7 @@ class ScoreAttachingProcessor(SpanProcessor):
                 if hold.done >= hold.expected:
                     release = self._holds.pop(span.context.span_id)
         if hold is None:
-            self.inner.on_end(span)
+            self._forward(span)
         elif release is not None:
             self._release(release, late=0)
 
@@ -265,7 +288,7 @@ class ScoreAttachingProcessor(SpanProcessor):
         with self._lock:
             hold = self._holds.pop(span_id, None)
         if hold is not None and hold.span is not None:
-            self.inner.on_end(hold.span)
+            self._forward(hold.span)
 
     def job_done(self, record_id: str, scores: Sequence[ScoreRef]) -> None:
         """One scoring job of ``record_id`` finished (scores may be empty). Worker thread."""
@@ -333,7 +356,20 @@ class ScoreAttachingProcessor(SpanProcessor):
             copy = span
         if hold.scores and copy is not span:
             self._delivered([i for i, _ in hold.scores], "span", hold.span_id, hold.span_id)
-        self.inner.on_end(copy)
+        self._forward(copy)
+
+    def _forward(self, span: ReadableSpan) -> None:
+        if self._queues:
+            self._count_full()
+        self.inner.on_end(span)
+
+    def _count_full(self) -> None:
+        """Count the span about to go to each batch queue that is full now: the SDK drops its
+        oldest span to make room (a count at the hand-off, not a lock with the queue's thread:
+        it can be off by the span its worker takes at that very moment)."""
+        for queue, cap in self._queues:
+            if len(queue) >= cap and self.loss is not None:
+                self.loss.dropped(TRACES, 1, "the batch span processor's queue was full")
 
     def _delivered(self, score_ids: list[int], how: str, exported_span_id: int | None = None,
                    scored_span_id: int = 0) -> None:
@@ -436,7 +472,8 @@ _NOT_ADOPTABLE = ("exporter='app' needs the app's opentelemetry-sdk TracerProvid
                   "trace.set_tracer_provider before tracescore.init, or pass tracer_provider=)")
 
 
-def adopt_processors(provider: Any, *, hold_seconds: float) -> ScoreAttachingProcessor:
+def adopt_processors(provider: Any, *, hold_seconds: float,
+                     loss: ExportLoss | None = None) -> ScoreAttachingProcessor:
     """Put a :class:`ScoreAttachingProcessor` in front of the span processors ``provider`` has
     now, so the app's own export pipeline sends tracescore's RAG root spans once, with their
     scores (adding a second exporting processor instead would send every span twice).
@@ -464,7 +501,7 @@ def adopt_processors(provider: Any, *, hold_seconds: float) -> ScoreAttachingPro
                              "exporter='otlp' or span_exporter=")
         inner = SynchronousMultiSpanProcessor()  # type: ignore[no-untyped-call]
         inner._span_processors = current
-        attacher = ScoreAttachingProcessor(inner, hold_seconds=hold_seconds)
+        attacher = ScoreAttachingProcessor(inner, hold_seconds=hold_seconds, loss=loss)
         attacher.adopted_from = active
         active._span_processors = (attacher,)
     return attacher

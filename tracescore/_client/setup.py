@@ -13,6 +13,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+from ..export import ExportLoss
 from ..processor import ScoreAttachingProcessor, adopt_processors
 from ..store import is_postgres, open_store, redact_url
 from ..store.retention import PG_NO_MAX_BYTES, RetentionThread
@@ -69,6 +70,7 @@ def setup_tracing(
     hold_seconds: float,
     *,
     adopt: bool = False,
+    loss: ExportLoss | None = None,
 ) -> tuple[TracerProvider, ScoreAttachingProcessor | None]:
     """The tracer provider the adapters use and the score attacher on it (None: no spans are
     exported, nothing to attach scores to). ``adopt`` (``exporter="app"``): wrap the app's
@@ -77,7 +79,8 @@ def setup_tracing(
         raise ValueError("pass span_exporter or span_processor, not both")
     if adopt:
         app = provider if provider is not None else trace_api.get_tracer_provider()
-        return app, adopt_processors(app, hold_seconds=hold_seconds)  # type: ignore[return-value]
+        return app, adopt_processors(app, hold_seconds=hold_seconds,  # type: ignore[return-value]
+                                     loss=loss)
     if provider is None:
         current = trace_api.get_tracer_provider()
         if isinstance(current, TracerProvider) and (exporter or processor):
@@ -88,7 +91,8 @@ def setup_tracing(
         processor = BatchSpanProcessor(exporter)
     if processor is None:
         return provider, None
-    attacher = ScoreAttachingProcessor(processor, hold_seconds=hold_seconds)
+    # ``loss``: spans the batch processor drops at its full queue are counted
+    attacher = ScoreAttachingProcessor(processor, hold_seconds=hold_seconds, loss=loss)
     provider.add_span_processor(attacher)
     return provider, attacher
 

@@ -120,7 +120,8 @@ class OtlpReceiver:
     ``refuse_first`` requests are refused (HTTP ``refuse_status``, default 503, with an optional
     ``Retry-After``; gRPC UNAVAILABLE); set :attr:`down` to refuse everything until cleared.
     Use as a context manager, or :meth:`start`/:meth:`stop`. :meth:`env` gives the
-    ``OTEL_EXPORTER_OTLP_*`` variables that point an SDK exporter here.
+    ``OTEL_EXPORTER_OTLP_*`` variables that point an SDK exporter here. :meth:`stall` makes it
+    a slow receiver: requests wait (their senders blocked) until :meth:`resume`.
     """
 
     def __init__(self, protocol: str = HTTP_PROTOBUF, *, refuse_first: int = 0,
@@ -139,6 +140,10 @@ class OtlpReceiver:
         self._http: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._grpc: Any = None
+        self._open = threading.Event()
+        self._open.set()
+        #: requests that arrived while stalled and are waiting
+        self.stalled = 0
 
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> OtlpReceiver:
@@ -154,6 +159,7 @@ class OtlpReceiver:
         return self
 
     def stop(self) -> None:
+        self._open.set()  # held requests are answered, so the server can stop
         if self._http is not None:
             self._http.shutdown()
             self._http.server_close()
@@ -176,6 +182,22 @@ class OtlpReceiver:
         """Environment variables that send every signal of an OTel SDK here."""
         return {"OTEL_EXPORTER_OTLP_ENDPOINT": self.endpoint,
                 "OTEL_EXPORTER_OTLP_PROTOCOL": self.protocol}
+
+    def stall(self) -> None:
+        """Hold every request from now on (the sender waits for its answer) until
+        :meth:`resume`; a held request gives up after 60 s, then is answered as usual."""
+        self._open.clear()
+
+    def resume(self) -> None:
+        self._open.set()
+
+    def _gate(self) -> None:
+        if not self._open.is_set():
+            with self._lock:
+                self.stalled += 1
+            self._open.wait(60)
+            with self._lock:
+                self.stalled -= 1
 
     def refuse_next(self, n: int) -> None:
         """Refuse the next ``n`` requests (whatever their signal), then accept again."""
@@ -287,6 +309,7 @@ class OtlpReceiver:
 
         def export(signal: str, response: type[Message]) -> Callable[[Any, Any], Any]:
             def handler(request: Any, context: Any) -> Any:
+                receiver._gate()
                 if receiver._should_refuse(signal):
                     context.abort(grpc.StatusCode.UNAVAILABLE, "receiver is down")
                 headers = {k.lower(): v for k, v in context.invocation_metadata()}
@@ -330,6 +353,7 @@ def _handler(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
                 self._reply(404, b"unknown OTLP path", "text/plain")
                 return
             signal, request_type, response_type = known
+            receiver._gate()
             if receiver._should_refuse(signal):
                 extra = ({"Retry-After": f"{receiver.retry_after:g}"}
                          if receiver.retry_after is not None else {})
