@@ -39,18 +39,24 @@ ratio against uniform (same days), bias, judged records (free ones included) and
 units used per day.
 
 Run:  python bench/judge_budget_proxy_sim.py [--quick] [--reps R] [--cases 4,5] [--json out.json]
+      [--rep-start K --days days.json]; then --merge a.json,b.json to summarise runs together
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+# one BLAS thread: the neighbours' small matrix products are slower threaded, and on the shared
+# 2-core machine the threads' spinning took ~10× the CPU (parallel runs use --rep-start)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -189,21 +195,26 @@ def run_arm(rng: np.random.Generator, day: dict[str, Any], arm: str, budget: flo
     covered = pi > 0
     truth = float(y.mean())
     if arm == "uniform":
-        est = hajek_mean(y[sel], pi[sel]).estimate
+        hm = hajek_mean(y[sel], pi[sel])
+        est, se = hm.estimate, hm.se
     else:
-        est = active_mean(f[covered], pi[covered], sel[covered], y[covered]).estimate
-    return {"truth": truth, "value": est.value, "lo": est.lo, "hi": est.hi,
+        am = active_mean(f[covered], pi[covered], sel[covered], y[covered])
+        est, se = am.estimate, am.se
+    paid_pi = pi[sel & ~free]
+    return {"truth": truth, "value": est.value, "lo": est.lo, "hi": est.hi, "se": se,
             "judged": int(sel.sum()), "free": int(free.sum()), "spent_share": spent / budget,
-            "n": n}
+            "n": n, "pi_min": float(paid_pi.min()) if paid_pi.size else None,
+            "w_max_share": float((1 / paid_pi).max() / (1 / paid_pi).sum())
+            if paid_pi.size else None}
 
 
 def simulate(reps: int, records: int, budget: float, seed: int,
-             cases: tuple[str, ...] = CASES) -> dict[str, Any]:
+             cases: tuple[str, ...] = CASES, rep_start: int = 0) -> dict[str, Any]:
     out: dict[str, dict[str, list[dict[str, Any]]]] = {c: {a: [] for a in ARMS} for c in cases}
     for c_i, case in enumerate(CASES):
         if case not in cases:
             continue
-        for rep in range(reps):
+        for rep in range(rep_start, rep_start + reps):
             rng = np.random.default_rng([seed, c_i, rep])
             day = make_case(rng, case, records)
             yesterday = records * rng.uniform(0.8, 1.2)
@@ -214,23 +225,61 @@ def simulate(reps: int, records: int, budget: float, seed: int,
 
 
 def summarise(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per case and arm: coverage with its Wilson 95 % interval (statsmodels), width, width
+    ratio against uniform (same days), bias, and the estimator's mean reported s.e. against
+    the empirical s.d. of the estimate's error across days."""
+    from statsmodels.stats.proportion import proportion_confint
+
     rows = []
     for case, arms in res.items():
         width_u = np.array([r["hi"] - r["lo"] for r in arms["uniform"]])
         for arm, runs in arms.items():
-            v, lo, hi, truth = (np.array([r[k] for r in runs])
+            if not runs:
+                continue
+            v, lo, hi, truth = (np.array([r[k] for r in runs], dtype=float)
                                 for k in ("value", "lo", "hi", "truth"))
+            hits = int(np.sum((lo <= truth) & (truth <= hi)))
+            w_lo, w_hi = proportion_confint(hits, len(runs), alpha=0.05, method="wilson")
+            se = np.array([r.get("se") or np.nan for r in runs], dtype=float)
             rows.append({
-                "case": case, "arm": arm, "reps": len(runs),
-                "coverage": float(np.mean((lo <= truth) & (truth <= hi))),
+                "case": case, "arm": arm, "reps": len(runs), "hits": hits,
+                "coverage": hits / len(runs), "wilson": [float(w_lo), float(w_hi)],
                 "width": float((hi - lo).mean()),
                 "width_ratio": float((hi - lo).mean() / width_u.mean()),
                 "bias": float(np.mean(v - truth)),
+                "bias_se": float(np.std(v - truth, ddof=1) / np.sqrt(len(runs))),
+                "sd_error": float(np.std(v - truth, ddof=1)),
+                "se_reported": float(np.sqrt(np.nanmean(se * se))),
                 "judged": float(np.mean([r["judged"] for r in runs])),
                 "free": float(np.mean([r["free"] for r in runs])),
                 "budget_mean": float(np.mean([r["spent_share"] for r in runs])),
             })
     return rows
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    print(" | ".join(("case", "arm", "days", "coverage [Wilson 95 %]", "width",
+                      "ratio vs uniform", "bias (s.e.)", "sd(err) / rms se", "judged/day (free)",
+                      "budget used")))
+    for r in rows:
+        print(" | ".join([r["case"], r["arm"], str(r["reps"]),
+                          f"{100 * r['coverage']:.1f} % [{100 * r['wilson'][0]:.1f}, "
+                          f"{100 * r['wilson'][1]:.1f}]",
+                          f"{r['width']:.4f}", f"{r['width_ratio']:.3f}",
+                          f"{r['bias']:+.5f} ({r['bias_se']:.5f})",
+                          f"{r['sd_error'] / r['se_reported']:.3f}",
+                          f"{r['judged']:.0f} ({r['free']:.0f})",
+                          f"{100 * r['budget_mean']:.1f} %"]))
+
+
+def merge(paths: list[str]) -> dict[str, Any]:
+    """The days of several ``--days`` files (runs over disjoint ``--rep-start`` ranges)."""
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for path in paths:
+        for case, arms in json.loads(Path(path).read_text())["days"].items():
+            for arm, runs in arms.items():
+                out.setdefault(case, {}).setdefault(arm, []).extend(runs)
+    return out
 
 
 def cost(n: int = 200) -> None:
@@ -302,28 +351,43 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=str, default=None)
     ap.add_argument("--cases", type=str, default=None,
                     help="comma-separated case numbers (1-based, in the order above)")
+    ap.add_argument("--rep-start", type=int, default=0,
+                    help="the first day's number (runs over disjoint ranges can be merged)")
+    ap.add_argument("--days", type=str, default=None,
+                    help="write every simulated day's figures to this JSON file")
+    ap.add_argument("--merge", type=str, default=None,
+                    help="comma-separated --days files: summarise them together")
     ap.add_argument("--cost", action="store_true",
                     help="only time the features of one decision (lexical, MiniLM)")
     args = ap.parse_args(argv)
     if args.cost:
         cost()
         return 0
+    if args.merge:
+        rows = summarise(merge(args.merge.split(",")))
+        print_rows(rows)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"merged": args.merge, "rows": rows},
+                                                  indent=1))
+        return 0
     reps = args.reps or (10 if args.quick else 200)
     t0 = time.perf_counter()
+    c0 = time.process_time()
     cases = CASES if not args.cases else tuple(CASES[int(i) - 1]
                                                for i in args.cases.split(","))
-    rows = summarise(simulate(reps, args.records, args.budget, args.seed, cases))
-    print(f"judge budget, richer proxy: {reps} days per case, ~{args.records:,} records/day, "
-          f"budget {args.budget:g}/day, {time.perf_counter() - t0:.0f} s")
-    print(" | ".join(("case", "arm", "coverage", "width", "ratio vs uniform", "bias",
-                      "judged/day (free)", "budget used")))
-    for r in rows:
-        print(" | ".join([r["case"], r["arm"], f"{100 * r['coverage']:.1f} %",
-                          f"{r['width']:.4f}", f"{r['width_ratio']:.3f}", f"{r['bias']:+.5f}",
-                          f"{r['judged']:.0f} ({r['free']:.0f})",
-                          f"{100 * r['budget_mean']:.1f} %"]))
+    res = simulate(reps, args.records, args.budget, args.seed, cases, args.rep_start)
+    rows = summarise(res)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(f"judge budget, richer proxy: {reps} days per case (from {args.rep_start}), "
+          f"~{args.records:,} records/day, budget {args.budget:g}/day, seed {args.seed}, "
+          f"{wall:.0f} s wall, {cpu:.0f} s CPU")
+    print_rows(rows)
+    meta = {"reps": reps, "rep_start": args.rep_start, "seed": args.seed, "wall_s": wall,
+            "cpu_s": cpu, "cases": list(cases)}
     if args.json:
-        Path(args.json).write_text(json.dumps({"reps": reps, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({**meta, "rows": rows}, indent=1))
+    if args.days:
+        Path(args.days).write_text(json.dumps({**meta, "days": res}))
     return 0
 
 
