@@ -241,14 +241,17 @@ def summarise(res: dict[str, Any]) -> list[dict[str, Any]]:
             hits = int(np.sum((lo <= truth) & (truth <= hi)))
             w_lo, w_hi = proportion_confint(hits, len(runs), alpha=0.05, method="wilson")
             se = np.array([r.get("se") or np.nan for r in runs], dtype=float)
+            sd = float(np.std(v - truth, ddof=1)) if len(runs) > 1 else float("nan")
             rows.append({
                 "case": case, "arm": arm, "reps": len(runs), "hits": hits,
                 "coverage": hits / len(runs), "wilson": [float(w_lo), float(w_hi)],
+                # misses by side: the truth above the interval, below it
+                "miss_above": int(np.sum(truth > hi)), "miss_below": int(np.sum(truth < lo)),
                 "width": float((hi - lo).mean()),
                 "width_ratio": float((hi - lo).mean() / width_u.mean()),
                 "bias": float(np.mean(v - truth)),
-                "bias_se": float(np.std(v - truth, ddof=1) / np.sqrt(len(runs))),
-                "sd_error": float(np.std(v - truth, ddof=1)),
+                "bias_se": sd / np.sqrt(len(runs)),
+                "sd_error": sd,
                 "se_reported": float(np.sqrt(np.nanmean(se * se))),
                 "judged": float(np.mean([r["judged"] for r in runs])),
                 "free": float(np.mean([r["free"] for r in runs])),
