@@ -201,7 +201,10 @@ def run_arm(rng: np.random.Generator, day: dict[str, Any], arm: str, budget: flo
         am = active_mean(f[covered], pi[covered], sel[covered], y[covered])
         est, se = am.estimate, am.se
     paid_pi = pi[sel & ~free]
-    return {"truth": truth, "value": est.value, "lo": est.lo, "hi": est.hi, "se": se,
+    # the hard cap's records (π = 0) are not represented: the estimate is of the others' mean
+    return {"truth": truth, "truth_covered": float(y[covered].mean()),
+            "pi0_share": 1.0 - float(covered.mean()),
+            "value": est.value, "lo": est.lo, "hi": est.hi, "se": se,
             "judged": int(sel.sum()), "free": int(free.sum()), "spent_share": spent / budget,
             "n": n, "pi_min": float(paid_pi.min()) if paid_pi.size else None,
             "w_max_share": float((1 / paid_pi).max() / (1 / paid_pi).sum())
@@ -209,8 +212,9 @@ def run_arm(rng: np.random.Generator, day: dict[str, Any], arm: str, budget: flo
 
 
 def simulate(reps: int, records: int, budget: float, seed: int,
-             cases: tuple[str, ...] = CASES, rep_start: int = 0) -> dict[str, Any]:
-    out: dict[str, dict[str, list[dict[str, Any]]]] = {c: {a: [] for a in ARMS} for c in cases}
+             cases: tuple[str, ...] = CASES, rep_start: int = 0,
+             arms: tuple[str, ...] = ARMS) -> dict[str, Any]:
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {c: {a: [] for a in arms} for c in cases}
     for c_i, case in enumerate(CASES):
         if case not in cases:
             continue
@@ -218,7 +222,7 @@ def simulate(reps: int, records: int, budget: float, seed: int,
             rng = np.random.default_rng([seed, c_i, rep])
             day = make_case(rng, case, records)
             yesterday = records * rng.uniform(0.8, 1.2)
-            for arm in ARMS:
+            for arm in arms:
                 arm_rng = np.random.default_rng([seed, c_i, rep, 99])  # same u in every arm
                 out[case][arm].append(run_arm(arm_rng, day, arm, budget, yesterday))
     return out
@@ -228,11 +232,12 @@ def summarise(res: dict[str, Any]) -> list[dict[str, Any]]:
     """Per case and arm: coverage with its Wilson 95 % interval (statsmodels), width, width
     ratio against uniform (same days), bias, and the estimator's mean reported s.e. against
     the empirical s.d. of the estimate's error across days."""
+    from scipy import stats
     from statsmodels.stats.proportion import proportion_confint
 
     rows = []
     for case, arms in res.items():
-        width_u = np.array([r["hi"] - r["lo"] for r in arms["uniform"]])
+        width_u = np.array([r["hi"] - r["lo"] for r in arms.get("uniform", [])])
         for arm, runs in arms.items():
             if not runs:
                 continue
@@ -242,17 +247,32 @@ def summarise(res: dict[str, Any]) -> list[dict[str, Any]]:
             w_lo, w_hi = proportion_confint(hits, len(runs), alpha=0.05, method="wilson")
             se = np.array([r.get("se") or np.nan for r in runs], dtype=float)
             sd = float(np.std(v - truth, ddof=1)) if len(runs) > 1 else float("nan")
+            z = (v - truth) / se  # the standardised error: N(0, 1) if the s.e. is right
             rows.append({
                 "case": case, "arm": arm, "reps": len(runs), "hits": hits,
                 "coverage": hits / len(runs), "wilson": [float(w_lo), float(w_hi)],
                 # misses by side: the truth above the interval, below it
                 "miss_above": int(np.sum(truth > hi)), "miss_below": int(np.sum(truth < lo)),
                 "width": float((hi - lo).mean()),
-                "width_ratio": float((hi - lo).mean() / width_u.mean()),
+                "width_ratio": float((hi - lo).mean() / width_u.mean())
+                if width_u.size else float("nan"),
                 "bias": float(np.mean(v - truth)),
                 "bias_se": sd / np.sqrt(len(runs)),
                 "sd_error": sd,
                 "se_reported": float(np.sqrt(np.nanmean(se * se))),
+                "z_sd": float(np.std(z, ddof=1)) if len(runs) > 1 else float("nan"),
+                "z_coverage": {f"{lvl:g}": float(np.mean(np.abs(z) <= stats.norm.ppf(0.5 + lvl / 2)))
+                               for lvl in (0.8, 0.9, 0.95, 0.99)},
+                "z_ks_p": float(stats.kstest(z, "norm").pvalue),
+                # against the mean of the records with π > 0 (what the estimate is of), and
+                # the share of the day's records the hard cap left with π = 0
+                **({"coverage_covered": float(np.mean([r["lo"] <= r["truth_covered"] <= r["hi"]
+                                                       for r in runs])),
+                    "z_sd_covered": float(np.std([(r["value"] - r["truth_covered"]) / r["se"]
+                                                  for r in runs], ddof=1)),
+                    "pi0_share": float(np.mean([r["pi0_share"] for r in runs])),
+                    "pi0_days": int(sum(r["pi0_share"] > 0 for r in runs))}
+                   if len(runs) > 1 and all("truth_covered" in r for r in runs) else {}),
                 "judged": float(np.mean([r["judged"] for r in runs])),
                 "free": float(np.mean([r["free"] for r in runs])),
                 "budget_mean": float(np.mean([r["spent_share"] for r in runs])),
@@ -354,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=str, default=None)
     ap.add_argument("--cases", type=str, default=None,
                     help="comma-separated case numbers (1-based, in the order above)")
+    ap.add_argument("--arms", type=str, default=None,
+                    help="comma-separated arm numbers (1-based: uniform, adaptive overlap, rich, "
+                    "rich + neighbours); the width ratio needs uniform")
     ap.add_argument("--rep-start", type=int, default=0,
                     help="the first day's number (runs over disjoint ranges can be merged)")
     ap.add_argument("--days", type=str, default=None,
@@ -378,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     c0 = time.process_time()
     cases = CASES if not args.cases else tuple(CASES[int(i) - 1]
                                                for i in args.cases.split(","))
-    res = simulate(reps, args.records, args.budget, args.seed, cases, args.rep_start)
+    arms = ARMS if not args.arms else tuple(ARMS[int(i) - 1] for i in args.arms.split(","))
+    res = simulate(reps, args.records, args.budget, args.seed, cases, args.rep_start, arms)
     rows = summarise(res)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     print(f"judge budget, richer proxy: {reps} days per case (from {args.rep_start}), "
