@@ -132,10 +132,11 @@ def run_arm(rng: np.random.Generator, day: dict[str, np.ndarray], f: np.ndarray,
     truth = float(y.mean())
     if arm == "uniform":
         w = hajek_mean(y[sel], pi[sel])
-        est = w.estimate
+        est, se = w.estimate, w.se
     else:
-        est = active_mean(f[covered], pi[covered], sel[covered], y[covered]).estimate
-    return {"truth": truth, "value": est.value, "lo": est.lo, "hi": est.hi,
+        am = active_mean(f[covered], pi[covered], sel[covered], y[covered])
+        est, se = am.estimate, am.se
+    return {"truth": truth, "value": est.value, "lo": est.lo, "hi": est.hi, "se": se,
             "judged": int(sel.sum()), "spent_share": spent / budget,
             "unrepresented": int((~covered).sum()), "n": n}
 
@@ -158,6 +159,10 @@ def simulate(reps: int, records: int, budget: float, seed: int,
 
 
 def summarise(res: dict[str, dict[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """Per proxy and arm; coverage with its Wilson 95 % interval (statsmodels), and the s.d.
+    of the standardised error (estimate − truth)/s.e. across days (1 when the s.e. is right)."""
+    from statsmodels.stats.proportion import proportion_confint
+
     rows = []
     for kind, arms in res.items():
         width_u = np.array([r["hi"] - r["lo"] for r in arms["uniform"]])
@@ -168,9 +173,14 @@ def summarise(res: dict[str, dict[str, list[dict[str, Any]]]]) -> list[dict[str,
             truth = np.array([r["truth"] for r in runs])
             width = hi - lo
             spent = np.array([r["spent_share"] for r in runs])
+            hits = int(np.sum((lo <= truth) & (truth <= hi)))
+            z = (v - truth) / np.array([r["se"] or np.nan for r in runs], dtype=float)
             rows.append({
                 "proxy": kind, "arm": arm, "reps": len(runs),
-                "coverage": float(np.mean((lo <= truth) & (truth <= hi))),
+                "coverage": hits / len(runs),
+                "wilson": [float(b) for b in proportion_confint(hits, len(runs), method="wilson")],
+                "z_sd": float(np.std(z, ddof=1)) if len(runs) > 1 else float("nan"),
+                "miss_above": int(np.sum(truth > hi)), "miss_below": int(np.sum(truth < lo)),
                 "width": float(width.mean()),
                 "width_ratio": float(width.mean() / width_u.mean()),
                 "bias": float(np.mean(v - truth)),
@@ -196,21 +206,26 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     reps = args.reps or (20 if args.quick else 300)
     t0 = time.perf_counter()
+    c0 = time.process_time()
     rows = summarise(simulate(reps, args.records, args.budget, args.seed, args.first_day))
-    took = time.perf_counter() - t0
+    took, cpu = time.perf_counter() - t0, time.process_time() - c0
     print(f"judge budget simulation: {reps} days per proxy, ~{args.records:,} records/day, "
           f"budget {args.budget:g}/day{' (first day: no prior)' if args.first_day else ''}, "
-          f"{took:.0f} s")
-    head = ("proxy", "arm", "coverage", "width", "ratio vs uniform", "bias", "judged/day",
-            "budget used min/mean")
+          f"seed {args.seed}, {took:.0f} s wall, {cpu:.0f} s CPU")
+    head = ("proxy", "arm", "coverage [Wilson 95 %]", "sd((est - truth)/se)", "width",
+            "ratio vs uniform", "bias", "judged/day", "budget used min/mean")
     print(" | ".join(head))
     for r in rows:
-        print(" | ".join([r["proxy"], r["arm"], f"{100 * r['coverage']:.1f} %",
+        print(" | ".join([r["proxy"], r["arm"],
+                          f"{100 * r['coverage']:.1f} % [{100 * r['wilson'][0]:.1f}, "
+                          f"{100 * r['wilson'][1]:.1f}]", f"{r['z_sd']:.3f}",
                           f"{r['width']:.4f}", f"{r['width_ratio']:.3f}", f"{r['bias']:+.5f}",
                           f"{r['judged']:.0f}",
                           f"{100 * r['budget_min']:.1f} / {100 * r['budget_mean']:.1f} %"]))
     if args.json:
-        Path(args.json).write_text(json.dumps({"reps": reps, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"reps": reps, "seed": args.seed, "wall_s": took,
+                                               "cpu_s": cpu, "first_day": args.first_day,
+                                               "rows": rows}, indent=1))
     return 0
 
 
