@@ -65,7 +65,7 @@ from judge_budget_sim import SLOT, make_day  # noqa: E402
 
 from tracescore.budget.combine import fit_groups  # noqa: E402
 from tracescore.budget.neighbours import means, ordered_means  # noqa: E402
-from tracescore.budget.policy import BINS, ErrorModel, Pacer, inclusion  # noqa: E402
+from tracescore.budget.policy import BINS, LAMBDA, ErrorModel, Pacer, inclusion  # noqa: E402
 from tracescore.stats.active import active_mean  # noqa: E402
 from tracescore.stats.weighted import hajek_mean  # noqa: E402
 
@@ -118,7 +118,7 @@ def make_case(rng: np.random.Generator, case: str, records: int) -> dict[str, np
 
 
 def run_arm(rng: np.random.Generator, day: dict[str, Any], arm: str, budget: float,
-            yesterday: float) -> dict[str, Any]:
+            yesterday: float, lam: float = LAMBDA) -> dict[str, Any]:
     y, o, e, orig = day["y"], day["o"], day["e"], day["orig"]
     n = y.size
     pacer = Pacer(budget)
@@ -172,7 +172,7 @@ def run_arm(rng: np.random.Generator, day: dict[str, Any], arm: str, budget: flo
             p = np.full(c, r)
         else:
             err, mean_err = model.errors()
-            p = inclusion(err[bins], mean_err, r)
+            p = inclusion(err[bins], mean_err, r, lam=lam)
         chosen = u_all[idx] < p
         p = np.where(cached, 1.0, p)
         chosen = chosen | cached
@@ -213,7 +213,7 @@ def run_arm(rng: np.random.Generator, day: dict[str, Any], arm: str, budget: flo
 
 def simulate(reps: int, records: int, budget: float, seed: int,
              cases: tuple[str, ...] = CASES, rep_start: int = 0,
-             arms: tuple[str, ...] = ARMS) -> dict[str, Any]:
+             arms: tuple[str, ...] = ARMS, lam: float = LAMBDA) -> dict[str, Any]:
     out: dict[str, dict[str, list[dict[str, Any]]]] = {c: {a: [] for a in arms} for c in cases}
     for c_i, case in enumerate(CASES):
         if case not in cases:
@@ -224,7 +224,7 @@ def simulate(reps: int, records: int, budget: float, seed: int,
             yesterday = records * rng.uniform(0.8, 1.2)
             for arm in arms:
                 arm_rng = np.random.default_rng([seed, c_i, rep, 99])  # same u in every arm
-                out[case][arm].append(run_arm(arm_rng, day, arm, budget, yesterday))
+                out[case][arm].append(run_arm(arm_rng, day, arm, budget, yesterday, lam))
     return out
 
 
@@ -377,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arms", type=str, default=None,
                     help="comma-separated arm numbers (1-based: uniform, adaptive overlap, rich, "
                     "rich + neighbours); the width ratio needs uniform")
+    ap.add_argument("--lam", type=float, default=LAMBDA,
+                    help="the robust mix's weight on uniform sampling (the worker's: %(default)s)")
     ap.add_argument("--rep-start", type=int, default=0,
                     help="the first day's number (runs over disjoint ranges can be merged)")
     ap.add_argument("--days", type=str, default=None,
@@ -402,14 +404,17 @@ def main(argv: list[str] | None = None) -> int:
     cases = CASES if not args.cases else tuple(CASES[int(i) - 1]
                                                for i in args.cases.split(","))
     arms = ARMS if not args.arms else tuple(ARMS[int(i) - 1] for i in args.arms.split(","))
-    res = simulate(reps, args.records, args.budget, args.seed, cases, args.rep_start, arms)
+    res = simulate(reps, args.records, args.budget, args.seed, cases, args.rep_start, arms,
+                   args.lam)
     rows = summarise(res)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     print(f"judge budget, richer proxy: {reps} days per case (from {args.rep_start}), "
           f"~{args.records:,} records/day, budget {args.budget:g}/day, seed {args.seed}, "
+          f"lambda {args.lam:g}, "
           f"{wall:.0f} s wall, {cpu:.0f} s CPU")
     print_rows(rows)
-    meta = {"reps": reps, "rep_start": args.rep_start, "seed": args.seed, "wall_s": wall,
+    meta = {"reps": reps, "rep_start": args.rep_start, "seed": args.seed, "lam": args.lam,
+            "wall_s": wall,
             "cpu_s": cpu, "cases": list(cases)}
     if args.json:
         Path(args.json).write_text(json.dumps({**meta, "rows": rows}, indent=1))

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tracescore.budget.policy import (  # noqa: E402
     BINS,
     DAY,
+    LAMBDA,
     ErrorModel,
     Pacer,
     inclusion,
@@ -87,8 +88,9 @@ def proxy_of(rng: np.random.Generator, kind: str, q: np.ndarray) -> np.ndarray:
 
 
 def run_arm(rng: np.random.Generator, day: dict[str, np.ndarray], f: np.ndarray, arm: str,
-            budget: float, yesterday: float | None) -> dict[str, Any]:
-    """One arm over one day: the decisions slot by slot, then the estimate."""
+            budget: float, yesterday: float | None, lam: float = LAMBDA) -> dict[str, Any]:
+    """One arm over one day: the decisions slot by slot, then the estimate (``lam``: the
+    robust mix's weight on uniform, ``policy.LAMBDA`` in the worker)."""
     pacer = Pacer(budget)
     model = ErrorModel()
     bins = np.minimum(BINS - 1, (f * BINS).astype(int))
@@ -111,7 +113,7 @@ def run_arm(rng: np.random.Generator, day: dict[str, np.ndarray], f: np.ndarray,
         r = pacer.rate(spent, seen, s * SLOT, yesterday, recent, started)
         if arm == "adaptive":
             err, mean_err = model.errors()
-            p = inclusion(err[bins[idx]], mean_err, r)
+            p = inclusion(err[bins[idx]], mean_err, r, lam=lam)
         else:
             p = np.full(c, r)
         chosen = u_all[idx] < p
@@ -142,7 +144,8 @@ def run_arm(rng: np.random.Generator, day: dict[str, np.ndarray], f: np.ndarray,
 
 
 def simulate(reps: int, records: int, budget: float, seed: int,
-             first_day: bool = False) -> dict[str, dict[str, list[dict[str, Any]]]]:
+             first_day: bool = False, lam: float = LAMBDA
+             ) -> dict[str, dict[str, list[dict[str, Any]]]]:
     out: dict[str, dict[str, list[dict[str, Any]]]] = {
         p: {a: [] for a in ARMS} for p in PROXIES}
     for p_i, kind in enumerate(PROXIES):
@@ -153,7 +156,8 @@ def simulate(reps: int, records: int, budget: float, seed: int,
             yesterday = None if first_day else records * rng.uniform(0.8, 1.2)
             for a_i, arm in enumerate(ARMS):
                 arm_rng = np.random.default_rng([seed, p_i, rep, 99])  # same u in every arm
-                out[kind][arm].append(run_arm(arm_rng, day, f, arm, budget, yesterday))
+                out[kind][arm].append(run_arm(arm_rng, day, f, arm, budget, yesterday,
+                                                   lam))
                 del a_i
     return out
 
@@ -203,15 +207,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-day", action="store_true",
                     help="no traffic known from yesterday")
     ap.add_argument("--json", type=str, default=None)
+    ap.add_argument("--lam", type=float, default=LAMBDA,
+                    help="the robust mix's weight on uniform sampling (the worker's: %(default)s)")
     args = ap.parse_args(argv)
     reps = args.reps or (20 if args.quick else 300)
     t0 = time.perf_counter()
     c0 = time.process_time()
-    rows = summarise(simulate(reps, args.records, args.budget, args.seed, args.first_day))
+    rows = summarise(simulate(reps, args.records, args.budget, args.seed, args.first_day,
+                              args.lam))
     took, cpu = time.perf_counter() - t0, time.process_time() - c0
     print(f"judge budget simulation: {reps} days per proxy, ~{args.records:,} records/day, "
           f"budget {args.budget:g}/day{' (first day: no prior)' if args.first_day else ''}, "
-          f"seed {args.seed}, {took:.0f} s wall, {cpu:.0f} s CPU")
+          f"seed {args.seed}, lambda {args.lam:g}, {took:.0f} s wall, {cpu:.0f} s CPU")
     head = ("proxy", "arm", "coverage [Wilson 95 %]", "sd((est - truth)/se)", "width",
             "ratio vs uniform", "bias", "judged/day", "budget used min/mean")
     print(" | ".join(head))
@@ -223,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{r['judged']:.0f}",
                           f"{100 * r['budget_min']:.1f} / {100 * r['budget_mean']:.1f} %"]))
     if args.json:
-        Path(args.json).write_text(json.dumps({"reps": reps, "seed": args.seed, "wall_s": took,
+        Path(args.json).write_text(json.dumps({"reps": reps, "seed": args.seed, "lam": args.lam,
+                                               "wall_s": took,
                                                "cpu_s": cpu, "first_day": args.first_day,
                                                "rows": rows}, indent=1))
     return 0
