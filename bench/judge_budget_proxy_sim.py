@@ -39,18 +39,24 @@ ratio against uniform (same days), bias, judged records (free ones included) and
 units used per day.
 
 Run:  python bench/judge_budget_proxy_sim.py [--quick] [--reps R] [--cases 4,5] [--json out.json]
+      [--rep-start K --days days.json]; then --merge a.json,b.json to summarise runs together
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+# one BLAS thread: the neighbours' small matrix products are slower threaded, and on the shared
+# 2-core machine the threads' spinning took ~10× the CPU (parallel runs use --rep-start)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -59,7 +65,7 @@ from judge_budget_sim import SLOT, make_day  # noqa: E402
 
 from tracescore.budget.combine import fit_groups  # noqa: E402
 from tracescore.budget.neighbours import means, ordered_means  # noqa: E402
-from tracescore.budget.policy import BINS, ErrorModel, Pacer, inclusion  # noqa: E402
+from tracescore.budget.policy import BINS, LAMBDA, ErrorModel, Pacer, inclusion  # noqa: E402
 from tracescore.stats.active import active_mean  # noqa: E402
 from tracescore.stats.weighted import hajek_mean  # noqa: E402
 
@@ -112,7 +118,7 @@ def make_case(rng: np.random.Generator, case: str, records: int) -> dict[str, np
 
 
 def run_arm(rng: np.random.Generator, day: dict[str, Any], arm: str, budget: float,
-            yesterday: float) -> dict[str, Any]:
+            yesterday: float, lam: float = LAMBDA) -> dict[str, Any]:
     y, o, e, orig = day["y"], day["o"], day["e"], day["orig"]
     n = y.size
     pacer = Pacer(budget)
@@ -166,7 +172,7 @@ def run_arm(rng: np.random.Generator, day: dict[str, Any], arm: str, budget: flo
             p = np.full(c, r)
         else:
             err, mean_err = model.errors()
-            p = inclusion(err[bins], mean_err, r)
+            p = inclusion(err[bins], mean_err, r, lam=lam)
         chosen = u_all[idx] < p
         p = np.where(cached, 1.0, p)
         chosen = chosen | cached
@@ -189,48 +195,114 @@ def run_arm(rng: np.random.Generator, day: dict[str, Any], arm: str, budget: flo
     covered = pi > 0
     truth = float(y.mean())
     if arm == "uniform":
-        est = hajek_mean(y[sel], pi[sel]).estimate
+        hm = hajek_mean(y[sel], pi[sel])
+        est, se = hm.estimate, hm.se
     else:
-        est = active_mean(f[covered], pi[covered], sel[covered], y[covered]).estimate
-    return {"truth": truth, "value": est.value, "lo": est.lo, "hi": est.hi,
+        am = active_mean(f[covered], pi[covered], sel[covered], y[covered])
+        est, se = am.estimate, am.se
+    paid_pi = pi[sel & ~free]
+    # the hard cap's records (π = 0) are not represented: the estimate is of the others' mean
+    return {"truth": truth, "truth_covered": float(y[covered].mean()),
+            "pi0_share": 1.0 - float(covered.mean()),
+            "value": est.value, "lo": est.lo, "hi": est.hi, "se": se,
             "judged": int(sel.sum()), "free": int(free.sum()), "spent_share": spent / budget,
-            "n": n}
+            "n": n, "pi_min": float(paid_pi.min()) if paid_pi.size else None,
+            "w_max_share": float((1 / paid_pi).max() / (1 / paid_pi).sum())
+            if paid_pi.size else None}
 
 
 def simulate(reps: int, records: int, budget: float, seed: int,
-             cases: tuple[str, ...] = CASES) -> dict[str, Any]:
-    out: dict[str, dict[str, list[dict[str, Any]]]] = {c: {a: [] for a in ARMS} for c in cases}
+             cases: tuple[str, ...] = CASES, rep_start: int = 0,
+             arms: tuple[str, ...] = ARMS, lam: float = LAMBDA) -> dict[str, Any]:
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {c: {a: [] for a in arms} for c in cases}
     for c_i, case in enumerate(CASES):
         if case not in cases:
             continue
-        for rep in range(reps):
+        for rep in range(rep_start, rep_start + reps):
             rng = np.random.default_rng([seed, c_i, rep])
             day = make_case(rng, case, records)
             yesterday = records * rng.uniform(0.8, 1.2)
-            for arm in ARMS:
+            for arm in arms:
                 arm_rng = np.random.default_rng([seed, c_i, rep, 99])  # same u in every arm
-                out[case][arm].append(run_arm(arm_rng, day, arm, budget, yesterday))
+                out[case][arm].append(run_arm(arm_rng, day, arm, budget, yesterday, lam))
     return out
 
 
 def summarise(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per case and arm: coverage with its Wilson 95 % interval (statsmodels), width, width
+    ratio against uniform (same days), bias, and the estimator's mean reported s.e. against
+    the empirical s.d. of the estimate's error across days."""
+    from scipy import stats
+    from statsmodels.stats.proportion import proportion_confint
+
     rows = []
     for case, arms in res.items():
-        width_u = np.array([r["hi"] - r["lo"] for r in arms["uniform"]])
+        width_u = np.array([r["hi"] - r["lo"] for r in arms.get("uniform", [])])
         for arm, runs in arms.items():
-            v, lo, hi, truth = (np.array([r[k] for r in runs])
+            if not runs:
+                continue
+            v, lo, hi, truth = (np.array([r[k] for r in runs], dtype=float)
                                 for k in ("value", "lo", "hi", "truth"))
+            hits = int(np.sum((lo <= truth) & (truth <= hi)))
+            w_lo, w_hi = proportion_confint(hits, len(runs), alpha=0.05, method="wilson")
+            se = np.array([r.get("se") or np.nan for r in runs], dtype=float)
+            sd = float(np.std(v - truth, ddof=1)) if len(runs) > 1 else float("nan")
+            z = (v - truth) / se  # the standardised error: N(0, 1) if the s.e. is right
             rows.append({
-                "case": case, "arm": arm, "reps": len(runs),
-                "coverage": float(np.mean((lo <= truth) & (truth <= hi))),
+                "case": case, "arm": arm, "reps": len(runs), "hits": hits,
+                "coverage": hits / len(runs), "wilson": [float(w_lo), float(w_hi)],
+                # misses by side: the truth above the interval, below it
+                "miss_above": int(np.sum(truth > hi)), "miss_below": int(np.sum(truth < lo)),
                 "width": float((hi - lo).mean()),
-                "width_ratio": float((hi - lo).mean() / width_u.mean()),
+                "width_ratio": float((hi - lo).mean() / width_u.mean())
+                if width_u.size else float("nan"),
                 "bias": float(np.mean(v - truth)),
+                "bias_se": sd / np.sqrt(len(runs)),
+                "sd_error": sd,
+                "se_reported": float(np.sqrt(np.nanmean(se * se))),
+                "z_sd": float(np.std(z, ddof=1)) if len(runs) > 1 else float("nan"),
+                "z_coverage": {f"{lvl:g}": float(np.mean(np.abs(z) <= stats.norm.ppf(0.5 + lvl / 2)))
+                               for lvl in (0.8, 0.9, 0.95, 0.99)},
+                "z_ks_p": float(stats.kstest(z, "norm").pvalue),
+                # against the mean of the records with π > 0 (what the estimate is of), and
+                # the share of the day's records the hard cap left with π = 0
+                **({"coverage_covered": float(np.mean([r["lo"] <= r["truth_covered"] <= r["hi"]
+                                                       for r in runs])),
+                    "z_sd_covered": float(np.std([(r["value"] - r["truth_covered"]) / r["se"]
+                                                  for r in runs], ddof=1)),
+                    "pi0_share": float(np.mean([r["pi0_share"] for r in runs])),
+                    "pi0_days": int(sum(r["pi0_share"] > 0 for r in runs))}
+                   if len(runs) > 1 and all("truth_covered" in r for r in runs) else {}),
                 "judged": float(np.mean([r["judged"] for r in runs])),
                 "free": float(np.mean([r["free"] for r in runs])),
                 "budget_mean": float(np.mean([r["spent_share"] for r in runs])),
             })
     return rows
+
+
+def print_rows(rows: list[dict[str, Any]]) -> None:
+    print(" | ".join(("case", "arm", "days", "coverage [Wilson 95 %]", "width",
+                      "ratio vs uniform", "bias (s.e.)", "sd(err) / rms se", "judged/day (free)",
+                      "budget used")))
+    for r in rows:
+        print(" | ".join([r["case"], r["arm"], str(r["reps"]),
+                          f"{100 * r['coverage']:.1f} % [{100 * r['wilson'][0]:.1f}, "
+                          f"{100 * r['wilson'][1]:.1f}]",
+                          f"{r['width']:.4f}", f"{r['width_ratio']:.3f}",
+                          f"{r['bias']:+.5f} ({r['bias_se']:.5f})",
+                          f"{r['sd_error'] / r['se_reported']:.3f}",
+                          f"{r['judged']:.0f} ({r['free']:.0f})",
+                          f"{100 * r['budget_mean']:.1f} %"]))
+
+
+def merge(paths: list[str]) -> dict[str, Any]:
+    """The days of several ``--days`` files (runs over disjoint ``--rep-start`` ranges)."""
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for path in paths:
+        for case, arms in json.loads(Path(path).read_text())["days"].items():
+            for arm, runs in arms.items():
+                out.setdefault(case, {}).setdefault(arm, []).extend(runs)
+    return out
 
 
 def cost(n: int = 200) -> None:
@@ -302,28 +374,52 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=str, default=None)
     ap.add_argument("--cases", type=str, default=None,
                     help="comma-separated case numbers (1-based, in the order above)")
+    ap.add_argument("--arms", type=str, default=None,
+                    help="comma-separated arm numbers (1-based: uniform, adaptive overlap, rich, "
+                    "rich + neighbours); the width ratio needs uniform")
+    ap.add_argument("--lam", type=float, default=LAMBDA,
+                    help="the robust mix's weight on uniform sampling (the worker's: %(default)s)")
+    ap.add_argument("--rep-start", type=int, default=0,
+                    help="the first day's number (runs over disjoint ranges can be merged)")
+    ap.add_argument("--days", type=str, default=None,
+                    help="write every simulated day's figures to this JSON file")
+    ap.add_argument("--merge", type=str, default=None,
+                    help="comma-separated --days files: summarise them together")
     ap.add_argument("--cost", action="store_true",
                     help="only time the features of one decision (lexical, MiniLM)")
     args = ap.parse_args(argv)
     if args.cost:
         cost()
         return 0
+    if args.merge:
+        rows = summarise(merge(args.merge.split(",")))
+        print_rows(rows)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"merged": args.merge, "rows": rows},
+                                                  indent=1))
+        return 0
     reps = args.reps or (10 if args.quick else 200)
     t0 = time.perf_counter()
+    c0 = time.process_time()
     cases = CASES if not args.cases else tuple(CASES[int(i) - 1]
                                                for i in args.cases.split(","))
-    rows = summarise(simulate(reps, args.records, args.budget, args.seed, cases))
-    print(f"judge budget, richer proxy: {reps} days per case, ~{args.records:,} records/day, "
-          f"budget {args.budget:g}/day, {time.perf_counter() - t0:.0f} s")
-    print(" | ".join(("case", "arm", "coverage", "width", "ratio vs uniform", "bias",
-                      "judged/day (free)", "budget used")))
-    for r in rows:
-        print(" | ".join([r["case"], r["arm"], f"{100 * r['coverage']:.1f} %",
-                          f"{r['width']:.4f}", f"{r['width_ratio']:.3f}", f"{r['bias']:+.5f}",
-                          f"{r['judged']:.0f} ({r['free']:.0f})",
-                          f"{100 * r['budget_mean']:.1f} %"]))
+    arms = ARMS if not args.arms else tuple(ARMS[int(i) - 1] for i in args.arms.split(","))
+    res = simulate(reps, args.records, args.budget, args.seed, cases, args.rep_start, arms,
+                   args.lam)
+    rows = summarise(res)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(f"judge budget, richer proxy: {reps} days per case (from {args.rep_start}), "
+          f"~{args.records:,} records/day, budget {args.budget:g}/day, seed {args.seed}, "
+          f"lambda {args.lam:g}, "
+          f"{wall:.0f} s wall, {cpu:.0f} s CPU")
+    print_rows(rows)
+    meta = {"reps": reps, "rep_start": args.rep_start, "seed": args.seed, "lam": args.lam,
+            "wall_s": wall,
+            "cpu_s": cpu, "cases": list(cases)}
     if args.json:
-        Path(args.json).write_text(json.dumps({"reps": reps, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({**meta, "rows": rows}, indent=1))
+    if args.days:
+        Path(args.days).write_text(json.dumps({**meta, "days": res}))
     return 0
 
 

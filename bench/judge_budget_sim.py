@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tracescore.budget.policy import (  # noqa: E402
     BINS,
     DAY,
+    LAMBDA,
     ErrorModel,
     Pacer,
     inclusion,
@@ -87,8 +88,9 @@ def proxy_of(rng: np.random.Generator, kind: str, q: np.ndarray) -> np.ndarray:
 
 
 def run_arm(rng: np.random.Generator, day: dict[str, np.ndarray], f: np.ndarray, arm: str,
-            budget: float, yesterday: float | None) -> dict[str, Any]:
-    """One arm over one day: the decisions slot by slot, then the estimate."""
+            budget: float, yesterday: float | None, lam: float = LAMBDA) -> dict[str, Any]:
+    """One arm over one day: the decisions slot by slot, then the estimate (``lam``: the
+    robust mix's weight on uniform, ``policy.LAMBDA`` in the worker)."""
     pacer = Pacer(budget)
     model = ErrorModel()
     bins = np.minimum(BINS - 1, (f * BINS).astype(int))
@@ -111,7 +113,7 @@ def run_arm(rng: np.random.Generator, day: dict[str, np.ndarray], f: np.ndarray,
         r = pacer.rate(spent, seen, s * SLOT, yesterday, recent, started)
         if arm == "adaptive":
             err, mean_err = model.errors()
-            p = inclusion(err[bins[idx]], mean_err, r)
+            p = inclusion(err[bins[idx]], mean_err, r, lam=lam)
         else:
             p = np.full(c, r)
         chosen = u_all[idx] < p
@@ -132,16 +134,18 @@ def run_arm(rng: np.random.Generator, day: dict[str, np.ndarray], f: np.ndarray,
     truth = float(y.mean())
     if arm == "uniform":
         w = hajek_mean(y[sel], pi[sel])
-        est = w.estimate
+        est, se = w.estimate, w.se
     else:
-        est = active_mean(f[covered], pi[covered], sel[covered], y[covered]).estimate
-    return {"truth": truth, "value": est.value, "lo": est.lo, "hi": est.hi,
+        am = active_mean(f[covered], pi[covered], sel[covered], y[covered])
+        est, se = am.estimate, am.se
+    return {"truth": truth, "value": est.value, "lo": est.lo, "hi": est.hi, "se": se,
             "judged": int(sel.sum()), "spent_share": spent / budget,
             "unrepresented": int((~covered).sum()), "n": n}
 
 
 def simulate(reps: int, records: int, budget: float, seed: int,
-             first_day: bool = False) -> dict[str, dict[str, list[dict[str, Any]]]]:
+             first_day: bool = False, lam: float = LAMBDA
+             ) -> dict[str, dict[str, list[dict[str, Any]]]]:
     out: dict[str, dict[str, list[dict[str, Any]]]] = {
         p: {a: [] for a in ARMS} for p in PROXIES}
     for p_i, kind in enumerate(PROXIES):
@@ -152,12 +156,17 @@ def simulate(reps: int, records: int, budget: float, seed: int,
             yesterday = None if first_day else records * rng.uniform(0.8, 1.2)
             for a_i, arm in enumerate(ARMS):
                 arm_rng = np.random.default_rng([seed, p_i, rep, 99])  # same u in every arm
-                out[kind][arm].append(run_arm(arm_rng, day, f, arm, budget, yesterday))
+                out[kind][arm].append(run_arm(arm_rng, day, f, arm, budget, yesterday,
+                                                   lam))
                 del a_i
     return out
 
 
 def summarise(res: dict[str, dict[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """Per proxy and arm; coverage with its Wilson 95 % interval (statsmodels), and the s.d.
+    of the standardised error (estimate − truth)/s.e. across days (1 when the s.e. is right)."""
+    from statsmodels.stats.proportion import proportion_confint
+
     rows = []
     for kind, arms in res.items():
         width_u = np.array([r["hi"] - r["lo"] for r in arms["uniform"]])
@@ -168,9 +177,14 @@ def summarise(res: dict[str, dict[str, list[dict[str, Any]]]]) -> list[dict[str,
             truth = np.array([r["truth"] for r in runs])
             width = hi - lo
             spent = np.array([r["spent_share"] for r in runs])
+            hits = int(np.sum((lo <= truth) & (truth <= hi)))
+            z = (v - truth) / np.array([r["se"] or np.nan for r in runs], dtype=float)
             rows.append({
                 "proxy": kind, "arm": arm, "reps": len(runs),
-                "coverage": float(np.mean((lo <= truth) & (truth <= hi))),
+                "coverage": hits / len(runs),
+                "wilson": [float(b) for b in proportion_confint(hits, len(runs), method="wilson")],
+                "z_sd": float(np.std(z, ddof=1)) if len(runs) > 1 else float("nan"),
+                "miss_above": int(np.sum(truth > hi)), "miss_below": int(np.sum(truth < lo)),
                 "width": float(width.mean()),
                 "width_ratio": float(width.mean() / width_u.mean()),
                 "bias": float(np.mean(v - truth)),
@@ -193,24 +207,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--first-day", action="store_true",
                     help="no traffic known from yesterday")
     ap.add_argument("--json", type=str, default=None)
+    ap.add_argument("--lam", type=float, default=LAMBDA,
+                    help="the robust mix's weight on uniform sampling (the worker's: %(default)s)")
     args = ap.parse_args(argv)
     reps = args.reps or (20 if args.quick else 300)
     t0 = time.perf_counter()
-    rows = summarise(simulate(reps, args.records, args.budget, args.seed, args.first_day))
-    took = time.perf_counter() - t0
+    c0 = time.process_time()
+    rows = summarise(simulate(reps, args.records, args.budget, args.seed, args.first_day,
+                              args.lam))
+    took, cpu = time.perf_counter() - t0, time.process_time() - c0
     print(f"judge budget simulation: {reps} days per proxy, ~{args.records:,} records/day, "
           f"budget {args.budget:g}/day{' (first day: no prior)' if args.first_day else ''}, "
-          f"{took:.0f} s")
-    head = ("proxy", "arm", "coverage", "width", "ratio vs uniform", "bias", "judged/day",
-            "budget used min/mean")
+          f"seed {args.seed}, lambda {args.lam:g}, {took:.0f} s wall, {cpu:.0f} s CPU")
+    head = ("proxy", "arm", "coverage [Wilson 95 %]", "sd((est - truth)/se)", "width",
+            "ratio vs uniform", "bias", "judged/day", "budget used min/mean")
     print(" | ".join(head))
     for r in rows:
-        print(" | ".join([r["proxy"], r["arm"], f"{100 * r['coverage']:.1f} %",
+        print(" | ".join([r["proxy"], r["arm"],
+                          f"{100 * r['coverage']:.1f} % [{100 * r['wilson'][0]:.1f}, "
+                          f"{100 * r['wilson'][1]:.1f}]", f"{r['z_sd']:.3f}",
                           f"{r['width']:.4f}", f"{r['width_ratio']:.3f}", f"{r['bias']:+.5f}",
                           f"{r['judged']:.0f}",
                           f"{100 * r['budget_min']:.1f} / {100 * r['budget_mean']:.1f} %"]))
     if args.json:
-        Path(args.json).write_text(json.dumps({"reps": reps, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"reps": reps, "seed": args.seed, "lam": args.lam,
+                                               "wall_s": took,
+                                               "cpu_s": cpu, "first_day": args.first_day,
+                                               "rows": rows}, indent=1))
     return 0
 
 
