@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ._internal.frozen import fast_constructor
 from .record import RagRecord
 
 #: A rule returns a reason string to force sampling, or None.
@@ -28,11 +29,14 @@ FORCE_SAMPLE_KEY = "tracescore.force_sample"
 
 _sha256 = hashlib.sha256
 _U64 = struct.Struct(">Q").unpack_from  # the first 8 bytes of a digest, big-endian
+_2_POW_M64 = 2.0**-64
 
 
 def trace_fraction(trace_id: str) -> float:
     """Map a trace id to [0, 1) with SHA-256 (first 8 bytes as an integer / 2**64)."""
-    return _U64(_sha256(trace_id.encode("ascii", "replace")).digest())[0] / 2**64
+    # (x * 2**-64 is x / 2**64 exactly: both round x to the nearest float, then the power of
+    # two only moves the exponent)
+    return _U64(_sha256(trace_id.encode("ascii", "replace")).digest())[0] * _2_POW_M64
 
 
 def force_on_error(record: RagRecord) -> str | None:
@@ -130,13 +134,16 @@ class Sampler:
             if forced:
                 return Decision(u, tuple(metrics), forced)
             if not self.rates:
-                return Decision(u, tuple(metrics) if u < float(self.rate) else ())
+                return _new_decision(u, tuple(metrics) if u < float(self.rate) else ())
         else:
             forced = self.forced_reason(record)
             if forced:
                 return Decision(u, tuple(metrics), forced)
         return Decision(u, tuple(m for m in metrics if u < self.rate_for(m)))
 
+
+#: ``Decision(u, metrics)``, built by setting its slots (the request path makes one per record)
+_new_decision = fast_constructor(Decision, ("u", "metrics"))
 
 PRESETS: dict[str, Callable[[], Sampler]] = {
     "all": lambda: Sampler(1.0),

@@ -5,6 +5,7 @@ Any thread."""
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sized
@@ -33,7 +34,8 @@ MAX_LOG_CONTEXT_CHARS = 2_000_000
 CONTEXTS_DROPPED_KEY = "tracescore.contexts_dropped"
 
 
-_new_context = fast_constructor(Context, ("text",))
+#: ``Context(text)`` (its ``__post_init__`` only clears a non-finite score: none here)
+_new_context = fast_constructor(Context, ("text",), post_init=False)
 _new_record = fast_constructor(RagRecord, (
     "trace_id", "span_id", "query", "answer", "contexts", "ground_truths", "metadata",
     "session_id", "user_id", "end_time_ns", "source"))
@@ -82,8 +84,11 @@ def _manual_record(query: Any, answer: Any, contexts: Any, ground_truths: Any, m
         md[TRUNCATED_KEY] = sorted({*(hit if isinstance(hit, list) else []),
                                     *(["contexts"] if cut_ctxs else []),
                                     *(["ground_truths"] if cut_gts else [])})
-    tid = new_trace_id() if trace_id is None else check_id(trace_id, 32, "trace_id")
-    sid = new_span_id() if span_id is None else check_id(span_id, 16, "span_id")
+    if trace_id is None and span_id is None:
+        tid, sid = _new_ids()
+    else:
+        tid = new_trace_id() if trace_id is None else check_id(trace_id, 32, "trace_id")
+        sid = new_span_id() if span_id is None else check_id(span_id, 16, "span_id")
     end_ns = None
     if session_id is not None or user_id is not None or scope is not None:
         for name, value in (("session_id", session_id), ("user_id", user_id)):
@@ -98,6 +103,21 @@ def _manual_record(query: Any, answer: Any, contexts: Any, ground_truths: Any, m
             end_ns = time.time_ns()
     return _new_record(tid, sid, query, answer, ctxs, gts, md, session_id, user_id, end_ns,
                        "manual"), cut_ctxs + cut_gts
+
+
+def _new_ids() -> tuple[str, str]:
+    """A new trace id and span id (lower-case hex, neither all zeros): what
+    :func:`~tracescore._internal.ids.new_trace_id` and ``new_span_id`` make (random bits from
+    the ``random`` module, as OpenTelemetry's ``RandomIdGenerator``), in one draw."""
+    while True:
+        h = f"{_getrandbits(192):048x}"
+        tid, sid = h[:32], h[32:]
+        if tid != _ZERO_TRACE and sid != _ZERO_SPAN:
+            return tid, sid
+
+
+_getrandbits = random.getrandbits
+_ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
 
 
 def _check_sequence(name: str, seq: Any) -> None:

@@ -18,11 +18,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 
-def fast_constructor(cls: type, params: Sequence[str]) -> Callable[..., Any]:
+def fast_constructor(cls: type, params: Sequence[str], *, post_init: bool = True
+                     ) -> Callable[..., Any]:
     """``build(*args)`` equal to ``cls(**dict(zip(params, args)))`` for a frozen dataclass
     with ``slots=True``, 2–3× cheaper; ``cls`` itself (through a keyword adapter) when the
     class is one this cannot build exactly (not slotted, a field without ``init``, an
-    ``InitVar``, a parameter that is not a field)."""
+    ``InitVar``, a parameter that is not a field).
+
+    ``post_init=False`` leaves out the class's ``__post_init__``: only where it changes
+    nothing for any value of ``params`` with the other fields at their defaults (a test must
+    compare the two constructions)."""
     fields = dataclasses.fields(cls)
     names = [f.name for f in fields]
     slots = set(getattr(cls, "__slots__", ()))
@@ -52,7 +57,7 @@ def fast_constructor(cls: type, params: Sequence[str]) -> Callable[..., Any]:
             raise TypeError(f"{cls.__name__}.{f.name} has no default: pass it in params")
         lines.append(f"    _s{i}(o, {value})")
     post = getattr(cls, "__post_init__", None)
-    if post is not None:
+    if post is not None and post_init:
         env["_post"] = post
         lines.append("    _post(o)")
     lines.append("    return o")
