@@ -543,23 +543,8 @@ class Tracescore:
         logged, and noted in the record's metadata (``"tracescore.contexts_dropped"``).
         """
         record, dropped = _manual_record(query, answer, contexts, ground_truths, metadata,
-                                         trace_id, span_id)
-        for name, value in (("session_id", session_id), ("user_id", user_id)):
-            if value is not None and not isinstance(value, str):
-                raise TypeError(f"{name} must be a str or None, got {type(value).__name__}")
-        scope = current_scope()
-        if scope is not None:
-            session_id = session_id or scope.session_id
-            user_id = user_id or scope.user_id
-        if session_id or user_id:
-            import time
-            from dataclasses import replace
-
-            # a turn is dated when it was logged (not when the writer stored it): turns
-            # logged back to back keep their order in the session
-            record = replace(record, session_id=session_id or None, user_id=user_id or None,
-                             end_time_ns=record.end_time_ns or (time.time_ns()
-                                                                if session_id else None))
+                                         trace_id, span_id, session_id, user_id,
+                                         current_scope())
         if dropped:
             self.drops.note(dropped, record.record_id)
         # a span id of the caller's may belong to a span that is still to end: hold it

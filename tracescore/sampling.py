@@ -13,11 +13,13 @@ never blocks and never does I/O.
 from __future__ import annotations
 
 import hashlib
+import struct
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ._internal.frozen import fast_constructor
 from .record import RagRecord
 
 #: A rule returns a reason string to force sampling, or None.
@@ -25,11 +27,16 @@ Rule = Callable[[RagRecord], "str | None"]
 
 FORCE_SAMPLE_KEY = "tracescore.force_sample"
 
+_sha256 = hashlib.sha256
+_U64 = struct.Struct(">Q").unpack_from  # the first 8 bytes of a digest, big-endian
+_2_POW_M64 = 2.0**-64
+
 
 def trace_fraction(trace_id: str) -> float:
     """Map a trace id to [0, 1) with SHA-256 (first 8 bytes as an integer / 2**64)."""
-    digest = hashlib.sha256(trace_id.encode("ascii", "replace")).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
+    # (x * 2**-64 is x / 2**64 exactly: both round x to the nearest float, then the power of
+    # two only moves the exponent)
+    return _U64(_sha256(trace_id.encode("ascii", "replace")).digest())[0] * _2_POW_M64
 
 
 def force_on_error(record: RagRecord) -> str | None:
@@ -113,14 +120,30 @@ class Sampler:
     def decide(self, record: RagRecord, metrics: Sequence[str], u: float | None = None
                ) -> Decision:
         """The decision for ``record``; ``u``: its :func:`trace_fraction` when the caller
-        has it already (it is a function of the trace id only)."""
+        has it already (it is a function of the trace id only).
+
+        Request path: the built-in sampler with its default rules and one rate for every
+        metric (the common set-up) decides without a call per rule or per metric — the
+        same decision, read from the same attributes (they may change between calls)."""
         if u is None:
             u = trace_fraction(record.trace_id)
-        forced = self.forced_reason(record)
-        if forced:
-            return Decision(u, tuple(metrics), forced)
+        if type(self) is Sampler and self.rules is DEFAULT_RULES:
+            # force_on_error, then force_on_metadata_flag, inlined
+            forced = "error" if record.error else (
+                "metadata flag" if record.metadata.get(FORCE_SAMPLE_KEY) else None)
+            if forced:
+                return Decision(u, tuple(metrics), forced)
+            if not self.rates:
+                return _new_decision(u, tuple(metrics) if u < float(self.rate) else ())
+        else:
+            forced = self.forced_reason(record)
+            if forced:
+                return Decision(u, tuple(metrics), forced)
         return Decision(u, tuple(m for m in metrics if u < self.rate_for(m)))
 
+
+#: ``Decision(u, metrics)``, built by setting its slots (the request path makes one per record)
+_new_decision = fast_constructor(Decision, ("u", "metrics"))
 
 PRESETS: dict[str, Callable[[], Sampler]] = {
     "all": lambda: Sampler(1.0),

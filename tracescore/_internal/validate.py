@@ -19,6 +19,7 @@ from ..record import Context, RagRecord
 
 _TRACE_RE = re.compile(r"[0-9a-fA-F]{32}")
 _SPAN_RE = re.compile(r"[0-9a-fA-F]{16}")
+_HEX48_RE = re.compile(r"[0-9a-fA-F]{48}")
 
 #: Metadata deeper than this is cut (the cut value is replaced by :data:`CUT_MARK`).
 MAX_METADATA_DEPTH = 16
@@ -73,6 +74,10 @@ def check_id(value: Any, n: int, what: str) -> str:
 
 def valid_ids(trace_id: Any, span_id: Any) -> bool:
     """Cheap check for the hot path (no exception on the common path)."""
+    if type(trace_id) is str and type(span_id) is str:
+        # (the common case: one match over both, 32 then 16 hex characters)
+        return (len(trace_id) == 32 and len(span_id) == 16
+                and _HEX48_RE.fullmatch(trace_id + span_id) is not None)
     return (isinstance(trace_id, str) and isinstance(span_id, str)
             and _TRACE_RE.fullmatch(trace_id) is not None
             and _SPAN_RE.fullmatch(span_id) is not None)
@@ -81,11 +86,12 @@ def valid_ids(trace_id: Any, span_id: Any) -> bool:
 def hot_reason(record: Any) -> str | None:
     """Why ``record`` cannot even be sampled (a short reason key), or None. Cheap: the hot
     path calls it; :func:`sanitize_record` checks the rest on the writer thread."""
-    if not isinstance(record, RagRecord):
+    if type(record) is not RagRecord and not isinstance(record, RagRecord):
         return "not_a_record"
     if not valid_ids(record.trace_id, record.span_id):
         return "invalid_id"
-    if not isinstance(record.metadata, Mapping):
+    md = record.metadata
+    if type(md) is not dict and not isinstance(md, Mapping):
         return "invalid_metadata"
     return None
 
