@@ -114,6 +114,17 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def trees_row(label: str, vals: dict[str, list[float]], first: str) -> str:
+    """One row of a side-by-side table of trees: per tree the median (min–max) of its runs,
+    then each other tree's median ÷ ``first``'s."""
+    med = {n: statistics.median(v) for n, v in vals.items()}
+    row = f"| {label} | " + " | ".join(
+        f"{med[n]:,.1f} ({min(v):,.0f}–{max(v):,.0f})" for n, v in vals.items())
+    row += "".join(f" | {med[n] / med[first]:.2f}×" if med[first] else " | –"
+                   for n in vals if n != first)
+    return row + " |"
+
+
 def thread_cpu_s(t: threading.Thread | None) -> float:
     """CPU seconds a live thread has used since it started (Linux), 0.0 if unknown."""
     if t is None or t.ident is None or not t.is_alive():

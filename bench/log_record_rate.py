@@ -27,13 +27,14 @@ import argparse
 import json
 import os
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _common import trees_row
 
 WORDS = ("retrieval", "answer", "context", "model", "score", "vector", "index", "policy",
          "latency", "tracing", "budget", "document", "passage", "quality", "judge", "metric")
@@ -178,12 +179,7 @@ def main() -> int:
             if field == "load1":
                 continue
             vals = {n: [float(r[field]) for r in by_tree[n]] for n in names}
-            med = {n: statistics.median(v) for n, v in vals.items()}
-            row = f"| {key} {field} | " + " | ".join(
-                f"{med[n]:,.1f} ({min(v):,.0f}–{max(v):,.0f})" for n, v in vals.items())
-            row += "".join(f" | {med[n] / med[first]:.2f}×" if med[first] else " | –"
-                           for n in names[1:])
-            print(row + " |")
+            print(trees_row(f"{key} {field}", vals, first))
     if args.json:
         Path(args.json).write_text(json.dumps({"trees": trees, "load": load,
                                                "results": results}, indent=1))

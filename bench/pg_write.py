@@ -35,13 +35,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _common import trees_row
 
 HERE = Path(__file__).resolve().parent
 METRICS = ("m1", "m2", "m3", "m4", "m5", "m6")
@@ -215,12 +216,7 @@ def main() -> int:
         for field, label in (("per_s", unit), ("client_us", "client CPU µs each"),
                              ("server_us", "server CPU µs each")):
             vals = {n: [float(r[phase][field]) for r in results[n]] for n in names}
-            med = {n: statistics.median(v) for n, v in vals.items()}
-            row = f"| {phase}: {label} | " + " | ".join(
-                f"{med[n]:,.1f} ({min(v):,.0f}–{max(v):,.0f})" for n, v in vals.items())
-            row += "".join(f" | {med[n] / med[first]:.2f}×" if med[first] else " | –"
-                           for n in names[1:])
-            print(row + " |")
+            print(trees_row(f"{phase}: {label}", vals, first))
     if args.json:
         Path(args.json).write_text(json.dumps({"trees": trees, "load": load,
                                                "results": results}, indent=1))
