@@ -240,15 +240,16 @@ def test_concurrent_writers_admit_at_most_limit_values(db):
     errors: list[BaseException] = []
 
     def write(w: int) -> None:
-        store = open_store(db)
-        try:
-            for b in range(0, per_writer, 10):
-                store.write_batch(_recs(10, w * 1000 + b, lambda i: f"t-{i}"), [],
-                                  segments=spec)
+        try:  # (the open too: a failed open is an error here, not a thread lost silently)
+            store = open_store(db)
+            try:
+                for b in range(0, per_writer, 10):
+                    store.write_batch(_recs(10, w * 1000 + b, lambda i: f"t-{i}"), [],
+                                      segments=spec)
+            finally:
+                store.close()
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
-        finally:
-            store.close()
 
     threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
     for t in threads:
@@ -256,6 +257,7 @@ def test_concurrent_writers_admit_at_most_limit_values(db):
     for t in threads:
         t.join(120)
     assert not errors, errors
+    assert not any(t.is_alive() for t in threads)
     assert rows(db, "SELECT count(*) AS n FROM segment_values") == [{"n": limit}]
     assert counter(db, "segments.overflow.metadata.tenant") == writers * per_writer - limit
     assert rows(db, "SELECT sum(records) AS n FROM hourly_records") == \

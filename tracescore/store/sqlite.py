@@ -109,15 +109,16 @@ class Store(SqliteJobs, LabelsMixin):
     def _connect(self) -> None:
         conn = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
         try:
+            deadline = time.monotonic() + self.timeout_s
             # Must come before the first table (and before WAL): on an existing database it is
             # a no-op until a full VACUUM (`tracescore prune --vacuum`); pruned pages are reused.
-            conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
-            conn.execute("PRAGMA journal_mode=WAL")
+            _pragma(conn, "PRAGMA auto_vacuum=INCREMENTAL", deadline)
+            _pragma(conn, "PRAGMA journal_mode=WAL", deadline)
             # A WAL that grew for a large transaction or a backlog gives its room back when it
             # is next reset (a checkpoint brought it all into the database file), instead of
             # keeping its largest size for ever: on a small disk that room is the next write's.
-            conn.execute("PRAGMA journal_size_limit=1048576")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            _pragma(conn, "PRAGMA journal_size_limit=1048576", deadline)
+            _pragma(conn, "PRAGMA synchronous=NORMAL", deadline)
             conn.execute(f"PRAGMA busy_timeout={int(self.timeout_s * 1000)}")
         except BaseException:
             conn.close()
@@ -347,3 +348,24 @@ class Store(SqliteJobs, LabelsMixin):
                 + ",".join("?" * len(METRIC_COLS)) + ")",
                 [metric_row(m, now) for m in metrics],
             )
+
+
+def _pragma(conn: sqlite3.Connection, sql: str, deadline: float) -> None:
+    """``conn.execute(sql)``, again after a lock error until ``deadline`` (monotonic).
+
+    SQLite answers "database is locked" at once, without waiting in the busy handler, where
+    waiting could deadlock: ``PRAGMA journal_mode=WAL`` on a database still in rollback mode
+    while another connection is inside a write transaction (processes of a fleet opening a
+    new database together; tests/test_store_open.py). The other transaction ends soon, so
+    trying again is what a busy handler would have done."""
+    pause = 0.005
+    while True:
+        try:
+            conn.execute(sql).fetchall()
+            return
+        except sqlite3.OperationalError as exc:
+            msg = str(exc).lower()
+            if ("locked" not in msg and "busy" not in msg) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
