@@ -42,7 +42,7 @@ from .._internal.judge_terms import (
     judged_terms,
 )
 from .rollup import hour_of
-from .segments import NONE_SEG
+from .segments import NONE_SEG, _chunks
 
 __all__ = ["DECISION_FIELDS", "DECISIONS_SQL", "JUDGED_FIELDS", "JUDGED_SQL", "JudgeDelta",
            "backfill", "ddl", "decision_row", "judged_decisions", "judged_scores",
@@ -154,11 +154,6 @@ _OK_SCORES = ("SELECT rec, metric, name, value FROM scores WHERE status = 'ok'"
 #: a judged decision whose record is stored: (record id, metric, created_at, seg_id, proxy,
 #: π, the record's seq)
 JudgedDecision = tuple[str, str, float, int, float, float, int]
-
-
-def _chunks(values: Sequence[Any], size: int = 500) -> Iterable[Sequence[Any]]:
-    for i in range(0, len(values), size):
-        yield values[i:i + size]
 
 
 def judged_decisions(conn: Any, record_ids: Iterable[str], metric: str | None = None

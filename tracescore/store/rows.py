@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,11 +142,6 @@ def add_record_row(delta: Delta, row: Sequence[Any]) -> None:
     c = _FACT_COLS
     delta.add_record(row[c[0]], row[c[1]], row[c[2]], row[c[3]], row[c[4]], row[c[5]],
                      row[c[6]], row[c[7]])
-
-
-def _chunks(items: Sequence[Any], n: int = 500) -> Iterable[Sequence[Any]]:
-    for i in range(0, len(items), n):
-        yield items[i:i + n]
 
 
 def _opt(s: str | None) -> str | None:

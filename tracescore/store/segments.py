@@ -187,6 +187,8 @@ def _marks(n: int) -> str:
 
 
 def _chunks(items: Sequence[Any], n: int = 500) -> Iterable[Sequence[Any]]:
+    """``items`` in slices of ``n`` (the store's ``IN (...)`` lists stay under SQLite's
+    parameter limit); the store's one chunker."""
     for i in range(0, len(items), n):
         yield items[i:i + n]
 

@@ -29,13 +29,12 @@ from .rows import (
     _SEG,
     Job,
     NewJob,
-    _chunks,
     clean_text,
     dumps,
     record_row,
     row_to_record,
 )
-from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec
+from .segments import NONE_SEG, OVERFLOW_COUNTER, SegmentResolver, SegmentSpec, _chunks
 from .sessions import note_turns
 from .sqlite_sql import _insert_keyed, _insert_rows, _score_values
 
