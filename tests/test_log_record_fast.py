@@ -27,6 +27,7 @@ from tracescore._client.manual import (
     _manual_record,
 )
 from tracescore._internal.frozen import fast_constructor
+from tracescore._internal.ids import new_ids
 from tracescore._internal.validate import check_context, hot_reason, valid_ids
 from tracescore.sampling import DEFAULT_RULES, FORCE_SAMPLE_KEY, Decision, Sampler, trace_fraction
 from tracescore.store import open_store
@@ -167,7 +168,7 @@ def test_bad_input_gets_the_clear_error(make_ts: Any, kw: dict[str, Any], exc: t
 
 
 def test_new_ids_are_lower_hex_and_fresh() -> None:
-    ids = [manual._new_ids() for _ in range(2_000)]
+    ids = [new_ids() for _ in range(2_000)]
     assert len({t for t, _ in ids}) == len(ids) and len({s for _, s in ids}) == len(ids)
     for t, s in ids:
         assert re.fullmatch(r"[0-9a-f]{32}", t) and re.fullmatch(r"[0-9a-f]{16}", s)

@@ -5,14 +5,13 @@ Any thread."""
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sized
 from typing import Any
 
 from .._internal.frozen import fast_constructor
-from .._internal.ids import new_span_id, new_trace_id
+from .._internal.ids import new_ids, new_span_id, new_trace_id
 from .._internal.validate import (
     TRUNCATED_KEY,
     check_context,
@@ -85,7 +84,7 @@ def _manual_record(query: Any, answer: Any, contexts: Any, ground_truths: Any, m
                                     *(["contexts"] if cut_ctxs else []),
                                     *(["ground_truths"] if cut_gts else [])})
     if trace_id is None and span_id is None:
-        tid, sid = _new_ids()
+        tid, sid = new_ids()
     else:
         tid = new_trace_id() if trace_id is None else check_id(trace_id, 32, "trace_id")
         sid = new_span_id() if span_id is None else check_id(span_id, 16, "span_id")
@@ -103,21 +102,6 @@ def _manual_record(query: Any, answer: Any, contexts: Any, ground_truths: Any, m
             end_ns = time.time_ns()
     return _new_record(tid, sid, query, answer, ctxs, gts, md, session_id, user_id, end_ns,
                        "manual"), cut_ctxs + cut_gts
-
-
-def _new_ids() -> tuple[str, str]:
-    """A new trace id and span id (lower-case hex, neither all zeros): what
-    :func:`~tracescore._internal.ids.new_trace_id` and ``new_span_id`` make (random bits from
-    the ``random`` module, as OpenTelemetry's ``RandomIdGenerator``), in one draw."""
-    while True:
-        h = f"{_getrandbits(192):048x}"
-        tid, sid = h[:32], h[32:]
-        if tid != _ZERO_TRACE and sid != _ZERO_SPAN:
-            return tid, sid
-
-
-_getrandbits = random.getrandbits
-_ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
 
 
 def _check_sequence(name: str, seq: Any) -> None:
