@@ -127,18 +127,14 @@ class Sampler:
         same decision, read from the same attributes (they may change between calls)."""
         if u is None:
             u = trace_fraction(record.trace_id)
-        if type(self) is Sampler and self.rules is DEFAULT_RULES:
-            # force_on_error, then force_on_metadata_flag, inlined
-            forced = "error" if record.error else (
-                "metadata flag" if record.metadata.get(FORCE_SAMPLE_KEY) else None)
-            if forced:
-                return Decision(u, tuple(metrics), forced)
-            if not self.rates:
-                return _new_decision(u, tuple(metrics) if u < float(self.rate) else ())
-        else:
-            forced = self.forced_reason(record)
-            if forced:
-                return Decision(u, tuple(metrics), forced)
+        common = type(self) is Sampler and self.rules is DEFAULT_RULES
+        # (the default rules called directly: no loop over the rules)
+        forced = (force_on_error(record) or force_on_metadata_flag(record) if common
+                  else self.forced_reason(record))
+        if forced:
+            return Decision(u, tuple(metrics), forced)
+        if common and not self.rates:
+            return _new_decision(u, tuple(metrics) if u < float(self.rate) else ())
         return Decision(u, tuple(m for m in metrics if u < self.rate_for(m)))
 
 
